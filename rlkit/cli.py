@@ -1,0 +1,137 @@
+"""The ``rlkit`` command: ``plugins``, ``validate`` and ``score``; Hydra overrides follow the command."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+import warnings
+from collections.abc import Sequence
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from rlkit.errors import RlkitError
+
+USAGE = """rlkit <command> [--debug] [key=value ...]
+
+commands:
+  plugins     list every registered plugin by kind, with the distribution that provides it
+  validate    compose the config and check every part (plugins, params, rubric, data, model path)
+  score       score prompt/completion records (data.path=...) with the configured judge
+
+Overrides are Hydra's: judge=rule rubric.path=/abs/rubric.yaml data.path=/abs/records.jsonl
+Set --debug or HYDRA_FULL_ERROR=1 to see tracebacks."""
+
+
+def _console() -> Console:
+    # Outside a terminal rich assumes 80 columns and truncates plugin names; logs can be wider.
+    return Console(highlight=False, width=None if sys.stdout.isatty() else 120)
+
+
+def cmd_plugins(overrides: Sequence[str]) -> int:
+    from rlkit.config import group_options
+    from rlkit.registry import load_registry
+
+    registry = load_registry()
+    table = Table(title="rlkit plugins")
+    for column in ("kind", "name", "provided by", "config"):
+        table.add_column(column)
+    for kind in registry.kinds():
+        entries = registry.entries(kind.key)
+        options = set(group_options(registry, kind.group))
+        if not entries:
+            table.add_row(kind.key, "—", "", f"{kind.group}=…")
+        for entry in entries:
+            selector = f"{kind.group}={entry.name}" if entry.name in options else f"{kind.group}.name={entry.name}"
+            table.add_row(kind.key, entry.name, entry.provider, selector)
+    _console().print(table)
+    return 0
+
+
+def _validated(overrides: Sequence[str], *, need_completions: bool = False):
+    from rlkit.config import compose_config, validate_config
+    from rlkit.registry import load_registry
+
+    registry = load_registry()
+    cfg = compose_config(registry, list(overrides))
+    return validate_config(cfg, registry, need_completions=need_completions)
+
+
+def cmd_validate(overrides: Sequence[str]) -> int:
+    validated = _validated(overrides)
+    rubric = validated.rubric
+    console = _console()
+    console.print(f"config ok: rubric {rubric.name} v{rubric.version} (hash {rubric.short_hash}, "
+                  f"{len(rubric.dimensions)} dimensions)")
+    for kind, name in validated.plugin_names.items():
+        console.print(f"  {kind}: {name}")
+    data = validated.data
+    if validated.records is not None:
+        console.print(f"  data: {len(validated.records)} records from {data.path}")
+    else:
+        console.print(f"  data: synthetic task {data.task!r}")
+    model = validated.model
+    console.print(f"  model: {model.name_or_path or 'embedded tiny policy'}")
+    return 0
+
+
+def _fmt(x: float) -> str:
+    return "—" if math.isnan(x) else f"{x:.3f}"
+
+
+def cmd_score(overrides: Sequence[str]) -> int:
+    from rlkit.scoring import dimension_table, score_records, write_scored_jsonl
+
+    validated = _validated(overrides, need_completions=True)
+    cfg = validated.cfg
+    result = score_records(validated, batch_size=int(cfg.score.batch_size))
+    rubric = validated.rubric
+    table = Table(title=f"{rubric.name} v{rubric.version} ({rubric.short_hash}) — "
+                        f"{len(result.rewards)} completions, judge {validated.plugin_names['judge']}")
+    for column in ("dimension", "mean", "std", "min", "max", "scored", "unscored"):
+        table.add_column(column, justify="left" if column == "dimension" else "right")
+    for row in dimension_table(result):
+        table.add_row(row["name"], _fmt(row["mean"]), _fmt(row["std"]), _fmt(row["min"]), _fmt(row["max"]),
+                      str(row["scored"]), str(row["unscored"]))
+    console = _console()
+    console.print(table)
+    if cfg.score.output:
+        n = write_scored_jsonl(result, Path(cfg.score.output), rubric.identity())
+        console.print(f"wrote {n} scored completions to {cfg.score.output}")
+    return 0
+
+
+COMMANDS = {"plugins": cmd_plugins, "validate": cmd_validate, "score": cmd_score}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="rlkit", usage=USAGE, add_help=False)
+    parser.add_argument("command", nargs="?")
+    parser.add_argument("--debug", action="store_true")
+    parser.add_argument("-h", "--help", action="store_true")
+    args, overrides = parser.parse_known_args(list(sys.argv[1:] if argv is None else argv))
+    if args.help or args.command is None:
+        print(USAGE)
+        return 0 if args.help else 2
+    command = COMMANDS.get(args.command)
+    if command is None:
+        print(f"rlkit: error: unknown command {args.command!r}; commands: {', '.join(COMMANDS)}",
+              file=sys.stderr)
+        return 2
+    debug = args.debug or os.environ.get("HYDRA_FULL_ERROR") == "1"
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("default")
+            return command(overrides)
+    except RlkitError as exc:
+        if debug:
+            raise
+        print(f"rlkit: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

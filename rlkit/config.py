@@ -1,0 +1,287 @@
+"""Composing the Hydra config and validating every part of it without building anything heavy."""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.resources
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pydantic
+from omegaconf import DictConfig, OmegaConf
+
+from rlkit.errors import ConfigError, DataError, PluginError
+from rlkit.registry import KINDS, KINDS_BY_GROUP, Registry
+from rlkit.rubric import Rubric, load_rubric
+
+CONFIG_MODULE = "rlkit.conf"
+PRIMARY_CONFIG = "fit"
+HYDRA_VERSION_BASE = "1.3"
+
+
+def plugin_search_paths(registry: Registry) -> list[str]:
+    """Search-path entries contributed by plugins through ``rlkit_config_search_path``."""
+    paths: list[str] = []
+    for result in registry.plugin_manager.hook.rlkit_config_search_path():
+        for entry in [result] if isinstance(result, str) else list(result or []):
+            if entry not in paths:
+                paths.append(entry)
+    return paths
+
+
+def search_path_override(registry: Registry) -> list[str]:
+    """The ``hydra.searchpath=[...]`` override that adds plugin config dirs (empty if none)."""
+    paths = plugin_search_paths(registry)
+    if not paths:
+        return []
+    return ["hydra.searchpath=[" + ",".join(f"'{p}'" for p in paths) + "]"]
+
+
+def _search_roots(registry: Registry) -> list[Path]:
+    roots = [Path(str(importlib.resources.files(CONFIG_MODULE)))]
+    for entry in plugin_search_paths(registry):
+        with contextlib.suppress(Exception):
+            roots.append(resolve_path(entry.rstrip("/")))
+    return roots
+
+
+def config_source(registry: Registry, group: str, option: str | None) -> str:
+    """The YAML file that provided ``group=option``, for error messages."""
+    if option:
+        for root in _search_roots(registry):
+            candidate = root / group / f"{option}.yaml"
+            if candidate.is_file():
+                return str(candidate)
+    return f"config group {group!r}"
+
+
+def group_options(registry: Registry, group: str) -> list[str]:
+    """Every YAML option of a config group across rlkit's and the plugins' search paths."""
+    options: set[str] = set()
+    for root in _search_roots(registry):
+        options.update(p.stem for p in (root / group).glob("*.yaml"))
+    return sorted(options)
+
+
+def _one_line(exc: BaseException) -> str:
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    return " ".join(ln for ln in lines if not ln.startswith(("Config search path", "provider=")))[:500]
+
+
+_MISSING_OPTION = re.compile(r"Could not find '([^']+)/([^'/]+)'")
+_NOT_IN_STRUCT = re.compile(r"Could not override '([^']+)'.\s*To append to your config use")
+
+
+@contextlib.contextmanager
+def _translated_hydra_errors(registry: Registry) -> Iterator[None]:
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    try:
+        yield
+    except (HydraException, OmegaConfBaseException) as exc:
+        match = _MISSING_OPTION.search(str(exc))
+        if match:
+            group, option = match.groups()
+            kind = KINDS_BY_GROUP.get(group)
+            if kind is not None:
+                raise PluginError(
+                    f"unknown {kind.key.replace('_', ' ')} {option!r}; available {kind.label}: "
+                    f"{registry.available(kind.key)}"
+                ) from None
+            raise ConfigError(
+                f"no option {option!r} in config group {group!r}; available: "
+                f"{', '.join(group_options(registry, group)) or 'none'}"
+            ) from None
+        text = str(exc)
+        override = _NOT_IN_STRUCT.search(text)
+        if override:
+            key = override.group(1)
+            raise ConfigError(f"unknown key {key!r}; to add a key that is not in the config, use "
+                              f"+{key}=...", "command line") from None
+        raise ConfigError(_one_line(exc)) from None
+
+
+def compose_config(registry: Registry, overrides: list[str] | None = None,
+                   config_name: str = PRIMARY_CONFIG) -> DictConfig:
+    """Compose ``conf/fit.yaml`` with ``overrides``; errors become one-line ``ConfigError``s.
+
+    The result keeps ``hydra.runtime.choices`` so messages can name the YAML each part came from.
+    """
+    from hydra import compose, initialize_config_module
+    from hydra.core.global_hydra import GlobalHydra
+
+    GlobalHydra.instance().clear()
+    with _translated_hydra_errors(registry), initialize_config_module(
+        CONFIG_MODULE, version_base=HYDRA_VERSION_BASE
+    ):
+        return compose(config_name, overrides=search_path_override(registry) + list(overrides or []),
+                       return_hydra_config=True)
+
+
+def resolve_path(path: str) -> Path:
+    """A path from config: ``pkg://module/relative/file`` inside an installed package, else a file path."""
+    if path.startswith("pkg://"):
+        module, _, rel = path[len("pkg://"):].partition("/")
+        try:
+            base = Path(str(importlib.resources.files(module)))
+        except ModuleNotFoundError:
+            raise ConfigError(f"no installed package {module!r}", path) from None
+        return base / rel if rel else base
+    if path.startswith("file://"):
+        path = path[len("file://"):]
+    return Path(path).expanduser()
+
+
+# --- schemas of the groups that are not plugins -------------------------------------------------
+
+
+class _Schema(pydantic.BaseModel):
+    model_config = pydantic.ConfigDict(extra="forbid")
+
+
+class ModelConfig(_Schema):
+    name_or_path: str | None = None
+    dtype: str = "float32"
+    reference: str = "frozen"
+
+
+class DataConfig(_Schema):
+    path: str | None = None
+    task: str | None = "arithmetic"
+    num_prompts: int | None = pydantic.Field(default=256, gt=0)
+    heldout_fraction: float = pydantic.Field(default=0.125, ge=0, lt=1)
+    seed: int = 0
+
+
+class ObjectiveConfig(_Schema):
+    name: str
+    beta: float = pydantic.Field(default=0.04, ge=0)
+    epsilon: float = pydantic.Field(default=0.2, gt=0)
+    epsilon_high: float | None = None
+    num_iterations: int = pydantic.Field(default=1, ge=1)
+    loss_type: str = "grpo"
+    mask_truncated_completions: bool = False
+
+
+class RubricConfig(_Schema):
+    path: str
+
+
+GROUP_SCHEMAS: dict[str, type[_Schema]] = {
+    "model": ModelConfig,
+    "data": DataConfig,
+    "objective": ObjectiveConfig,
+    "rubric": RubricConfig,
+}
+
+
+def _choice(cfg: DictConfig, group: str) -> str | None:
+    choices = OmegaConf.select(cfg, "hydra.runtime.choices", default=None) or {}
+    value = choices.get(group)
+    return None if value in (None, "null") else str(value)
+
+
+def _where(registry: Registry, cfg: DictConfig, group: str, field_name: str = "") -> str:
+    key = f"{group}.{field_name}" if field_name else group
+    return f"{key} ({config_source(registry, group, _choice(cfg, group))})"
+
+
+def _check_schema(registry: Registry, cfg: DictConfig, group: str, schema: type[_Schema]) -> Any:
+    node = OmegaConf.to_container(cfg[group], resolve=True) if cfg.get(group) is not None else {}
+    try:
+        return schema.model_validate(node)
+    except pydantic.ValidationError as exc:
+        err = exc.errors()[0]
+        field_name = ".".join(str(p) for p in err["loc"])
+        msg = "unknown key" if err["type"] == "extra_forbidden" else err["msg"]
+        if err["type"] == "missing":
+            msg = "required value is missing"
+        raise ConfigError(msg, _where(registry, cfg, group, field_name)) from None
+
+
+@dataclass
+class ValidatedConfig:
+    """The outcome of validation: every plugin built (cheaply) and the rubric loaded."""
+
+    cfg: DictConfig
+    rubric: Rubric
+    plugins: dict[str, Any] = field(default_factory=dict)
+    plugin_names: dict[str, str] = field(default_factory=dict)
+    records: list[dict[str, Any]] | None = None
+    model: ModelConfig | None = None
+    data: DataConfig | None = None
+
+
+def _plugin_node(registry: Registry, cfg: DictConfig, group: str) -> tuple[str, dict[str, Any]] | None:
+    node = cfg.get(group)
+    if node is None:
+        return None
+    where = _where(registry, cfg, group)
+    container = OmegaConf.to_container(node, resolve=True)
+    if not isinstance(container, dict):
+        raise ConfigError("must be a mapping with `name` and `params`", where)
+    extra = sorted(set(container) - {"name", "params"})
+    if extra:
+        raise ConfigError(f"unknown key {extra[0]!r}; a plugin node has only `name` and `params`", where)
+    name = container.get("name")
+    if not isinstance(name, str) or not name:
+        raise ConfigError("missing plugin `name`", where)
+    params = container.get("params") or {}
+    if not isinstance(params, dict):
+        raise ConfigError("`params` must be a mapping", _where(registry, cfg, group, "params"))
+    return name, params
+
+
+def check_model_path(model: ModelConfig) -> None:
+    """A local model path must exist and hold a Hugging Face config; hub ids are left to the loader."""
+    ref = model.name_or_path
+    if ref is None:
+        return
+    looks_local = ref.startswith(("/", "./", "../", "~")) or Path(ref).expanduser().exists()
+    if not looks_local:
+        return
+    path = Path(ref).expanduser()
+    if not path.is_dir():
+        raise ConfigError("no such model directory", f"model.name_or_path ({ref})")
+    if not (path / "config.json").is_file():
+        raise ConfigError("not a Hugging Face model directory (no config.json)", f"model.name_or_path ({ref})")
+
+
+def validate_config(cfg: DictConfig, registry: Registry, *, read_data: bool = True,
+                    need_completions: bool = False) -> ValidatedConfig:
+    """Check every part of a composed config; the first problem raises a one-line ``RlkitError``."""
+    from rlkit.data import SYNTHETIC_TASKS, read_jsonl
+
+    parts = {group: _check_schema(registry, cfg, group, schema) for group, schema in GROUP_SCHEMAS.items()}
+    rubric = load_rubric(resolve_path(parts["rubric"].path))
+    result = ValidatedConfig(cfg=cfg, rubric=rubric, model=parts["model"], data=parts["data"])
+    for kind in KINDS:
+        selected = _plugin_node(registry, cfg, kind.group)
+        if selected is None:
+            continue
+        name, params = selected
+        entry = registry.get(kind.key, name)
+        try:
+            plugin = registry.create(kind.key, name, params, where=_where(registry, cfg, kind.group, "params"))
+        except (ValueError, TypeError) as exc:
+            raise ConfigError(str(exc), _where(registry, cfg, kind.group, "params")) from None
+        check = getattr(plugin, "check_rubric", None)
+        if check is not None:
+            check(rubric)
+        result.plugins[kind.key] = plugin
+        result.plugin_names[kind.key] = entry.name
+    check_model_path(parts["model"])
+    data: Any = parts["data"]
+    if data.path is not None:
+        if read_data:
+            result.records = read_jsonl(resolve_path(data.path), need_completions=need_completions)
+    elif need_completions:
+        raise DataError("set data.path to a JSONL file of records with completions", "data.path")
+    elif data.task not in SYNTHETIC_TASKS:
+        raise ConfigError(f"unknown synthetic task {data.task!r}; available: {', '.join(SYNTHETIC_TASKS)}",
+                          _where(registry, cfg, "data", "task"))
+    return result

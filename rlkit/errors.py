@@ -1,0 +1,37 @@
+"""Errors a user can act on. The CLI prints them as one line and exits non-zero."""
+
+from __future__ import annotations
+
+
+class RlkitError(Exception):
+    """Base of every error caused by user input (config, rubric, data, plugin choice).
+
+    ``where`` names the file, field or line the user has to fix; it leads the message.
+    """
+
+    exit_code = 2
+
+    def __init__(self, message: str, where: str | None = None) -> None:
+        self.message = message
+        self.where = where
+        super().__init__(f"{where}: {message}" if where else message)
+
+
+class ConfigError(RlkitError):
+    """A composed config, a plugin's params, or a command-line override is wrong."""
+
+
+class PluginError(RlkitError):
+    """A plugin name is unknown, registered twice, or a plugin misbehaves."""
+
+
+class RubricError(RlkitError):
+    """A rubric file cannot be read or does not validate."""
+
+
+class DataError(RlkitError):
+    """A data file is missing, empty, or has bad lines."""
+
+
+class JudgeError(RlkitError):
+    """A judge produced output that breaks its contract (wrong shape, out of range)."""

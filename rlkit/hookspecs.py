@@ -1,0 +1,106 @@
+"""Every hook rlkit calls, with the contract an implementation must honour.
+
+A plugin is a module or object with functions marked ``@rlkit.hookimpl`` whose names match
+the specs below. Registration hooks receive a ``register(name, factory)`` callback:
+
+* ``name`` is what a config selects (``judge: {name: rule}`` or ``judge=rule`` on the command
+  line). Names are unique within a kind; registering a name twice in one kind is an error that
+  names both providers.
+* ``factory`` is a callable ``factory(params) -> plugin object``. Its ``Params`` attribute, when
+  present, is the schema of ``params`` (a dataclass or a pydantic model; every field needs a
+  default). The host validates the config's ``params:`` against it before anything heavy is
+  built, and passes an instance of it to ``factory``. Without ``Params`` the plugin takes no
+  params and ``factory`` is called with ``None``.
+
+Implementations may accept fewer arguments than a spec lists (pluggy's opt-in arguments), so
+adding an argument to a spec later breaks no plugin. All hooks are broadcasts: every
+implementation is called.
+
+Any plugin object, of any kind, may define ``check_rubric(rubric) -> None`` and raise
+``rlkit.RubricError`` or ``rlkit.ConfigError`` when it cannot work with that rubric;
+``rlkit validate`` and every run call it before anything heavy is built.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pluggy
+
+hookspec = pluggy.HookspecMarker("rlkit")
+
+Register = Callable[..., None]
+"""``register(name: str, factory: Callable[[Any], Any]) -> None``"""
+
+
+# --- set-up: configuration --------------------------------------------------------------------
+
+
+@hookspec
+def rlkit_config_search_path() -> list[str] | str | None:
+    """Return Hydra search-path entries (``pkg://my_plugin.conf`` or ``file:///abs/dir``).
+
+    Their YAML files join rlkit's config groups, so a plugin that ships
+    ``my_plugin/conf/judge/my_judge.yaml`` is selected with ``judge=my_judge`` alone.
+    rlkit's own ``pkg://rlkit.conf`` is always searched first.
+    """
+
+
+# --- set-up: registration, one hook per plugin kind --------------------------------------------
+
+
+@hookspec
+def rlkit_register_judges(register: Register) -> None:
+    """Register judge factories.
+
+    A judge object has ``score(rollout: rlkit.Rollout, rubric: rlkit.Rubric) -> torch.Tensor``
+    returning raw scores ``float32 [B, G, D]``: B prompts, G completions each, D = the
+    rubric's dimensions in rubric order, each value inside that dimension's range, NaN where the
+    judge could not score (never a silent 0). Its ``check_rubric`` rejects dimensions it cannot
+    score.
+    """
+
+
+@hookspec
+def rlkit_register_aggregators(register: Register) -> None:
+    """Register aggregator factories.
+
+    An aggregator has ``aggregate(batch: rlkit.RewardBatch) -> torch.Tensor`` returning the
+    reward ``float32 [B, G]`` from ``batch.scores`` (normalised to [0, 1], NaN = not scored) and
+    ``batch.weights``. NaN is allowed in the result and means "no reward could be formed".
+    """
+
+
+@hookspec
+def rlkit_register_advantage_estimators(register: Register) -> None:
+    """Register advantage-estimator factories.
+
+    An estimator has ``advantages(batch: rlkit.RewardBatch) -> torch.Tensor`` returning
+    ``float32 [B, G]`` with no NaN: a completion whose reward is NaN gets advantage 0. It reads
+    the whole batch (raw and normalised scores, weights, reward, rubric), so per-dimension
+    methods need no other contract. An estimator whose groups are zero-mean by construction sets
+    the class attribute ``zero_mean_groups = True`` and the contract suite checks it.
+    """
+
+
+@hookspec
+def rlkit_register_preference_constructors(register: Register) -> None:
+    """Register preference-constructor factories.
+
+    A constructor has ``pairs(batch: rlkit.RewardBatch) -> rlkit.PreferencePairs``: for each
+    pair, the prompt index, the chosen and rejected completion indices within that prompt's
+    group, and a weight or soft label in [0, 1]. A completion with NaN reward is never paired.
+    """
+
+
+@hookspec
+def rlkit_register_weight_schedulers(register: Register) -> None:
+    """Register weight-scheduler factories.
+
+    A scheduler owns the dimension weights once training starts (the rubric's weights are only
+    the initial values, read from ``rubric.initial_weights()``). It has
+    ``weights(step: int, scores: torch.Tensor, rubric: rlkit.Rubric) -> torch.Tensor`` taking the
+    normalised scores ``[B, G, D]`` of the current batch and returning non-negative weights
+    ``float32 [D]``, plus ``state_dict()`` and ``load_state_dict(state)`` so a resumed run
+    continues exactly.
+    """

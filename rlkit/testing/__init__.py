@@ -1,0 +1,35 @@
+"""Reusable contract-test suites for plugin authors.
+
+Subclass a suite in your own tests and provide its fixtures; every ``test_*`` method then runs
+against your plugin exactly as it runs against rlkit's built-ins::
+
+    import pytest
+    from rlkit.testing import JudgeContract
+
+    class TestMyJudge(JudgeContract):
+        @pytest.fixture
+        def judge(self):
+            return MyJudge(MyJudge.Params())
+"""
+
+from rlkit.testing.contracts import (
+    AdvantageEstimatorContract,
+    AggregatorContract,
+    JudgeContract,
+    PreferenceConstructorContract,
+    WeightSchedulerContract,
+    example_reward_batch,
+    example_rollout,
+    example_rubric,
+)
+
+__all__ = [
+    "AdvantageEstimatorContract",
+    "AggregatorContract",
+    "JudgeContract",
+    "PreferenceConstructorContract",
+    "WeightSchedulerContract",
+    "example_reward_batch",
+    "example_rollout",
+    "example_rubric",
+]

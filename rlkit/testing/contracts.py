@@ -1,0 +1,220 @@
+"""Contract suites, one per plugin kind: shapes, dtypes, NaN handling, determinism, invariants.
+
+Each suite is a plain pytest class whose tests use one fixture named after the kind
+(``judge``, ``aggregator``, ``estimator``, ``constructor``, ``scheduler``). Data fixtures
+(``rubric``, ``rollout``, ``reward_batch``) have defaults a plugin may override.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+
+from rlkit.rewards import aggregate_rewards, check_judge_output, normalize_scores
+from rlkit.rubric import Rubric, rubric_from_dict
+from rlkit.types import PreferencePairs, RewardBatch, Rollout
+
+
+def example_rubric() -> Rubric:
+    """Three dimensions of different kinds and ranges, each with rule checks and anchor examples."""
+    return rubric_from_dict({
+        "name": "contract",
+        "version": "1",
+        "dimensions": [
+            {"name": "answer", "type": "binary", "weight": 2.0,
+             "anchors": {0: {"text": "wrong", "negative": ["five"]}, 1: {"text": "right", "positive": ["four"]}},
+             "checks": [{"type": "keywords", "any": ["four", "4"]}]},
+            {"name": "brevity", "type": "scale", "range": [1, 5],
+             "anchors": {1: {"text": "long", "negative": ["well let me think"]},
+                         5: {"text": "short", "positive": ["four"]}},
+             "checks": [{"type": "length", "max": 20}, {"type": "length", "max": 8}]},
+            {"name": "exact", "type": "scale", "range": [0, 10], "weight": 0.5,
+             "anchors": {10: {"text": "matches", "positive": ["4"]}},
+             "checks": [{"type": "match", "field": "reference", "mode": "numeric"}]},
+        ],
+    }, source="<contract rubric>")
+
+
+def example_rollout() -> Rollout:
+    """Two prompts × four completions; the second prompt has no reference (a check cannot apply)."""
+    return Rollout(
+        records=[{"prompt": "2+2=", "reference": "4"}, {"prompt": "Say four."}],
+        completions=[["4", "four", "five", "well let me think, it is 4"],
+                     ["four", "4 4 4", "", "Four is the answer here"]],
+    )
+
+
+def example_reward_batch(seed: int = 0, *, prompts: int = 4, group: int = 6) -> RewardBatch:
+    """Random scores over ``example_rubric`` with NaN holes, a saturated group and an unscored row."""
+    rubric = example_rubric()
+    gen = torch.Generator().manual_seed(seed)
+    dims = len(rubric.dimensions)
+    unit = torch.rand(prompts, group, dims, generator=gen)
+    low = torch.tensor([d.low for d in rubric.dimensions])
+    high = torch.tensor([d.high for d in rubric.dimensions])
+    raw = low + unit * (high - low)
+    raw[..., 0] = raw[..., 0].round()  # binary dimension
+    raw[0, 1, 2] = float("nan")        # one dimension not scored
+    raw[1, 2, :] = float("nan")        # one completion nobody could score
+    raw[2] = raw[2, :1].expand(group, dims)  # a saturated group: all completions equal
+    weights = torch.tensor(rubric.initial_weights())
+    batch = RewardBatch(rubric=rubric, raw_scores=raw, scores=normalize_scores(raw, rubric), weights=weights)
+    from rlkit_plugins.aggregators.weighted_sum import nan_weighted_sum
+
+    return batch.with_rewards(nan_weighted_sum(batch.scores, batch.weights))
+
+
+class _DataFixtures:
+    @pytest.fixture
+    def rubric(self) -> Rubric:
+        return example_rubric()
+
+    @pytest.fixture
+    def rollout(self) -> Rollout:
+        return example_rollout()
+
+    @pytest.fixture
+    def reward_batch(self) -> RewardBatch:
+        return example_reward_batch()
+
+
+class JudgeContract(_DataFixtures):
+    """Scores are float32 [B, G, D], inside each range or NaN, and repeatable."""
+
+    def test_shape_dtype_and_range(self, judge: Any, rollout: Rollout, rubric: Rubric) -> None:
+        raw = judge.score(rollout, rubric)
+        assert isinstance(raw, torch.Tensor)
+        assert raw.dtype == torch.float32
+        assert tuple(raw.shape) == (rollout.num_prompts, rollout.group_size, len(rubric.dimensions))
+        check_judge_output(raw, rollout, rubric, "under test")  # raises when out of range
+
+    def test_scores_something(self, judge: Any, rollout: Rollout, rubric: Rubric) -> None:
+        assert not torch.isnan(judge.score(rollout, rubric)).all(), "a judge that scores nothing is broken"
+
+    def test_deterministic(self, judge: Any, rollout: Rollout, rubric: Rubric) -> None:
+        torch.manual_seed(0)
+        first = judge.score(rollout, rubric)
+        torch.manual_seed(0)
+        second = judge.score(rollout, rubric)
+        assert torch.equal(torch.isnan(first), torch.isnan(second))
+        assert torch.allclose(first.nan_to_num(-1), second.nan_to_num(-1))
+
+    def test_check_rubric_accepts_its_rubric(self, judge: Any, rubric: Rubric) -> None:
+        check = getattr(judge, "check_rubric", None)
+        if check is not None:
+            check(rubric)
+
+
+class AggregatorContract(_DataFixtures):
+    """Rewards are float32 [B, G]; NaN only where nothing could be scored; repeatable."""
+
+    def test_shape_and_dtype(self, aggregator: Any, reward_batch: RewardBatch) -> None:
+        rewards = aggregator.aggregate(reward_batch)
+        assert rewards.dtype == torch.float32
+        assert tuple(rewards.shape) == reward_batch.shape[:2]
+
+    def test_nan_only_where_nothing_was_scored(self, aggregator: Any, reward_batch: RewardBatch) -> None:
+        rewards = aggregator.aggregate(reward_batch)
+        unscored = torch.isnan(reward_batch.scores).all(dim=-1)
+        assert torch.isnan(rewards[unscored]).all(), "a completion nobody scored must not get a reward"
+        assert not torch.isnan(rewards[~unscored]).any(), "a partly scored completion must get a reward"
+
+    def test_deterministic(self, aggregator: Any, reward_batch: RewardBatch) -> None:
+        a, b = aggregator.aggregate(reward_batch), aggregator.aggregate(reward_batch)
+        assert torch.equal(a.nan_to_num(-7), b.nan_to_num(-7))
+
+    def test_equal_scores_give_equal_rewards(self, aggregator: Any, reward_batch: RewardBatch) -> None:
+        rewards = aggregator.aggregate(reward_batch)
+        saturated = rewards[2]  # example_reward_batch makes group 2 identical
+        assert torch.allclose(saturated, saturated[:1].expand_as(saturated))
+
+
+class AdvantageEstimatorContract(_DataFixtures):
+    """Advantages are float32 [B, G] with no NaN; unscored completions get 0; saturated groups 0."""
+
+    def test_shape_dtype_and_finite(self, estimator: Any, reward_batch: RewardBatch) -> None:
+        adv = estimator.advantages(reward_batch)
+        assert adv.dtype == torch.float32
+        assert tuple(adv.shape) == reward_batch.shape[:2]
+        assert torch.isfinite(adv).all()
+
+    def test_unscored_completion_gets_zero(self, estimator: Any, reward_batch: RewardBatch) -> None:
+        adv = estimator.advantages(reward_batch)
+        assert reward_batch.rewards is not None
+        assert (adv[torch.isnan(reward_batch.rewards)] == 0).all()
+
+    def test_saturated_group_gets_zero(self, estimator: Any, reward_batch: RewardBatch) -> None:
+        assert torch.allclose(estimator.advantages(reward_batch)[2], torch.zeros(reward_batch.shape[1]))
+
+    def test_deterministic_under_seed(self, estimator: Any, reward_batch: RewardBatch) -> None:
+        torch.manual_seed(0)
+        a = estimator.advantages(reward_batch)
+        torch.manual_seed(0)
+        assert torch.equal(a, estimator.advantages(reward_batch))
+
+    def test_zero_mean_groups_when_declared(self, estimator: Any, reward_batch: RewardBatch) -> None:
+        if not getattr(estimator, "zero_mean_groups", False):
+            pytest.skip("estimator does not declare zero-mean groups")
+        adv = estimator.advantages(reward_batch)
+        assert reward_batch.rewards is not None
+        scored = ~torch.isnan(reward_batch.rewards)
+        group_sum = torch.where(scored, adv, torch.zeros_like(adv)).sum(dim=1)
+        assert torch.allclose(group_sum, torch.zeros_like(group_sum), atol=1e-4)
+
+
+class PreferenceConstructorContract(_DataFixtures):
+    """Pairs index valid, distinct, scored completions; weights lie in [0, 1]; repeatable."""
+
+    def test_pairs_are_valid(self, constructor: Any, reward_batch: RewardBatch) -> None:
+        pairs = constructor.pairs(reward_batch)
+        assert isinstance(pairs, PreferencePairs)
+        b, g, _ = reward_batch.shape
+        assert pairs.prompt_index.dtype == torch.int64 and pairs.weight.dtype == torch.float32
+        if len(pairs):
+            assert ((pairs.prompt_index >= 0) & (pairs.prompt_index < b)).all()
+            for idx in (pairs.chosen, pairs.rejected):
+                assert ((idx >= 0) & (idx < g)).all()
+            assert (pairs.chosen != pairs.rejected).all()
+            assert ((pairs.weight >= 0) & (pairs.weight <= 1)).all()
+
+    def test_never_pairs_unscored(self, constructor: Any, reward_batch: RewardBatch) -> None:
+        pairs = constructor.pairs(reward_batch)
+        assert reward_batch.rewards is not None
+        nan = torch.isnan(reward_batch.rewards)
+        assert not nan[pairs.prompt_index, pairs.chosen].any()
+        assert not nan[pairs.prompt_index, pairs.rejected].any()
+
+    def test_no_pairs_from_saturated_group(self, constructor: Any, reward_batch: RewardBatch) -> None:
+        pairs = constructor.pairs(reward_batch)
+        assert not (pairs.prompt_index == 2).any(), "a group of equal completions has no preference"
+
+    def test_deterministic(self, constructor: Any, reward_batch: RewardBatch) -> None:
+        a, b = constructor.pairs(reward_batch), constructor.pairs(reward_batch)
+        for name in ("prompt_index", "chosen", "rejected", "weight"):
+            assert torch.equal(getattr(a, name), getattr(b, name))
+
+
+class WeightSchedulerContract(_DataFixtures):
+    """Weights are float32 [D], non-negative, not all zero; state round-trips."""
+
+    def test_shape_and_sign(self, scheduler: Any, reward_batch: RewardBatch) -> None:
+        w = torch.as_tensor(scheduler.weights(0, reward_batch.scores, reward_batch.rubric))
+        assert w.dtype == torch.float32
+        assert tuple(w.shape) == (len(reward_batch.rubric.dimensions),)
+        assert (w >= 0).all() and (w > 0).any()
+
+    def test_state_round_trip(self, scheduler: Any, reward_batch: RewardBatch) -> None:
+        for step in range(3):
+            scheduler.weights(step, reward_batch.scores, reward_batch.rubric)
+        state = scheduler.state_dict()
+        scheduler.load_state_dict(state)
+        assert scheduler.state_dict() == state
+
+    def test_feeds_the_host_pipeline(self, scheduler: Any, reward_batch: RewardBatch) -> None:
+        from rlkit_plugins.aggregators.weighted_sum import WeightedSumAggregator
+
+        batch = aggregate_rewards(reward_batch.raw_scores, reward_batch.rubric, scheduler,
+                                  WeightedSumAggregator(WeightedSumAggregator.Params()))
+        assert batch.rewards is not None and batch.rewards.shape == reward_batch.shape[:2]

@@ -1,0 +1,127 @@
+"""Every option of every config group composes and validates; plugin params bind to their schemas."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from omegaconf import OmegaConf
+
+from rlkit import ConfigError, PluginError
+from rlkit.config import _search_roots, compose_config, config_source, validate_config
+from rlkit.registry import KINDS_BY_GROUP, Registry, create_plugin_manager
+
+CONF = Path(__file__).resolve().parents[1] / "conf"
+
+NOT_GROUPS = {"rubrics"}  # rubric files, loaded by tests/test_rubric.py
+
+
+def _all_options() -> list[tuple[str, str]]:
+    registry = Registry(create_plugin_manager())
+    found = set()
+    for root in _search_roots(registry):
+        for yaml_file in root.rglob("*.yaml"):
+            rel = yaml_file.relative_to(root)
+            if len(rel.parts) == 1 or rel.parts[0] in NOT_GROUPS:
+                continue  # the primary config
+            found.add(("/".join(rel.parts[:-1]), yaml_file.stem))
+    return sorted(found)
+
+
+OPTIONS = _all_options()
+
+
+def test_glob_finds_every_group():
+    groups = {g for g, _ in OPTIONS}
+    assert {"model", "data", "rubric", "judge", "aggregator", "advantage", "weights", "objective",
+            "trainer", "logger", "experiment"} <= groups
+    assert ("judge", "anchor_overlap") in OPTIONS, "plugin search paths are globbed too"
+
+
+@pytest.fixture
+def records_file(tmp_path: Path) -> Path:
+    path = tmp_path / "prompts.jsonl"
+    path.write_text(json.dumps({"prompt": "1+1=", "reference": "2"}) + "\n")
+    return path
+
+
+@pytest.mark.parametrize(("group", "option"), OPTIONS, ids=[f"{g}={o}" for g, o in OPTIONS])
+def test_every_option_composes_and_validates(registry, group, option, records_file):
+    cfg = compose_config(registry, [f"{group}={option}", f"data.path={records_file}"])
+    validated = validate_config(cfg, registry)
+    kind = KINDS_BY_GROUP.get(group)
+    if kind is not None:
+        node = cfg[group]
+        assert validated.plugin_names[kind.key] == node.name
+        # the YAML's params bound against the plugin's schema
+        entry = registry.get(kind.key, node.name)
+        registry.validate_params(kind.key, node.name, OmegaConf.to_container(node.params), where=group)
+        assert entry.name == option, "a plugin's YAML is named after the plugin"
+
+
+def test_default_config_validates_without_data_file(registry):
+    validated = validate_config(compose_config(registry), registry)
+    assert validated.records is None
+    assert validated.rubric.name == "arithmetic"
+    assert set(validated.plugin_names) == {"judge", "aggregator", "advantage_estimator", "weight_scheduler"}
+
+
+def test_trl_hyperparameter_names(registry):
+    cfg = compose_config(registry)
+    assert cfg.num_generations == 8 and cfg.max_completion_length > 0
+    assert cfg.objective.beta == 0.04 and cfg.objective.epsilon == 0.2
+    assert cfg.objective.num_iterations == 1 and cfg.objective.loss_type == "grpo"
+    assert cfg.advantage.params.scale_rewards == "group"
+
+
+def test_unknown_plugin_lists_registered(registry):
+    with pytest.raises(PluginError, match=r"unknown judge 'nope'; available judges: .*rule \(rlkit\)"):
+        compose_config(registry, ["judge=nope"])
+
+
+def test_plugin_named_by_name_only_still_checked(registry):
+    with pytest.raises(PluginError, match="unknown aggregator 'nope'"):
+        validate_config(compose_config(registry, ["aggregator.name=nope"]), registry)
+
+
+def test_misspelled_param_names_key_and_file(registry):
+    with pytest.raises(ConfigError) as err:
+        validate_config(compose_config(registry, ["+judge.params.case_sensitiv=true"]), registry)
+    msg = str(err.value)
+    assert "unknown key 'case_sensitiv'" in msg and "valid keys: case_sensitive" in msg
+    assert str(CONF / "judge" / "rule.yaml") in msg
+
+
+def test_bad_param_value_names_field(registry):
+    with pytest.raises(ConfigError, match=r"advantage.params \(.*conf/advantage/grpo\.yaml\).*scale_rewards"):
+        validate_config(compose_config(registry, ["advantage.params.scale_rewards=sometimes"]), registry)
+
+
+def test_unknown_key_without_plus_is_explained(registry):
+    with pytest.raises(ConfigError, match=r"unknown key 'judge.params.nope'.*\+judge.params.nope="):
+        compose_config(registry, ["judge.params.nope=1"])
+
+
+def test_non_plugin_group_schema(registry):
+    with pytest.raises(ConfigError, match=r"objective.beta.*objective/policy_gradient.yaml"):
+        validate_config(compose_config(registry, ["objective.beta=-1"]), registry)
+    with pytest.raises(ConfigError, match=r"no option 'nope' in config group 'model'; available: tiny"):
+        compose_config(registry, ["model=nope"])
+
+
+def test_missing_model_path(registry, tmp_path):
+    with pytest.raises(ConfigError, match=r"model.name_or_path.*no such model directory"):
+        validate_config(compose_config(registry, [f"model.name_or_path={tmp_path}/absent"]), registry)
+    with pytest.raises(ConfigError, match="no config.json"):
+        validate_config(compose_config(registry, [f"model.name_or_path={tmp_path}"]), registry)
+
+
+def test_config_source_names_plugin_yaml(registry):
+    assert config_source(registry, "judge", "anchor_overlap").endswith("conf/judge/anchor_overlap.yaml")
+    assert "rlkit_example_plugin" in config_source(registry, "judge", "anchor_overlap")
+
+
+def test_experiment_preset_overrides_globals(registry):
+    cfg = compose_config(registry, ["experiment=quick"])
+    assert cfg.num_generations == 4 and cfg.trainer.max_steps == 5

@@ -1,0 +1,297 @@
+"""The built-in ``rule`` judge: each check type, the mapping to dimension ranges, and rubric errors."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytest
+import torch
+
+from rlkit import JudgeError, Rollout, RubricError, rubric_from_dict
+from rlkit.registry import PluginEntry, bind_params
+from rlkit_plugins.judges import rule
+from rlkit_plugins.judges.rule import RuleJudge
+
+
+def make_rubric(*dims: dict[str, Any]) -> Any:
+    return rubric_from_dict({"name": "t", "version": "1", "dimensions": list(dims)}, "test.yaml")
+
+
+def binary(checks: list[dict[str, Any]], name: str = "d", **extra: Any) -> dict[str, Any]:
+    return {"name": name, "type": "binary", "checks": checks, **extra}
+
+
+def judge(**params: Any) -> RuleJudge:
+    return RuleJudge(RuleJudge.Params(**params))
+
+
+def scores(checks: list[dict[str, Any]], texts: list[str], record: dict[str, Any] | None = None,
+           **params: Any) -> list[float]:
+    """Score one binary dimension for one prompt with the given completions."""
+    rollout = Rollout(records=[record or {"prompt": "p"}], completions=[texts])
+    return judge(**params).score(rollout, make_rubric(binary(checks)))[0, :, 0].tolist()
+
+
+def is_nan(x: float) -> bool:
+    return math.isnan(x)
+
+
+# --- check types ------------------------------------------------------------------------------
+
+
+def test_regex_present_absent_and_case():
+    check = {"type": "regex", "pattern": r"\bANSWER:\s*\d+"}
+    assert scores([check], ["answer: 42", "no digits here"]) == [1.0, 0.0]
+    assert scores([{**check, "absent": True}], ["answer: 42", "no digits here"]) == [0.0, 1.0]
+    assert scores([{**check, "case_sensitive": True}], ["answer: 42", "ANSWER: 42"]) == [0.0, 1.0]
+    assert scores([check], ["answer: 42"], case_sensitive=True) == [0.0]
+
+
+def test_keywords_any_all_none():
+    texts = ["Paris is the capital", "LONDON and paris", "Berlin"]
+    assert scores([{"type": "keywords", "any": ["paris", "rome"]}], texts) == [1.0, 1.0, 0.0]
+    assert scores([{"type": "keywords", "all": ["paris", "london"]}], texts) == [0.0, 1.0, 0.0]
+    assert scores([{"type": "keywords", "none": ["paris"]}], texts) == [0.0, 0.0, 1.0]
+    assert scores([{"type": "keywords", "any": ["paris"], "case_sensitive": True}], texts) == [0.0, 1.0, 0.0]
+
+
+def test_length_chars_and_words():
+    texts = ["abc", "abcdef", "one two three four"]
+    assert scores([{"type": "length", "min": 4}], texts) == [0.0, 1.0, 1.0]
+    assert scores([{"type": "length", "max": 5}], texts) == [1.0, 0.0, 0.0]
+    assert scores([{"type": "length", "min": 2, "max": 3, "unit": "words"}], texts) == [0.0, 0.0, 0.0]
+    assert scores([{"type": "length", "min": 4, "max": 4, "unit": "words"}], texts) == [0.0, 0.0, 1.0]
+
+
+def test_length_in_tokens_needs_token_counts():
+    rubric = make_rubric(binary([{"type": "length", "max": 10, "unit": "tokens"}], name="short"))
+    rollout = Rollout(records=[{"prompt": "p"}], completions=[["a", "b"]])
+    with pytest.raises(JudgeError, match="token") as info:
+        judge().score(rollout, rubric)
+    assert "dimensions[0](short)" in str(info.value)
+    counted = Rollout(records=[{"prompt": "p"}], completions=[["a", "b"]],
+                      completion_token_counts=torch.tensor([[10, 11]]))
+    assert judge().score(counted, rubric)[0, :, 0].tolist() == [1.0, 0.0]
+
+
+def test_token_counts_of_wrong_shape_are_an_error():
+    rubric = make_rubric(binary([{"type": "length", "max": 10, "unit": "tokens"}]))
+    rollout = Rollout(records=[{"prompt": "p"}], completions=[["a", "b"]],
+                      completion_token_counts=torch.tensor([[1, 2, 3]]))
+    with pytest.raises(JudgeError, match=r"\[1, 2\]"):
+        judge().score(rollout, rubric)
+
+
+def test_repetition_ratio():
+    looping = "the cat sat " * 5  # 15 words, 13 trigrams, 3 unique: ratio 10/13
+    fresh = "one two three four five six"
+    assert scores([{"type": "repetition"}], [looping, fresh, "too short"]) == [0.0, 1.0, 1.0]
+    # 5 words "a b a b a", bigrams: ab ba ab ba -> 2 unique of 4, ratio 0.5
+    assert scores([{"type": "repetition", "n": 2, "max_ratio": 0.5}], ["a b a b a"]) == [1.0]
+    assert scores([{"type": "repetition", "n": 2, "max_ratio": 0.49}], ["a b a b a"]) == [0.0]
+
+
+def test_json_plain_fenced_and_required_keys():
+    texts = ['{"a": 1, "b": 2}', 'Here:\n```json\n{"a": 1}\n```\n', "{not json}", "[1, 2]"]
+    assert scores([{"type": "json"}], texts) == [1.0, 1.0, 0.0, 1.0]
+    assert scores([{"type": "json", "required_keys": ["a", "b"]}], texts) == [1.0, 0.0, 0.0, 0.0]
+    two_blocks = '```json\n{"a": 1}\n```\n```json\n{"b": 2}\n```'
+    assert scores([{"type": "json"}], [two_blocks]) == [0.0]
+
+
+def test_match_exact():
+    check = {"type": "match"}
+    assert scores([check], ["  Paris \n", "Lyon"], {"prompt": "p", "reference": "paris"}) == [1.0, 0.0]
+    assert scores([{**check, "case_sensitive": True}], ["paris"], {"reference": "Paris"}) == [0.0]
+    assert scores([{**check, "field": "city"}], ["Rome"], {"city": "rome"}) == [1.0]
+
+
+def test_match_numeric_last_number_and_extract():
+    check = {"type": "match", "mode": "numeric"}
+    record = {"prompt": "p", "reference": "1234"}
+    texts = ["3 apples, so 1,234", "first 1234 then 99", "no number at all", "x = 1234.0000001"]
+    assert scores([check], texts, record) == [1.0, 0.0, 0.0, 1.0]
+    assert scores([check], ["10-20 pages"], {"reference": 20}) == [1.0]
+    assert scores([check], ["it is -7"], {"reference": -7}) == [1.0]
+    assert scores([{**check, "tolerance": 0.5}], ["about 3.4"], {"reference": 3}) == [1.0]
+    extract = {**check, "extract": r"answer:\s*(-?[\d.]+)"}
+    assert scores([extract], ["Answer: 1234 (checked 5 times)", "answer: none"], record) == [1.0, 0.0]
+
+
+def test_match_without_reference_is_nan():
+    for record in ({"prompt": "p"}, {"prompt": "p", "reference": None}):
+        for mode in ("exact", "numeric"):
+            [value] = scores([{"type": "match", "mode": mode}], ["42"], record)
+            assert is_nan(value)
+
+
+def test_match_numeric_with_non_numeric_reference_is_an_error():
+    with pytest.raises(JudgeError, match="not a number") as info:
+        scores([{"type": "match", "mode": "numeric"}], ["42"], {"reference": "forty-two"})
+    assert "dimensions[0](d).checks[0]" in str(info.value)
+
+
+# --- mapping checks to a dimension's range ------------------------------------------------------
+
+
+def test_scale_maps_share_of_passing_checks_onto_range():
+    checks = [
+        {"type": "keywords", "any": ["alpha"]},
+        {"type": "keywords", "any": ["beta"]},
+        {"type": "keywords", "any": ["gamma"]},
+        {"type": "keywords", "any": ["delta"]},
+    ]
+    rubric = make_rubric({"name": "q", "range": [1, 5], "checks": checks})
+    texts = ["alpha beta", "nothing", "alpha beta gamma delta", "alpha"]
+    out = judge().score(Rollout(records=[{}], completions=[texts]), rubric)
+    # shares 2/4, 0/4, 4/4, 1/4 -> 1 + share * 4
+    assert out[0, :, 0].tolist() == [3.0, 1.0, 5.0, 2.0]
+
+
+def test_check_weights_and_inapplicable_checks_in_the_share():
+    checks = [
+        {"type": "keywords", "any": ["alpha"], "weight": 3},
+        {"type": "keywords", "any": ["beta"]},
+        {"type": "match"},  # no reference in the record: left out of the share
+    ]
+    rubric = make_rubric({"name": "q", "range": [0, 10], "checks": checks})
+    out = judge().score(Rollout(records=[{"prompt": "p"}], completions=[["alpha", "beta"]]), rubric)
+    assert out[0, :, 0].tolist() == pytest.approx([7.5, 2.5])
+
+
+def test_no_applicable_check_gives_nan():
+    rubric = make_rubric({"name": "q", "range": [1, 5], "checks": [{"type": "match"}]})
+    out = judge().score(Rollout(records=[{}], completions=[["x"]]), rubric)
+    assert torch.isnan(out).all()
+
+
+def test_binary_is_all_or_nothing():
+    checks = [{"type": "keywords", "any": ["alpha"]}, {"type": "keywords", "any": ["beta"]}]
+    assert scores(checks, ["alpha beta", "alpha", "gamma"]) == [1.0, 0.0, 0.0]
+
+
+def test_shape_dtype_and_positions():
+    rubric = make_rubric(
+        binary([{"type": "keywords", "any": ["yes"]}], name="has_yes"),
+        {"name": "long", "range": [0, 2], "checks": [{"type": "length", "min": 5}]},
+        binary([{"type": "match"}], name="exact"),
+    )
+    rollout = Rollout(
+        records=[{"prompt": "a", "reference": "yes"}, {"prompt": "b"}],
+        completions=[["yes", "no", "yes yes"], ["no", "yes!!", "nope nope"]],
+    )
+    out = judge().score(rollout, rubric)
+    assert out.shape == (2, 3, 3)
+    assert out.dtype == torch.float32
+    assert out[..., 0].tolist() == [[1.0, 0.0, 1.0], [0.0, 1.0, 0.0]]
+    assert out[..., 1].tolist() == [[0.0, 0.0, 2.0], [0.0, 2.0, 2.0]]
+    assert out[0, :, 2].tolist() == [1.0, 0.0, 0.0]
+    assert torch.isnan(out[1, :, 2]).all()
+
+
+def test_dimension_for_another_judge_is_nan_and_not_checked():
+    rubric = make_rubric(
+        binary([{"type": "keywords", "any": ["x"]}]),
+        {"name": "style", "range": [1, 5], "judge": "llm"},
+        binary([{"type": "keywords", "any": ["x"]}], name="ruled", judge="rule"),
+    )
+    j = judge()
+    j.check_rubric(rubric)  # no checks on the llm dimension is fine
+    out = j.score(Rollout(records=[{}], completions=[["x", "y"]]), rubric)
+    assert out[0, :, 0].tolist() == [1.0, 0.0]
+    assert torch.isnan(out[0, :, 1]).all()
+    assert out[0, :, 2].tolist() == [1.0, 0.0]
+
+
+# --- check_rubric ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("check", "path", "message"),
+    [
+        ({"type": "sentiment"}, ".checks[1].type", "valid types: json, keywords, length"),
+        ({"pattern": "x"}, ".checks[1].type", "no type"),
+        ({"type": "regex", "pattern": "x", "colour": 1}, ".checks[1].colour", "unknown key 'colour'"),
+        ({"type": "regex"}, ".checks[1].pattern", "needs 'pattern'"),
+        ({"type": "regex", "pattern": "(unclosed"}, ".checks[1].pattern", "invalid regex"),
+        ({"type": "regex", "pattern": "x", "absent": "yes"}, ".checks[1].absent", "true or false"),
+        ({"type": "keywords"}, ".checks[1]", "exactly one of any, all, none"),
+        ({"type": "keywords", "any": ["a"], "all": ["b"]}, ".checks[1]", "exactly one of"),
+        ({"type": "keywords", "any": []}, ".checks[1].any", "non-empty list"),
+        ({"type": "length"}, ".checks[1]", "min, max or both"),
+        ({"type": "length", "min": -1}, ".checks[1].min", ">= 0"),
+        ({"type": "length", "min": 5, "max": 2}, ".checks[1].min", "greater than max"),
+        ({"type": "length", "max": 5, "unit": "lines"}, ".checks[1].unit", "chars, words, tokens"),
+        ({"type": "repetition", "n": 0}, ".checks[1].n", "integer >= 1"),
+        ({"type": "repetition", "max_ratio": 1.5}, ".checks[1].max_ratio", "[0, 1]"),
+        ({"type": "json", "required_keys": "a"}, ".checks[1].required_keys", "list"),
+        ({"type": "match", "mode": "fuzzy"}, ".checks[1].mode", "exact, numeric"),
+        ({"type": "match", "mode": "numeric", "extract": r"\d+"}, ".checks[1].extract", "capture group"),
+        ({"type": "match", "mode": "numeric", "extract": "(x"}, ".checks[1].extract", "invalid regex"),
+        ({"type": "match", "tolerance": 0.1}, ".checks[1].tolerance", "mode: numeric"),
+        ({"type": "json", "weight": 0}, ".checks[1].weight", "> 0"),
+    ],
+)
+def test_check_rubric_errors_name_file_and_path(check, path, message):
+    good = {"type": "keywords", "any": ["ok"]}
+    rubric = make_rubric(binary([good]), binary([good, check], name="bad"))
+    with pytest.raises(RubricError) as info:
+        judge().check_rubric(rubric)
+    text = str(info.value)
+    assert text.startswith("test.yaml: ")
+    assert f"dimensions[1](bad){path}:" in text
+    assert message in text
+
+
+def test_check_rubric_needs_checks_for_rule_dimensions():
+    for dim in ({"name": "bare", "range": [1, 5]}, {"name": "bare", "range": [1, 5], "checks": []}):
+        with pytest.raises(RubricError, match="needs `checks`") as info:
+            judge().check_rubric(make_rubric(dim))
+        assert "test.yaml: dimensions[0](bare).checks" in str(info.value)
+
+
+def test_score_validates_the_rubric_too():
+    rubric = make_rubric(binary([{"type": "regex", "pattern": "["}]))
+    with pytest.raises(RubricError, match=r"dimensions\[0\]\(d\)\.checks\[0\]\.pattern"):
+        judge().score(Rollout(records=[{}], completions=[["x"]]), rubric)
+
+
+# --- compile once, params, registration ---------------------------------------------------------
+
+
+def test_patterns_are_compiled_once_per_rubric(monkeypatch):
+    calls = []
+    real_compile = rule.re.compile
+
+    def counting_compile(*args: Any, **kwargs: Any) -> Any:
+        calls.append(args[0])
+        return real_compile(*args, **kwargs)
+
+    monkeypatch.setattr(rule.re, "compile", counting_compile)
+    rubric = make_rubric(binary([
+        {"type": "regex", "pattern": "abc"},
+        {"type": "match", "mode": "numeric", "extract": r"=\s*(\d+)"},
+    ]))
+    j = judge()
+    rollout = Rollout(records=[{"reference": 1}], completions=[["abc = 1", "x"]])
+    first = j.score(rollout, rubric)
+    assert sorted(calls) == sorted(["abc", r"=\s*(\d+)"])
+    second = j.score(rollout, rubric)
+    j.check_rubric(rubric)
+    assert len(calls) == 2
+    assert torch.equal(first, second)
+    assert first[0, :, 0].tolist() == [1.0, 0.0]
+
+
+def test_params_bind_through_the_registry_schema():
+    entry = PluginEntry("judge", "rule", RuleJudge, "rlkit")
+    params = bind_params(entry, {"case_sensitive": True}, "judge.params")
+    assert isinstance(params, RuleJudge.Params) and params.case_sensitive is True
+    assert RuleJudge.Params().case_sensitive is False
+
+
+def test_registers_as_rule():
+    registered: dict[str, Any] = {}
+    rule.rlkit_register_judges(lambda name, factory: registered.__setitem__(name, factory))
+    assert registered == {"rule": RuleJudge}
