@@ -21,6 +21,7 @@ commands:
   plugins     list every registered plugin by kind, with the distribution that provides it
   validate    compose the config and check every part (plugins, params, rubric, data, model path)
   score       score prompt/completion records (data.path=...) with the configured judge
+  fit         train the policy with the configured judge, aggregator and estimator (-m for sweeps)
 
 Overrides are Hydra's: judge=rule rubric.path=/abs/rubric.yaml data.path=/abs/records.jsonl
 Set --debug or HYDRA_FULL_ERROR=1 to see tracebacks."""
@@ -104,7 +105,44 @@ def cmd_score(overrides: Sequence[str]) -> int:
     return 0
 
 
-COMMANDS = {"plugins": cmd_plugins, "validate": cmd_validate, "score": cmd_score}
+def cmd_fit(overrides: Sequence[str]) -> int:
+    import hydra
+
+    from rlkit.config import search_path_override, validate_config
+    from rlkit.registry import load_registry
+
+    registry = load_registry()
+    if not any(o in ("-m", "--multirun") for o in overrides):
+        # Fail in milliseconds with one line, before Hydra sets up a run directory.
+        _validated(overrides)
+
+    @hydra.main(config_path="pkg://rlkit.conf", config_name="fit", version_base="1.3")
+    def task(cfg) -> float:
+        from hydra.core.hydra_config import HydraConfig
+
+        from rlkit.fit import fit, print_summary
+
+        try:
+            validated = validate_config(cfg, registry)
+            summary = fit(validated, Path(HydraConfig.get().runtime.output_dir))
+        except RlkitError as exc:
+            if os.environ.get("HYDRA_FULL_ERROR") == "1":
+                raise
+            print(f"rlkit: error: {exc}", file=sys.stderr)
+            sys.exit(exc.exit_code)
+        print_summary(summary, validated)
+        return summary["end"]["reward"]  # what a sweeper optimises
+
+    argv = sys.argv
+    sys.argv = ["rlkit fit", *search_path_override(registry), *overrides]
+    try:
+        task()
+    finally:
+        sys.argv = argv
+    return 0
+
+
+COMMANDS = {"plugins": cmd_plugins, "validate": cmd_validate, "score": cmd_score, "fit": cmd_fit}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -8,7 +8,7 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pydantic
 from omegaconf import DictConfig, OmegaConf
@@ -146,7 +146,7 @@ class _Schema(pydantic.BaseModel):
 class ModelConfig(_Schema):
     name_or_path: str | None = None
     dtype: str = "float32"
-    reference: str = "frozen"
+    reference: Literal["frozen", "none"] = "frozen"
 
 
 class DataConfig(_Schema):
@@ -158,12 +158,12 @@ class DataConfig(_Schema):
 
 
 class ObjectiveConfig(_Schema):
-    name: str
+    name: Literal["policy_gradient"]
     beta: float = pydantic.Field(default=0.04, ge=0)
     epsilon: float = pydantic.Field(default=0.2, gt=0)
     epsilon_high: float | None = None
     num_iterations: int = pydantic.Field(default=1, ge=1)
-    loss_type: str = "grpo"
+    loss_type: Literal["grpo", "dr_grpo", "dapo", "bnpo"] = "grpo"
     mask_truncated_completions: bool = False
 
 
@@ -171,16 +171,28 @@ class RubricConfig(_Schema):
     path: str
 
 
+class OptimConfig(_Schema):
+    lr: float = pydantic.Field(default=2e-3, ge=0)
+    weight_decay: float = pydantic.Field(default=0.0, ge=0)
+    warmup_steps: int = pydantic.Field(default=0, ge=0)
+    gradient_clip_val: float | None = pydantic.Field(default=1.0, gt=0)
+
+
 GROUP_SCHEMAS: dict[str, type[_Schema]] = {
     "model": ModelConfig,
     "data": DataConfig,
     "objective": ObjectiveConfig,
     "rubric": RubricConfig,
+    "optim": OptimConfig,
 }
 
 
 def _choice(cfg: DictConfig, group: str) -> str | None:
-    choices = OmegaConf.select(cfg, "hydra.runtime.choices", default=None) or {}
+    choices = OmegaConf.select(cfg, "hydra.runtime.choices", default=None)
+    if choices is None:  # inside @hydra.main the hydra node lives in HydraConfig, not in cfg
+        from hydra.core.hydra_config import HydraConfig
+
+        choices = HydraConfig.get().runtime.choices if HydraConfig.initialized() else {}
     value = choices.get(group)
     return None if value in (None, "null") else str(value)
 

@@ -1,0 +1,66 @@
+"""Prompt records for training and the held-out split, as a LightningDataModule."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+import lightning as L
+import torch
+from torch.utils.data import DataLoader
+
+from rlkit.config import DataConfig, resolve_path
+from rlkit.data import SYNTHETIC_TASKS, read_jsonl
+
+
+def _record_key(record: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(record["prompt"], sort_keys=True).encode()).hexdigest()
+
+
+def split_heldout(records: list[dict[str, Any]], fraction: float) -> tuple[list[dict], list[dict]]:
+    """Deterministic split by prompt hash, so a prompt never lands in both halves."""
+    if fraction <= 0:
+        return records, []
+    keyed = sorted(records, key=_record_key)
+    n_held = max(1, round(len(records) * fraction)) if len(records) > 1 else 0
+    held_keys = {_record_key(r) for r in keyed[:n_held]}
+    train = [r for r in records if _record_key(r) not in held_keys]
+    held = [r for r in records if _record_key(r) in held_keys]
+    return train, held
+
+
+def _as_list(batch: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return batch
+
+
+class PromptDataModule(L.LightningDataModule):
+    """Shuffled training prompts (seeded sampler, part of the checkpoint) and a held-out split."""
+
+    def __init__(self, data: DataConfig, batch_size: int, seed: int) -> None:
+        super().__init__()
+        self.data = data
+        self.batch_size = batch_size
+        self.seed = seed
+        self.train_records: list[dict[str, Any]] = []
+        self.heldout_records: list[dict[str, Any]] = []
+
+    def setup(self, stage: str | None = None) -> None:
+        if self.train_records:
+            return
+        if self.data.path is not None:
+            records = read_jsonl(resolve_path(self.data.path))
+        else:
+            records = SYNTHETIC_TASKS[self.data.task](self.data.num_prompts, self.data.seed)
+        self.train_records, self.heldout_records = split_heldout(records, self.data.heldout_fraction)
+        if not self.train_records:
+            raise ValueError("no training prompts left after the held-out split")
+
+    def train_dataloader(self) -> DataLoader:
+        gen = torch.Generator().manual_seed(self.seed)
+        return DataLoader(self.train_records, batch_size=self.batch_size, shuffle=True, generator=gen,
+                          collate_fn=_as_list, drop_last=len(self.train_records) >= self.batch_size)
+
+    def val_dataloader(self) -> DataLoader:
+        return DataLoader(self.heldout_records or self.train_records[: self.batch_size],
+                          batch_size=max(self.batch_size, 32), shuffle=False, collate_fn=_as_list)

@@ -1,0 +1,118 @@
+"""``rlkit fit``: build every part from the validated config and run the Lightning loop."""
+
+from __future__ import annotations
+
+import copy
+import sys
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+from lightning.pytorch.callbacks import ModelCheckpoint
+from omegaconf import DictConfig, OmegaConf
+
+from rlkit.config import ValidatedConfig
+from rlkit.module import RewardParts, RubricRLModule, TrainingSettings
+
+
+def make_logger(cfg: DictConfig, run_dir: Path) -> Any:
+    """Lightning logger from the ``logger`` group; W&B runs offline unless configured otherwise."""
+    name = cfg.logger.get("name", "none") if cfg.get("logger") is not None else "none"
+    if name == "wandb":
+        from lightning.pytorch.loggers import WandbLogger
+
+        mode = cfg.logger.get("mode", "offline")
+        return WandbLogger(project=cfg.logger.get("project", "rlkit"), save_dir=str(run_dir),
+                           offline=mode == "offline", config=OmegaConf.to_container(cfg, resolve=True))
+    if name == "csv":
+        from lightning.pytorch.loggers import CSVLogger
+
+        return CSVLogger(save_dir=str(run_dir), name="csv")
+    return False
+
+
+def _quiet_lightning() -> None:
+    """Keep the console to progress and results: drop Lightning's tips and known-benign warnings."""
+    import logging
+    import warnings
+
+    logging.getLogger("lightning.pytorch.utilities.rank_zero").setLevel(logging.WARNING)
+    # The frozen reference model is a submodule kept in eval mode on purpose.
+    warnings.filterwarnings("ignore", message=r"Found \d+ module\(s\) in eval mode")
+    warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)")
+    # Checkpoints hold the state after the step's update, which is what resume needs.
+    warnings.filterwarnings("ignore", message=r"Using ModelCheckpoint with manual optimization")
+
+
+def settings_from(cfg: DictConfig) -> TrainingSettings:
+    obj, optim = cfg.objective, cfg.optim
+    return TrainingSettings(
+        num_generations=int(cfg.num_generations), max_completion_length=int(cfg.max_completion_length),
+        temperature=float(cfg.temperature), beta=float(obj.beta), epsilon=float(obj.epsilon),
+        epsilon_high=obj.epsilon_high, num_iterations=int(obj.num_iterations), loss_type=str(obj.loss_type),
+        mask_truncated_completions=bool(obj.mask_truncated_completions), lr=float(optim.lr),
+        weight_decay=float(optim.weight_decay), warmup_steps=int(optim.warmup_steps),
+        gradient_clip_val=optim.gradient_clip_val,
+    )
+
+
+def fit(validated: ValidatedConfig, run_dir: Path) -> dict[str, Any]:
+    """Train, evaluate the held-out split before and after, and return the summary."""
+    from rlkit.datamodule import PromptDataModule
+    from rlkit.models import load_policy, resolve_policy_path
+
+    cfg = validated.cfg
+    _quiet_lightning()
+    L.seed_everything(int(cfg.seed), workers=True, verbose=False)
+    path = resolve_policy_path(validated.model.name_or_path)
+    policy, tokenizer = load_policy(path, validated.model.dtype)
+    settings = settings_from(cfg)
+    reference = None
+    if settings.beta > 0 and validated.model.reference == "frozen":
+        reference = copy.deepcopy(policy)
+    parts = RewardParts(judge=validated.plugins["judge"], judge_name=validated.plugin_names["judge"],
+                        aggregator=validated.plugins["aggregator"],
+                        estimator=validated.plugins["advantage_estimator"],
+                        scheduler=validated.plugins["weight_scheduler"])
+    module = RubricRLModule(policy, tokenizer, validated.rubric, parts, settings, reference)
+    datamodule = PromptDataModule(validated.data, batch_size=int(cfg.batch_size), seed=int(cfg.seed))
+    logger = make_logger(cfg, run_dir)
+    trainer_kwargs = OmegaConf.to_container(cfg.trainer, resolve=True)
+    checkpoints = ModelCheckpoint(dirpath=str(run_dir / "checkpoints"), save_last=True, save_top_k=0,
+                                  every_n_train_steps=int(cfg.checkpoint_every))
+    trainer = L.Trainer(default_root_dir=str(run_dir), logger=logger, num_sanity_val_steps=0, callbacks=[checkpoints],
+                        limit_val_batches=1.0, check_val_every_n_epoch=None,
+                        val_check_interval=None, enable_model_summary=False, **trainer_kwargs)
+    try:
+        trainer.validate(module, datamodule=datamodule, verbose=False)
+        start = dict(module.heldout)
+        trainer.fit(module, datamodule=datamodule, ckpt_path=cfg.get("ckpt_path"))
+        trainer.validate(module, datamodule=datamodule, verbose=False)
+        end = dict(module.heldout)
+    finally:
+        if logger and hasattr(logger, "experiment") and cfg.logger.get("name") == "wandb":
+            import wandb
+
+            wandb.finish()
+    final_dir = run_dir / "policy"
+    policy.save_pretrained(final_dir)
+    tokenizer.save_pretrained(final_dir)
+    return {"start": start, "end": end, "policy_dir": str(final_dir), "steps": trainer.global_step}
+
+
+def print_summary(summary: dict[str, Any], validated: ValidatedConfig) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    rubric = validated.rubric
+    table = Table(title=f"held-out, rubric {rubric.name} v{rubric.version} ({rubric.short_hash}), "
+                        f"{summary['steps']} steps")
+    for column in ("dimension", "start", "end", "change"):
+        table.add_column(column, justify="left" if column == "dimension" else "right")
+    for key in [*rubric.dimension_names, "reward"]:
+        a, b = summary["start"][key], summary["end"][key]
+        table.add_row(key, f"{a:.3f}", f"{b:.3f}", f"{b - a:+.3f}")
+    console = Console(highlight=False, width=None if sys.stdout.isatty() else 120)
+    console.print(table)
+    console.print(f"final held-out mean normalised reward: {summary['end']['reward']:.4f}")
+    console.print(f"policy saved to {summary['policy_dir']}")

@@ -1,0 +1,198 @@
+"""The LightningModule that moves data along the pipeline: sample → judge → weights → aggregate →
+advantages → clipped policy-gradient updates. It computes no rewards or advantages itself."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import lightning as L
+import torch
+
+from rlkit.losses import policy_gradient_loss, selective_log_softmax
+from rlkit.rewards import aggregate_rewards, check_judge_output
+from rlkit.rubric import Rubric
+from rlkit.sampling import SampledBatch, sample_completions
+from rlkit.stats import nan_mean_std
+from rlkit.types import RewardBatch, Rollout
+
+
+@dataclass
+class RewardParts:
+    """The reward plugins of a run, built from config by the registry."""
+
+    judge: Any
+    judge_name: str
+    aggregator: Any
+    estimator: Any
+    scheduler: Any
+
+
+@dataclass
+class TrainingSettings:
+    num_generations: int
+    max_completion_length: int
+    temperature: float
+    beta: float
+    epsilon: float
+    epsilon_high: float | None
+    num_iterations: int
+    loss_type: str
+    mask_truncated_completions: bool
+    lr: float
+    weight_decay: float
+    warmup_steps: int
+    gradient_clip_val: float | None
+
+
+def sequence_log_probs(model: Any, sampled: SampledBatch) -> torch.Tensor:
+    """Per-token log-probs of the completion tokens ``[N, C]`` under ``model``."""
+    logits = model(input_ids=sampled.input_ids, attention_mask=sampled.attention_mask).logits
+    # position t predicts token t+1: keep the logits that predict completion tokens only
+    logits = logits[:, sampled.prompt_length - 1:-1, :]
+    return selective_log_softmax(logits.float(), sampled.completion_ids)
+
+
+class RubricRLModule(L.LightningModule):
+    """Manual optimisation; inner ``num_iterations`` updates happen inside ``training_step``."""
+
+    def __init__(self, policy: Any, tokenizer: Any, rubric: Rubric, parts: RewardParts,
+                 settings: TrainingSettings, reference: Any | None = None) -> None:
+        super().__init__()
+        self.automatic_optimization = False
+        self.policy = policy
+        self.reference = reference
+        if reference is not None:
+            reference.requires_grad_(False).eval()
+        self.tokenizer = tokenizer
+        self.rubric = rubric
+        self.parts = parts
+        self.settings = settings
+        self.heldout: dict[str, torch.Tensor] = {}
+        self._val_raw: list[torch.Tensor] = []
+        self._val_rewards: list[torch.Tensor] = []
+
+    # --- pipeline pieces -----------------------------------------------------------------------
+
+    def score(self, records: list[dict[str, Any]], sampled: SampledBatch, step: int) -> RewardBatch:
+        g = len(sampled.texts[0])
+        rollout = Rollout(records=records, completions=sampled.texts,
+                          completion_token_counts=sampled.completion_token_counts.view(len(records), g).cpu())
+        raw = check_judge_output(self.parts.judge.score(rollout, self.rubric), rollout, self.rubric,
+                                 self.parts.judge_name)
+        return aggregate_rewards(raw, self.rubric, self.parts.scheduler, self.parts.aggregator, step)
+
+    def training_step(self, records: list[dict[str, Any]], batch_idx: int) -> torch.Tensor:
+        s = self.settings
+        opt = self.optimizers()
+        sched = self.lr_schedulers()
+        t0 = time.perf_counter()
+        sampled = sample_completions(self.policy, self.tokenizer, records, s.num_generations,
+                                     s.max_completion_length, s.temperature)
+        t1 = time.perf_counter()
+        batch = self.score(records, sampled, self.global_step)
+        advantages = self.parts.estimator.advantages(batch)
+        t2 = time.perf_counter()
+        mask = sampled.completion_mask.float()
+        if s.mask_truncated_completions:
+            mask = mask * (~sampled.truncated).float().unsqueeze(1)
+        with torch.no_grad():
+            old_logp = sequence_log_probs(self.policy, sampled) if s.num_iterations > 1 else None
+            ref_logp = (sequence_log_probs(self.reference, sampled)
+                        if s.beta > 0 and self.reference is not None else None)
+        t3 = time.perf_counter()
+        flat_adv = advantages.reshape(-1).to(self.device)
+        for _ in range(s.num_iterations):
+            logp = sequence_log_probs(self.policy, sampled)
+            loss, loss_metrics = policy_gradient_loss(
+                logp, logp.detach() if old_logp is None else old_logp, ref_logp, flat_adv, mask,
+                beta=s.beta if ref_logp is not None else 0.0, epsilon=s.epsilon, epsilon_high=s.epsilon_high,
+                loss_type=s.loss_type, max_completion_length=s.max_completion_length,
+            )
+            opt.zero_grad()
+            self.manual_backward(loss)
+            if s.gradient_clip_val:
+                self.clip_gradients(opt, gradient_clip_val=s.gradient_clip_val, gradient_clip_algorithm="norm")
+            opt.step()
+        sched.step()
+        t4 = time.perf_counter()
+        metrics = self.step_metrics(batch, advantages, sampled)
+        metrics.update({k: float(v) for k, v in loss_metrics.items()})
+        n_tokens = float(sampled.completion_mask.sum())
+        metrics.update({
+            "loss": float(loss.detach()),
+            "time/generation": t1 - t0, "time/judge": t2 - t1, "time/logprob": t3 - t2, "time/optim": t4 - t3,
+            "tokens_per_sec": n_tokens / max(t4 - t0, 1e-9), "lr": sched.get_last_lr()[0],
+        })
+        self.log_dict(metrics, on_step=True, batch_size=len(records))
+        self.log("reward", metrics["reward/mean"], prog_bar=True, on_step=True, batch_size=len(records))
+        return loss.detach()
+
+    def step_metrics(self, batch: RewardBatch, advantages: torch.Tensor, sampled: SampledBatch) -> dict[str, float]:
+        """Reward, per-dimension and advantage statistics of one step (all floats)."""
+        rewards = batch.rewards
+        assert rewards is not None
+        mean, std, _ = nan_mean_std(rewards.reshape(-1), dim=0)
+        _, group_std, group_n = nan_mean_std(rewards, dim=1)
+        out = {
+            "reward/mean": float(mean), "reward/std": float(std),
+            "frac_zero_std_groups": float(((group_std == 0) | (group_n < 2)).float().mean()),
+            "unscored_completions": float(torch.isnan(rewards).sum()),
+            "advantages/mean": float(advantages.mean()), "advantages/std": float(advantages.std()),
+            "advantages/frac_zero": float((advantages == 0).float().mean()),
+            "completion_length": float(sampled.completion_token_counts.float().mean()),
+            "frac_truncated": float(sampled.truncated.float().mean()),
+        }
+        for i, name in enumerate(self.rubric.dimension_names):
+            d_mean, d_std, _ = nan_mean_std(batch.raw_scores[..., i].reshape(-1), dim=0)
+            out[f"rewards/{name}/mean"] = float(d_mean)
+            out[f"rewards/{name}/std"] = float(d_std)
+            out[f"weights/{name}"] = float(batch.weights[i])
+        return out
+
+    # --- held-out evaluation -------------------------------------------------------------------
+
+    def on_validation_epoch_start(self) -> None:
+        self._val_raw, self._val_rewards = [], []
+
+    def validation_step(self, records: list[dict[str, Any]], batch_idx: int) -> None:
+        sampled = sample_completions(self.policy, self.tokenizer, records, 1, self.settings.max_completion_length,
+                                     greedy=True)
+        batch = self.score(records, sampled, self.global_step)
+        self._val_raw.append(batch.raw_scores[:, 0])
+        self._val_rewards.append(batch.rewards[:, 0])
+
+    def on_validation_epoch_end(self) -> None:
+        raw, rewards = torch.cat(self._val_raw), torch.cat(self._val_rewards)
+        dims = {name: float(nan_mean_std(raw[:, i], dim=0)[0]) for i, name in enumerate(self.rubric.dimension_names)}
+        self.heldout = {"reward": float(nan_mean_std(rewards, dim=0)[0]), **dims}
+        self.log("heldout/reward", self.heldout["reward"], batch_size=len(rewards))
+        for name, value in dims.items():
+            self.log(f"heldout/{name}", value, batch_size=len(rewards))
+
+    # --- optimisation and checkpoints ----------------------------------------------------------
+
+    def configure_optimizers(self) -> Any:
+        s = self.settings
+        params = [p for p in self.policy.parameters() if p.requires_grad]
+        opt = torch.optim.AdamW(params, lr=s.lr, weight_decay=s.weight_decay)
+        warmup = max(s.warmup_steps, 0)
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: min(1.0, (step + 1) / (warmup + 1)))
+        return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        checkpoint["rlkit"] = {"rubric": self.rubric.identity(),
+                               "weight_scheduler": self.parts.scheduler.state_dict()}
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        state = checkpoint.get("rlkit", {})
+        saved = state.get("rubric", {}).get("hash")
+        if saved and saved != self.rubric.content_hash:
+            from rlkit.errors import ConfigError
+
+            raise ConfigError(f"the checkpoint was trained with rubric {state['rubric']['name']} "
+                              f"v{state['rubric']['version']} (hash {saved[:12]}), this run uses "
+                              f"{self.rubric.name} v{self.rubric.version} ({self.rubric.short_hash})", "ckpt_path")
+        if "weight_scheduler" in state:
+            self.parts.scheduler.load_state_dict(state["weight_scheduler"])

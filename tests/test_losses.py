@@ -1,0 +1,244 @@
+"""GRPO-family loss pieces against values computed by hand."""
+
+import math
+
+import pytest
+import torch
+
+from rlkit.losses import k3_kl, mask_after_eos, policy_gradient_loss, selective_log_softmax, truncated_rows
+
+LN2 = math.log(2.0)
+
+
+def _loss(logp, old_logp, adv, mask=None, ref_logp=None, **kw):
+    mask = torch.ones_like(logp) if mask is None else mask
+    kw.setdefault("beta", 0.0)
+    kw.setdefault("epsilon", 0.2)
+    return policy_gradient_loss(logp, old_logp, ref_logp, adv, mask, **kw)
+
+
+def _grad_at_ratio(ratio: float, adv: float, **kw) -> tuple[float, float]:
+    """One token with exp(logp - old) = ratio: (loss, d loss / d logp)."""
+    logp = torch.tensor([[math.log(ratio)]], requires_grad=True)
+    loss, _ = _loss(logp, torch.zeros(1, 1), torch.tensor([adv]), **kw)
+    loss.backward()
+    return loss.item(), logp.grad.item()
+
+
+# --- selective_log_softmax -------------------------------------------------------------------------
+
+
+def test_selective_log_softmax_hand_value():
+    # softmax([0, ln 3]) = [1/4, 3/4]
+    logits = torch.tensor([[[0.0, math.log(3.0)], [0.0, math.log(3.0)]]])
+    out = selective_log_softmax(logits, torch.tensor([[1, 0]]))
+    assert torch.allclose(out, torch.tensor([[math.log(0.75), math.log(0.25)]]))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_selective_log_softmax_equals_log_softmax_gather(dtype):
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(3, 5, 11, generator=g, dtype=dtype) * 4
+    tokens = torch.randint(0, 11, (3, 5), generator=g)
+    expected = torch.log_softmax(logits, -1).gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
+    out = selective_log_softmax(logits, tokens)
+    assert out.shape == (3, 5) and out.dtype == dtype
+    assert torch.allclose(out, expected)
+
+
+def test_selective_log_softmax_bf16_path_close_to_fp32():
+    g = torch.Generator().manual_seed(1)
+    logits = torch.randn(2, 4, 7, generator=g)
+    tokens = torch.randint(0, 7, (2, 4), generator=g)
+    out = selective_log_softmax(logits.bfloat16(), tokens)
+    assert torch.allclose(out.float(), selective_log_softmax(logits, tokens), atol=5e-2)
+
+
+def test_selective_log_softmax_gradient_matches():
+    logits = torch.randn(2, 3, 5, requires_grad=True)
+    tokens = torch.tensor([[0, 1, 2], [4, 3, 2]])
+    selective_log_softmax(logits, tokens).sum().backward()
+    ref = logits.detach().clone().requires_grad_(True)
+    torch.log_softmax(ref, -1).gather(-1, tokens.unsqueeze(-1)).sum().backward()
+    assert torch.allclose(logits.grad, ref.grad)
+
+
+# --- k3_kl -----------------------------------------------------------------------------------------
+
+
+def test_k3_is_zero_when_equal_and_nonnegative():
+    x = torch.linspace(-5, 0, 11)
+    assert torch.equal(k3_kl(x, x), torch.zeros(11))
+    grid_p, grid_r = torch.meshgrid(x, x, indexing="ij")
+    assert (k3_kl(grid_p, grid_r) >= 0).all()
+
+
+def test_k3_hand_value():
+    # ref - logp = -ln 2: exp(-ln 2) + ln 2 - 1 = 0.5 + ln 2 - 1
+    out = k3_kl(torch.tensor([[0.0]]), torch.tensor([[-LN2]]))
+    assert torch.allclose(out, torch.tensor([[LN2 - 0.5]]))
+
+
+# --- clipping --------------------------------------------------------------------------------------
+
+
+def test_positive_advantage_inside_clip_has_gradient():
+    # d(-ratio * A)/d logp = -ratio * A
+    loss, grad = _grad_at_ratio(1.1, 1.0)
+    assert loss == pytest.approx(-1.1) and grad == pytest.approx(-1.1)
+
+
+def test_positive_advantage_above_clip_has_zero_gradient():
+    # min(1.5 * 1, 1.2 * 1) = 1.2, constant in logp
+    loss, grad = _grad_at_ratio(1.5, 1.0)
+    assert loss == pytest.approx(-1.2) and grad == 0.0
+
+
+def test_negative_advantage_below_clip_has_zero_gradient():
+    # min(0.5 * -1, 0.8 * -1) = -0.8, constant in logp
+    loss, grad = _grad_at_ratio(0.5, -1.0)
+    assert loss == pytest.approx(0.8) and grad == 0.0
+
+
+def test_negative_advantage_above_clip_is_not_clipped():
+    # pessimistic bound: min(1.5 * -1, 1.2 * -1) = -1.5, so the gradient survives: -ratio * A = 1.5
+    loss, grad = _grad_at_ratio(1.5, -1.0)
+    assert loss == pytest.approx(1.5) and grad == pytest.approx(1.5)
+
+
+def test_epsilon_high_is_asymmetric():
+    # ratio 1.25 > 1.2 is clipped with the symmetric bound but not with epsilon_high = 0.28
+    assert _grad_at_ratio(1.25, 1.0)[1] == 0.0
+    loss, grad = _grad_at_ratio(1.25, 1.0, epsilon_high=0.28)
+    assert loss == pytest.approx(-1.25) and grad == pytest.approx(-1.25)
+    # the low side still uses epsilon: 0.75 < 1 - 0.2 is clipped for A < 0
+    loss, grad = _grad_at_ratio(0.75, -1.0, epsilon_high=0.28)
+    assert loss == pytest.approx(0.8) and grad == 0.0
+
+
+# --- normalisation ---------------------------------------------------------------------------------
+
+# Row 0: 3 tokens, A = 1; row 1: 1 token (2 padded), A = -2. At ratio 1 each token's loss is -A.
+MASK = torch.tensor([[1, 1, 1], [1, 0, 0]])
+ADV = torch.tensor([1.0, -2.0])
+
+
+@pytest.mark.parametrize(("loss_type", "expected"), [
+    ("grpo", (-3 / 3 + 2 / 1) / 2),  # per-sequence mean, then mean over 2 rows = 0.5
+    ("bnpo", (-3 + 2) / 4),          # all tokens / 4 tokens = -0.25
+    ("dapo", (-3 + 2) / 4),
+    ("dr_grpo", (-3 + 2) / (2 * 4)),  # / (N * max_completion_length) = -0.125
+])
+def test_loss_type_normalisation(loss_type, expected):
+    logp = torch.zeros(2, 3)
+    loss, _ = _loss(logp, logp, ADV, MASK, loss_type=loss_type, max_completion_length=4)
+    assert loss.item() == pytest.approx(expected)
+
+
+def test_dr_grpo_needs_max_completion_length():
+    with pytest.raises(ValueError, match="max_completion_length"):
+        _loss(torch.zeros(2, 3), torch.zeros(2, 3), ADV, MASK, loss_type="dr_grpo")
+
+
+def test_unknown_loss_type_raises():
+    with pytest.raises(ValueError, match="loss_type"):
+        _loss(torch.zeros(2, 3), torch.zeros(2, 3), ADV, MASK, loss_type="ppo")
+
+
+def test_grpo_gradient_at_ratio_one():
+    # logp == old_logp (same tensor, first inner iteration): d loss / d logp = -A_i / |o_i| / N
+    logp = torch.zeros(2, 3, requires_grad=True)
+    loss, metrics = _loss(logp, logp, ADV, MASK)
+    loss.backward()
+    expected = torch.tensor([[-1 / 3 / 2] * 3, [2 / 1 / 2, 0.0, 0.0]])
+    assert torch.allclose(logp.grad, expected)
+    assert metrics["ratio_mean"].item() == 1.0 and metrics["clip_ratio"].item() == 0.0
+
+
+# --- KL term ---------------------------------------------------------------------------------------
+
+
+def test_beta_zero_ignores_ref():
+    logp = torch.zeros(2, 3)
+    plain, m_plain = _loss(logp, logp, ADV, MASK)
+    with_ref, m_ref = _loss(logp, logp, ADV, MASK, ref_logp=torch.full((2, 3), -7.0))
+    assert plain.item() == with_ref.item()
+    assert m_plain["kl"].item() == 0.0 and m_ref["kl"].item() == 0.0
+
+
+def test_beta_positive_without_ref_raises():
+    with pytest.raises(ValueError, match="ref_logp"):
+        _loss(torch.zeros(1, 1), torch.zeros(1, 1), torch.ones(1), beta=0.1)
+
+
+def test_beta_adds_k3_kl():
+    # one token, ratio 1, A = 1, ref - logp = -ln 2: loss = -1 + 0.1 * (ln 2 - 0.5)
+    logp = torch.zeros(1, 1)
+    loss, metrics = _loss(logp, logp, torch.ones(1), ref_logp=torch.tensor([[-LN2]]), beta=0.1)
+    assert loss.item() == pytest.approx(-1 + 0.1 * (LN2 - 0.5))
+    assert metrics["kl"].item() == pytest.approx(LN2 - 0.5)
+
+
+# --- masking ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("loss_type", ["grpo", "bnpo", "dapo", "dr_grpo"])
+def test_all_zero_mask_row_is_finite_and_contributes_nothing(loss_type):
+    # row 1 is fully masked and holds garbage; row 0: 2 tokens at ratio 1, A = 1 → per-token loss -1
+    logp = torch.tensor([[0.0, 0.0], [float("inf"), float("nan")]], requires_grad=True)
+    old = torch.tensor([[0.0, 0.0], [float("-inf"), 0.0]])
+    ref = torch.tensor([[0.0, 0.0], [float("nan"), 50.0]])
+    mask = torch.tensor([[1, 1], [0, 0]])
+    loss, metrics = _loss(logp, old, torch.tensor([1.0, 3.0]), mask, ref_logp=ref, beta=0.1,
+                          loss_type=loss_type, max_completion_length=2)
+    loss.backward()
+    expected = {"grpo": -2 / 2 / 2, "bnpo": -2 / 2, "dapo": -2 / 2, "dr_grpo": -2 / (2 * 2)}[loss_type]
+    assert loss.item() == pytest.approx(expected)
+    assert torch.isfinite(logp.grad).all() and torch.equal(logp.grad[1], torch.zeros(2))
+    assert all(torch.isfinite(v) for v in metrics.values())
+
+
+def test_empty_batch_is_finite():
+    logp = torch.zeros(2, 2, requires_grad=True)
+    loss, metrics = _loss(logp, logp, torch.ones(2), torch.zeros(2, 2))
+    assert loss.item() == 0.0 and all(v.item() == 0.0 for v in metrics.values())
+
+
+# --- metrics ---------------------------------------------------------------------------------------
+
+
+def test_clip_metrics_count_masked_tokens():
+    # row 0 (A = +1): ratios 1.5 (high clip), 1.0, 0.5 (A > 0: not clipped), 3.0 (masked, ignored)
+    # row 1 (A = -1): ratios 0.5 (low clip), 1.5 (A < 0: not clipped), 1.0, 1.0
+    ratios = torch.tensor([[1.5, 1.0, 0.5, 3.0], [0.5, 1.5, 1.0, 1.0]])
+    mask = torch.tensor([[1, 1, 1, 0], [1, 1, 1, 1]])
+    _, m = _loss(ratios.log(), torch.zeros(2, 4), torch.tensor([1.0, -1.0]), mask)
+    assert m["clip_ratio/high"].item() == pytest.approx(1 / 7)
+    assert m["clip_ratio/low"].item() == pytest.approx(1 / 7)
+    assert m["clip_ratio"].item() == pytest.approx(2 / 7)
+    assert m["ratio_mean"].item() == pytest.approx((1.5 + 1.0 + 0.5 + 0.5 + 1.5 + 1.0 + 1.0) / 7)
+    assert not any(v.requires_grad for v in m.values())
+
+
+def test_metrics_are_detached():
+    logp = torch.full((1, 2), -0.1, requires_grad=True)
+    _, m = _loss(logp, torch.zeros(1, 2), torch.ones(1), ref_logp=torch.zeros(1, 2), beta=0.1)
+    assert not any(v.requires_grad for v in m.values())
+    assert m["kl"].item() == pytest.approx(math.exp(0.1) - 0.1 - 1, rel=1e-4)
+
+
+# --- EOS masks -------------------------------------------------------------------------------------
+
+
+def test_mask_after_eos_and_truncated_rows():
+    eos = 2
+    ids = torch.tensor([
+        [5, 2, 7, 2],  # first EOS at 1: keep 0..1
+        [5, 6, 7, 8],  # no EOS: all kept, truncated
+        [2, 0, 0, 0],  # EOS first
+        [5, 6, 7, 2],  # EOS last
+    ])
+    assert torch.equal(mask_after_eos(ids, eos), torch.tensor([
+        [1, 1, 0, 0], [1, 1, 1, 1], [1, 0, 0, 0], [1, 1, 1, 1],
+    ]))
+    assert torch.equal(truncated_rows(ids, eos), torch.tensor([False, True, False, False]))
