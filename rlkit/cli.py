@@ -134,7 +134,10 @@ def cmd_fit(overrides: Sequence[str]) -> int:
         return summary["end"]["reward"]  # what a sweeper optimises
 
     argv = sys.argv
-    sys.argv = ["rlkit fit", *search_path_override(registry), *overrides]
+    # Hydra's parser takes its flags (-m, --cfg job, ...) before the positional overrides.
+    flags = [o for o in overrides if o.startswith("-")]
+    positional = [o for o in overrides if not o.startswith("-")]
+    sys.argv = ["rlkit fit", *flags, *search_path_override(registry), *positional]
     try:
         task()
     finally:

@@ -79,3 +79,13 @@ def test_heldout_split_is_disjoint_and_deterministic():
     assert not {r["prompt"] for r in train} & {r["prompt"] for r in held}
     reversed_held = split_heldout(list(reversed(records)), 0.25)[1]
     assert {r["prompt"] for r in reversed_held} == {r["prompt"] for r in held}, "split depends on prompts only"
+
+
+def test_multirun_gives_each_job_its_own_wandb_offline_run(tmp_path, capsys):
+    sweep = tmp_path / "sweep"
+    code = main(["fit", "-m", "seed=1,2", "trainer.max_steps=1", "batch_size=2", "num_generations=2",
+                 f"hydra.sweep.dir={sweep}"])
+    assert code == 0
+    assert capsys.readouterr().out.count("final held-out mean normalised reward") == 2
+    runs = sorted(sweep.glob("*/wandb/offline-run-*"))
+    assert len(runs) == 2 and runs[0].parent.parent != runs[1].parent.parent

@@ -1,0 +1,51 @@
+"""Does the default run learn? Runs `rlkit fit` over seeds, and a control with learning rate 0.
+
+Prints, per run, the mean training reward over the first and last 10% of steps and the gain,
+then the median gain of the learning runs and of the controls. Usage:
+
+    python benchmarks/default_learning.py [--seeds 1 2 3] [--steps 60]
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+
+def run(seed: int, steps: int, lr: float | None, root: Path) -> float:
+    run_dir = root / f"seed{seed}-lr{lr}"
+    cmd = ["rlkit", "fit", "logger=csv", f"seed={seed}", f"trainer.max_steps={steps}", f"hydra.run.dir={run_dir}"]
+    if lr is not None:
+        cmd.append(f"optim.lr={lr}")
+    subprocess.run(cmd, check=True, capture_output=True, text=True)
+    (metrics,) = run_dir.glob("csv/version_0/metrics.csv")
+    with metrics.open() as fh:
+        rewards = [float(r["reward/mean"]) for r in csv.DictReader(fh) if r.get("reward/mean")]
+    k = max(1, len(rewards) // 10)
+    first, last = statistics.mean(rewards[:k]), statistics.mean(rewards[-k:])
+    label = "control lr=0" if lr == 0 else "default"
+    print(f"{label:>13} seed {seed}: first 10% {first:.3f}  last 10% {last:.3f}  gain {last - first:+.3f}",
+          flush=True)
+    return last - first
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
+    parser.add_argument("--steps", type=int, default=60)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        gains = [run(s, args.steps, None, Path(tmp)) for s in args.seeds]
+        controls = [run(s, args.steps, 0.0, Path(tmp)) for s in args.seeds]
+    print(f"median gain, default:      {statistics.median(gains):+.3f}  (target >= 0.2)")
+    print(f"median gain, control lr=0: {statistics.median(controls):+.3f}  (target < 0.05)")
+    return 0 if statistics.median(gains) >= 0.2 and statistics.median(controls) < 0.05 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
