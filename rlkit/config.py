@@ -145,7 +145,7 @@ class _Schema(pydantic.BaseModel):
 
 class ModelConfig(_Schema):
     name_or_path: str | None = None
-    dtype: str = "float32"
+    dtype: Literal["auto", "float32", "float16", "bfloat16"] = "float32"
     reference: Literal["frozen", "none"] = "frozen"
 
 
@@ -250,17 +250,11 @@ def _plugin_node(registry: Registry, cfg: DictConfig, group: str) -> tuple[str, 
 
 def check_model_path(model: ModelConfig) -> None:
     """A local model path must exist and hold a Hugging Face config; hub ids are left to the loader."""
+    from rlkit.models import check_model_directory
+
     ref = model.name_or_path
-    if ref is None:
-        return
-    looks_local = ref.startswith(("/", "./", "../", "~")) or Path(ref).expanduser().exists()
-    if not looks_local:
-        return
-    path = Path(ref).expanduser()
-    if not path.is_dir():
-        raise ConfigError("no such model directory", f"model.name_or_path ({ref})")
-    if not (path / "config.json").is_file():
-        raise ConfigError("not a Hugging Face model directory (no config.json)", f"model.name_or_path ({ref})")
+    if ref is not None and (ref.startswith(("/", "./", "../", "~")) or Path(ref).expanduser().exists()):
+        check_model_directory(ref)
 
 
 def validate_config(cfg: DictConfig, registry: Registry, *, read_data: bool = True,

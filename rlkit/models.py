@@ -148,16 +148,22 @@ def build_tiny_policy(spec: TinyPolicySpec | None = None, cache_dir: Path | str 
     return target
 
 
-def load_policy(name_or_path: str | Path, dtype: str = "float32") -> tuple[Any, Any]:
-    """Load a causal LM and its left-padding tokenizer from a local model directory (never the hub)."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
+def check_model_directory(name_or_path: str | Path) -> Path:
+    """The path of a local Hugging Face model directory, or a ConfigError naming model.name_or_path."""
     where = f"model.name_or_path ({name_or_path})"
     path = Path(name_or_path).expanduser()
     if not path.is_dir():
         raise ConfigError("no such model directory", where)
     if not (path / "config.json").is_file():
         raise ConfigError("not a Hugging Face model directory (no config.json)", where)
+    return path
+
+
+def load_policy(name_or_path: str | Path, dtype: str = "float32") -> tuple[Any, Any]:
+    """Load a causal LM and its left-padding tokenizer from a local model directory (never the hub)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path = check_model_directory(name_or_path)
     if dtype not in _DTYPES:
         raise ConfigError(f"unknown dtype {dtype!r}; expected one of {', '.join(_DTYPES)}", "model.dtype")
     model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, local_files_only=True)
