@@ -9,6 +9,7 @@ from typing import Any
 import torch
 
 from rlkit.data import prompt_text
+from rlkit.losses import mask_after_eos, truncated_rows
 
 
 @dataclass
@@ -63,14 +64,10 @@ def sample_completions(model: Any, tokenizer: Any, records: Sequence[dict[str, A
     model.train(was_training)
     prompt_length = ids.shape[1]
     completion = out[:, prompt_length:]
-    is_eos = completion == tokenizer.eos_token_id
-    has_eos = is_eos.any(dim=1)
-    first_eos = torch.where(has_eos, is_eos.float().argmax(dim=1), torch.full_like(has_eos, completion.shape[1],
-                                                                                   dtype=torch.long))
-    positions = torch.arange(completion.shape[1], device=device).expand_as(completion)
-    completion_mask = (positions <= first_eos.unsqueeze(1)).long()
+    completion_mask = mask_after_eos(completion, tokenizer.eos_token_id)
     attention = torch.cat([attn, completion_mask], dim=1)
     texts_flat = tokenizer.batch_decode(completion.masked_fill(completion_mask == 0, tokenizer.pad_token_id),
                                         skip_special_tokens=True)
     texts = [texts_flat[i * num_generations:(i + 1) * num_generations] for i in range(len(records))]
-    return SampledBatch(out, attention, completion_mask, prompt_length, texts, ~has_eos)
+    return SampledBatch(out, attention, completion_mask, prompt_length, texts,
+                        truncated_rows(completion, tokenizer.eos_token_id))
