@@ -81,7 +81,7 @@ def fit(validated: ValidatedConfig, run_dir: Path) -> dict[str, Any]:
     checkpoints = ModelCheckpoint(dirpath=str(run_dir / "checkpoints"), save_last=True, save_top_k=0,
                                   every_n_train_steps=int(cfg.checkpoint_every))
     trainer = L.Trainer(default_root_dir=str(run_dir), logger=logger, num_sanity_val_steps=0, callbacks=[checkpoints],
-                        limit_val_batches=1.0, check_val_every_n_epoch=None,
+                        check_val_every_n_epoch=None,
                         val_check_interval=None, enable_model_summary=False, **trainer_kwargs)
     try:
         trainer.validate(module, datamodule=datamodule, verbose=False)

@@ -69,7 +69,7 @@ class RubricRLModule(L.LightningModule):
         self.rubric = rubric
         self.parts = parts
         self.settings = settings
-        self.heldout: dict[str, torch.Tensor] = {}
+        self.heldout: dict[str, float] = {}
         self._val_raw: list[torch.Tensor] = []
         self._val_rewards: list[torch.Tensor] = []
 
