@@ -8,7 +8,7 @@ from typing import Any
 
 import lightning as L
 import torch
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, Sampler
 
 from rlkit.config import DataConfig, resolve_path
 from rlkit.data import SYNTHETIC_TASKS, read_jsonl
@@ -30,12 +30,45 @@ def split_heldout(records: list[dict[str, Any]], fraction: float) -> tuple[list[
     return train, held
 
 
+class EpochShuffleSampler(Sampler[int]):
+    """A fresh permutation per epoch drawn from ``(seed, epoch)`` alone, resumable mid-epoch.
+
+    Lightning calls ``set_epoch`` before each epoch. Because the order depends on nothing but the seed and
+    the epoch, a resumed run sees the same order as an uninterrupted one; ``resume_at`` skips the samples
+    the checkpointed run had already trained on, once, in that epoch only. ``len`` stays the full epoch so
+    Lightning's batch counter (restored from the checkpoint) ends the epoch at the same place.
+    """
+
+    def __init__(self, num_samples: int, seed: int) -> None:
+        self.num_samples = num_samples
+        self.seed = seed
+        self.epoch = 0
+        self._skip: tuple[int, int] | None = None  # (epoch, samples already trained on)
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def resume_at(self, epoch: int, samples_done: int) -> None:
+        self._skip = (epoch, samples_done)
+
+    def __len__(self) -> int:
+        return self.num_samples
+
+    def __iter__(self):
+        order = torch.randperm(self.num_samples, generator=torch.Generator().manual_seed(self.seed + self.epoch))
+        start = 0
+        if self._skip is not None and self._skip[0] == self.epoch:
+            start = self._skip[1]
+            self._skip = None
+        return iter(order[start:].tolist())
+
+
 def _as_list(batch: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return batch
 
 
 class PromptDataModule(L.LightningDataModule):
-    """Shuffled training prompts (seeded sampler, part of the checkpoint) and a held-out split."""
+    """Shuffled training prompts (an epoch-seeded sampler that resumes mid-epoch) and a held-out split."""
 
     def __init__(self, data: DataConfig, batch_size: int, seed: int) -> None:
         super().__init__()
@@ -44,6 +77,11 @@ class PromptDataModule(L.LightningDataModule):
         self.seed = seed
         self.train_records: list[dict[str, Any]] = []
         self.heldout_records: list[dict[str, Any]] = []
+        self._resume: tuple[int, int] | None = None
+
+    def resume_at(self, epoch: int, samples_done: int) -> None:
+        """Start training where a checkpointed run stopped: ``samples_done`` into ``epoch``'s order."""
+        self._resume = (epoch, samples_done)
 
     def setup(self, stage: str | None = None) -> None:
         if self.train_records:
@@ -57,9 +95,11 @@ class PromptDataModule(L.LightningDataModule):
             raise ValueError("no training prompts left after the held-out split")
 
     def train_dataloader(self) -> DataLoader:
-        gen = torch.Generator().manual_seed(self.seed)
-        return DataLoader(self.train_records, batch_size=self.batch_size, shuffle=True, generator=gen,
-                          collate_fn=_as_list, drop_last=len(self.train_records) >= self.batch_size)
+        sampler = EpochShuffleSampler(len(self.train_records), self.seed)
+        if self._resume is not None:
+            sampler.resume_at(*self._resume)
+        return DataLoader(self.train_records, batch_size=self.batch_size, sampler=sampler, collate_fn=_as_list,
+                          drop_last=len(self.train_records) >= self.batch_size)
 
     def val_dataloader(self) -> DataLoader:
         return DataLoader(self.heldout_records or self.train_records[: self.batch_size],

@@ -42,6 +42,9 @@ def _quiet_lightning() -> None:
     warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)")
     # Checkpoints hold the state after the step's update, which is what resume needs.
     warnings.filterwarnings("ignore", message=r"Using ModelCheckpoint with manual optimization")
+    # The sampler resumes mid-epoch through the module's checkpoint state (see EpochShuffleSampler),
+    # which Lightning's check for a stateful DataLoader cannot see.
+    warnings.filterwarnings("ignore", message=r"You're resuming from a checkpoint that ended before the epoch")
 
 
 def settings_from(cfg: DictConfig) -> TrainingSettings:

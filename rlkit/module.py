@@ -12,6 +12,7 @@ import torch
 
 from rlkit.losses import policy_gradient_loss, selective_log_softmax
 from rlkit.rewards import aggregate_rewards, check_judge_output
+from rlkit.rng import capture_rng_state, restore_rng_state
 from rlkit.rubric import Rubric
 from rlkit.sampling import SampledBatch, sample_completions
 from rlkit.stats import nan_mean_std
@@ -72,6 +73,9 @@ class RubricRLModule(L.LightningModule):
         self.heldout: dict[str, float] = {}
         self._val_raw: list[torch.Tensor] = []
         self._val_rewards: list[torch.Tensor] = []
+        # (epoch, prompts trained on in it): where the data sampler resumes from a checkpoint
+        self._data_position = (0, 0)
+        self._rng_to_restore: dict[str, Any] | None = None
 
     # --- pipeline pieces -----------------------------------------------------------------------
 
@@ -87,6 +91,13 @@ class RubricRLModule(L.LightningModule):
         s = self.settings
         opt = self.optimizers()
         sched = self.lr_schedulers()
+        if self._rng_to_restore is not None:
+            # Restored here, not at load time: nothing between the checkpointed step and this one draws
+            # random numbers in an uninterrupted run, but Lightning's setup on resume might.
+            restore_rng_state(self._rng_to_restore)
+            self._rng_to_restore = None
+        epoch, done = self._data_position
+        self._data_position = (self.current_epoch, (done if epoch == self.current_epoch else 0) + len(records))
         t0 = time.perf_counter()
         sampled = sample_completions(self.policy, self.tokenizer, records, s.num_generations,
                                      s.max_completion_length, s.temperature)
@@ -183,7 +194,8 @@ class RubricRLModule(L.LightningModule):
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         checkpoint["rlkit"] = {"rubric": self.rubric.identity(),
-                               "weight_scheduler": self.parts.scheduler.state_dict()}
+                               "weight_scheduler": self.parts.scheduler.state_dict(),
+                               "rng": capture_rng_state(), "data_position": list(self._data_position)}
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         state = checkpoint.get("rlkit", {})
@@ -196,3 +208,9 @@ class RubricRLModule(L.LightningModule):
                               f"{self.rubric.name} v{self.rubric.version} ({self.rubric.short_hash})", "ckpt_path")
         if "weight_scheduler" in state:
             self.parts.scheduler.load_state_dict(state["weight_scheduler"])
+        self._rng_to_restore = state.get("rng")
+        if "data_position" in state:
+            self._data_position = tuple(state["data_position"])
+            datamodule = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
+            if datamodule is not None and hasattr(datamodule, "resume_at"):
+                datamodule.resume_at(*self._data_position)

@@ -89,3 +89,45 @@ def test_multirun_gives_each_job_its_own_wandb_offline_run(tmp_path, capsys):
     assert capsys.readouterr().out.count("final held-out mean normalised reward") == 2
     runs = sorted(sweep.glob("*/wandb/offline-run-*"))
     assert len(runs) == 2 and runs[0].parent.parent != runs[1].parent.parent
+
+
+def _metric_rows_by_step(run_dir: Path) -> dict[int, dict[str, str]]:
+    return {int(r["step"]): r for r in _metrics(run_dir)}
+
+
+# Wall-clock figures differ between runs by nature; everything else must match exactly.
+_TIMING_KEYS = ("time/", "tokens_per_sec", "epoch")
+
+
+def test_resume_after_sigkill_reproduces_the_uninterrupted_metrics(tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    args = ["logger=csv", "batch_size=4", "num_generations=4", "checkpoint_every=3", "data.num_prompts=24"]
+    killed = tmp_path / "killed"
+    env = {**os.environ, "PYTHONHASHSEED": "0"}
+    proc = subprocess.Popen([sys.executable, "-m", "rlkit", "fit", *args, "trainer.max_steps=500",
+                             f"hydra.run.dir={killed}"], env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE)
+    ckpt = killed / "checkpoints" / "last.ckpt"
+    deadline = time.monotonic() + 50
+    while not ckpt.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    _, err = proc.communicate()
+    assert ckpt.exists(), f"no checkpoint before the kill: {err.decode()[-2000:]}"
+    k = torch.load(ckpt, weights_only=True)["global_step"]  # the save is atomic: never a torn file
+    assert k % 3 == 0 and k > 0
+
+    assert main(["fit", *args, f"trainer.max_steps={k + 3}", f"ckpt_path={ckpt}",
+                 f"hydra.run.dir={tmp_path / 'resumed'}"]) == 0
+    assert main(["fit", *args, f"trainer.max_steps={k + 3}", f"hydra.run.dir={tmp_path / 'straight'}"]) == 0
+    resumed, straight = _metric_rows_by_step(tmp_path / "resumed"), _metric_rows_by_step(tmp_path / "straight")
+    assert sorted(resumed) == [k, k + 1, k + 2]  # Lightning counts steps from 0: these are steps k+1..k+3
+    for step in resumed:
+        compared = {key: v for key, v in straight[step].items() if not key.startswith(_TIMING_KEYS) and v != ""}
+        assert len(compared) > 20
+        assert {key: resumed[step][key] for key in compared} == compared, f"step {step} differs"
