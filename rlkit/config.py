@@ -143,10 +143,25 @@ class _Schema(pydantic.BaseModel):
     model_config = pydantic.ConfigDict(extra="forbid")
 
 
+class LoraConfig(_Schema):
+    """peft LoRA on the policy; ``r: 0`` trains the full model."""
+
+    r: int = pydantic.Field(default=0, ge=0)
+    alpha: float | None = pydantic.Field(default=None, gt=0)  # None: 2·r, a common choice
+    dropout: float = pydantic.Field(default=0.0, ge=0, lt=1)
+    target_modules: str | list[str] = "all-linear"
+    save: Literal["merged", "adapter"] = "merged"
+
+    @property
+    def enabled(self) -> bool:
+        return self.r > 0
+
+
 class ModelConfig(_Schema):
     name_or_path: str | None = None
     dtype: Literal["auto", "float32", "float16", "bfloat16"] = "float32"
-    reference: Literal["frozen", "none"] = "frozen"
+    reference: Literal["frozen", "adapter_off", "none"] = "frozen"
+    lora: LoraConfig = pydantic.Field(default_factory=LoraConfig)
 
 
 class DataConfig(_Schema):
@@ -257,6 +272,16 @@ def check_model_path(model: ModelConfig) -> None:
         check_model_directory(ref)
 
 
+def _check_reference(registry: Registry, cfg: DictConfig, model: ModelConfig, objective: Any) -> None:
+    if model.reference == "none" and objective.beta > 0:
+        raise ConfigError(f"model.reference=none leaves no reference for the KL term of objective.beta="
+                          f"{objective.beta}; set objective.beta=0 or a reference (frozen, adapter_off)",
+                          _where(registry, cfg, "model", "reference"))
+    if model.reference == "adapter_off" and not model.lora.enabled:
+        raise ConfigError("adapter_off needs LoRA adapters to switch off; set model.lora.r > 0 or use frozen",
+                          _where(registry, cfg, "model", "reference"))
+
+
 def validate_config(cfg: DictConfig, registry: Registry, *, read_data: bool = True,
                     need_completions: bool = False) -> ValidatedConfig:
     """Check every part of a composed config; the first problem raises a one-line ``RlkitError``."""
@@ -281,6 +306,7 @@ def validate_config(cfg: DictConfig, registry: Registry, *, read_data: bool = Tr
         result.plugins[kind.key] = plugin
         result.plugin_names[kind.key] = entry.name
     check_model_path(parts["model"])
+    _check_reference(registry, cfg, parts["model"], parts["objective"])
     data: Any = parts["data"]
     if data.path is not None:
         if read_data:

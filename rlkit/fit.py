@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import sys
 from pathlib import Path
 from typing import Any
@@ -62,17 +61,19 @@ def settings_from(cfg: DictConfig) -> TrainingSettings:
 def fit(validated: ValidatedConfig, run_dir: Path) -> dict[str, Any]:
     """Train, evaluate the held-out split before and after, and return the summary."""
     from rlkit.datamodule import PromptDataModule
-    from rlkit.models import load_policy, resolve_policy_path
+    from rlkit.models import apply_lora, load_policy, resolve_policy_path, save_policy
+    from rlkit.reference import build_reference
 
     cfg = validated.cfg
     _quiet_lightning()
     L.seed_everything(int(cfg.seed), workers=True, verbose=False)
     path = resolve_policy_path(validated.model.name_or_path)
     policy, tokenizer = load_policy(path, validated.model.dtype)
+    lora = validated.model.lora
+    if lora.enabled:
+        policy = apply_lora(policy, lora)
     settings = settings_from(cfg)
-    reference = None
-    if settings.beta > 0 and validated.model.reference == "frozen":
-        reference = copy.deepcopy(policy)
+    reference = build_reference(validated.model.reference, policy, uses_lora=lora.enabled, beta=settings.beta)
     parts = RewardParts(judge=validated.plugins["judge"], judge_name=validated.plugin_names["judge"],
                         aggregator=validated.plugins["aggregator"],
                         estimator=validated.plugins["advantage_estimator"],
@@ -97,9 +98,7 @@ def fit(validated: ValidatedConfig, run_dir: Path) -> dict[str, Any]:
             import wandb
 
             wandb.finish()
-    final_dir = run_dir / "policy"
-    policy.save_pretrained(final_dir)
-    tokenizer.save_pretrained(final_dir)
+    final_dir = save_policy(policy, tokenizer, run_dir / "policy", lora.save)
     return {"start": start, "end": end, "policy_dir": str(final_dir), "steps": trainer.global_step}
 
 

@@ -182,3 +182,36 @@ def resolve_policy_path(name_or_path: str | Path | None, spec: TinyPolicySpec | 
     if name_or_path is None:
         return build_tiny_policy(spec, cache_dir)
     return Path(name_or_path).expanduser()
+
+
+def apply_lora(model: Any, lora: Any) -> Any:
+    """Wrap ``model`` in peft LoRA adapters per ``model.lora`` (``rlkit.config.LoraConfig``); base weights frozen."""
+    from peft import LoraConfig, get_peft_model
+
+    config = LoraConfig(r=lora.r, lora_alpha=lora.alpha if lora.alpha is not None else 2 * lora.r,
+                        lora_dropout=lora.dropout, target_modules=lora.target_modules, task_type="CAUSAL_LM")
+    try:
+        return get_peft_model(model, config)
+    except ValueError as exc:  # e.g. a target module name the model does not have
+        raise ConfigError(str(exc).splitlines()[0], "model.lora.target_modules") from None
+
+
+def save_policy(model: Any, tokenizer: Any, folder: Path, lora_save: str = "merged") -> Path:
+    """Save the trained policy in Hugging Face format: the full (LoRA-merged) model, or only the adapter."""
+    from peft import PeftModel
+    from transformers.utils import logging as hf_logging
+
+    if isinstance(model, PeftModel) and lora_save == "merged":
+        # merge into a copy, so the module keeps its adapters (e.g. for a validation after saving)
+        import copy
+
+        model = copy.deepcopy(model).merge_and_unload()
+    bars = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()  # a shard bar per save is noise beside the run's own progress
+    try:
+        model.save_pretrained(folder)
+        tokenizer.save_pretrained(folder)
+    finally:
+        if bars:
+            hf_logging.enable_progress_bar()
+    return folder

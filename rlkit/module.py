@@ -10,11 +10,12 @@ from typing import Any
 import lightning as L
 import torch
 
-from rlkit.losses import policy_gradient_loss, selective_log_softmax
+from rlkit.losses import policy_gradient_loss
+from rlkit.reference import ReferencePolicy
 from rlkit.rewards import aggregate_rewards, check_judge_output
 from rlkit.rng import capture_rng_state, restore_rng_state
 from rlkit.rubric import Rubric
-from rlkit.sampling import SampledBatch, sample_completions
+from rlkit.sampling import SampledBatch, sample_completions, sequence_log_probs
 from rlkit.stats import nan_mean_std
 from rlkit.types import RewardBatch, Rollout
 
@@ -47,25 +48,15 @@ class TrainingSettings:
     gradient_clip_val: float | None
 
 
-def sequence_log_probs(model: Any, sampled: SampledBatch) -> torch.Tensor:
-    """Per-token log-probs of the completion tokens ``[N, C]`` under ``model``."""
-    logits = model(input_ids=sampled.input_ids, attention_mask=sampled.attention_mask).logits
-    # position t predicts token t+1: keep the logits that predict completion tokens only
-    logits = logits[:, sampled.prompt_length - 1:-1, :]
-    return selective_log_softmax(logits.float(), sampled.completion_ids)
-
-
 class RubricRLModule(L.LightningModule):
     """Manual optimisation; inner ``num_iterations`` updates happen inside ``training_step``."""
 
     def __init__(self, policy: Any, tokenizer: Any, rubric: Rubric, parts: RewardParts,
-                 settings: TrainingSettings, reference: Any | None = None) -> None:
+                 settings: TrainingSettings, reference: ReferencePolicy | None = None) -> None:
         super().__init__()
         self.automatic_optimization = False
         self.policy = policy
         self.reference = reference
-        if reference is not None:
-            reference.requires_grad_(False).eval()
         self.tokenizer = tokenizer
         self.rubric = rubric
         self.parts = parts
@@ -110,8 +101,7 @@ class RubricRLModule(L.LightningModule):
             mask = mask * (~sampled.truncated).float().unsqueeze(1)
         with torch.no_grad():
             old_logp = sequence_log_probs(self.policy, sampled) if s.num_iterations > 1 else None
-            ref_logp = (sequence_log_probs(self.reference, sampled)
-                        if s.beta > 0 and self.reference is not None else None)
+            ref_logp = self.reference.log_probs(self.policy, sampled) if self.reference is not None else None
         t3 = time.perf_counter()
         flat_adv = advantages.reshape(-1).to(self.device)
         for _ in range(s.num_iterations):
@@ -126,6 +116,8 @@ class RubricRLModule(L.LightningModule):
             if s.gradient_clip_val:
                 self.clip_gradients(opt, gradient_clip_val=s.gradient_clip_val, gradient_clip_algorithm="norm")
             opt.step()
+            if self.reference is not None:
+                self.reference.on_optimizer_step(self.policy)
         sched.step()
         t4 = time.perf_counter()
         metrics = self.step_metrics(batch, advantages, sampled)

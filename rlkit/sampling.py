@@ -9,7 +9,7 @@ from typing import Any
 import torch
 
 from rlkit.data import prompt_text
-from rlkit.losses import mask_after_eos, truncated_rows
+from rlkit.losses import mask_after_eos, selective_log_softmax, truncated_rows
 
 
 @dataclass
@@ -71,3 +71,11 @@ def sample_completions(model: Any, tokenizer: Any, records: Sequence[dict[str, A
     texts = [texts_flat[i * num_generations:(i + 1) * num_generations] for i in range(len(records))]
     return SampledBatch(out, attention, completion_mask, prompt_length, texts,
                         truncated_rows(completion, tokenizer.eos_token_id))
+
+
+def sequence_log_probs(model: Any, sampled: SampledBatch) -> torch.Tensor:
+    """Per-token log-probs of the completion tokens ``[N, C]`` under ``model``."""
+    logits = model(input_ids=sampled.input_ids, attention_mask=sampled.attention_mask).logits
+    # position t predicts token t+1: keep the logits that predict completion tokens only
+    logits = logits[:, sampled.prompt_length - 1:-1, :]
+    return selective_log_softmax(logits.float(), sampled.completion_ids)

@@ -125,3 +125,19 @@ def test_config_source_names_plugin_yaml(registry):
 def test_experiment_preset_overrides_globals(registry):
     cfg = compose_config(registry, ["experiment=quick"])
     assert cfg.num_generations == 4 and cfg.trainer.max_steps == 5
+
+
+@pytest.mark.parametrize(("overrides", "message"), [
+    (["model.reference=none"], r"model.reference \(.*tiny.yaml\): model.reference=none leaves no reference"),
+    (["model.reference=adapter_off"], "adapter_off needs LoRA adapters"),
+    (["model.lora.save=both"], r"model.lora.save"),
+    (["model.lora.r=-1"], r"model.lora.r"),
+])
+def test_reference_and_lora_settings_are_checked(registry, overrides, message):
+    with pytest.raises(ConfigError, match=message):
+        validate_config(compose_config(registry, overrides), registry, read_data=False)
+
+
+def test_reference_none_is_fine_without_kl(registry):
+    validate_config(compose_config(registry, ["model.reference=none", "objective.beta=0"]), registry)
+    validate_config(compose_config(registry, ["model.reference=adapter_off", "model.lora.r=8"]), registry)

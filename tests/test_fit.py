@@ -131,3 +131,31 @@ def test_resume_after_sigkill_reproduces_the_uninterrupted_metrics(tmp_path):
         compared = {key: v for key, v in straight[step].items() if not key.startswith(_TIMING_KEYS) and v != ""}
         assert len(compared) > 20
         assert {key: resumed[step][key] for key in compared} == compared, f"step {step} differs"
+
+
+def test_fit_with_lora_trains_adapters_only_against_the_adapter_off_reference(tmp_path, capsys):
+    from peft import PeftModel
+
+    from rlkit.models import build_tiny_policy, load_policy
+
+    src = build_tiny_policy(cache_dir=tmp_path / "models")
+    run_dir = tmp_path / "run"
+    code = main(["fit", "logger=csv", "trainer.max_steps=3", "batch_size=4", "num_generations=4",
+                 "model.lora.r=4", "model.lora.save=adapter", "optim.lr=0.05", f"model.name_or_path={src}",
+                 f"hydra.run.dir={run_dir}"])
+    assert code == 0, capsys.readouterr().err
+    rows = _metrics(run_dir)
+    assert len(rows) == 3 and all(torch.isfinite(torch.tensor(float(r["loss"]))) for r in rows)
+    assert float(rows[-1]["kl"]) > 0, "the adapter-off reference must differ from the trained policy"
+    assert (run_dir / "policy" / "adapter_config.json").is_file()
+    base, _ = load_policy(src)
+    original = {n: p.clone() for n, p in base.named_parameters()}
+    trained = PeftModel.from_pretrained(base, run_dir / "policy")
+    lora_b = [p for n, p in trained.named_parameters() if "lora_B" in n]
+    assert lora_b and any(p.abs().sum() > 0 for p in lora_b), "LoRA B starts at zero; training must move it"
+    for name, param in trained.get_base_model().named_parameters():
+        if "lora_" not in name:
+            key = name.replace(".base_layer", "")
+            assert torch.equal(param, original[key]), f"base weight {key} changed"
+    ckpt = torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=True)
+    assert not any(k.startswith("reference.") for k in ckpt["state_dict"]), "no second copy under LoRA"
