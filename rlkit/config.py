@@ -191,6 +191,7 @@ class OptimConfig(_Schema):
     weight_decay: float = pydantic.Field(default=0.0, ge=0)
     warmup_steps: int = pydantic.Field(default=0, ge=0)
     gradient_clip_val: float | None = pydantic.Field(default=1.0, gt=0)
+    gradient_accumulation_steps: int = pydantic.Field(default=1, ge=1)
 
 
 GROUP_SCHEMAS: dict[str, type[_Schema]] = {

@@ -54,7 +54,7 @@ def settings_from(cfg: DictConfig) -> TrainingSettings:
         epsilon_high=obj.epsilon_high, num_iterations=int(obj.num_iterations), loss_type=str(obj.loss_type),
         mask_truncated_completions=bool(obj.mask_truncated_completions), lr=float(optim.lr),
         weight_decay=float(optim.weight_decay), warmup_steps=int(optim.warmup_steps),
-        gradient_clip_val=optim.gradient_clip_val,
+        gradient_clip_val=optim.gradient_clip_val, gradient_accumulation_steps=int(optim.gradient_accumulation_steps),
     )
 
 

@@ -54,8 +54,15 @@ def policy_gradient_loss(
     epsilon_high: float | None = None,
     loss_type: LossType = "grpo",
     max_completion_length: int | None = None,
+    num_sequences: int | None = None,
+    num_tokens: float | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """Clipped-surrogate GRPO loss over ``[N, T]`` token log-probs; returns ``(loss, detached metrics)``."""
+    """Clipped-surrogate GRPO loss over ``[N, T]`` token log-probs; returns ``(loss, detached metrics)``.
+
+    For gradient accumulation over micro-batches of one rollout, pass the whole rollout's
+    ``num_sequences`` and ``num_tokens`` (masked tokens): the micro-batch losses then sum to the loss of
+    the whole rollout, for every ``loss_type``. By default both are this call's own.
+    """
     if beta > 0 and ref_logp is None:
         raise ValueError("beta > 0 needs ref_logp (the reference model's token log-probs)")
     if loss_type == "dr_grpo" and max_completion_length is None:
@@ -86,17 +93,19 @@ def policy_gradient_loss(
         per_token_loss = per_token_loss + beta * kl
     per_token_loss = per_token_loss * mask
 
+    n_seq = per_token_loss.size(0) if num_sequences is None else num_sequences
+    n_tok = mask.sum() if num_tokens is None else torch.as_tensor(num_tokens, dtype=logp.dtype)
     if loss_type == "grpo":
         # TRL / DeepSeekMath: mean over each sequence's tokens, then over sequences. clamp(min=1) keeps an
         # all-masked row at 0 (it still counts in N, as in TRL).
-        loss = (per_token_loss.sum(-1) / mask.sum(-1).clamp(min=1.0)).mean()
+        loss = (per_token_loss.sum(-1) / mask.sum(-1).clamp(min=1.0)).sum() / n_seq
     elif loss_type == "dr_grpo":
         # Dr. GRPO arXiv 2503.20783: a constant denominator removes the length bias of per-sequence means.
-        loss = per_token_loss.sum() / (per_token_loss.size(0) * max_completion_length)
+        loss = per_token_loss.sum() / (n_seq * max_completion_length)
     else:
         # bnpo, and DAPO's token-level loss (arXiv 2503.14476 §3.3): every token in the batch weighs the
-        # same. TRL's dapo divides by the token count of the whole accumulated batch; per call that is this.
-        loss = per_token_loss.sum() / mask.sum().clamp(min=1.0)
+        # same. TRL's dapo divides by the token count of the whole accumulated batch, as num_tokens does here.
+        loss = per_token_loss.sum() / n_tok.clamp(min=1.0)
 
     with torch.no_grad():
         # TRL clip metrics: a token counts as clipped only where the clamp actually removed its gradient.

@@ -15,7 +15,7 @@ from rlkit.reference import ReferencePolicy
 from rlkit.rewards import aggregate_rewards, check_judge_output
 from rlkit.rng import capture_rng_state, restore_rng_state
 from rlkit.rubric import Rubric
-from rlkit.sampling import SampledBatch, sample_completions, sequence_log_probs
+from rlkit.sampling import SampledBatch, micro_batches, sample_completions, sequence_log_probs
 from rlkit.stats import nan_mean_std
 from rlkit.types import RewardBatch, Rollout
 
@@ -46,6 +46,7 @@ class TrainingSettings:
     weight_decay: float
     warmup_steps: int
     gradient_clip_val: float | None
+    gradient_accumulation_steps: int = 1
 
 
 class RubricRLModule(L.LightningModule):
@@ -79,9 +80,6 @@ class RubricRLModule(L.LightningModule):
         return aggregate_rewards(raw, self.rubric, self.parts.scheduler, self.parts.aggregator, step)
 
     def training_step(self, records: list[dict[str, Any]], batch_idx: int) -> torch.Tensor:
-        s = self.settings
-        opt = self.optimizers()
-        sched = self.lr_schedulers()
         if self._rng_to_restore is not None:
             # Restored here, not at load time: nothing between the checkpointed step and this one draws
             # random numbers in an uninterrupted run, but Lightning's setup on resume might.
@@ -89,6 +87,7 @@ class RubricRLModule(L.LightningModule):
             self._rng_to_restore = None
         epoch, done = self._data_position
         self._data_position = (self.current_epoch, (done if epoch == self.current_epoch else 0) + len(records))
+        s = self.settings
         t0 = time.perf_counter()
         sampled = sample_completions(self.policy, self.tokenizer, records, s.num_generations,
                                      s.max_completion_length, s.temperature)
@@ -96,41 +95,69 @@ class RubricRLModule(L.LightningModule):
         batch = self.score(records, sampled, self.global_step)
         advantages = self.parts.estimator.advantages(batch)
         t2 = time.perf_counter()
+        loss, loss_metrics, t3 = self.policy_update(sampled, advantages.reshape(-1).to(self.device))
+        t4 = time.perf_counter()
+        metrics = self.step_metrics(batch, advantages, sampled)
+        metrics.update(loss_metrics)
+        n_tokens = float(sampled.completion_mask.sum())
+        metrics.update({
+            "loss": float(loss),
+            "time/generation": t1 - t0, "time/judge": t2 - t1, "time/logprob": t3 - t2, "time/optim": t4 - t3,
+            "time/step": t4 - t0, "tokens_per_sec": n_tokens / max(t4 - t0, 1e-9),
+            "lr": self.lr_schedulers().get_last_lr()[0],
+        })
+        self.log_dict(metrics, on_step=True, batch_size=len(records))
+        self.log("reward", metrics["reward/mean"], prog_bar=True, on_step=True, batch_size=len(records))
+        self.log("s/step", metrics["time/step"], prog_bar=True, on_step=True, batch_size=len(records))
+        return loss
+
+    def policy_update(self, sampled: SampledBatch, advantages: torch.Tensor,
+                      ) -> tuple[torch.Tensor, dict[str, float], float]:
+        """``num_iterations`` optimiser steps on one rollout, each accumulated over micro-batches.
+
+        Returns the last iteration's loss, its token-weighted loss metrics, and the time the no-grad
+        log-prob passes (old policy, reference) finished.
+        """
+        s = self.settings
+        opt, sched = self.optimizers(), self.lr_schedulers()
         mask = sampled.completion_mask.float()
         if s.mask_truncated_completions:
             mask = mask * (~sampled.truncated).float().unsqueeze(1)
+        chunks = micro_batches(sampled.input_ids.shape[0], s.gradient_accumulation_steps)
         with torch.no_grad():
-            old_logp = sequence_log_probs(self.policy, sampled) if s.num_iterations > 1 else None
-            ref_logp = self.reference.log_probs(self.policy, sampled) if self.reference is not None else None
-        t3 = time.perf_counter()
-        flat_adv = advantages.reshape(-1).to(self.device)
+            old_logp = (torch.cat([sequence_log_probs(self.policy, sampled.rows(c)) for c in chunks])
+                        if s.num_iterations > 1 else None)
+            ref_logp = (torch.cat([self.reference.log_probs(self.policy, sampled.rows(c)) for c in chunks])
+                        if self.reference is not None else None)
+        t_logprob = time.perf_counter()
+        # Micro-batch losses are normalised by the whole rollout's counts, so they sum to its loss and the
+        # accumulated gradient equals the one-pass gradient; metrics are token-weighted the same way.
+        num_tokens = float(mask.sum())
         for _ in range(s.num_iterations):
-            logp = sequence_log_probs(self.policy, sampled)
-            loss, loss_metrics = policy_gradient_loss(
-                logp, logp.detach() if old_logp is None else old_logp, ref_logp, flat_adv, mask,
-                beta=s.beta if ref_logp is not None else 0.0, epsilon=s.epsilon, epsilon_high=s.epsilon_high,
-                loss_type=s.loss_type, max_completion_length=s.max_completion_length,
-            )
             opt.zero_grad()
-            self.manual_backward(loss)
+            loss = torch.zeros((), device=self.device)
+            weighted: dict[str, torch.Tensor] = {}
+            for rows in chunks:
+                logp = sequence_log_probs(self.policy, sampled.rows(rows))
+                part, part_metrics = policy_gradient_loss(
+                    logp, logp.detach() if old_logp is None else old_logp[rows],
+                    None if ref_logp is None else ref_logp[rows], advantages[rows], mask[rows],
+                    beta=s.beta if ref_logp is not None else 0.0, epsilon=s.epsilon, epsilon_high=s.epsilon_high,
+                    loss_type=s.loss_type, max_completion_length=s.max_completion_length,
+                    num_sequences=len(advantages), num_tokens=num_tokens,
+                )
+                self.manual_backward(part)
+                loss = loss + part.detach()
+                share = mask[rows].sum() / max(num_tokens, 1.0)
+                for key, value in part_metrics.items():
+                    weighted[key] = weighted.get(key, 0.0) + value * share
             if s.gradient_clip_val:
                 self.clip_gradients(opt, gradient_clip_val=s.gradient_clip_val, gradient_clip_algorithm="norm")
             opt.step()
             if self.reference is not None:
                 self.reference.on_optimizer_step(self.policy)
         sched.step()
-        t4 = time.perf_counter()
-        metrics = self.step_metrics(batch, advantages, sampled)
-        metrics.update({k: float(v) for k, v in loss_metrics.items()})
-        n_tokens = float(sampled.completion_mask.sum())
-        metrics.update({
-            "loss": float(loss.detach()),
-            "time/generation": t1 - t0, "time/judge": t2 - t1, "time/logprob": t3 - t2, "time/optim": t4 - t3,
-            "tokens_per_sec": n_tokens / max(t4 - t0, 1e-9), "lr": sched.get_last_lr()[0],
-        })
-        self.log_dict(metrics, on_step=True, batch_size=len(records))
-        self.log("reward", metrics["reward/mean"], prog_bar=True, on_step=True, batch_size=len(records))
-        return loss.detach()
+        return loss, {k: float(v) for k, v in weighted.items()}, t_logprob
 
     def step_metrics(self, batch: RewardBatch, advantages: torch.Tensor, sampled: SampledBatch) -> dict[str, float]:
         """Reward, per-dimension and advantage statistics of one step (all floats)."""

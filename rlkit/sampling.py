@@ -35,6 +35,17 @@ class SampledBatch:
     def completion_token_counts(self) -> torch.Tensor:
         return self.completion_mask.sum(dim=1)
 
+    def rows(self, rows: slice) -> SampledBatch:
+        """The sequences ``rows`` of the flat ``[B*G]`` axis, for micro-batched passes (texts left out)."""
+        return SampledBatch(self.input_ids[rows], self.attention_mask[rows], self.completion_mask[rows],
+                            self.prompt_length, [], self.truncated[rows])
+
+
+def micro_batches(num_rows: int, num_chunks: int) -> list[slice]:
+    """``num_rows`` split into at most ``num_chunks`` contiguous, nearly equal slices."""
+    size = -(-num_rows // max(1, min(num_chunks, num_rows)))
+    return [slice(start, min(start + size, num_rows)) for start in range(0, num_rows, size)]
+
 
 def render_prompt(prompt: str | Sequence[dict[str, str]], tokenizer: Any) -> str:
     """Chat messages go through the tokenizer's chat template when it has one."""

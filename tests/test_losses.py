@@ -242,3 +242,28 @@ def test_mask_after_eos_and_truncated_rows():
         [1, 1, 0, 0], [1, 1, 1, 1], [1, 0, 0, 0], [1, 1, 1, 1],
     ]))
     assert torch.equal(truncated_rows(ids, eos), torch.tensor([False, True, False, False]))
+
+
+@pytest.mark.parametrize("loss_type", ["grpo", "dr_grpo", "dapo", "bnpo"])
+def test_micro_batch_losses_sum_to_the_whole_rollout(loss_type):
+    torch.manual_seed(0)
+    n, t = 6, 5
+    base = torch.randn(n, t)
+    old, ref, adv = base + 0.1 * torch.randn(n, t), base + 0.2 * torch.randn(n, t), torch.randn(n)
+    mask = (torch.rand(n, t) > 0.3).float()
+    mask[2] = 0  # an empty row still counts as a sequence
+    kwargs = {"beta": 0.04, "loss_type": loss_type, "max_completion_length": t}
+
+    whole_logp = base.clone().requires_grad_(True)
+    whole, _ = policy_gradient_loss(whole_logp, old, ref, adv, mask, **kwargs)
+    whole.backward()
+
+    split_logp = base.clone().requires_grad_(True)
+    total = torch.zeros(())
+    for rows in (slice(0, 2), slice(2, 4), slice(4, 6)):
+        part, _ = policy_gradient_loss(split_logp[rows], old[rows], ref[rows], adv[rows], mask[rows],
+                                       num_sequences=n, num_tokens=float(mask.sum()), **kwargs)
+        part.backward()
+        total = total + part.detach()
+    assert torch.allclose(total, whole.detach(), atol=1e-6)
+    assert torch.allclose(split_logp.grad, whole_logp.grad, atol=1e-7)
