@@ -10,6 +10,7 @@ import lightning as L
 from lightning.pytorch.callbacks import ModelCheckpoint
 from omegaconf import DictConfig, OmegaConf
 
+from rlkit.callbacks import SampleLogger
 from rlkit.config import ValidatedConfig
 from rlkit.module import RewardParts, RubricRLModule, TrainingSettings
 
@@ -84,7 +85,10 @@ def fit(validated: ValidatedConfig, run_dir: Path) -> dict[str, Any]:
     trainer_kwargs = OmegaConf.to_container(cfg.trainer, resolve=True)
     checkpoints = ModelCheckpoint(dirpath=str(run_dir / "checkpoints"), save_last=True, save_top_k=0,
                                   every_n_train_steps=int(cfg.checkpoint_every))
-    trainer = L.Trainer(default_root_dir=str(run_dir), logger=logger, num_sanity_val_steps=0, callbacks=[checkpoints],
+    samples = SampleLogger(int(cfg.log_samples.every), int(cfg.log_samples.rows), run_dir / "samples.jsonl",
+                           validated.rubric)
+    trainer = L.Trainer(default_root_dir=str(run_dir), logger=logger, num_sanity_val_steps=0,
+                        callbacks=[checkpoints, samples],
                         check_val_every_n_epoch=None,
                         val_check_interval=None, enable_model_summary=False, **trainer_kwargs)
     try:

@@ -10,6 +10,7 @@ from typing import Any
 import lightning as L
 import torch
 
+from rlkit.callbacks import RolloutSnapshot
 from rlkit.losses import policy_gradient_loss
 from rlkit.reference import ReferencePolicy
 from rlkit.rewards import aggregate_rewards, check_judge_output
@@ -68,6 +69,7 @@ class RubricRLModule(L.LightningModule):
         # (epoch, prompts trained on in it): where the data sampler resumes from a checkpoint
         self._data_position = (0, 0)
         self._rng_to_restore: dict[str, Any] | None = None
+        self.last_rollout: RolloutSnapshot | None = None  # read by callbacks (sample tables)
 
     # --- pipeline pieces -----------------------------------------------------------------------
 
@@ -95,6 +97,8 @@ class RubricRLModule(L.LightningModule):
         batch = self.score(records, sampled, self.global_step)
         advantages = self.parts.estimator.advantages(batch)
         t2 = time.perf_counter()
+        self.last_rollout = RolloutSnapshot(self.global_step, records, sampled.texts, batch.raw_scores,
+                                            batch.rewards, advantages)
         loss, loss_metrics, t3 = self.policy_update(sampled, advantages.reshape(-1).to(self.device))
         t4 = time.perf_counter()
         metrics = self.step_metrics(batch, advantages, sampled)

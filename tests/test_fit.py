@@ -89,6 +89,13 @@ def test_multirun_gives_each_job_its_own_wandb_offline_run(tmp_path, capsys):
     assert capsys.readouterr().out.count("final held-out mean normalised reward") == 2
     runs = sorted(sweep.glob("*/wandb/offline-run-*"))
     assert len(runs) == 2 and runs[0].parent.parent != runs[1].parent.parent
+    for run in runs:  # step 0 logs the sample table (log_samples.every divides 0)
+        (table,) = run.glob("files/media/table/samples_*.table.json")
+        content = json.loads(table.read_text())
+        assert content["columns"][:5] == ["step", "prompt", "completion", "reward", "advantage"]
+        assert len(content["data"]) == 4  # batch_size 2 × num_generations 2, under the 16-row limit
+        lines = (run.parent.parent / "samples.jsonl").read_text().splitlines()
+        assert len(lines) == 4 and "correctness" in json.loads(lines[0])
 
 
 def _metric_rows_by_step(run_dir: Path) -> dict[int, dict[str, str]]:
