@@ -265,12 +265,11 @@ def _plugin_node(registry: Registry, cfg: DictConfig, group: str) -> tuple[str, 
 
 
 def check_model_path(model: ModelConfig) -> None:
-    """A local model path must exist and hold a Hugging Face config; hub ids are left to the loader."""
-    from rlkit.models import check_model_directory
+    """The model must be a local directory with a Hugging Face config, or a hub id in the local HF cache."""
+    from rlkit.models import locate_model
 
-    ref = model.name_or_path
-    if ref is not None and (ref.startswith(("/", "./", "../", "~")) or Path(ref).expanduser().exists()):
-        check_model_directory(ref)
+    if model.name_or_path is not None:
+        locate_model(model.name_or_path)
 
 
 def _check_reference(registry: Registry, cfg: DictConfig, model: ModelConfig, objective: Any) -> None:

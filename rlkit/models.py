@@ -159,11 +159,37 @@ def check_model_directory(name_or_path: str | Path) -> Path:
     return path
 
 
+def _looks_like_path(ref: str) -> bool:
+    return ref.startswith(("/", "./", "../", "~")) or Path(ref).expanduser().exists()
+
+
+def locate_model(name_or_path: str | Path) -> Path:
+    """A local model directory, or a hub id's snapshot in the local Hugging Face cache; never the network."""
+    ref = str(name_or_path)
+    if _looks_like_path(ref):
+        return check_model_directory(ref)
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import HFValidationError, LocalEntryNotFoundError
+
+    try:
+        folder = snapshot_download(ref, local_files_only=True)
+    except HFValidationError:
+        raise ConfigError("no such model directory, and not a valid hub id", f"model.name_or_path ({ref})") from None
+    except (LocalEntryNotFoundError, FileNotFoundError):
+        from huggingface_hub.constants import HF_HUB_CACHE
+
+        raise ConfigError(f"no such directory, and hub id {ref!r} is not in the local Hugging Face cache "
+                          f"({HF_HUB_CACHE}); rlkit never downloads at run time: fetch it beforehand "
+                          f"(`hf download {ref}`) or pass a directory", "model.name_or_path") from None
+    return check_model_directory(folder)
+
+
 def load_policy(name_or_path: str | Path, dtype: str = "float32") -> tuple[Any, Any]:
-    """Load a causal LM and its left-padding tokenizer from a local model directory (never the hub)."""
+    """Load a causal LM and its left-padding tokenizer from a local directory or the local HF cache (never the
+    network)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    path = check_model_directory(name_or_path)
+    path = locate_model(name_or_path)
     if dtype not in _DTYPES:
         raise ConfigError(f"unknown dtype {dtype!r}; expected one of {', '.join(_DTYPES)}", "model.dtype")
     model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, local_files_only=True)
@@ -178,10 +204,11 @@ def load_policy(name_or_path: str | Path, dtype: str = "float32") -> tuple[Any, 
 
 def resolve_policy_path(name_or_path: str | Path | None, spec: TinyPolicySpec | None = None,
                         cache_dir: Path | str | None = None) -> Path:
-    """The configured model directory, or the built (cached) tiny policy when it is None."""
+    """The configured model's local directory (a hub id resolved in the local HF cache), or the built (cached)
+    tiny policy when it is None."""
     if name_or_path is None:
         return build_tiny_policy(spec, cache_dir)
-    return Path(name_or_path).expanduser()
+    return locate_model(name_or_path)
 
 
 def apply_lora(model: Any, lora: Any) -> Any:

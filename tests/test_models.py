@@ -149,8 +149,11 @@ def test_load_missing_path_raises_config_error(tmp_path: Path) -> None:
     assert err.value.where == f"model.name_or_path ({missing})"
 
 
-def test_load_rejects_hub_ids_and_bad_dtype(built: Path, tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="no such model directory"):
+def test_load_rejects_uncached_hub_ids_and_bad_dtype(built: Path, tmp_path: Path, monkeypatch) -> None:
+    import huggingface_hub.constants
+
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "empty-hub"))
+    with pytest.raises(ConfigError, match="never downloads"):
         load_policy("Qwen/Qwen2.5-0.5B")  # never a hub download
     with pytest.raises(ConfigError, match="no config.json"):
         load_policy(tmp_path)
@@ -160,4 +163,28 @@ def test_load_rejects_hub_ids_and_bad_dtype(built: Path, tmp_path: Path) -> None
 
 def test_resolve_policy_path(tmp_path: Path) -> None:
     assert resolve_policy_path(None, TinyPolicySpec(), tmp_path) == build_tiny_policy(TinyPolicySpec(), tmp_path)
-    assert resolve_policy_path("/some/model") == Path("/some/model")
+    with pytest.raises(ConfigError, match="no such model directory"):
+        resolve_policy_path("/some/model")
+
+
+def _fake_hub_cache(cache: Path, repo_id: str, model_dir: Path) -> Path:
+    """The layout huggingface_hub writes: models--org--name/{snapshots/<rev>/..., refs/main}."""
+    revision = "0123456789abcdef0123456789abcdef01234567"
+    repo = cache / f"models--{repo_id.replace('/', '--')}"
+    shutil.copytree(model_dir, repo / "snapshots" / revision)
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / "main").write_text(revision)
+    return repo / "snapshots" / revision
+
+
+def test_hub_id_loads_from_the_local_hf_cache_only(tmp_path: Path, monkeypatch) -> None:
+    import huggingface_hub.constants
+
+    cache = tmp_path / "hub"
+    snapshot = _fake_hub_cache(cache, "rlkit-test/tiny", build_tiny_policy(TinyPolicySpec(), tmp_path / "built"))
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(cache))
+    assert resolve_policy_path("rlkit-test/tiny") == snapshot
+    model, tokenizer = load_policy("rlkit-test/tiny")
+    assert model.config.vocab_size == len(tokenizer)
+    with pytest.raises(ConfigError, match=r"hub id 'rlkit-test/absent' is not in the local Hugging Face cache"):
+        load_policy("rlkit-test/absent")
