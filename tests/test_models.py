@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import shutil
 from pathlib import Path
@@ -188,3 +189,17 @@ def test_hub_id_loads_from_the_local_hf_cache_only(tmp_path: Path, monkeypatch) 
     assert model.config.vocab_size == len(tokenizer)
     with pytest.raises(ConfigError, match=r"hub id 'rlkit-test/absent' is not in the local Hugging Face cache"):
         load_policy("rlkit-test/absent")
+
+
+def test_chat_prompts_use_the_tokenizer_chat_template(policy) -> None:
+    from rlkit.sampling import render_prompt, sample_completions
+
+    _, tokenizer = policy
+    messages = [{"role": "system", "content": "add"}, {"role": "user", "content": "2+2="}]
+    assert render_prompt(messages, tokenizer) == "system: add\nuser: 2+2="  # no template: plain text
+    tokenizer = copy.deepcopy(tokenizer)
+    tokenizer.chat_template = ("{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}\n{% endfor %}"
+                               "{% if add_generation_prompt %}<assistant>{% endif %}")
+    assert render_prompt(messages, tokenizer) == "<system>add\n<user>2+2=\n<assistant>"
+    sampled = sample_completions(policy[0], tokenizer, [{"prompt": messages}, {"prompt": "1+1="}], 2, 4)
+    assert len(sampled.texts) == 2 and all(len(t) == 2 for t in sampled.texts)
