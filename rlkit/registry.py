@@ -17,14 +17,20 @@ hookimpl = pluggy.HookimplMarker("rlkit")
 
 ENTRY_POINT_GROUP = "rlkit"
 
-# Built-in plugins, registered explicitly (as pytest does with its default plugins); they use
-# only rlkit's public API, exactly as a third-party plugin would.
-BUILTIN_PLUGINS: tuple[str, ...] = (
-    "rlkit_plugins.judges.rule",
-    "rlkit_plugins.aggregators.weighted_sum",
-    "rlkit_plugins.advantages.grpo",
-    "rlkit_plugins.weights.constant",
-)
+BUILTIN_PACKAGE = "rlkit_plugins"
+
+
+def builtin_plugin_modules() -> tuple[str, ...]:
+    """Every module under ``rlkit_plugins/<kind>/``, sorted: the built-in plugins.
+
+    Found by walking the package, so adding a built-in plugin means adding its module (and YAML), never
+    editing a list here. They use only rlkit's public API, exactly as a third-party plugin would.
+    """
+    import pkgutil
+
+    package = importlib.import_module(BUILTIN_PACKAGE)
+    return tuple(sorted(info.name for info in pkgutil.walk_packages(package.__path__, f"{BUILTIN_PACKAGE}.")
+                        if not info.ispkg))
 
 
 @dataclass(frozen=True)
@@ -70,10 +76,10 @@ class PluginEntry:
 
 
 def create_plugin_manager(*, entry_points: bool = True, extra: Iterable[object] = ()) -> pluggy.PluginManager:
-    """Built-ins from ``BUILTIN_PLUGINS``, then ``extra`` objects, then the ``rlkit`` entry points."""
+    """Built-ins from ``rlkit_plugins``, then ``extra`` objects, then the ``rlkit`` entry points."""
     pm = pluggy.PluginManager("rlkit")
     pm.add_hookspecs(hookspecs)
-    for module_name in BUILTIN_PLUGINS:
+    for module_name in builtin_plugin_modules():
         pm.register(importlib.import_module(module_name), name=module_name)
     for plugin in extra:
         pm.register(plugin)
@@ -90,7 +96,7 @@ def _provider_names(pm: pluggy.PluginManager) -> dict[int, str]:
         if id(plugin) in names:
             continue
         plugin_name = pm.get_name(plugin) or ""
-        if plugin_name in BUILTIN_PLUGINS:
+        if plugin_name.startswith(f"{BUILTIN_PACKAGE}."):
             names[id(plugin)] = "rlkit"
         elif plugin_name and not plugin_name.isdigit():
             names[id(plugin)] = plugin_name
