@@ -1,0 +1,43 @@
+"""The host's diagnostics on hand-made groups."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from rlkit.diagnostics import (
+    conflict_rate,
+    distinct_values_per_group,
+    saturated_groups,
+    saturation_share,
+    unique_counts,
+)
+
+nan = math.nan
+
+
+def test_unique_counts_and_saturation_ignore_nan():
+    scores = torch.tensor([[[1.0, 0.0], [1.0, 0.5], [nan, 1.0]],
+                           [[0.0, nan], [1.0, nan], [1.0, nan]]])
+    assert unique_counts(scores).tolist() == [[1, 3], [2, 0]]
+    assert saturated_groups(scores).tolist() == [[True, False], [False, True]]
+
+
+def test_majority_share_catches_one_outlier():
+    col = torch.tensor([1.0] * 7 + [0.0]).view(1, 8, 1)
+    assert not saturated_groups(col)[0, 0], "two values: not saturated by the strict rule"
+    assert saturated_groups(col, majority_share=0.85)[0, 0], "7 of 8 identical: saturated at 0.85"
+    assert saturation_share(col, majority_share=0.9).tolist() == [0.0]
+
+
+def test_conflict_rate_counts_opposite_orders():
+    # dims agree on (0,1), conflict on (0,2) and (1,2): 2 of 3 pairs
+    scores = torch.tensor([[[1.0, 1.0], [0.5, 0.5], [0.0, 2.0]]])
+    assert abs(conflict_rate(scores) - 2 / 3) < 1e-6
+    assert conflict_rate(torch.tensor([[[1.0, nan], [0.0, 1.0]]])) == 0.0, "NaN takes no side"
+    assert math.isnan(conflict_rate(torch.zeros(2, 1, 3)))
+
+
+def test_distinct_values_per_group():
+    assert distinct_values_per_group(torch.tensor([[1.0, 1.0, -1.0], [0.0, 0.0, nan]])).tolist() == [2, 1]
