@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import importlib.resources
 import re
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -272,6 +273,20 @@ def check_model_path(model: ModelConfig) -> None:
         locate_model(model.name_or_path)
 
 
+def _check_reward_path(cfg: DictConfig, result: ValidatedConfig) -> None:
+    from rlkit.rewards import SCORE_NORMALIZATIONS
+
+    normalization = cfg.get("score_normalization", "range")
+    if normalization not in SCORE_NORMALIZATIONS:
+        raise ConfigError(f"must be one of {', '.join(SCORE_NORMALIZATIONS)}, got {normalization!r}",
+                          "score_normalization")
+    estimator = result.plugins.get("advantage_estimator")
+    aggregator = result.plugin_names.get("aggregator")
+    if getattr(estimator, "ignores_aggregator", False) and aggregator not in (None, "weighted_sum"):
+        warnings.warn(f"advantage={result.plugin_names['advantage_estimator']} forms advantages from the "
+                      f"dimensions directly; aggregator={aggregator} only feeds the logged reward", stacklevel=2)
+
+
 def _check_reference(registry: Registry, cfg: DictConfig, model: ModelConfig, objective: Any) -> None:
     if model.reference == "none" and objective.beta > 0:
         raise ConfigError(f"model.reference=none leaves no reference for the KL term of objective.beta="
@@ -307,6 +322,7 @@ def validate_config(cfg: DictConfig, registry: Registry, *, read_data: bool = Tr
         result.plugin_names[kind.key] = entry.name
     check_model_path(parts["model"])
     _check_reference(registry, cfg, parts["model"], parts["objective"])
+    _check_reward_path(cfg, result)
     data: Any = parts["data"]
     if data.path is not None:
         if read_data:

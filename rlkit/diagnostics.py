@@ -7,19 +7,23 @@ All functions take normalised scores ``[B, G, D]`` (NaN = not scored) and ignore
 
 from __future__ import annotations
 
+import math
+from collections import deque
+
 import torch
 
 
 def unique_counts(scores: torch.Tensor, decimals: int = 6) -> torch.Tensor:
     """``[B, D]``: the number of distinct non-NaN values of each dimension within each group."""
-    b, _, d = scores.shape
     rounded = torch.round(scores, decimals=decimals)
-    out = torch.zeros(b, d, dtype=torch.long)
-    for i in range(b):
-        for j in range(d):
-            col = rounded[i, :, j]
-            out[i, j] = torch.unique(col[~torch.isnan(col)]).numel()
-    return out
+    valid = ~torch.isnan(rounded)
+    # NaN sorts last; a new value starts wherever a valid entry differs from the previous one
+    ordered, _ = torch.sort(torch.where(valid, rounded, torch.full_like(rounded, float("inf"))), dim=1)
+    n_valid = valid.sum(dim=1)
+    position = torch.arange(scores.shape[1]).view(1, -1, 1)
+    starts = torch.ones_like(ordered, dtype=torch.bool)
+    starts[:, 1:] = ordered[:, 1:] != ordered[:, :-1]
+    return (starts & (position < n_valid.unsqueeze(1))).sum(dim=1)
 
 
 def saturated_groups(scores: torch.Tensor, majority_share: float = 1.0, decimals: int = 6) -> torch.Tensor:
@@ -30,19 +34,20 @@ def saturated_groups(scores: torch.Tensor, majority_share: float = 1.0, decimals
     completions reaches ``majority_share``. The second form catches "one different, the rest
     identical", which a std threshold misses because one outlier keeps the std high.
     """
-    b, _, d = scores.shape
+    saturated = unique_counts(scores, decimals) <= 1
+    if majority_share >= 1.0:
+        return saturated
     rounded = torch.round(scores, decimals=decimals)
-    out = torch.zeros(b, d, dtype=torch.bool)
+    b, _, d = scores.shape
     for i in range(b):
         for j in range(d):
+            if saturated[i, j]:
+                continue
             col = rounded[i, :, j]
             col = col[~torch.isnan(col)]
-            if col.numel() <= 1:
-                out[i, j] = True
-                continue
             _, counts = torch.unique(col, return_counts=True)
-            out[i, j] = counts.numel() == 1 or float(counts.max()) / col.numel() >= majority_share
-    return out
+            saturated[i, j] = float(counts.max()) / col.numel() >= majority_share
+    return saturated
 
 
 def saturation_share(scores: torch.Tensor, majority_share: float = 1.0) -> torch.Tensor:
@@ -70,3 +75,52 @@ def distinct_values_per_group(values: torch.Tensor, decimals: int = 5) -> torch.
     """``[B]``: distinct values in each group of ``[B, G]`` (e.g. advantages), NaN left out."""
     rounded = torch.round(values, decimals=decimals)
     return torch.tensor([torch.unique(row[~torch.isnan(row)]).numel() for row in rounded], dtype=torch.long)
+
+
+class ConflictWatch:
+    """Flags, once, when the dimension-conflict rate averaged over the last ``window`` steps passes
+    ``threshold`` (defaults: 50 steps, 20%)."""
+
+    def __init__(self, window: int = 50, threshold: float = 0.2) -> None:
+        self.window, self.threshold = window, threshold
+        self.recent: deque[float] = deque(maxlen=window)
+        self.raised = False
+
+    @property
+    def mean(self) -> float:
+        return sum(self.recent) / len(self.recent) if self.recent else float("nan")
+
+    def update(self, rate: float) -> bool:
+        """Record one step's rate; True the first time a full window's mean exceeds the threshold."""
+        if not math.isnan(rate):
+            self.recent.append(rate)
+        if self.raised or len(self.recent) < self.window or self.mean <= self.threshold:
+            return False
+        self.raised = True
+        return True
+
+
+class RunningMeans:
+    """Means of per-step float metrics over the whole run and over the last ``tail`` steps, for the
+    end-of-run summary."""
+
+    def __init__(self, tail: int = 10) -> None:
+        self.sums: dict[str, float] = {}
+        self.counts: dict[str, int] = {}
+        self.recent: dict[str, deque[float]] = {}
+        self.tail = tail
+
+    def update(self, metrics: dict[str, float]) -> None:
+        for key, value in metrics.items():
+            if math.isnan(value):
+                continue
+            self.sums[key] = self.sums.get(key, 0.0) + value
+            self.counts[key] = self.counts.get(key, 0) + 1
+            self.recent.setdefault(key, deque(maxlen=self.tail)).append(value)
+
+    def mean(self, key: str) -> float:
+        return self.sums[key] / self.counts[key] if self.counts.get(key) else float("nan")
+
+    def last(self, key: str) -> float:
+        values = self.recent.get(key)
+        return sum(values) / len(values) if values else float("nan")

@@ -78,7 +78,9 @@ def fit(validated: ValidatedConfig, run_dir: Path) -> dict[str, Any]:
     parts = RewardParts(judge=validated.plugins["judge"], judge_name=validated.plugin_names["judge"],
                         aggregator=validated.plugins["aggregator"],
                         estimator=validated.plugins["advantage_estimator"],
-                        scheduler=validated.plugins["weight_scheduler"])
+                        scheduler=validated.plugins["weight_scheduler"],
+                        aggregator_name=validated.plugin_names["aggregator"],
+                        score_normalization=str(cfg.get("score_normalization", "range")))
     module = RubricRLModule(policy, tokenizer, validated.rubric, parts, settings, reference)
     datamodule = PromptDataModule(validated.data, batch_size=int(cfg.batch_size), seed=int(cfg.seed))
     logger = make_logger(cfg, run_dir)
@@ -103,7 +105,23 @@ def fit(validated: ValidatedConfig, run_dir: Path) -> dict[str, Any]:
 
             wandb.finish()
     final_dir = save_policy(policy, tokenizer, run_dir / "policy", lora.save)
-    return {"start": start, "end": end, "policy_dir": str(final_dir), "steps": trainer.global_step}
+    return {"start": start, "end": end, "policy_dir": str(final_dir), "steps": trainer.global_step,
+            "diagnostics": module.diagnostics}
+
+
+def diagnostics_table(diagnostics: Any, dimensions: list[str]) -> Any:
+    """Per-dimension training diagnostics: over the run, and over its last steps."""
+    from rich.table import Table
+
+    table = Table(title=f"training diagnostics (run mean · last {diagnostics.tail} steps)")
+    for column in ("dimension", "mean", "saturated groups", "unique/group", "weight"):
+        table.add_column(column, justify="left" if column == "dimension" else "right")
+    for name in dimensions:
+        key = f"rewards/{name}"
+        table.add_row(name, *(f"{diagnostics.mean(k):.3f} · {diagnostics.last(k):.3f}" for k in
+                              (f"{key}/mean", f"{key}/saturated_groups", f"{key}/unique_per_group",
+                               f"weights/{name}")))
+    return table
 
 
 def print_summary(summary: dict[str, Any], validated: ValidatedConfig) -> None:
@@ -120,5 +138,12 @@ def print_summary(summary: dict[str, Any], validated: ValidatedConfig) -> None:
         table.add_row(key, f"{a:.3f}", f"{b:.3f}", f"{b - a:+.3f}")
     console = Console(highlight=False, width=None if sys.stdout.isatty() else 120)
     console.print(table)
+    diagnostics = summary.get("diagnostics")
+    if diagnostics is not None and diagnostics.counts:
+        console.print(diagnostics_table(diagnostics, rubric.dimension_names))
+        console.print(
+            f"dimension conflict rate {diagnostics.mean('dimension_conflict_rate'):.3f} · zero-advantage groups "
+            f"{diagnostics.mean('advantages/frac_zero_groups'):.3f} · distinct advantages per group "
+            f"{diagnostics.mean('advantages/distinct_per_group'):.2f} (means over the run)")
     console.print(f"final held-out mean normalised reward: {summary['end']['reward']:.4f}")
     console.print(f"policy saved to {summary['policy_dir']}")

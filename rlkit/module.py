@@ -9,8 +9,17 @@ from typing import Any
 
 import lightning as L
 import torch
+from lightning.pytorch.utilities import rank_zero_warn
 
 from rlkit.callbacks import RolloutSnapshot
+from rlkit.diagnostics import (
+    ConflictWatch,
+    RunningMeans,
+    conflict_rate,
+    distinct_values_per_group,
+    saturated_groups,
+    unique_counts,
+)
 from rlkit.losses import policy_gradient_loss
 from rlkit.reference import ReferencePolicy
 from rlkit.rewards import aggregate_rewards, check_judge_output
@@ -30,6 +39,8 @@ class RewardParts:
     aggregator: Any
     estimator: Any
     scheduler: Any
+    aggregator_name: str = ""
+    score_normalization: str = "range"
 
 
 @dataclass
@@ -70,6 +81,8 @@ class RubricRLModule(L.LightningModule):
         self._data_position = (0, 0)
         self._rng_to_restore: dict[str, Any] | None = None
         self.last_rollout: RolloutSnapshot | None = None  # read by callbacks (sample tables)
+        self.conflict_watch = ConflictWatch()
+        self.diagnostics = RunningMeans()
 
     # --- pipeline pieces -----------------------------------------------------------------------
 
@@ -79,7 +92,8 @@ class RubricRLModule(L.LightningModule):
                           completion_token_counts=sampled.completion_token_counts.view(len(records), g).cpu())
         raw = check_judge_output(self.parts.judge.score(rollout, self.rubric), rollout, self.rubric,
                                  self.parts.judge_name)
-        return aggregate_rewards(raw, self.rubric, self.parts.scheduler, self.parts.aggregator, step)
+        return aggregate_rewards(raw, self.rubric, self.parts.scheduler, self.parts.aggregator, step,
+                                 self.parts.score_normalization)
 
     def training_step(self, records: list[dict[str, Any]], batch_idx: int) -> torch.Tensor:
         if self._rng_to_restore is not None:
@@ -164,25 +178,39 @@ class RubricRLModule(L.LightningModule):
         return loss, {k: float(v) for k, v in weighted.items()}, t_logprob
 
     def step_metrics(self, batch: RewardBatch, advantages: torch.Tensor, sampled: SampledBatch) -> dict[str, float]:
-        """Reward, per-dimension and advantage statistics of one step (all floats)."""
+        """Reward, per-dimension, advantage and conflict statistics of one step (all floats)."""
         rewards = batch.rewards
         assert rewards is not None
         mean, std, _ = nan_mean_std(rewards.reshape(-1), dim=0)
         _, group_std, group_n = nan_mean_std(rewards, dim=1)
+        conflicts = conflict_rate(batch.scores)
         out = {
             "reward/mean": float(mean), "reward/std": float(std),
             "frac_zero_std_groups": float(((group_std == 0) | (group_n < 2)).float().mean()),
             "unscored_completions": float(torch.isnan(rewards).sum()),
             "advantages/mean": float(advantages.mean()), "advantages/std": float(advantages.std()),
             "advantages/frac_zero": float((advantages == 0).float().mean()),
+            "advantages/frac_zero_groups": float((advantages == 0).all(dim=1).float().mean()),
+            "advantages/distinct_per_group": float(distinct_values_per_group(advantages).float().mean()),
+            "dimension_conflict_rate": conflicts,
             "completion_length": float(sampled.completion_token_counts.float().mean()),
             "frac_truncated": float(sampled.truncated.float().mean()),
         }
+        unique = unique_counts(batch.scores).float().mean(dim=0)
+        saturated = saturated_groups(batch.scores).float().mean(dim=0)
         for i, name in enumerate(self.rubric.dimension_names):
             d_mean, d_std, _ = nan_mean_std(batch.raw_scores[..., i].reshape(-1), dim=0)
             out[f"rewards/{name}/mean"] = float(d_mean)
             out[f"rewards/{name}/std"] = float(d_std)
+            out[f"rewards/{name}/unique_per_group"] = float(unique[i])
+            out[f"rewards/{name}/saturated_groups"] = float(saturated[i])
             out[f"weights/{name}"] = float(batch.weights[i])
+        if self.conflict_watch.update(conflicts) and self.parts.aggregator_name == "weighted_sum":
+            rank_zero_warn(
+                f"dimensions order completions oppositely in {self.conflict_watch.mean:.0%} of pairs (mean of "
+                f"the last {self.conflict_watch.window} steps); a weighted sum then trades one for another at "
+                "random. Consider aggregator=lexicographic (priorities) or advantage=gdpo.")
+        self.diagnostics.update(out)
         return out
 
     # --- held-out evaluation -------------------------------------------------------------------

@@ -39,6 +39,34 @@ def normalize_scores(raw: torch.Tensor, rubric: Rubric) -> torch.Tensor:
     return (raw - low) / (high - low)
 
 
+def quantile_normalize(scores: torch.Tensor) -> torch.Tensor:
+    """Each dimension replaced by its quantile within the batch: (average rank − 1)/(n − 1) over its scored
+    entries, so dimensions with very different spreads (a format score stuck near 1, a noisy quality score)
+    reach the aggregator on the same footing. NaN stays NaN; a dimension scored once or constant gets 0.5."""
+    out = torch.full_like(scores, float("nan"))
+    flat, flat_out = scores.reshape(-1, scores.shape[-1]), out.view(-1, scores.shape[-1])
+    for j in range(flat.shape[1]):
+        col = flat[:, j]
+        valid = ~torch.isnan(col)
+        values = col[valid]
+        n = values.numel()
+        if n == 0:
+            continue
+        if n == 1:
+            flat_out[valid, j] = 0.5
+            continue
+        # average rank of ties: (#less + (#equal + 1)/2), computed by comparison (n is at most B·G)
+        less = (values.unsqueeze(1) > values.unsqueeze(0)).sum(dim=1).to(scores.dtype)
+        equal = (values.unsqueeze(1) == values.unsqueeze(0)).sum(dim=1).to(scores.dtype)
+        rank = less + (equal + 1) / 2
+        q = (rank - 1) / (n - 1)
+        flat_out[valid, j] = torch.where(equal == n, torch.full_like(q, 0.5), q)
+    return out
+
+
+SCORE_NORMALIZATIONS = ("range", "quantile")
+
+
 def apply_conditions(raw: torch.Tensor, rubric: Rubric) -> torch.Tensor:
     """Mask (NaN) a conditional dimension wherever its condition is not met.
 
@@ -58,14 +86,19 @@ def apply_conditions(raw: torch.Tensor, rubric: Rubric) -> torch.Tensor:
 
 
 def aggregate_rewards(raw: torch.Tensor, rubric: Rubric, scheduler: Any, aggregator: Any,
-                      step: int = 0) -> RewardBatch:
+                      step: int = 0, normalization: str = "range") -> RewardBatch:
     """Judge scores → the RewardBatch every estimator and preference constructor receives.
 
-    Conditions are applied and scores normalised here, once; the weight scheduler then sets the
-    weights from the normalised scores, and the aggregator forms the reward ``[B, G]``.
+    Conditions are applied and scores normalised here, once (``range``: each dimension's rubric range
+    mapped to [0, 1]; ``quantile``: then each dimension's quantile within the batch); the weight scheduler
+    then sets the weights from the normalised scores, and the aggregator forms the reward ``[B, G]``.
     """
+    if normalization not in SCORE_NORMALIZATIONS:
+        raise ValueError(f"normalization must be one of {SCORE_NORMALIZATIONS}, got {normalization!r}")
     masked = apply_conditions(raw, rubric)
     scores = normalize_scores(masked, rubric)
+    if normalization == "quantile":
+        scores = quantile_normalize(scores)
     weights = torch.as_tensor(scheduler.weights(step, scores, rubric), dtype=torch.float32)
     batch = RewardBatch(rubric=rubric, raw_scores=masked, scores=scores, weights=weights)
     rewards = aggregator.aggregate(batch)

@@ -48,7 +48,8 @@ def score_records(validated: ValidatedConfig, batch_size: int = 64) -> ScoreResu
         chunk = pairs[start:start + batch_size]
         rollout = Rollout(records=[validated.records[i] for i, _ in chunk], completions=[[c] for _, c in chunk])
         raw = check_judge_output(judge.score(rollout, rubric), rollout, rubric, validated.plugin_names["judge"])
-        batch = aggregate_rewards(raw, rubric, scheduler, aggregator)
+        batch = aggregate_rewards(raw, rubric, scheduler, aggregator,
+                                  normalization=validated.cfg.get("score_normalization", "range"))
         raw_parts.append(batch.raw_scores[:, 0])
         reward_parts.append(batch.rewards[:, 0])
     return ScoreResult(rubric.dimension_names, torch.cat(raw_parts), torch.cat(reward_parts), validated.records)

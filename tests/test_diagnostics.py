@@ -41,3 +41,24 @@ def test_conflict_rate_counts_opposite_orders():
 
 def test_distinct_values_per_group():
     assert distinct_values_per_group(torch.tensor([[1.0, 1.0, -1.0], [0.0, 0.0, nan]])).tolist() == [2, 1]
+
+
+def test_conflict_watch_flags_once_after_a_full_window():
+    from rlkit.diagnostics import ConflictWatch
+
+    watch = ConflictWatch(window=3, threshold=0.2)
+    assert [watch.update(r) for r in (0.5, 0.5)] == [False, False], "not before a full window"
+    assert watch.update(0.5) is True
+    assert watch.update(0.9) is False, "once per run"
+    quiet = ConflictWatch(window=2, threshold=0.2)
+    assert not any(quiet.update(r) for r in (0.1, 0.3, nan, 0.1))
+
+
+def test_running_means_over_the_run_and_the_tail():
+    from rlkit.diagnostics import RunningMeans
+
+    means = RunningMeans(tail=2)
+    for v in (1.0, 2.0, nan, 6.0):
+        means.update({"x": v})
+    assert means.mean("x") == 3.0 and means.last("x") == 4.0
+    assert math.isnan(means.mean("absent"))

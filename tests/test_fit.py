@@ -35,10 +35,13 @@ def test_fit_runs_logs_checkpoints_and_saves_policy(tmp_path, capsys):
     out = capsys.readouterr().out
     assert code == 0
     assert "final held-out mean normalised reward" in out
+    assert "training diagnostics" in out and "dimension conflict rate" in out
     rows = _metrics(run_dir)
     assert len(rows) == 4
     for key in ("reward/mean", "rewards/correctness/mean", "rewards/format/std", "kl", "clip_ratio",
-                "advantages/std", "frac_zero_std_groups", "completion_length", "tokens_per_sec", "time/judge"):
+                "advantages/std", "frac_zero_std_groups", "completion_length", "tokens_per_sec", "time/judge",
+                "rewards/format/saturated_groups", "rewards/brevity/unique_per_group", "dimension_conflict_rate",
+                "advantages/frac_zero_groups", "advantages/distinct_per_group", "weights/correctness"):
         assert key in rows[0] and rows[0][key] != "", key
     assert all(0.0 <= float(r["reward/mean"]) <= 1.0 for r in rows)
     ckpt = torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=False)

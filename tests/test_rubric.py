@@ -553,3 +553,21 @@ def test_rubric_from_dict_names_source() -> None:
     with pytest.raises(rlkit.RubricError) as info:
         rlkit.rubric_from_dict({"name": "t", "version": "1", "dimensions": [{"name": "a"}]}, "mem.yaml")
     assert str(info.value).startswith("mem.yaml: dimensions[0](a)")
+
+
+def test_quantile_normalisation_ranks_each_dimension_within_the_batch():
+    import math
+
+    import torch
+
+    from rlkit.rewards import quantile_normalize
+
+    nan = math.nan
+    scores = torch.tensor([[[0.90, 0.1], [0.95, nan]], [[0.95, 0.7], [0.99, 0.7]]])
+    q = quantile_normalize(scores)
+    # dim 0: 0.90 < 0.95 = 0.95 < 0.99 → ranks 1, 2.5, 2.5, 4 over n=4
+    assert torch.allclose(q[..., 0].flatten(), torch.tensor([0.0, 0.5, 0.5, 1.0]))
+    # dim 1: NaN kept; 0.1 < 0.7 = 0.7 → ranks 1, 2.5, 2.5 over n=3
+    assert math.isnan(q[0, 1, 1]) and torch.allclose(q[1, :, 1], torch.tensor([0.75, 0.75]))
+    assert float(q[0, 0, 1]) == 0.0
+    assert torch.equal(quantile_normalize(torch.ones(1, 3, 1)), torch.full((1, 3, 1), 0.5))
