@@ -125,8 +125,9 @@ class RubricRLModule(L.LightningModule):
             "lr": self.lr_schedulers().get_last_lr()[0],
         })
         self.log_dict(metrics, on_step=True, batch_size=len(records))
-        self.log("reward", metrics["reward/mean"], prog_bar=True, on_step=True, batch_size=len(records))
-        self.log("s/step", metrics["time/step"], prog_bar=True, on_step=True, batch_size=len(records))
+        # progress-bar copies only; the logger already has reward/mean and time/step
+        self.log("reward", metrics["reward/mean"], prog_bar=True, logger=False, batch_size=len(records))
+        self.log("s/step", metrics["time/step"], prog_bar=True, logger=False, batch_size=len(records))
         return loss
 
     def policy_update(self, sampled: SampledBatch, advantages: torch.Tensor,
