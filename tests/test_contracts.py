@@ -16,6 +16,7 @@ from rlkit.testing import (
     PreferenceConstructorContract,
     WeightSchedulerContract,
 )
+from rlkit.testing.properties import AdvantageEstimatorProperties, AggregatorProperties
 
 _REGISTRY = Registry(create_plugin_manager())
 
@@ -134,3 +135,15 @@ def test_contract_catches_an_aggregator_that_invents_rewards():
 
     with pytest.raises(AssertionError, match="nobody scored"):
         AggregatorContract().test_nan_only_where_nothing_was_scored(ZeroFill(), example_reward_batch())
+
+
+class TestAggregatorProperties(AggregatorProperties):
+    @pytest.fixture(params=_REGISTRY.names("aggregator"))
+    def aggregator(self, request):
+        return _build("aggregator", request.param)
+
+
+class TestAdvantageEstimatorProperties(AdvantageEstimatorProperties):
+    @pytest.fixture(params=_REGISTRY.names("advantage_estimator"))
+    def estimator(self, request):
+        return _build("advantage_estimator", request.param)
