@@ -5,7 +5,7 @@ fixture. Needs ``hypothesis`` (in rlkit's ``dev`` extra). A plugin opts into the
 with class attributes:
 
 * ``order_invariant = True`` (aggregator): the within-group order of rewards does not change under a
-  strictly increasing transform of any one dimension's scores (``lexicographic``, ``pareto``, ``min``).
+  strictly increasing transform of any one dimension's scores (``lexicographic`` without tolerance, ``pareto``).
 * ``order_invariant = True`` (estimator): the advantages do not change under a strictly increasing
   transform of the reward (``rank``).
 * ``zero_mean_groups = True`` (estimator): each group's advantages over its scored completions sum to 0.
