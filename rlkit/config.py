@@ -101,8 +101,11 @@ def _translated_hydra_errors(registry: Registry) -> Iterator[None]:
         override = _NOT_IN_STRUCT.search(text)
         if override:
             key = override.group(1)
-            raise ConfigError(f"unknown key {key!r}; to add a key that is not in the config, use "
-                              f"+{key}=...", "command line") from None
+            # Hydra says the same when the key is missing and when a mapping value brings keys the
+            # (empty) mapping in the config does not have: ++ covers both.
+            raise ConfigError(f"cannot set {key!r}: it, or a key inside the mapping given, is not in the config; "
+                              f"use +{key}=... to add a key, or ++{key}=... to add or replace",
+                              "command line") from None
         raise ConfigError(_one_line(exc)) from None
 
 

@@ -52,7 +52,8 @@ def saturated_groups(scores: torch.Tensor, majority_share: float = 1.0, decimals
 
 def saturation_share(scores: torch.Tensor, majority_share: float = 1.0) -> torch.Tensor:
     """``[D]``: the share of groups saturated in each dimension (see :func:`saturated_groups`)."""
-    return saturated_groups(scores, majority_share).float().mean(dim=0)
+    # float64: 4 of 5 groups must compare equal to a threshold of 0.8, not 0.8000000119
+    return saturated_groups(scores, majority_share).double().mean(dim=0)
 
 
 def conflict_rate(scores: torch.Tensor) -> float:

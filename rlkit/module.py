@@ -3,6 +3,7 @@ advantages → clipped policy-gradient updates. It computes no rewards or advant
 
 from __future__ import annotations
 
+import copy
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -82,17 +83,19 @@ class RubricRLModule(L.LightningModule):
         self._rng_to_restore: dict[str, Any] | None = None
         self.last_rollout: RolloutSnapshot | None = None  # read by callbacks (sample tables)
         self.conflict_watch = ConflictWatch()
+        self._initial_scheduler = copy.deepcopy(parts.scheduler)
         self.diagnostics = RunningMeans()
 
     # --- pipeline pieces -----------------------------------------------------------------------
 
-    def score(self, records: list[dict[str, Any]], sampled: SampledBatch, step: int) -> RewardBatch:
+    def score(self, records: list[dict[str, Any]], sampled: SampledBatch, step: int,
+              scheduler: Any | None = None) -> RewardBatch:
         g = len(sampled.texts[0])
         rollout = Rollout(records=records, completions=sampled.texts,
                           completion_token_counts=sampled.completion_token_counts.view(len(records), g).cpu())
         raw = check_judge_output(self.parts.judge.score(rollout, self.rubric), rollout, self.rubric,
                                  self.parts.judge_name)
-        return aggregate_rewards(raw, self.rubric, self.parts.scheduler, self.parts.aggregator, step,
+        return aggregate_rewards(raw, self.rubric, scheduler or self.parts.scheduler, self.parts.aggregator, step,
                                  self.parts.score_normalization)
 
     def training_step(self, records: list[dict[str, Any]], batch_idx: int) -> torch.Tensor:
@@ -222,7 +225,9 @@ class RubricRLModule(L.LightningModule):
     def validation_step(self, records: list[dict[str, Any]], batch_idx: int) -> None:
         sampled = sample_completions(self.policy, self.tokenizer, records, 1, self.settings.max_completion_length,
                                      greedy=True)
-        batch = self.score(records, sampled, self.global_step)
+        # Held-out rewards use the scheduler's step-0 weights from a fresh copy: start and end stay
+        # comparable while training weights move, and evaluation never feeds the training scheduler.
+        batch = self.score(records, sampled, 0, scheduler=copy.deepcopy(self._initial_scheduler))
         self._val_raw.append(batch.raw_scores[:, 0])
         self._val_rewards.append(batch.rewards[:, 0])
 

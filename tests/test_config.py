@@ -99,7 +99,7 @@ def test_bad_param_value_names_field(registry):
 
 
 def test_unknown_key_without_plus_is_explained(registry):
-    with pytest.raises(ConfigError, match=r"unknown key 'judge.params.nope'.*\+judge.params.nope="):
+    with pytest.raises(ConfigError, match=r"cannot set 'judge.params.nope'.*\+judge.params.nope=.*\+\+judge"):
         compose_config(registry, ["judge.params.nope=1"])
 
 
@@ -141,3 +141,10 @@ def test_reference_and_lora_settings_are_checked(registry, overrides, message):
 def test_reference_none_is_fine_without_kl(registry):
     validate_config(compose_config(registry, ["model.reference=none", "objective.beta=0"]), registry)
     validate_config(compose_config(registry, ["model.reference=adapter_off", "model.lora.r=8"]), registry)
+
+
+def test_mapping_override_into_an_empty_mapping_needs_double_plus(registry):
+    with pytest.raises(ConfigError, match=r"\+\+weights.params.weights="):
+        compose_config(registry, ["weights.params.weights={correctness:3}"])
+    cfg = compose_config(registry, ["++weights.params.weights={correctness:3}"])
+    assert validate_config(cfg, registry).plugins["weight_scheduler"].params.weights == {"correctness": 3}
