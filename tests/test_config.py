@@ -148,3 +148,8 @@ def test_mapping_override_into_an_empty_mapping_needs_double_plus(registry):
         compose_config(registry, ["weights.params.weights={correctness:3}"])
     cfg = compose_config(registry, ["++weights.params.weights={correctness:3}"])
     assert validate_config(cfg, registry).plugins["weight_scheduler"].params.weights == {"correctness": 3}
+
+
+def test_gdpo_with_another_aggregator_warns_that_it_only_feeds_the_log(registry):
+    with pytest.warns(UserWarning, match="aggregator=geometric only feeds the logged reward"):
+        validate_config(compose_config(registry, ["advantage=gdpo", "aggregator=geometric"]), registry)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -185,3 +186,21 @@ def test_gradient_accumulation_gives_the_same_update(tmp_path):
     assert losses[0] == pytest.approx(losses[1], rel=1e-4, abs=1e-7)
     for (name, a), (_, b) in zip(policies[0].named_parameters(), policies[1].named_parameters(), strict=True):
         assert torch.allclose(a, b, atol=1e-5), name
+
+
+@pytest.mark.parametrize(("aggregator", "advantage", "weights"), [
+    ("geometric", "gdpo", "schedule"),
+    ("min_first", "rank", "variance"),
+    ("lexicographic", "rloo", "saturation"),
+    ("pareto", "rank", "constant"),
+    ("layered", "grpo", "variance"),
+    ("min", "gdpo", "saturation"),
+])
+@pytest.mark.filterwarnings("ignore:advantage=gdpo forms advantages")
+def test_every_multi_reward_plugin_trains_by_config_alone(tmp_path, aggregator, advantage, weights):
+    run_dir = tmp_path / "run"
+    assert main(["fit", "logger=csv", "trainer.max_steps=2", "batch_size=2", "num_generations=4",
+                 f"aggregator={aggregator}", f"advantage={advantage}", f"weights={weights}",
+                 f"hydra.run.dir={run_dir}"]) == 0
+    rows = _metrics(run_dir)
+    assert len(rows) == 2 and all(math.isfinite(float(r["loss"])) for r in rows)
