@@ -19,13 +19,13 @@ dimensions that do separate completions. So, per training step:
 * if every adjustable dimension with a positive base weight would be removed, the base weights are
   returned (and :attr:`SaturationWeights.removed` is empty).
 
-Repeated steps work as in ``variance``: the state as of the last finished step is kept apart from
-the current step's record, which a repeated call replaces, so a step counts once, with its last batch.
+Repeated steps are handled by :class:`rlkit.weighting.StepRecordScheduler`: the state as of the last
+finished step is kept apart from the current step's record, which a repeated call replaces, so a step
+counts once, with its last batch.
 """
 
 from __future__ import annotations
 
-import copy
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -35,9 +35,10 @@ import torch
 
 from rlkit import ConfigError, Rubric, hookimpl
 from rlkit.diagnostics import saturation_share
+from rlkit.weighting import StepRecordScheduler
 
 
-class SaturationWeights:
+class SaturationWeights(StepRecordScheduler):
     """Zero weight for dimensions saturated in more than ``max_saturated_share`` of the groups."""
 
     @dataclass
@@ -57,41 +58,20 @@ class SaturationWeights:
                               "weights.params.max_saturated_share")
         if p.patience < 1:
             raise ConfigError(f"patience must be >= 1 step, got {p.patience}", "weights.params.patience")
+        super().__init__()
         self.params = p
-        self._committed: dict[str, Any] | None = None  # state after the last finished step
-        self._pending: dict[str, Any] | None = None    # the current step's record, replaced on a repeat
-        self._checked: list[str] | None = None
-
-    def check_rubric(self, rubric: Rubric) -> None:
-        unknown = sorted(set(self.params.fixed) - set(rubric.dimension_names))
-        if unknown:
-            raise ConfigError(f"fixed names unknown dimensions {unknown}; the rubric has {rubric.dimension_names}",
-                              "weights.params.fixed")
-        self._checked = rubric.dimension_names
 
     @property
     def removed(self) -> list[str]:
         """Dimensions out of the reward at the latest step (for logging)."""
-        return list(self._pending["removed"]) if self._pending else []
+        return list(self.latest["removed"]) if self.latest else []
 
-    def weights(self, step: int, scores: torch.Tensor, rubric: Rubric) -> torch.Tensor:
-        if self._checked != rubric.dimension_names:
-            self.check_rubric(rubric)
-        names = rubric.dimension_names
-        if self._pending is not None and self._pending["dimensions"] != names:
-            raise ConfigError(f"the scheduler's state is for dimensions {self._pending['dimensions']}, the rubric "
-                              f"has {names}", "weights")
-        if self._pending is not None and step > self._pending["step"]:
-            self._committed = self._pending
-        step = step if self._pending is None else max(step, self._pending["step"])
-        self._pending = self._advance(step, scores, rubric)
-        return torch.tensor(self._pending["weights"], dtype=torch.float32)
-
-    def _advance(self, step: int, scores: torch.Tensor, rubric: Rubric) -> dict[str, Any]:
+    def advance(self, step: int, scores: torch.Tensor, rubric: Rubric,
+                previous: dict[str, Any] | None) -> dict[str, Any]:
         p = self.params
         names = rubric.dimension_names
         base = [float(w) for w in rubric.initial_weights()]
-        prev = self._committed
+        prev = previous
         flagged = list(prev["flagged"]) if prev else [False] * len(names)
         streak = list(prev["streak"]) if prev else [0] * len(names)
         share = saturation_share(scores, p.majority_share).tolist()  # NaN when the batch has no group
@@ -113,15 +93,8 @@ class SaturationWeights:
             for d in adjustable:
                 weights[d] = base[d] * scale if not flagged[d] else 0.0
             removed = [names[d] for d in adjustable if flagged[d]]
-        return {"step": step, "dimensions": names, "flagged": flagged, "streak": streak, "weights": weights,
+        return {"flagged": flagged, "streak": streak, "weights": weights,
                 "removed": removed}
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"committed": copy.deepcopy(self._committed), "pending": copy.deepcopy(self._pending)}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self._committed = copy.deepcopy(state.get("committed"))
-        self._pending = copy.deepcopy(state.get("pending"))
 
 
 @hookimpl

@@ -29,16 +29,13 @@ weights ``w`` (``b`` at the start):
    ``max_change`` of its own base weight per step, so weights glide rather than jump, including
    the way back to ``b`` when everything collapsed.
 
-Repeated steps. ``weights`` is called again with the same step during validation, and by
-``rlkit score`` with step 0 for every chunk. The scheduler keeps the state as of the last finished
-step plus a pending record for the current one; a call for a later step first commits the
-pending record, a call for the same (or an earlier) step replaces it. A step therefore counts once,
-with the last batch it saw, and the current batch's variance counts in the current weights.
+Repeated steps (validation, ``rlkit score``) are handled by :class:`rlkit.weighting.StepRecordScheduler`:
+a step counts once, with the last batch it saw, and the current batch's variance counts in the current
+weights.
 """
 
 from __future__ import annotations
 
-import copy
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -48,6 +45,7 @@ import torch
 
 from rlkit import ConfigError, Rubric, hookimpl
 from rlkit.stats import nan_mean_std
+from rlkit.weighting import StepRecordScheduler
 
 
 def step_variance(scores: torch.Tensor) -> tuple[list[float], list[int]]:
@@ -66,7 +64,7 @@ def _last(items: list[Any], n: int) -> list[Any]:
     return items[max(len(items) - n, 0):] if n > 0 else []
 
 
-class VarianceWeights:
+class VarianceWeights(StepRecordScheduler):
     """Moves weight from dimensions without within-group variance to those with it; see the module
     docstring for the exact rule."""
 
@@ -90,41 +88,20 @@ class VarianceWeights:
         if not (math.isfinite(p.max_change) and p.max_change > 0):
             raise ConfigError(f"max_change must be > 0 (a fraction of the base weight per step), got {p.max_change}",
                               "weights.params.max_change")
+        super().__init__()
         self.params = p
-        self._committed: dict[str, Any] | None = None  # state after the last finished step
-        self._pending: dict[str, Any] | None = None    # the current step's record, replaced on a repeat
-        self._checked: list[str] | None = None
-
-    def check_rubric(self, rubric: Rubric) -> None:
-        unknown = sorted(set(self.params.fixed) - set(rubric.dimension_names))
-        if unknown:
-            raise ConfigError(f"fixed names unknown dimensions {unknown}; the rubric has {rubric.dimension_names}",
-                              "weights.params.fixed")
-        self._checked = rubric.dimension_names
 
     @property
     def collapsed(self) -> list[str]:
         """Dimensions judged collapsed at the latest step (for logging)."""
-        return list(self._pending["collapsed"]) if self._pending else []
+        return list(self.latest["collapsed"]) if self.latest else []
 
-    def weights(self, step: int, scores: torch.Tensor, rubric: Rubric) -> torch.Tensor:
-        if self._checked != rubric.dimension_names:
-            self.check_rubric(rubric)
-        names = rubric.dimension_names
-        if self._pending is not None and self._pending["dimensions"] != names:
-            raise ConfigError(f"the scheduler's state is for dimensions {self._pending['dimensions']}, the rubric "
-                              f"has {names}", "weights")
-        if self._pending is not None and step > self._pending["step"]:
-            self._committed = self._pending
-        step = step if self._pending is None else max(step, self._pending["step"])
-        self._pending = self._advance(step, scores, rubric)
-        return torch.tensor(self._pending["weights"], dtype=torch.float32)
-
-    def _advance(self, step: int, scores: torch.Tensor, rubric: Rubric) -> dict[str, Any]:
+    def advance(self, step: int, scores: torch.Tensor, rubric: Rubric,
+                previous: dict[str, Any] | None) -> dict[str, Any]:
         p = self.params
         names = rubric.dimension_names
         base = [float(w) for w in rubric.initial_weights()]
-        prev = self._committed
+        prev = previous
         sums, counts = step_variance(scores)
         keep = p.window - 1
         window_sums = (_last(prev["window_sums"], keep) if prev else []) + [sums]
@@ -154,15 +131,8 @@ class VarianceWeights:
             if gap > 0:
                 alpha = min(alpha, p.max_change * base[d] / gap)
         new = list(target) if alpha >= 1.0 else [w + alpha * (t - w) for w, t in zip(current, target, strict=True)]
-        return {"step": step, "dimensions": names, "window_sums": window_sums, "window_counts": window_counts,
+        return {"window_sums": window_sums, "window_counts": window_counts,
                 "weights": [max(w, 0.0) for w in new], "collapsed": [names[d] for d in collapsed]}
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"committed": copy.deepcopy(self._committed), "pending": copy.deepcopy(self._pending)}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self._committed = copy.deepcopy(state.get("committed"))
-        self._pending = copy.deepcopy(state.get("pending"))
 
 
 @hookimpl
