@@ -52,14 +52,14 @@ def test_same_name_in_two_kinds_is_fine():
     class Both:
         @hookimpl
         def rlkit_register_aggregators(self, register):
-            register("pareto", _factory)
+            register("third_party_front", _factory)
 
         @hookimpl
         def rlkit_register_preference_constructors(self, register):
-            register("pareto", _factory)
+            register("third_party_front", _factory)
 
     reg = Registry(create_plugin_manager(entry_points=False, extra=[Both()]))
-    assert "pareto" in reg.names("aggregator") and "pareto" in reg.names("preference_constructor")
+    assert "third_party_front" in reg.names("aggregator") and "third_party_front" in reg.names("preference_constructor")
 
 
 def test_unknown_name_lists_what_exists(registry):
