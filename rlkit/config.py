@@ -9,7 +9,7 @@ import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import pydantic
 from omegaconf import DictConfig, OmegaConf
@@ -164,7 +164,8 @@ class LoraConfig(_Schema):
 class ModelConfig(_Schema):
     name_or_path: str | None = None
     dtype: Literal["auto", "float32", "float16", "bfloat16"] = "float32"
-    reference: Literal["frozen", "adapter_off", "none"] = "frozen"
+    reference: Literal["frozen", "adapter_off", "ema", "none"] = "frozen"
+    ema_decay: float = pydantic.Field(default=0.99, ge=0, lt=1)  # reference=ema: ref ← d·ref + (1 − d)·policy
     lora: LoraConfig = pydantic.Field(default_factory=LoraConfig)
 
 
@@ -176,7 +177,7 @@ class DataConfig(_Schema):
     seed: int = 0
 
 
-class ObjectiveConfig(_Schema):
+class PolicyGradientObjective(_Schema):
     name: Literal["policy_gradient"]
     beta: float = pydantic.Field(default=0.04, ge=0)
     epsilon: float = pydantic.Field(default=0.2, gt=0)
@@ -184,6 +185,32 @@ class ObjectiveConfig(_Schema):
     num_iterations: int = pydantic.Field(default=1, ge=1)
     loss_type: Literal["grpo", "dr_grpo", "dapo", "bnpo"] = "grpo"
     mask_truncated_completions: bool = False
+
+
+class GroupDpoObjective(_Schema):
+    """Preference pairs from each group, trained with a DPO-family loss (see conf/objective/group_dpo.yaml)."""
+
+    name: Literal["group_dpo"]
+    loss_type: Literal["sigmoid", "ipo", "simpo"] = "sigmoid"
+    beta: float = pydantic.Field(default=0.1, gt=0)
+    label_smoothing: float = pydantic.Field(default=0.0, ge=0, lt=0.5)
+    simpo_gamma: float = 0.5
+    sft_weight: float = pydantic.Field(default=0.0, ge=0)
+    min_gap: float = pydantic.Field(default=0.1, ge=0)
+    mask_saturated: bool = True
+    auto_lexicographic: bool = False
+    conflict_threshold: float = pydantic.Field(default=0.2, ge=0, le=1)
+    conflict_window: int = pydantic.Field(default=50, ge=1)
+    num_iterations: int = pydantic.Field(default=1, ge=1)
+    mask_truncated_completions: bool = False
+
+
+OBJECTIVES: dict[str, type[_Schema]] = {"policy_gradient": PolicyGradientObjective, "group_dpo": GroupDpoObjective}
+
+
+class ObjectiveConfig(pydantic.RootModel[Annotated[PolicyGradientObjective | GroupDpoObjective,
+                                                   pydantic.Field(discriminator="name")]]):
+    """The ``objective`` group: one schema per objective, picked by ``name``."""
 
 
 class RubricConfig(_Schema):
@@ -198,7 +225,7 @@ class OptimConfig(_Schema):
     gradient_accumulation_steps: int = pydantic.Field(default=1, ge=1)
 
 
-GROUP_SCHEMAS: dict[str, type[_Schema]] = {
+GROUP_SCHEMAS: dict[str, type[pydantic.BaseModel]] = {
     "model": ModelConfig,
     "data": DataConfig,
     "objective": ObjectiveConfig,
@@ -222,13 +249,20 @@ def _where(registry: Registry, cfg: DictConfig, group: str, field_name: str = ""
     return f"{key} ({config_source(registry, group, _choice(cfg, group))})"
 
 
-def _check_schema(registry: Registry, cfg: DictConfig, group: str, schema: type[_Schema]) -> Any:
+def _check_schema(registry: Registry, cfg: DictConfig, group: str, schema: type[pydantic.BaseModel]) -> Any:
     node = OmegaConf.to_container(cfg[group], resolve=True) if cfg.get(group) is not None else {}
     try:
-        return schema.model_validate(node)
+        validated = schema.model_validate(node)
+        return validated.root if isinstance(validated, pydantic.RootModel) else validated
     except pydantic.ValidationError as exc:
         err = exc.errors()[0]
-        field_name = ".".join(str(p) for p in err["loc"])
+        loc = list(err["loc"])
+        if isinstance(node, dict) and loc and loc[0] == node.get("name"):
+            loc = loc[1:]  # a discriminated union puts the variant's name first
+        field_name = ".".join(str(p) for p in loc)
+        if err["type"] == "union_tag_invalid":
+            raise ConfigError(f"unknown objective {node.get('name')!r}; available: {', '.join(OBJECTIVES)}",
+                              _where(registry, cfg, group, "name")) from None
         msg = "unknown key" if err["type"] == "extra_forbidden" else err["msg"]
         if err["type"] == "missing":
             msg = "required value is missing"
@@ -246,6 +280,7 @@ class ValidatedConfig:
     records: list[dict[str, Any]] | None = None
     model: ModelConfig | None = None
     data: DataConfig | None = None
+    objective: Any = None
 
 
 def _plugin_node(registry: Registry, cfg: DictConfig, group: str) -> tuple[str, dict[str, Any]] | None:
@@ -291,13 +326,24 @@ def _check_reward_path(cfg: DictConfig, result: ValidatedConfig) -> None:
 
 
 def _check_reference(registry: Registry, cfg: DictConfig, model: ModelConfig, objective: Any) -> None:
-    if model.reference == "none" and objective.beta > 0:
-        raise ConfigError(f"model.reference=none leaves no reference for the KL term of objective.beta="
-                          f"{objective.beta}; set objective.beta=0 or a reference (frozen, adapter_off)",
-                          _where(registry, cfg, "model", "reference"))
+    where = _where(registry, cfg, "model", "reference")
+    if model.reference == "none":
+        if objective.name == "policy_gradient" and objective.beta > 0:
+            raise ConfigError(f"model.reference=none leaves no reference for the KL term of objective.beta="
+                              f"{objective.beta}; set objective.beta=0 or a reference (frozen, adapter_off, ema)",
+                              where)
+        if objective.name == "group_dpo" and objective.loss_type != "simpo":
+            raise ConfigError(f"model.reference=none: objective.loss_type={objective.loss_type} compares the policy "
+                              "with a reference; use loss_type=simpo (reference-free) or a reference", where)
     if model.reference == "adapter_off" and not model.lora.enabled:
-        raise ConfigError("adapter_off needs LoRA adapters to switch off; set model.lora.r > 0 or use frozen",
-                          _where(registry, cfg, "model", "reference"))
+        raise ConfigError("adapter_off needs LoRA adapters to switch off; set model.lora.r > 0 or use frozen", where)
+
+
+def _check_objective_parts(registry: Registry, cfg: DictConfig, objective: Any, result: ValidatedConfig) -> None:
+    if objective.name == "group_dpo" and "preference_constructor" not in result.plugins:
+        raise ConfigError("objective=group_dpo builds preference pairs: select a constructor, e.g. "
+                          f"preference=best_worst (available: {registry.available('preference_constructor')})",
+                          "preference")
 
 
 def validate_config(cfg: DictConfig, registry: Registry, *, read_data: bool = True,
@@ -307,7 +353,8 @@ def validate_config(cfg: DictConfig, registry: Registry, *, read_data: bool = Tr
 
     parts = {group: _check_schema(registry, cfg, group, schema) for group, schema in GROUP_SCHEMAS.items()}
     rubric = load_rubric(resolve_path(parts["rubric"].path))
-    result = ValidatedConfig(cfg=cfg, rubric=rubric, model=parts["model"], data=parts["data"])
+    result = ValidatedConfig(cfg=cfg, rubric=rubric, model=parts["model"], data=parts["data"],
+                             objective=parts["objective"])
     for kind in KINDS:
         selected = _plugin_node(registry, cfg, kind.group)
         if selected is None:
@@ -325,6 +372,7 @@ def validate_config(cfg: DictConfig, registry: Registry, *, read_data: bool = Tr
         result.plugin_names[kind.key] = entry.name
     check_model_path(parts["model"])
     _check_reference(registry, cfg, parts["model"], parts["objective"])
+    _check_objective_parts(registry, cfg, parts["objective"], result)
     _check_reward_path(cfg, result)
     data: Any = parts["data"]
     if data.path is not None:

@@ -47,13 +47,11 @@ def _quiet_lightning() -> None:
     warnings.filterwarnings("ignore", message=r"You're resuming from a checkpoint that ended before the epoch")
 
 
-def settings_from(cfg: DictConfig) -> TrainingSettings:
-    obj, optim = cfg.objective, cfg.optim
+def settings_from(validated: ValidatedConfig) -> TrainingSettings:
+    cfg, optim = validated.cfg, validated.cfg.optim
     return TrainingSettings(
         num_generations=int(cfg.num_generations), max_completion_length=int(cfg.max_completion_length),
-        temperature=float(cfg.temperature), beta=float(obj.beta), epsilon=float(obj.epsilon),
-        epsilon_high=obj.epsilon_high, num_iterations=int(obj.num_iterations), loss_type=str(obj.loss_type),
-        mask_truncated_completions=bool(obj.mask_truncated_completions), lr=float(optim.lr),
+        temperature=float(cfg.temperature), objective=validated.objective, lr=float(optim.lr),
         weight_decay=float(optim.weight_decay), warmup_steps=int(optim.warmup_steps),
         gradient_clip_val=optim.gradient_clip_val, gradient_accumulation_steps=int(optim.gradient_accumulation_steps),
     )
@@ -63,7 +61,7 @@ def fit(validated: ValidatedConfig, run_dir: Path) -> dict[str, Any]:
     """Train, evaluate the held-out split before and after, and return the summary."""
     from rlkit.datamodule import PromptDataModule
     from rlkit.models import apply_lora, load_policy, resolve_policy_path, save_policy
-    from rlkit.reference import build_reference
+    from rlkit.reference import build_reference, needs_reference
 
     cfg = validated.cfg
     _quiet_lightning()
@@ -73,8 +71,9 @@ def fit(validated: ValidatedConfig, run_dir: Path) -> dict[str, Any]:
     lora = validated.model.lora
     if lora.enabled:
         policy = apply_lora(policy, lora)
-    settings = settings_from(cfg)
-    reference = build_reference(validated.model.reference, policy, uses_lora=lora.enabled, beta=settings.beta)
+    settings = settings_from(validated)
+    reference = build_reference(validated.model.reference, policy, uses_lora=lora.enabled,
+                                needed=needs_reference(validated.objective), ema_decay=validated.model.ema_decay)
     parts = RewardParts(judge=validated.plugins["judge"], judge_name=validated.plugin_names["judge"],
                         aggregator=validated.plugins["aggregator"],
                         estimator=validated.plugins["advantage_estimator"],

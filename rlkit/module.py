@@ -46,15 +46,12 @@ class RewardParts:
 
 @dataclass
 class TrainingSettings:
+    """The loop's settings; ``objective`` is the validated ``objective`` group (its fields per objective)."""
+
     num_generations: int
     max_completion_length: int
     temperature: float
-    beta: float
-    epsilon: float
-    epsilon_high: float | None
-    num_iterations: int
-    loss_type: str
-    mask_truncated_completions: bool
+    objective: Any
     lr: float
     weight_decay: float
     warmup_steps: int
@@ -140,22 +137,22 @@ class RubricRLModule(L.LightningModule):
         Returns the last iteration's loss, its token-weighted loss metrics, and the time the no-grad
         log-prob passes (old policy, reference) finished.
         """
-        s = self.settings
+        s, o = self.settings, self.settings.objective
         opt, sched = self.optimizers(), self.lr_schedulers()
         mask = sampled.completion_mask.float()
-        if s.mask_truncated_completions:
+        if o.mask_truncated_completions:
             mask = mask * (~sampled.truncated).float().unsqueeze(1)
         chunks = micro_batches(sampled.input_ids.shape[0], s.gradient_accumulation_steps)
         with torch.no_grad():
             old_logp = (torch.cat([sequence_log_probs(self.policy, sampled.rows(c)) for c in chunks])
-                        if s.num_iterations > 1 else None)
+                        if o.num_iterations > 1 else None)
             ref_logp = (torch.cat([self.reference.log_probs(self.policy, sampled.rows(c)) for c in chunks])
                         if self.reference is not None else None)
         t_logprob = time.perf_counter()
         # Micro-batch losses are normalised by the whole rollout's counts, so they sum to its loss and the
         # accumulated gradient equals the one-pass gradient; metrics are token-weighted the same way.
         num_tokens = float(mask.sum())
-        for _ in range(s.num_iterations):
+        for _ in range(o.num_iterations):
             opt.zero_grad()
             loss = torch.zeros((), device=self.device)
             weighted: dict[str, torch.Tensor] = {}
@@ -164,8 +161,8 @@ class RubricRLModule(L.LightningModule):
                 part, part_metrics = policy_gradient_loss(
                     logp, logp.detach() if old_logp is None else old_logp[rows],
                     None if ref_logp is None else ref_logp[rows], advantages[rows], mask[rows],
-                    beta=s.beta if ref_logp is not None else 0.0, epsilon=s.epsilon, epsilon_high=s.epsilon_high,
-                    loss_type=s.loss_type, max_completion_length=s.max_completion_length,
+                    beta=o.beta if ref_logp is not None else 0.0, epsilon=o.epsilon, epsilon_high=o.epsilon_high,
+                    loss_type=o.loss_type, max_completion_length=s.max_completion_length,
                     num_sequences=len(advantages), num_tokens=num_tokens,
                 )
                 self.manual_backward(part)

@@ -1,9 +1,9 @@
 """The reference policy the KL term is measured against.
 
-``model.reference`` picks one: ``frozen`` (a frozen copy of the initial policy), ``adapter_off`` (the
+``model.reference`` picks one: ``frozen`` (a frozen copy of the initial policy), ``ema``, ``adapter_off`` (the
 LoRA policy with its adapters disabled: the base model, no second copy in memory) or ``none``. With LoRA,
-``frozen`` is served by ``adapter_off``, which is the same model at a fraction of the memory. An EMA
-reference slots in as another class with ``on_optimizer_step`` doing the averaging.
+``frozen`` is served by ``adapter_off``, which is the same model at a fraction of the memory. ``ema``
+is a copy that follows the policy slowly (``model.ema_decay``).
 """
 
 from __future__ import annotations
@@ -59,13 +59,42 @@ class AdapterOffReference:
         pass
 
 
-REFERENCE_KINDS = ("frozen", "adapter_off", "none")
+class EmaReference(FrozenCopyReference):
+    """A copy of the policy that follows it slowly: after every optimiser step
+    ``ref ← decay·ref + (1 − decay)·policy`` (parameters and floating buffers). Part of the checkpoint,
+    so a resumed run continues from the same reference."""
+
+    def __init__(self, policy: Any, decay: float) -> None:
+        super().__init__(policy)
+        self.decay = decay
+
+    @torch.no_grad()
+    def on_optimizer_step(self, policy: Any) -> None:
+        for ref, live in zip(self.model.parameters(), policy.parameters(), strict=True):
+            ref.lerp_(live.detach().to(ref.dtype), 1.0 - self.decay)
+        for ref, live in zip(self.model.buffers(), policy.buffers(), strict=True):
+            if ref.is_floating_point():
+                ref.lerp_(live.to(ref.dtype), 1.0 - self.decay)
 
 
-def build_reference(kind: str, policy: Any, *, uses_lora: bool, beta: float) -> ReferencePolicy | None:
-    """The reference for ``model.reference=kind``; None when there is no KL term to compute."""
-    if beta <= 0 or kind == "none":
+REFERENCE_KINDS = ("frozen", "adapter_off", "ema", "none")
+
+
+def needs_reference(objective: Any) -> bool:
+    """Whether the objective compares against a reference: a KL term (policy gradient, ``beta > 0``) or a
+    reference-based preference loss (``group_dpo`` other than SimPO)."""
+    if objective.name == "policy_gradient":
+        return objective.beta > 0
+    return objective.loss_type != "simpo"
+
+
+def build_reference(kind: str, policy: Any, *, uses_lora: bool, needed: bool,
+                    ema_decay: float = 0.99) -> ReferencePolicy | None:
+    """The reference for ``model.reference=kind``; None when the objective needs none."""
+    if not needed or kind == "none":
         return None
+    if kind == "ema":
+        return EmaReference(policy, ema_decay)
     if kind == "adapter_off" or (kind == "frozen" and uses_lora):
         return AdapterOffReference()
     if kind == "frozen":

@@ -14,6 +14,7 @@ import torch
 
 from rlkit.rewards import aggregate_rewards, check_judge_output, normalize_scores
 from rlkit.rubric import Rubric, rubric_from_dict
+from rlkit.stats import nan_weighted_sum
 from rlkit.types import PreferencePairs, RewardBatch, Rollout
 
 
@@ -61,8 +62,6 @@ def example_reward_batch(seed: int = 0, *, prompts: int = 4, group: int = 6) -> 
     raw[2] = raw[2, :1].expand(group, dims)  # a saturated group: all completions equal
     weights = torch.tensor(rubric.initial_weights())
     batch = RewardBatch(rubric=rubric, raw_scores=raw, scores=normalize_scores(raw, rubric), weights=weights)
-    from rlkit_plugins.aggregators.weighted_sum import nan_weighted_sum
-
     return batch.with_rewards(nan_weighted_sum(batch.scores, batch.weights))
 
 

@@ -21,6 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rlkit.rewards import normalize_scores
+from rlkit.stats import nan_weighted_sum
 from rlkit.testing.contracts import example_rubric
 from rlkit.types import RewardBatch
 
@@ -40,8 +41,6 @@ def reward_batches(draw: Any) -> RewardBatch:
     high = torch.tensor([x.high for x in rubric.dimensions])
     raw = low + unit * (high - low)
     batch = RewardBatch(rubric=rubric, raw_scores=raw, scores=normalize_scores(raw, rubric), weights=weights)
-    from rlkit_plugins.aggregators.weighted_sum import nan_weighted_sum
-
     return batch.with_rewards(nan_weighted_sum(batch.scores, batch.weights))
 
 

@@ -7,20 +7,9 @@ from dataclasses import dataclass
 import torch
 
 from rlkit import RewardBatch, hookimpl
+from rlkit.stats import nan_weighted_sum
 
-
-def nan_weighted_sum(scores: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
-    """Weighted mean over the last dim, skipping NaN entries and renormalising the weights left.
-
-    ``scores [..., D]``, ``weights [D]`` → ``[...]``. Where nothing with positive weight was
-    scored the result is NaN: no reward, rather than a silent 0.
-    """
-    valid = ~torch.isnan(scores)
-    w = torch.where(valid, weights.to(scores.dtype).expand_as(scores), torch.zeros_like(scores))
-    total = w.sum(dim=-1)
-    weighted = (torch.where(valid, scores, torch.zeros_like(scores)) * w).sum(dim=-1)
-    return torch.where(total > 0, weighted / total.clamp(min=torch.finfo(scores.dtype).tiny),
-                       torch.full_like(total, float("nan")))
+__all__ = ["WeightedSumAggregator", "nan_weighted_sum"]
 
 
 class WeightedSumAggregator:
