@@ -3,7 +3,7 @@
 Prints, per run, the mean training reward over the first and last 10% of steps and the gain,
 then the median gain of the learning runs and of the controls. Usage:
 
-    python benchmarks/default_learning.py [--seeds 1 2 3] [--steps 60]
+    python benchmarks/default_learning.py [--seeds 1 2 3] [--steps 60] [-- objective=group_dpo ...]
 """
 
 from __future__ import annotations
@@ -17,9 +17,10 @@ import tempfile
 from pathlib import Path
 
 
-def run(seed: int, steps: int, lr: float | None, root: Path) -> float:
+def run(seed: int, steps: int, lr: float | None, root: Path, extra: list[str]) -> float:
     run_dir = root / f"seed{seed}-lr{lr}"
-    cmd = ["rlkit", "fit", "logger=csv", f"seed={seed}", f"trainer.max_steps={steps}", f"hydra.run.dir={run_dir}"]
+    cmd = ["rlkit", "fit", "logger=csv", f"seed={seed}", f"trainer.max_steps={steps}", f"hydra.run.dir={run_dir}",
+           *extra]
     if lr is not None:
         cmd.append(f"optim.lr={lr}")
     subprocess.run(cmd, check=True, capture_output=True, text=True)
@@ -38,10 +39,13 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     parser.add_argument("--steps", type=int, default=60)
+    parser.add_argument("overrides", nargs="*", help="extra `rlkit fit` overrides, e.g. objective=group_dpo")
     args = parser.parse_args()
+    if args.overrides:
+        print(f"overrides: {' '.join(args.overrides)}")
     with tempfile.TemporaryDirectory() as tmp:
-        gains = [run(s, args.steps, None, Path(tmp)) for s in args.seeds]
-        controls = [run(s, args.steps, 0.0, Path(tmp)) for s in args.seeds]
+        gains = [run(s, args.steps, None, Path(tmp), args.overrides) for s in args.seeds]
+        controls = [run(s, args.steps, 0.0, Path(tmp), args.overrides) for s in args.seeds]
     print(f"median gain, default:      {statistics.median(gains):+.3f}  (target >= 0.2)")
     print(f"median gain, control lr=0: {statistics.median(controls):+.3f}  (target < 0.05)")
     return 0 if statistics.median(gains) >= 0.2 and statistics.median(controls) < 0.05 else 1

@@ -57,6 +57,16 @@ def settings_from(validated: ValidatedConfig) -> TrainingSettings:
     )
 
 
+def _lexicographic_fallback(validated: ValidatedConfig) -> Any:
+    """The ordering ``group_dpo`` switches to under ``auto_lexicographic`` (built only when it may)."""
+    objective = validated.objective
+    if getattr(objective, "name", None) != "group_dpo" or not objective.auto_lexicographic:
+        return None
+    from rlkit.registry import load_registry
+
+    return load_registry().create("aggregator", "lexicographic")
+
+
 def fit(validated: ValidatedConfig, run_dir: Path) -> dict[str, Any]:
     """Train, evaluate the held-out split before and after, and return the summary."""
     from rlkit.datamodule import PromptDataModule
@@ -79,6 +89,8 @@ def fit(validated: ValidatedConfig, run_dir: Path) -> dict[str, Any]:
                         estimator=validated.plugins["advantage_estimator"],
                         scheduler=validated.plugins["weight_scheduler"],
                         aggregator_name=validated.plugin_names["aggregator"],
+                        constructor=validated.plugins.get("preference_constructor"),
+                        lexicographic=_lexicographic_fallback(validated),
                         score_normalization=str(cfg.get("score_normalization", "range")))
     module = RubricRLModule(policy, tokenizer, validated.rubric, parts, settings, reference)
     datamodule = PromptDataModule(validated.data, batch_size=int(cfg.batch_size), seed=int(cfg.seed))
@@ -140,9 +152,14 @@ def print_summary(summary: dict[str, Any], validated: ValidatedConfig) -> None:
     diagnostics = summary.get("diagnostics")
     if diagnostics is not None and diagnostics.counts:
         console.print(diagnostics_table(diagnostics, rubric.dimension_names))
-        console.print(
-            f"dimension conflict rate {diagnostics.mean('dimension_conflict_rate'):.3f} · zero-advantage groups "
-            f"{diagnostics.mean('advantages/frac_zero_groups'):.3f} · distinct advantages per group "
-            f"{diagnostics.mean('advantages/distinct_per_group'):.2f} (means over the run)")
+        parts = [f"dimension conflict rate {diagnostics.mean('dimension_conflict_rate'):.3f}"]
+        if diagnostics.counts.get("advantages/frac_zero_groups"):
+            parts += [f"zero-advantage groups {diagnostics.mean('advantages/frac_zero_groups'):.3f}",
+                      f"distinct advantages per group {diagnostics.mean('advantages/distinct_per_group'):.2f}"]
+        if diagnostics.counts.get("pairs/used"):
+            parts += [f"pairs per step {diagnostics.mean('pairs/used'):.1f}",
+                      f"dropped by gap {diagnostics.mean('pairs/dropped_by_gap'):.3f}",
+                      f"implicit-reward accuracy {diagnostics.mean('rewards/accuracies'):.3f}"]
+        console.print(" · ".join(parts) + " (means over the run)")
     console.print(f"final held-out mean normalised reward: {summary['end']['reward']:.4f}")
     console.print(f"policy saved to {summary['policy_dir']}")

@@ -10,7 +10,7 @@ from typing import Any
 
 import lightning as L
 import torch
-from lightning.pytorch.utilities import rank_zero_warn
+from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 
 from rlkit.callbacks import RolloutSnapshot
 from rlkit.diagnostics import (
@@ -22,13 +22,15 @@ from rlkit.diagnostics import (
     unique_counts,
 )
 from rlkit.losses import policy_gradient_loss
+from rlkit.preference_losses import preference_loss, sequence_logp_sums, sft_loss
+from rlkit.preferences import chosen_win_share, drop_close_pairs, ordering_batch
 from rlkit.reference import ReferencePolicy
 from rlkit.rewards import aggregate_rewards, check_judge_output
 from rlkit.rng import capture_rng_state, restore_rng_state
 from rlkit.rubric import Rubric
 from rlkit.sampling import SampledBatch, micro_batches, sample_completions, sequence_log_probs
 from rlkit.stats import nan_mean_std
-from rlkit.types import RewardBatch, Rollout
+from rlkit.types import PreferencePairs, RewardBatch, Rollout
 
 
 @dataclass
@@ -42,6 +44,8 @@ class RewardParts:
     scheduler: Any
     aggregator_name: str = ""
     score_normalization: str = "range"
+    constructor: Any = None    # preference constructor (objective group_dpo)
+    lexicographic: Any = None  # the ordering group_dpo switches to under auto_lexicographic
 
 
 @dataclass
@@ -57,6 +61,26 @@ class TrainingSettings:
     warmup_steps: int
     gradient_clip_val: float | None
     gradient_accumulation_steps: int = 1
+
+
+@dataclass
+class StepOutcome:
+    """What an objective's step hands back to ``training_step``."""
+
+    loss: torch.Tensor
+    metrics: dict[str, float]
+    advantages: torch.Tensor  # [B, G], for the sample table
+    decided_at: float         # when advantages / pairs were ready
+    logprob_at: float         # when the no-grad log-prob passes were done
+
+
+def advantage_metrics(advantages: torch.Tensor) -> dict[str, float]:
+    return {
+        "advantages/mean": float(advantages.mean()), "advantages/std": float(advantages.std()),
+        "advantages/frac_zero": float((advantages == 0).float().mean()),
+        "advantages/frac_zero_groups": float((advantages == 0).all(dim=1).float().mean()),
+        "advantages/distinct_per_group": float(distinct_values_per_group(advantages).float().mean()),
+    }
 
 
 class RubricRLModule(L.LightningModule):
@@ -80,6 +104,10 @@ class RubricRLModule(L.LightningModule):
         self._rng_to_restore: dict[str, Any] | None = None
         self.last_rollout: RolloutSnapshot | None = None  # read by callbacks (sample tables)
         self.conflict_watch = ConflictWatch()
+        objective = settings.objective
+        self.preference_watch = ConflictWatch(getattr(objective, "conflict_window", 50),
+                                              getattr(objective, "conflict_threshold", 0.2))
+        self.lexicographic_ordering = False
         self._initial_scheduler = copy.deepcopy(parts.scheduler)
         self.diagnostics = RunningMeans()
 
@@ -109,14 +137,15 @@ class RubricRLModule(L.LightningModule):
                                      s.max_completion_length, s.temperature)
         t1 = time.perf_counter()
         batch = self.score(records, sampled, self.global_step)
-        advantages = self.parts.estimator.advantages(batch)
-        t2 = time.perf_counter()
+        objective_step = {"policy_gradient": self.policy_gradient_step,
+                          "group_dpo": self.group_preference_step}[s.objective.name]
+        outcome = objective_step(sampled, batch)
+        loss, t2, t3 = outcome.loss, outcome.decided_at, outcome.logprob_at
         self.last_rollout = RolloutSnapshot(self.global_step, records, sampled.texts, batch.raw_scores,
-                                            batch.rewards, advantages)
-        loss, loss_metrics, t3 = self.policy_update(sampled, advantages.reshape(-1).to(self.device))
+                                            batch.rewards, outcome.advantages)
         t4 = time.perf_counter()
-        metrics = self.step_metrics(batch, advantages, sampled)
-        metrics.update(loss_metrics)
+        metrics = self.step_metrics(batch, sampled)
+        metrics.update(outcome.metrics)
         n_tokens = float(sampled.completion_mask.sum())
         metrics.update({
             "loss": float(loss),
@@ -124,11 +153,130 @@ class RubricRLModule(L.LightningModule):
             "time/step": t4 - t0, "tokens_per_sec": n_tokens / max(t4 - t0, 1e-9),
             "lr": self.lr_schedulers().get_last_lr()[0],
         })
+        self.diagnostics.update(metrics)
         self.log_dict(metrics, on_step=True, batch_size=len(records))
         # progress-bar copies only; the logger already has reward/mean and time/step
         self.log("reward", metrics["reward/mean"], prog_bar=True, logger=False, batch_size=len(records))
         self.log("s/step", metrics["time/step"], prog_bar=True, logger=False, batch_size=len(records))
         return loss
+
+    def policy_gradient_step(self, sampled: SampledBatch, batch: RewardBatch) -> StepOutcome:
+        """Advantages from the estimator, then clipped policy-gradient updates."""
+        advantages = self.parts.estimator.advantages(batch)
+        decided = time.perf_counter()
+        loss, metrics, logprob_at = self.policy_update(sampled, advantages.reshape(-1).to(self.device))
+        metrics.update(advantage_metrics(advantages))
+        return StepOutcome(loss, metrics, advantages, decided, logprob_at)
+
+    def group_preference_step(self, sampled: SampledBatch, batch: RewardBatch) -> StepOutcome:
+        """Pairs from each group (ordered by the aggregated reward), filtered by the host's rules, then a
+        DPO-family update. The snapshot's "advantage" is each completion's net preference count
+        (times chosen minus times rejected)."""
+        o = self.settings.objective
+        watching = o.auto_lexicographic and self.parts.lexicographic is not None and not self.lexicographic_ordering
+        if watching and self.preference_watch.update(conflict_rate(batch.scores)):
+            self.lexicographic_ordering = True
+            rank_zero_info(f"rlkit: dimension conflicts averaged {self.preference_watch.mean:.0%} over "
+                           f"{self.preference_watch.window} steps; pairs are ordered lexicographically from "
+                           f"step {self.global_step} on")
+        aggregator = self.parts.lexicographic if self.lexicographic_ordering else self.parts.aggregator
+        order = ordering_batch(batch, aggregator, mask_saturated=o.mask_saturated)
+        constructor = self.parts.constructor
+        pairs = constructor.pairs(order)
+        built = len(pairs)
+        if o.mask_truncated_completions and built:
+            # a completion cut at the length limit is neither a good nor a bad example of the rubric
+            g = batch.shape[1]
+            truncated = sampled.truncated.to(pairs.chosen.device)
+            chosen, rejected = pairs.prompt_index * g + pairs.chosen, pairs.prompt_index * g + pairs.rejected
+            keep = ~(truncated[chosen] | truncated[rejected])
+            pairs = PreferencePairs(pairs.prompt_index[keep], pairs.chosen[keep], pairs.rejected[keep],
+                                    pairs.weight[keep])
+        pairs, dropped = drop_close_pairs(pairs, batch, o.min_gap)
+        decided = time.perf_counter()
+        loss, metrics, logprob_at = self.preference_update(sampled, pairs, getattr(constructor, "soft_labels", False))
+        net = torch.zeros(batch.shape[:2])
+        net.index_put_((pairs.prompt_index, pairs.chosen), torch.ones(len(pairs)), accumulate=True)
+        net.index_put_((pairs.prompt_index, pairs.rejected), -torch.ones(len(pairs)), accumulate=True)
+        metrics.update({"pairs/built": float(built), "pairs/used": float(len(pairs)),
+                        "pairs/dropped_by_gap": dropped, "ordering/lexicographic": float(self.lexicographic_ordering)})
+        if len(pairs):
+            for name, share in zip(self.rubric.dimension_names, chosen_win_share(pairs, batch).tolist(), strict=True):
+                metrics[f"pairs/chosen_wins/{name}"] = share
+        return StepOutcome(loss, metrics, net, decided, logprob_at)
+
+    def preference_update(self, sampled: SampledBatch, pairs: PreferencePairs, soft_labels: bool,
+                          ) -> tuple[torch.Tensor, dict[str, float], float]:
+        """``num_iterations`` optimiser steps on the pairs, each accumulated over micro-batches of pairs.
+
+        Only the completions that appear in a pair go through the model. With soft labels (``winrate``)
+        a pair's weight is the probability that chosen beats rejected; otherwise it weighs the pair and
+        the label is ``1 − label_smoothing``.
+        """
+        s, o = self.settings, self.settings.objective
+        opt, sched = self.optimizers(), self.lr_schedulers()
+        g = s.num_generations
+        n = len(pairs)
+        if n == 0:
+            # No preference this step: count the step (Lightning counts optimiser steps) without moving
+            # anything; parameters without a gradient are skipped by the optimiser, momentum included.
+            opt.zero_grad(set_to_none=True)
+            opt.step()
+            sched.step()
+            return torch.zeros((), device=self.device), {"loss/preference": 0.0}, time.perf_counter()
+        device = self.device
+        chosen_rows = (pairs.prompt_index * g + pairs.chosen).to(device)
+        rejected_rows = (pairs.prompt_index * g + pairs.rejected).to(device)
+        pair_w = pairs.weight.to(device)
+        labels = pair_w if soft_labels else torch.full((n,), 1.0 - o.label_smoothing, device=device)
+        weights = torch.ones(n, device=device) if soft_labels else pair_w
+        total = float(weights.sum())
+        chunks = micro_batches(n, s.gradient_accumulation_steps)
+
+        def logp_sums(log_probs: Any, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            unique, inverse = torch.unique(rows, return_inverse=True)
+            sums, lengths = sequence_logp_sums(log_probs(sampled.rows(unique)), sampled.completion_mask[unique])
+            return sums[inverse], lengths[inverse]
+
+        refs: list[tuple[torch.Tensor, torch.Tensor] | None] = []
+        with torch.no_grad():
+            for rows in chunks:
+                if self.reference is None:
+                    refs.append(None)
+                    continue
+                both = torch.cat([chosen_rows[rows], rejected_rows[rows]])
+                sums, _ = logp_sums(lambda sub: self.reference.log_probs(self.policy, sub), both)
+                refs.append((sums[:len(both) // 2], sums[len(both) // 2:]))
+        logprob_at = time.perf_counter()
+        for _ in range(o.num_iterations):
+            opt.zero_grad()
+            loss = torch.zeros((), device=device)
+            weighted: dict[str, float] = {}
+            for rows, ref in zip(chunks, refs, strict=True):
+                both = torch.cat([chosen_rows[rows], rejected_rows[rows]])
+                sums, lengths = logp_sums(lambda sub: sequence_log_probs(self.policy, sub), both)
+                half = len(both) // 2
+                part, part_metrics = preference_loss(
+                    sums[:half], sums[half:], None if ref is None else ref[0], None if ref is None else ref[1],
+                    loss_type=o.loss_type, beta=o.beta, labels=labels[rows], weights=weights[rows],
+                    chosen_lengths=lengths[:half], rejected_lengths=lengths[half:], simpo_gamma=o.simpo_gamma)
+                if o.sft_weight > 0:
+                    part = part + o.sft_weight * sft_loss(sums[:half], lengths[:half], weights[rows])
+                # micro-batch losses are weighted means; scaling by their weight share sums them to the whole
+                share = float(weights[rows].sum()) / total if total > 0 else 0.0
+                self.manual_backward(part * share)
+                loss = loss + part.detach() * share
+                for key, value in part_metrics.items():
+                    if key != "pairs":
+                        weighted[key] = weighted.get(key, 0.0) + float(value) * (rows.stop - rows.start) / n
+            if s.gradient_clip_val:
+                self.clip_gradients(opt, gradient_clip_val=s.gradient_clip_val, gradient_clip_algorithm="norm")
+            opt.step()
+            if self.reference is not None:
+                self.reference.on_optimizer_step(self.policy)
+        sched.step()
+        weighted["loss/preference"] = float(loss)
+        return loss, weighted, logprob_at
 
     def policy_update(self, sampled: SampledBatch, advantages: torch.Tensor,
                       ) -> tuple[torch.Tensor, dict[str, float], float]:
@@ -178,8 +326,8 @@ class RubricRLModule(L.LightningModule):
         sched.step()
         return loss, {k: float(v) for k, v in weighted.items()}, t_logprob
 
-    def step_metrics(self, batch: RewardBatch, advantages: torch.Tensor, sampled: SampledBatch) -> dict[str, float]:
-        """Reward, per-dimension, advantage and conflict statistics of one step (all floats)."""
+    def step_metrics(self, batch: RewardBatch, sampled: SampledBatch) -> dict[str, float]:
+        """Reward, per-dimension and conflict statistics of one step (all floats)."""
         rewards = batch.rewards
         assert rewards is not None
         mean, std, _ = nan_mean_std(rewards.reshape(-1), dim=0)
@@ -189,10 +337,6 @@ class RubricRLModule(L.LightningModule):
             "reward/mean": float(mean), "reward/std": float(std),
             "frac_zero_std_groups": float(((group_std == 0) | (group_n < 2)).float().mean()),
             "unscored_completions": float(torch.isnan(rewards).sum()),
-            "advantages/mean": float(advantages.mean()), "advantages/std": float(advantages.std()),
-            "advantages/frac_zero": float((advantages == 0).float().mean()),
-            "advantages/frac_zero_groups": float((advantages == 0).all(dim=1).float().mean()),
-            "advantages/distinct_per_group": float(distinct_values_per_group(advantages).float().mean()),
             "dimension_conflict_rate": conflicts,
             "completion_length": float(sampled.completion_token_counts.float().mean()),
             "frac_truncated": float(sampled.truncated.float().mean()),
@@ -211,7 +355,6 @@ class RubricRLModule(L.LightningModule):
                 f"dimensions order completions oppositely in {self.conflict_watch.mean:.0%} of pairs (mean of "
                 f"the last {self.conflict_watch.window} steps); a weighted sum then trades one for another at "
                 "random. Consider aggregator=lexicographic (priorities) or advantage=gdpo.")
-        self.diagnostics.update(out)
         return out
 
     # --- held-out evaluation -------------------------------------------------------------------
@@ -249,7 +392,10 @@ class RubricRLModule(L.LightningModule):
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         checkpoint["rlkit"] = {"rubric": self.rubric.identity(),
                                "weight_scheduler": self.parts.scheduler.state_dict(),
-                               "rng": capture_rng_state(), "data_position": list(self._data_position)}
+                               "rng": capture_rng_state(), "data_position": list(self._data_position),
+                               "ordering": {"lexicographic": self.lexicographic_ordering,
+                                            "recent_conflicts": list(self.preference_watch.recent),
+                                            "flagged": self.preference_watch.raised}}
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         state = checkpoint.get("rlkit", {})
@@ -263,6 +409,10 @@ class RubricRLModule(L.LightningModule):
         if "weight_scheduler" in state:
             self.parts.scheduler.load_state_dict(state["weight_scheduler"])
         self._rng_to_restore = state.get("rng")
+        if "ordering" in state:
+            self.lexicographic_ordering = bool(state["ordering"]["lexicographic"])
+            self.preference_watch.recent.extend(state["ordering"]["recent_conflicts"])
+            self.preference_watch.raised = bool(state["ordering"]["flagged"])
         if "data_position" in state:
             self._data_position = tuple(state["data_position"])
             datamodule = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None

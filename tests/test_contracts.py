@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import pytest
 import torch
 
-from rlkit import PreferencePairs, RewardBatch
 from rlkit.registry import Registry, create_plugin_manager
 from rlkit.testing import (
     AdvantageEstimatorContract,
@@ -49,47 +46,10 @@ class TestWeightSchedulers(WeightSchedulerContract):
         return _build("weight_scheduler", request.param)
 
 
-class BestWorstForTest:
-    """A minimal preference constructor, registered inline, so the preference suite has a subject."""
-
-    @dataclass
-    class Params:
-        pass
-
-    def __init__(self, params):
-        pass
-
-    def pairs(self, batch: RewardBatch) -> PreferencePairs:
-        rows = []
-        for b in range(batch.shape[0]):
-            r = batch.rewards[b]
-            ok = ~torch.isnan(r)
-            if ok.sum() < 2:
-                continue
-            masked_hi = torch.where(ok, r, torch.full_like(r, -float("inf")))
-            masked_lo = torch.where(ok, r, torch.full_like(r, float("inf")))
-            hi, lo = int(masked_hi.argmax()), int(masked_lo.argmin())
-            if r[hi] > r[lo]:
-                rows.append((b, hi, lo))
-        t = torch.tensor(rows, dtype=torch.int64).reshape(-1, 3)
-        return PreferencePairs(t[:, 0], t[:, 1], t[:, 2], torch.ones(len(rows)))
-
-
-class _InlinePreferencePlugin:
-    from rlkit import hookimpl
-
-    @hookimpl
-    def rlkit_register_preference_constructors(self, register):
-        register("best_worst_for_test", BestWorstForTest)
-
-
-_WITH_INLINE = Registry(create_plugin_manager(extra=[_InlinePreferencePlugin()]))
-
-
 class TestPreferenceConstructors(PreferenceConstructorContract):
-    @pytest.fixture(params=_WITH_INLINE.names("preference_constructor"))
+    @pytest.fixture(params=_REGISTRY.names("preference_constructor"))
     def constructor(self, request):
-        return _WITH_INLINE.create("preference_constructor", request.param)
+        return _build("preference_constructor", request.param)
 
 
 def test_every_kind_is_covered_by_a_suite():

@@ -150,3 +150,17 @@ def test_register_rejects_non_callable_and_empty_name():
 
     with pytest.raises(PluginError, match="non-callable"):
         Registry(create_plugin_manager(entry_points=False, extra=[Bad()]))
+
+
+def test_every_builtin_plugin_package_ships_in_the_wheel():
+    import pkgutil
+    from pathlib import Path
+
+    import rlkit_plugins
+
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+
+    declared = set(tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())
+                   ["tool"]["setuptools"]["packages"])
+    found = {info.name for info in pkgutil.walk_packages(rlkit_plugins.__path__, "rlkit_plugins.") if info.ispkg}
+    assert found <= declared, f"add {sorted(found - declared)} to [tool.setuptools] packages"
