@@ -30,7 +30,8 @@ class FrozenCopyReference(torch.nn.Module):
 
     def __init__(self, policy: Any) -> None:
         super().__init__()
-        self.model = copy.deepcopy(policy).requires_grad_(False).eval()
+        self.model = copy.deepcopy(policy).requires_grad_(False)
+        self.eval()
 
     def log_probs(self, policy: Any, sampled: SampledBatch) -> torch.Tensor:
         return sequence_log_probs(self.model, sampled)

@@ -204,3 +204,47 @@ def test_every_multi_reward_plugin_trains_by_config_alone(tmp_path, aggregator, 
                  f"hydra.run.dir={run_dir}"]) == 0
     rows = _metrics(run_dir)
     assert len(rows) == 2 and all(math.isfinite(float(r["loss"])) for r in rows)
+
+
+@pytest.mark.parametrize("preference", ["best_worst", "topk", "adjacent", "all_pairs", "winrate", "pareto"])
+def test_group_dpo_trains_with_every_constructor(tmp_path, preference):
+    from rlkit.models import build_tiny_policy, load_policy
+
+    before, _ = load_policy(build_tiny_policy())
+    run_dir = tmp_path / "run"
+    assert main(["fit", "objective=group_dpo", f"preference={preference}", "logger=csv", "trainer.max_steps=2",
+                 "batch_size=4", "num_generations=4", "objective.min_gap=0", f"hydra.run.dir={run_dir}"]) == 0
+    rows = _metrics(run_dir)
+    assert len(rows) == 2 and all(math.isfinite(float(r["loss"])) for r in rows)
+    assert sum(float(r["pairs/used"]) for r in rows) > 0
+    assert "rewards/accuracies" in rows[-1] and "pairs/dropped_by_gap" in rows[-1]
+    after, _ = load_policy(run_dir / "policy")
+    assert any(not torch.equal(a, b) for a, b in zip(before.parameters(), after.parameters(), strict=True))
+
+
+def test_group_dpo_ema_reference_is_checkpointed_and_follows_the_policy(tmp_path):
+    run_dir = tmp_path / "run"
+    assert main(["fit", "objective=group_dpo", "model.reference=ema", "model.ema_decay=0.5", "logger=csv",
+                 "trainer.max_steps=3", "batch_size=4", "num_generations=4", "objective.min_gap=0",
+                 "checkpoint_every=3", f"hydra.run.dir={run_dir}"]) == 0
+    state = torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=True)["state_dict"]
+    ref = {k[len("reference.model."):]: v for k, v in state.items() if k.startswith("reference.model.")}
+    policy = {k[len("policy."):]: v for k, v in state.items() if k.startswith("policy.")}
+    assert ref and ref.keys() == policy.keys()
+    from rlkit.models import build_tiny_policy, load_policy
+
+    initial = dict(load_policy(build_tiny_policy())[0].state_dict())
+    moved = [k for k in ref if not torch.equal(ref[k], initial[k])]
+    assert moved, "the EMA reference must move off the initial weights"
+    assert any(not torch.equal(ref[k], policy[k]) for k in moved), "…but lag behind the policy"
+
+
+def test_group_dpo_simpo_needs_no_reference_and_auto_lexicographic_switches(tmp_path, capsys):
+    run_dir = tmp_path / "run"
+    assert main(["fit", "objective=group_dpo", "objective.loss_type=simpo", "model.reference=none",
+                 "objective.auto_lexicographic=true", "objective.conflict_threshold=0", "objective.conflict_window=1",
+                 "logger=csv", "trainer.max_steps=2", "batch_size=4", "num_generations=4",
+                 f"hydra.run.dir={run_dir}"]) == 0
+    rows = _metrics(run_dir)
+    assert float(rows[-1]["ordering/lexicographic"]) == 1.0
+    assert all(math.isfinite(float(r["loss"])) for r in rows)

@@ -1,0 +1,46 @@
+"""Reference policies: which one a config gets, and the EMA update."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from rlkit.reference import (
+    AdapterOffReference,
+    EmaReference,
+    FrozenCopyReference,
+    build_reference,
+    needs_reference,
+)
+
+
+def test_ema_reference_moves_a_fixed_share_towards_the_policy():
+    policy = torch.nn.Linear(2, 1)
+    with torch.no_grad():
+        policy.weight.fill_(0.0)
+    ref = EmaReference(policy, decay=0.75)
+    with torch.no_grad():
+        policy.weight.fill_(4.0)
+    ref.on_optimizer_step(policy)
+    assert torch.allclose(ref.model.weight, torch.full((1, 2), 1.0))  # 0.75·0 + 0.25·4
+    ref.on_optimizer_step(policy)
+    assert torch.allclose(ref.model.weight, torch.full((1, 2), 1.75))
+    assert not ref.model.weight.requires_grad and not ref.training
+
+
+def test_which_reference_each_setting_gets():
+    policy = torch.nn.Linear(2, 1)
+    pg = SimpleNamespace(name="policy_gradient", beta=0.04)
+    dpo, simpo = SimpleNamespace(name="group_dpo", loss_type="sigmoid"), SimpleNamespace(name="group_dpo",
+                                                                                          loss_type="simpo")
+    assert needs_reference(pg) and needs_reference(dpo) and not needs_reference(simpo)
+    assert not needs_reference(SimpleNamespace(name="policy_gradient", beta=0.0))
+    assert isinstance(build_reference("frozen", policy, uses_lora=False, needed=True), FrozenCopyReference)
+    assert isinstance(build_reference("frozen", policy, uses_lora=True, needed=True), AdapterOffReference)
+    assert isinstance(build_reference("ema", policy, uses_lora=False, needed=True, ema_decay=0.9), EmaReference)
+    assert build_reference("frozen", policy, uses_lora=False, needed=False) is None
+    assert build_reference("none", policy, uses_lora=False, needed=True) is None
+    with pytest.raises(ValueError, match="unknown reference"):
+        build_reference("later", policy, uses_lora=False, needed=True)
