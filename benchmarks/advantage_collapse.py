@@ -1,4 +1,5 @@
-"""Advantage collapse: GRPO on a summed reward vs GDPO's per-dimension normalisation vs rank advantages.
+"""Advantage collapse: GRPO on a summed reward vs GDPO's per-dimension normalisation vs rank advantages vs
+group preference pairs (objective=group_dpo).
 
 The task: the default arithmetic prompts scored by a two-dimension rubric, one easy binary reward that the
 tiny policy saturates within a few steps (a short answer) and one hard binary reward (the answer is a bare
@@ -7,7 +8,7 @@ method, medians over seeds of: the final mean of each reward (last 10% of steps)
 the hard reward's 5-step moving average reaches 0.5, the share of zero-advantage groups, and the number
 of distinct advantage values per group. Usage:
 
-    python benchmarks/advantage_collapse.py [--seeds 1 2 3] [--steps 80] [--methods grpo gdpo rank]
+    python benchmarks/advantage_collapse.py [--seeds 1 2 3] [--steps 80] [--methods grpo gdpo rank group_dpo]
 """
 
 from __future__ import annotations
@@ -39,8 +40,9 @@ dimensions:
 
 def run(method: str, seed: int, steps: int, root: Path, rubric: Path) -> dict[str, float]:
     run_dir = root / f"{method}-{seed}"
+    choice = "objective=group_dpo" if method == "group_dpo" else f"advantage={method}"
     cmd = [sys.executable, "-m", "rlkit", "fit", "logger=csv", f"seed={seed}", f"trainer.max_steps={steps}",
-           f"advantage={method}", f"rubric.path={rubric}", "log_samples.every=0", f"hydra.run.dir={run_dir}"]
+           choice, f"rubric.path={rubric}", "log_samples.every=0", f"hydra.run.dir={run_dir}"]
     done = subprocess.run(cmd, capture_output=True, text=True)
     if done.returncode != 0:
         raise SystemExit(f"{method} seed {seed} failed:\n{done.stderr[-3000:]}")
@@ -50,12 +52,17 @@ def run(method: str, seed: int, steps: int, root: Path, rubric: Path) -> dict[st
     tail = rows[-max(1, len(rows) // 10):]
     hard = [float(r["rewards/bare_number/mean"]) for r in rows]
     reached = next((i + 1 for i in range(len(hard)) if i >= 4 and statistics.mean(hard[i - 4:i + 1]) >= 0.5), None)
+    def mean_of(key: str) -> float:  # the preference objective has pairs, not advantages
+        values = [float(r[key]) for r in rows if r.get(key)]
+        return statistics.mean(values) if values else float("nan")
+
     return {
         "short": statistics.mean(float(r["rewards/short/mean"]) for r in tail),
         "bare_number": statistics.mean(float(r["rewards/bare_number/mean"]) for r in tail),
         "reached": float("inf") if reached is None else float(reached),
-        "zero_adv_groups": statistics.mean(float(r["advantages/frac_zero_groups"]) for r in rows),
-        "distinct_adv": statistics.mean(float(r["advantages/distinct_per_group"]) for r in rows),
+        "zero_adv_groups": mean_of("advantages/frac_zero_groups"),
+        "distinct_adv": mean_of("advantages/distinct_per_group"),
+        "pairs": mean_of("pairs/used"),
     }
 
 
@@ -63,7 +70,7 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     parser.add_argument("--steps", type=int, default=80)
-    parser.add_argument("--methods", nargs="+", default=["grpo", "gdpo", "rank"])
+    parser.add_argument("--methods", nargs="+", default=["grpo", "gdpo", "rank", "group_dpo"])
     args = parser.parse_args()
     results: dict[str, list[dict[str, float]]] = {}
     with tempfile.TemporaryDirectory() as tmp:
@@ -74,12 +81,12 @@ def main() -> int:
             print(f"done: {method}", file=sys.stderr, flush=True)
     print(f"{len(args.seeds)} seeds × {args.steps} steps, batch 8 prompts × 8 completions; medians over seeds")
     header = f"{'method':<8}{'short (easy)':>14}{'bare_number':>13}{'steps to 0.5':>14}{'zero-adv groups':>17}"
-    print(header + f"{'distinct adv/group':>20}")
+    print(header + f"{'distinct adv/group':>20}{'pairs/step':>12}")
     for method, runs in results.items():
         med = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
         reached = "not reached" if med["reached"] == float("inf") else f"{med['reached']:.0f}"
         print(f"{method:<8}{med['short']:>14.3f}{med['bare_number']:>13.3f}{reached:>14}"
-              f"{med['zero_adv_groups']:>17.3f}{med['distinct_adv']:>20.2f}")
+              f"{med['zero_adv_groups']:>17.3f}{med['distinct_adv']:>20.2f}{med['pairs']:>12.1f}")
     return 0
 
 
