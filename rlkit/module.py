@@ -136,13 +136,14 @@ class RubricRLModule(L.LightningModule):
         sampled = sample_completions(self.policy, self.tokenizer, records, s.num_generations,
                                      s.max_completion_length, s.temperature)
         t1 = time.perf_counter()
-        batch = self.score(records, sampled, self.global_step)
+        step = self.global_step  # before the update advances it
+        batch = self.score(records, sampled, step)
         objective_step = {"policy_gradient": self.policy_gradient_step,
                           "group_dpo": self.group_preference_step}[s.objective.name]
         outcome = objective_step(sampled, batch)
         loss, t2, t3 = outcome.loss, outcome.decided_at, outcome.logprob_at
-        self.last_rollout = RolloutSnapshot(self.global_step, records, sampled.texts, batch.raw_scores,
-                                            batch.rewards, outcome.advantages)
+        self.last_rollout = RolloutSnapshot(step, records, sampled.texts, batch.raw_scores, batch.rewards,
+                                            outcome.advantages)
         t4 = time.perf_counter()
         metrics = self.step_metrics(batch, sampled)
         metrics.update(outcome.metrics)
