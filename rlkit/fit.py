@@ -45,6 +45,8 @@ def _quiet_lightning() -> None:
     # The sampler resumes mid-epoch through the module's checkpoint state (see EpochShuffleSampler),
     # which Lightning's check for a stateful DataLoader cannot see.
     warnings.filterwarnings("ignore", message=r"You're resuming from a checkpoint that ended before the epoch")
+    # A resumed run writes its checkpoints into its own (Hydra) run directory, by design.
+    warnings.filterwarnings("ignore", message=r"The dirpath has changed from")
 
 
 def settings_from(validated: ValidatedConfig) -> TrainingSettings:
