@@ -1,4 +1,4 @@
-"""The ``rlkit`` command: ``plugins``, ``validate`` and ``score``; Hydra overrides follow the command."""
+"""The ``rlkit`` command: ``plugins``, ``validate``, ``score``, ``calibrate`` and ``fit``; Hydra overrides follow."""
 
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ commands:
   plugins     list every registered plugin by kind, with the distribution that provides it
   validate    compose the config and check every part (plugins, params, rubric, data, model path)
   score       score prompt/completion records (data.path=...) with the configured judge
+  calibrate   agreement of the configured judge with human labels (calibrate.labels=...), per dimension
   fit         train the policy with the configured judge, aggregator and estimator (-m for sweeps)
 
 Overrides are Hydra's: judge=rule rubric.path=/abs/rubric.yaml data.path=/abs/records.jsonl
@@ -47,18 +48,20 @@ def cmd_plugins(overrides: Sequence[str]) -> int:
             table.add_row(kind.key, "—", "", f"{kind.group}=…")
         for entry in entries:
             selector = f"{kind.group}={entry.name}" if entry.name in options else f"{kind.group}.name={entry.name}"
+            if kind.selected_by:
+                selector = f"{kind.selected_by}={entry.name}"
             table.add_row(kind.key, entry.name, entry.provider, selector)
     _console().print(table)
     return 0
 
 
-def _validated(overrides: Sequence[str], *, need_completions: bool = False):
+def _validated(overrides: Sequence[str], *, need_completions: bool = False, read_data: bool = True):
     from rlkit.config import compose_config, validate_config
     from rlkit.registry import load_registry
 
     registry = load_registry()
     cfg = compose_config(registry, list(overrides))
-    return validate_config(cfg, registry, need_completions=need_completions)
+    return validate_config(cfg, registry, need_completions=need_completions, read_data=read_data)
 
 
 def cmd_validate(overrides: Sequence[str]) -> int:
@@ -105,6 +108,38 @@ def cmd_score(overrides: Sequence[str]) -> int:
     return 0
 
 
+def cmd_calibrate(overrides: Sequence[str]) -> int:
+    from dataclasses import replace
+
+    from rlkit.calibration import calibrate, calibrate_options, judge_records, read_labels, write_report
+    from rlkit.scoring import score_records
+
+    validated = _validated(overrides, read_data=False)  # the records are the labelled lines, not data.path
+    cfg, rubric = validated.cfg, validated.rubric
+    options = calibrate_options(cfg)
+    labelled = read_labels(options.labels, rubric)
+    judge = validated.plugin_names["judge"]
+    scored = score_records(replace(validated, records=judge_records(labelled)),
+                           batch_size=int(cfg.score.batch_size))
+    report = calibrate(labelled, scored.raw_scores, rubric, options.threshold, judge=judge,
+                       labels_path=str(options.labels))
+    table = Table(title=f"judge {judge} vs human labels — {rubric.name} v{rubric.version} ({rubric.short_hash}), "
+                        f"{report.total} completions")
+    for column in ("dimension", "n", "κ", "ρ", "bias", "flagged"):
+        table.add_column(column, justify="left" if column in ("dimension", "flagged") else "right")
+    for row in report.rows:
+        table.add_row(row.name, str(row.n), _fmt(row.kappa), _fmt(row.spearman), _fmt(row.bias),
+                      "yes" if row.flagged else "")
+    console = _console()
+    console.print(table)
+    if report.flagged:
+        console.print(f"flagged (κ or ρ below {report.threshold:g}, or undefined): {', '.join(report.flagged)} "
+                      "— its anchors need rewriting")
+    paths = write_report(report, options.output)
+    console.print(f"wrote {paths[0]} and {len(paths) - 1} confusion-matrix PNGs")
+    return 0
+
+
 def cmd_fit(overrides: Sequence[str]) -> int:
     import hydra
 
@@ -145,7 +180,8 @@ def cmd_fit(overrides: Sequence[str]) -> int:
     return 0
 
 
-COMMANDS = {"plugins": cmd_plugins, "validate": cmd_validate, "score": cmd_score, "fit": cmd_fit}
+COMMANDS = {"plugins": cmd_plugins, "validate": cmd_validate, "score": cmd_score, "calibrate": cmd_calibrate,
+            "fit": cmd_fit}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -104,3 +104,21 @@ def rlkit_register_weight_schedulers(register: Register) -> None:
     ``float32 [D]``, plus ``state_dict()`` and ``load_state_dict(state)`` so a resumed run
     continues exactly.
     """
+
+
+@hookspec
+def rlkit_register_judge_backends(register: Register) -> None:
+    """Register judge-backend factories: where a model-based judge sends its prompts.
+
+    Chosen inside a judge's params (``judge.params.backend=<name>``, with ``judge.params.backend_params``),
+    not as a config group. A backend has:
+
+    * ``identity() -> dict``: what determines its answers (backend name, model, decoding settings); part
+      of every response-cache key.
+    * ``complete(prompts: list[list[dict[str, str]]]) -> list[rlkit.judging.Completion]``: one chat
+      (a list of ``{"role", "content"}`` messages) per request, answered in order. A request that still
+      fails after the backend's own retries comes back with ``text=None`` and an ``error`` string; the
+      judge's failure policy decides what that means, never the backend.
+    * ``close() -> None``: release connections, processes or models.
+    """
+

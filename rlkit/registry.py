@@ -41,6 +41,7 @@ class PluginKind:
     hook: str
     group: str
     label: str
+    selected_by: str | None = None  # a kind chosen inside another plugin's params, not by a config group
 
 
 KINDS: tuple[PluginKind, ...] = (
@@ -56,6 +57,8 @@ KINDS: tuple[PluginKind, ...] = (
         "preference constructors",
     ),
     PluginKind("weight_scheduler", "rlkit_register_weight_schedulers", "weights", "weight schedulers"),
+    PluginKind("judge_backend", "rlkit_register_judge_backends", "judge_backend", "judge backends",
+               selected_by="judge.params.backend"),
 )
 KINDS_BY_KEY = {k.key: k for k in KINDS}
 KINDS_BY_GROUP = {k.group: k for k in KINDS}

@@ -9,6 +9,7 @@ from rlkit.registry import Registry, create_plugin_manager
 from rlkit.testing import (
     AdvantageEstimatorContract,
     AggregatorContract,
+    JudgeBackendContract,
     JudgeContract,
     PreferenceConstructorContract,
     WeightSchedulerContract,
@@ -52,9 +53,56 @@ class TestPreferenceConstructors(PreferenceConstructorContract):
         return _build("preference_constructor", request.param)
 
 
+@pytest.fixture(scope="module")
+def tiny_policy_path():
+    from rlkit.models import build_tiny_policy
+
+    return build_tiny_policy()
+
+
+@pytest.fixture(scope="module")
+def tiny_judge_server(tiny_policy_path):
+    """An OpenAI-compatible server answering with the tiny policy, loaded once for the module."""
+    from rlkit.testing.openai_server import OpenAICompatibleServer
+
+    with OpenAICompatibleServer(tiny_policy_path) as server:
+        yield server
+
+
+@pytest.fixture(scope="module", params=["hf", "openai"])
+def built_judge_backend(request, tiny_policy_path):
+    """Each built-in backend once per module (the hf one loads its model on first use), greedy, 8 new tokens.
+
+    Each needs its own params (a model, a server), so they are listed rather than taken from the registry;
+    test_builtin_judge_backends_are_all_tested keeps the list complete.
+    """
+    threads = torch.get_num_threads()
+    if request.param == "hf":
+        params = {"model": str(tiny_policy_path), "max_new_tokens": 8}
+        # On a busy 2-core machine, 2 intra-op threads fighting other processes make the tiny model ~100x slower.
+        torch.set_num_threads(1)
+    else:
+        params = {"base_url": request.getfixturevalue("tiny_judge_server").url, "max_tokens": 8}
+    backend = _REGISTRY.create("judge_backend", request.param, params)
+    yield backend
+    backend.close()
+    torch.set_num_threads(threads)
+
+
+class TestJudgeBackends(JudgeBackendContract):
+    @pytest.fixture
+    def backend(self, built_judge_backend):
+        return built_judge_backend
+
+
+def test_builtin_judge_backends_are_all_tested():
+    builtin = {e.name for e in _REGISTRY.entries("judge_backend") if e.provider == "rlkit"}
+    assert builtin == {"hf", "openai"}
+
+
 def test_every_kind_is_covered_by_a_suite():
     assert {k.key for k in _REGISTRY.kinds()} == {
-        "judge", "aggregator", "advantage_estimator", "preference_constructor", "weight_scheduler"}
+        "judge", "aggregator", "advantage_estimator", "preference_constructor", "weight_scheduler", "judge_backend"}
 
 
 def test_contract_catches_a_broken_estimator():

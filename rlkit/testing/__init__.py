@@ -15,9 +15,11 @@ against your plugin exactly as it runs against rlkit's built-ins::
 from rlkit.testing.contracts import (
     AdvantageEstimatorContract,
     AggregatorContract,
+    JudgeBackendContract,
     JudgeContract,
     PreferenceConstructorContract,
     WeightSchedulerContract,
+    example_chats,
     example_reward_batch,
     example_rollout,
     example_rubric,
@@ -26,9 +28,11 @@ from rlkit.testing.contracts import (
 __all__ = [
     "AdvantageEstimatorContract",
     "AggregatorContract",
+    "JudgeBackendContract",
     "JudgeContract",
     "PreferenceConstructorContract",
     "WeightSchedulerContract",
+    "example_chats",
     "example_reward_batch",
     "example_rollout",
     "example_rubric",

@@ -1,17 +1,19 @@
 """Contract suites, one per plugin kind: shapes, dtypes, NaN handling, determinism, invariants.
 
 Each suite is a plain pytest class whose tests use one fixture named after the kind
-(``judge``, ``aggregator``, ``estimator``, ``constructor``, ``scheduler``). Data fixtures
-(``rubric``, ``rollout``, ``reward_batch``) have defaults a plugin may override.
+(``judge``, ``aggregator``, ``estimator``, ``constructor``, ``scheduler``, ``backend``). Data fixtures
+(``rubric``, ``rollout``, ``reward_batch``, ``chats``) have defaults a plugin may override.
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
 import torch
 
+from rlkit.judging import Completion
 from rlkit.rewards import aggregate_rewards, check_judge_output, normalize_scores
 from rlkit.rubric import Rubric, rubric_from_dict
 from rlkit.stats import nan_weighted_sum
@@ -217,3 +219,67 @@ class WeightSchedulerContract(_DataFixtures):
         batch = aggregate_rewards(reward_batch.raw_scores, reward_batch.rubric, scheduler,
                                   WeightedSumAggregator(WeightedSumAggregator.Params()))
         assert batch.rewards is not None and batch.rewards.shape == reward_batch.shape[:2]
+
+
+def example_chats() -> list[list[dict[str, str]]]:
+    """Three chats of different lengths, one with a system message: requests for judge-backend suites."""
+    return [
+        [{"role": "user", "content": "What is 2+2? Answer with one number."}],
+        [{"role": "system", "content": "You are a strict grader."},
+         {"role": "user", "content": "Rate from 1 to 5: 'Paris is the capital of France.'"}],
+        [{"role": "user", "content": "Hi"}],
+    ]
+
+
+class JudgeBackendContract:
+    """``identity()`` is a JSON dict naming the backend; ``complete`` answers every chat, in order, with a
+    ``Completion`` (a str, or None and an ``error``); no chats give []; greedy answers repeat.
+
+    The ``backend`` fixture must decode greedily (temperature 0) and be cheap to call several times: a small
+    model and a few new tokens. Set ``batch_invariant = False`` in the subclass when a chat's greedy answer may
+    depend on which other chats share its batch (servers that batch requests on a GPU); the order test then
+    checks only that each answer arrives.
+    """
+
+    batch_invariant = True
+
+    @pytest.fixture
+    def chats(self) -> list[list[dict[str, str]]]:
+        return example_chats()
+
+    def test_identity_is_a_json_dict_naming_the_backend(self, backend: Any) -> None:
+        identity = backend.identity()
+        assert isinstance(identity, dict)
+        assert isinstance(identity.get("backend"), str) and identity["backend"], "identity() needs a 'backend'"
+        # Round-trips exactly: no tuples, paths or other types a JSON cache key would silently change.
+        assert json.loads(json.dumps(identity, sort_keys=True)) == identity
+        assert backend.identity() == identity
+
+    def test_one_completion_per_chat(self, backend: Any, chats: list[list[dict[str, str]]]) -> None:
+        results = backend.complete(chats)
+        assert isinstance(results, list) and len(results) == len(chats)
+        for result in results:
+            assert isinstance(result, Completion)
+            if result.text is None:
+                assert isinstance(result.error, str) and result.error, "a failed request must say why"
+            else:
+                assert isinstance(result.text, str)
+            assert result.latency >= 0 and result.attempts >= 1
+        assert any(r.text is not None for r in results), "a backend that answers nothing is broken"
+
+    def test_answers_in_request_order(self, backend: Any, chats: list[list[dict[str, str]]]) -> None:
+        forward = backend.complete(chats)
+        backward = backend.complete(chats[::-1])
+        assert len(backward) == len(chats)
+        if self.batch_invariant:
+            assert [r.text for r in backward] == [r.text for r in forward][::-1]
+
+    def test_no_chats_give_no_completions(self, backend: Any) -> None:
+        assert backend.complete([]) == []
+
+    def test_greedy_is_deterministic(self, backend: Any, chats: list[list[dict[str, str]]]) -> None:
+        first, second = backend.complete(chats), backend.complete(chats)
+        assert [r.text for r in first] == [r.text for r in second]
+
+    def test_has_close(self, backend: Any) -> None:
+        assert callable(getattr(backend, "close", None))

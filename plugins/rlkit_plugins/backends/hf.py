@@ -1,0 +1,241 @@
+"""The built-in ``hf`` judge backend: a local Hugging Face causal LM run in-process.
+
+* ``model`` is a local model directory or a hub id already in the local Hugging Face cache (resolved by
+  :func:`rlkit.models.locate_model`, which never downloads); ``None`` is the embedded tiny policy. A path or
+  id that does not resolve fails when the backend is built, so ``rlkit validate`` reports it.
+* The weights load on the first :meth:`HFBackend.complete`, not when the backend is built: ``rlkit validate``
+  builds every configured plugin and must stay fast.
+* Requests are answered in batches of ``batch_size``, left-padded, with one ``generate`` call each; only the
+  new tokens are decoded, cut at the first end-of-sequence token. ``temperature: 0`` is greedy decoding.
+* Each chat is rendered with the tokenizer's chat template when it has one, else as ``role: content`` lines
+  followed by ``assistant:``.
+* Nothing is retried for transient reasons (there are none in-process); a batch whose generation raises is
+  retried one request at a time, so a single bad request comes back as ``text=None`` with an ``error`` and
+  the others are still answered. ``latency`` is the batch's wall time divided by its size.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rlkit import ConfigError, hookimpl
+from rlkit.judging import Completion
+
+WHERE = "judge.params.backend_params"
+_DTYPES = ("auto", "float32", "float16", "bfloat16")
+
+Messages = Sequence[dict[str, str]]
+
+
+def render_chat(messages: Messages, tokenizer: Any) -> str:
+    """The prompt text for one chat: the tokenizer's chat template, else ``role: content`` lines + ``assistant:``."""
+    if getattr(tokenizer, "chat_template", None):
+        return tokenizer.apply_chat_template(list(messages), tokenize=False, add_generation_prompt=True)
+    return "".join(f"{m['role']}: {m['content']}\n" for m in messages) + "assistant:"
+
+
+def stop_token_ids(model: Any, tokenizer: Any) -> list[int]:
+    """The tokenizer's EOS plus the model's generation-config EOS ids (chat models often list several)."""
+    ids: set[int] = set()
+    for source in (tokenizer.eos_token_id, getattr(model.generation_config, "eos_token_id", None)):
+        if isinstance(source, int):
+            ids.add(source)
+        elif source:
+            ids.update(int(i) for i in source)
+    return sorted(ids)
+
+
+def _chat_problem(messages: Any) -> str | None:
+    """Why ``messages`` is not a chat of ``{"role": str, "content": str}`` messages, or None."""
+    # Checked here because a chat template renders a missing key as "" without complaint.
+    if isinstance(messages, str | bytes) or not isinstance(messages, Sequence) or not messages:
+        return "malformed chat: expected a non-empty list of messages"
+    for i, m in enumerate(messages):
+        if not (isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)):
+            return f"malformed chat: messages[{i}] needs a string 'role' and a string 'content'"
+    return None
+
+
+def _cut_at_stop(row: list[int], stop: set[int]) -> list[int]:
+    for i, token in enumerate(row):
+        if token in stop:
+            return row[:i]
+    return row
+
+
+def _error(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}".strip()
+
+
+class HFBackend:
+    """Answers chats with a local causal LM, batched, in this process."""
+
+    @dataclass
+    class Params:
+        model: str | None = None
+        max_new_tokens: int = 64
+        temperature: float = 0.0
+        batch_size: int = 16
+        dtype: str = "float32"
+
+    def __init__(self, params: HFBackend.Params | None = None) -> None:
+        p = params or HFBackend.Params()
+        if p.model is not None and (not isinstance(p.model, str) or not p.model.strip()):
+            raise ConfigError(f"must be a model directory, a hub id or null, got {p.model!r}", f"{WHERE}.model")
+        if p.max_new_tokens < 1:
+            raise ConfigError(f"must be >= 1, got {p.max_new_tokens}", f"{WHERE}.max_new_tokens")
+        if not (math.isfinite(p.temperature) and p.temperature >= 0):
+            raise ConfigError(f"must be a finite number >= 0 (0 = greedy), got {p.temperature}",
+                              f"{WHERE}.temperature")
+        if p.batch_size < 1:
+            raise ConfigError(f"must be >= 1, got {p.batch_size}", f"{WHERE}.batch_size")
+        if p.dtype not in _DTYPES:
+            raise ConfigError(f"must be one of {', '.join(_DTYPES)}, got {p.dtype!r}", f"{WHERE}.dtype")
+        self.params = p
+        # Resolving a path or a cached hub id touches only the filesystem, so a wrong one fails at validate time.
+        self._path: Path | None = None
+        self._ref: str | None = None
+        if p.model is not None:
+            self._path, self._ref = _locate(p.model)
+        self._model: Any = None
+        self._tokenizer: Any = None
+        self._stop: set[int] = set()
+        self._lock = threading.Lock()
+
+    @property
+    def loaded(self) -> bool:
+        """Whether the weights are in memory (they load on the first non-empty :meth:`complete`)."""
+        return self._model is not None
+
+    def _model_path(self) -> Path:
+        if self._path is None:
+            from rlkit.models import build_tiny_policy
+
+            self._path = build_tiny_policy()  # reused from the cache once built
+            self._ref = str(self._path)
+        return self._path
+
+    def identity(self) -> dict[str, Any]:
+        """Backend, model and decoding settings: part of every response-cache key.
+
+        ``model`` is the resolved directory for a local model or the tiny policy (whose folder name carries
+        its spec hash), and ``<hub id>@<snapshot commit>`` for a hub id, so a cache never mixes revisions.
+        ``dtype`` is included because it changes greedy answers.
+        """
+        self._model_path()
+        return {"backend": "hf", "model": self._ref, "max_new_tokens": self.params.max_new_tokens,
+                "temperature": self.params.temperature, "dtype": self.params.dtype}
+
+    def _load(self) -> tuple[Any, Any]:
+        if self._model is None:
+            from rlkit.models import load_policy
+
+            try:
+                model, tokenizer = load_policy(self._model_path(), dtype=self.params.dtype)
+            except ConfigError as exc:
+                raise ConfigError(exc.message, f"{WHERE}.model") from None
+            model.eval()
+            self._stop = set(stop_token_ids(model, tokenizer))
+            self._model, self._tokenizer = model, tokenizer
+        return self._model, self._tokenizer
+
+    def complete(self, prompts: Sequence[Messages]) -> list[Completion]:
+        """One :class:`Completion` per chat, in order; a failed request has ``text=None`` and an ``error``."""
+        if not prompts:
+            return []
+        with self._lock:  # one model, one generate at a time; callers may share a backend across threads
+            _, tokenizer = self._load()
+            results: list[Completion | None] = [None] * len(prompts)
+            rendered: list[tuple[int, str]] = []
+            for i, messages in enumerate(prompts):
+                problem = _chat_problem(messages)
+                if problem is None:
+                    try:
+                        text = render_chat(messages, tokenizer)
+                    except Exception as exc:
+                        problem = f"cannot render the chat: {_error(exc)}"
+                    else:
+                        # An empty row would be all padding: nothing for the model to continue.
+                        empty = not tokenizer(text, add_special_tokens=False)["input_ids"]
+                        problem = "the chat renders to an empty prompt" if empty else None
+                if problem is None:
+                    rendered.append((i, text))
+                else:  # a malformed chat fails that request only
+                    results[i] = Completion(text=None, error=problem)
+            size = self.params.batch_size
+            for start in range(0, len(rendered), size):
+                chunk = rendered[start:start + size]
+                for (i, _), completion in zip(chunk, self._complete_chunk([t for _, t in chunk]), strict=True):
+                    results[i] = completion
+        return [r for r in results if r is not None]
+
+    def _complete_chunk(self, texts: list[str]) -> list[Completion]:
+        began = time.perf_counter()
+        try:
+            answers = self._generate(texts)
+        except Exception as exc:
+            if len(texts) == 1:
+                return [Completion(text=None, error=f"generation failed: {_error(exc)}",
+                                   latency=time.perf_counter() - began)]
+            # Find which request broke the batch: the others still deserve answers.
+            return [self._retry_alone(text) for text in texts]
+        latency = (time.perf_counter() - began) / len(texts)
+        return [Completion(text=a, latency=latency) for a in answers]
+
+    def _retry_alone(self, text: str) -> Completion:
+        began = time.perf_counter()
+        try:
+            (answer,) = self._generate([text])
+        except Exception as exc:
+            return Completion(text=None, error=f"generation failed: {_error(exc)}",
+                              latency=time.perf_counter() - began, attempts=2)
+        return Completion(text=answer, latency=time.perf_counter() - began, attempts=2)
+
+    def _generate(self, texts: list[str]) -> list[str]:
+        import torch
+
+        model, tokenizer = self._model, self._tokenizer
+        # The rendered text already holds whatever special tokens the template adds.
+        enc = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False)
+        device = next(model.parameters()).device
+        sample = self.params.temperature > 0
+        with torch.no_grad():
+            out = model.generate(
+                input_ids=enc["input_ids"].to(device), attention_mask=enc["attention_mask"].to(device),
+                max_new_tokens=self.params.max_new_tokens, do_sample=sample,
+                temperature=self.params.temperature if sample else None, top_k=None, top_p=None,
+                pad_token_id=tokenizer.pad_token_id, eos_token_id=sorted(self._stop) or None, use_cache=True,
+            )
+        new_tokens = out[:, enc["input_ids"].shape[1]:].tolist()
+        return [tokenizer.decode(_cut_at_stop(row, self._stop), skip_special_tokens=True) for row in new_tokens]
+
+    def close(self) -> None:
+        """Drop the model; a later :meth:`complete` loads it again."""
+        with self._lock:
+            self._model = self._tokenizer = None
+            self._stop = set()
+
+
+def _locate(model: str) -> tuple[Path, str]:
+    """The directory to load and the identity string for a configured model path or hub id."""
+    from rlkit.models import locate_model
+
+    try:
+        path = locate_model(model)
+    except ConfigError as exc:
+        raise ConfigError(f"{exc.message} (got {model!r})", f"{WHERE}.model") from None
+    if Path(model).expanduser().is_dir():
+        return path, str(path.resolve())
+    return path, f"{model}@{path.name}"  # a hub snapshot folder is named after its commit
+
+
+@hookimpl
+def rlkit_register_judge_backends(register: Callable[..., None]) -> None:
+    """Register the ``hf`` judge backend."""
+    register("hf", HFBackend)

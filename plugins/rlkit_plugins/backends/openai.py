@@ -1,0 +1,220 @@
+"""The built-in ``openai`` judge backend: any server speaking OpenAI's chat-completions API over HTTP.
+
+That covers OpenAI itself and the usual self-hosted servers (vLLM, SGLang, llama.cpp, TGI's Messages API), and
+:class:`rlkit.testing.openai_server.OpenAICompatibleServer` for tests. Each chat becomes one
+``POST {base_url}/chat/completions`` with ``model``, ``messages``, ``max_tokens`` and ``temperature``.
+
+* **Key.** Read from the environment variable named by ``api_key_env`` on every :meth:`OpenAIBackend.complete`
+  call (never from config, so it never lands in a saved config, a log or a cache key) and sent as
+  ``Authorization: Bearer <key>`` when set; unset means no header (local servers rarely want one).
+* **Concurrency.** Requests run concurrently on one ``httpx.AsyncClient``; at most ``concurrency`` are in flight
+  at once (an ``asyncio.Semaphore``, with the connection pool sized to match). Answers come back in request
+  order. ``complete`` is synchronous and runs its own event loop with ``asyncio.run``; called from inside a
+  running event loop, it runs that loop in a worker thread instead, blocking the caller until it is done.
+* **Timeout.** ``timeout`` seconds bound one attempt from sending the request to reading the last byte.
+* **Retries.** A timeout, a connection error, HTTP 429, any HTTP 5xx, and a 2xx whose body is not JSON or has no
+  string ``choices[0].message.content`` are failed attempts and are retried, up to ``max_retries`` times after
+  the first attempt. Other HTTP errors (400, 401, 404, ...) are not retried: repeating them cannot help. Before
+  retry ``k`` (0-based) the request waits ``min(backoff * 2**k, 30)`` seconds, or the server's numeric
+  ``Retry-After`` if that is longer (also capped at 30 s). There is no jitter, so the schedule is
+  deterministic (tests rely on that); the waits of concurrent requests do not hold a concurrency slot.
+* **Failure.** A request that still fails comes back as ``Completion(text=None, error=...)`` naming the last
+  failure and the number of attempts; one bad request never raises.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import os
+import re
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from rlkit import ConfigError, hookimpl
+from rlkit.judging import Completion
+
+WHERE = "judge.params.backend_params"
+MAX_BACKOFF_S = 30.0
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+if TYPE_CHECKING:
+    import httpx
+
+Messages = Sequence[dict[str, str]]
+
+
+@dataclass(frozen=True)
+class _Attempt:
+    """The outcome of one HTTP attempt."""
+
+    text: str | None
+    error: str = ""
+    retryable: bool = False
+    retry_after: float | None = None
+
+
+def _snippet(text: str, limit: int = 200) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[:limit] + "..."
+
+
+def _retry_after(response: httpx.Response) -> float | None:
+    try:
+        value = float(response.headers.get("retry-after", ""))
+    except ValueError:
+        return None  # absent, or an HTTP date: fall back to our own backoff
+    return value if math.isfinite(value) and value >= 0 else None
+
+
+def _content(response: httpx.Response) -> str | None:
+    try:
+        body = response.json()
+        content = body["choices"][0]["message"]["content"]
+    except (ValueError, KeyError, IndexError, TypeError):
+        return None
+    return content if isinstance(content, str) else None
+
+
+class OpenAIBackend:
+    """Sends each chat to an OpenAI-compatible ``/chat/completions`` endpoint, concurrently, with retries."""
+
+    @dataclass
+    class Params:
+        base_url: str = "http://127.0.0.1:8000/v1"
+        model: str = "default"
+        api_key_env: str = "OPENAI_API_KEY"
+        max_tokens: int = 64
+        temperature: float = 0.0
+        timeout: float = 30.0
+        max_retries: int = 3
+        backoff: float = 0.5
+        concurrency: int = 8
+
+    def __init__(self, params: OpenAIBackend.Params | None = None) -> None:
+        import httpx  # here, not at module level: every rlkit command imports all built-in plugins
+
+        p = params or OpenAIBackend.Params()
+        try:
+            url = httpx.URL(p.base_url)
+        except Exception:  # httpx raises several types for unparsable URLs
+            url = None
+        if url is None or url.scheme not in ("http", "https") or not url.host:
+            raise ConfigError(f"must be an http(s) URL such as http://127.0.0.1:8000/v1, got {p.base_url!r}",
+                              f"{WHERE}.base_url")
+        if not p.model:
+            raise ConfigError("must name the served model", f"{WHERE}.model")
+        if not _ENV_NAME.fullmatch(p.api_key_env or ""):
+            raise ConfigError(f"must be the name of an environment variable (the key itself never goes in the "
+                              f"config), got {p.api_key_env!r}", f"{WHERE}.api_key_env")
+        for name, low, strict in (("max_tokens", 1, False), ("temperature", 0, False), ("timeout", 0, True),
+                                  ("max_retries", 0, False), ("backoff", 0, False), ("concurrency", 1, False)):
+            value = getattr(p, name)
+            if not math.isfinite(value) or value < low or (strict and value == low):
+                raise ConfigError(f"must be {'>' if strict else '>='} {low}, got {value}", f"{WHERE}.{name}")
+        self.params = p
+        self._url = f"{p.base_url.rstrip('/')}/chat/completions"
+
+    def identity(self) -> dict[str, Any]:
+        """What determines the answers (never the key): part of every response-cache key."""
+        p = self.params
+        return {"backend": "openai", "base_url": p.base_url, "model": p.model, "max_tokens": p.max_tokens,
+                "temperature": p.temperature}
+
+    def retry_delay(self, retry: int, retry_after: float | None = None) -> float:
+        """Seconds to wait before retry ``retry`` (0-based): exponential, capped, no jitter."""
+        delay = min(self.params.backoff * 2.0**retry, MAX_BACKOFF_S)
+        if retry_after is not None:
+            delay = max(delay, min(retry_after, MAX_BACKOFF_S))
+        return delay
+
+    def _headers(self) -> dict[str, str]:
+        key = os.environ.get(self.params.api_key_env)
+        return {"Authorization": f"Bearer {key}"} if key else {}
+
+    def complete(self, prompts: Sequence[Messages]) -> list[Completion]:
+        """One :class:`Completion` per chat, in order; a request that keeps failing has ``text=None``."""
+        if not prompts:
+            return []
+        chats, headers = list(prompts), self._headers()
+
+        def run() -> list[Completion]:
+            return asyncio.run(self._complete_all(chats, headers))
+
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return run()
+        # asyncio.run refuses to nest inside a running loop; a worker thread has none.
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="rlkit-openai") as pool:
+            return pool.submit(run).result()
+
+    async def _complete_all(self, chats: list[Messages], headers: dict[str, str]) -> list[Completion]:
+        import httpx
+
+        p = self.params
+        slots = asyncio.Semaphore(p.concurrency)
+        limits = httpx.Limits(max_connections=p.concurrency, max_keepalive_connections=p.concurrency)
+        async with httpx.AsyncClient(timeout=httpx.Timeout(p.timeout), limits=limits, headers=headers) as client:
+            return list(await asyncio.gather(*(self._complete_one(client, slots, chat) for chat in chats)))
+
+    async def _complete_one(self, client: httpx.AsyncClient, slots: asyncio.Semaphore,
+                            messages: Messages) -> Completion:
+        p = self.params
+        payload = {"model": p.model, "messages": list(messages), "max_tokens": p.max_tokens,
+                   "temperature": p.temperature}
+        began: float | None = None
+        outcome = _Attempt(text=None, error="not attempted")
+        attempts = 0
+        for attempt in range(p.max_retries + 1):
+            if attempt:
+                await asyncio.sleep(self.retry_delay(attempt - 1, outcome.retry_after))
+            async with slots:  # released during the backoff sleep, so a failing request holds no slot
+                if began is None:
+                    began = time.perf_counter()  # queueing for a first slot is not the request's latency
+                outcome = await self._attempt(client, payload)
+            attempts += 1
+            if outcome.text is not None or not outcome.retryable:
+                break
+        latency = time.perf_counter() - (began or time.perf_counter())
+        if outcome.text is not None:
+            return Completion(text=outcome.text, latency=latency, attempts=attempts)
+        return Completion(text=None, error=f"{outcome.error} (after {attempts} attempt{'s' * (attempts != 1)})",
+                          latency=latency, attempts=attempts)
+
+    async def _attempt(self, client: httpx.AsyncClient, payload: dict[str, Any]) -> _Attempt:
+        import httpx
+
+        timeout = self.params.timeout
+        try:
+            # httpx's timeout bounds each phase; wait_for bounds the attempt as a whole.
+            response = await asyncio.wait_for(client.post(self._url, json=payload), timeout=timeout)
+        except (asyncio.TimeoutError, httpx.TimeoutException):
+            return _Attempt(None, f"timed out after {timeout:g} s", retryable=True)
+        except httpx.TransportError as exc:
+            return _Attempt(None, f"connection error: {type(exc).__name__}: {exc}", retryable=True)
+        except Exception as exc:  # e.g. a chat that is not JSON-serialisable: this request only
+            return _Attempt(None, f"request failed: {type(exc).__name__}: {exc}")
+        status = response.status_code
+        if status == 429 or status >= 500:
+            return _Attempt(None, f"HTTP {status}: {_snippet(response.text)}", retryable=True,
+                            retry_after=_retry_after(response))
+        if not 200 <= status < 300:
+            return _Attempt(None, f"HTTP {status}: {_snippet(response.text)}")
+        content = _content(response)
+        if content is None:
+            return _Attempt(None, f"malformed response (no choices[0].message.content): {_snippet(response.text)}",
+                            retryable=True)
+        return _Attempt(content)
+
+    def close(self) -> None:
+        """Nothing is held between calls: each :meth:`complete` opens and closes its own client."""
+
+
+@hookimpl
+def rlkit_register_judge_backends(register: Callable[..., None]) -> None:
+    """Register the ``openai`` judge backend."""
+    register("openai", OpenAIBackend)

@@ -1,0 +1,654 @@
+"""Parsing what an LLM judge writes: per-dimension scores against a rubric, or a ranking of labelled answers.
+
+Everything here is a pure function of the text and never raises on what a model writes: an answer that
+cannot be read comes back with ``method="none"`` and everything marked missing, so the caller decides
+whether that is a retry, a zero reward or a :class:`rlkit.errors.JudgeError`.
+
+Scores (:func:`parse_scores`), tried in this order:
+
+1. JSON. Candidates, first to last: the contents of each fenced block (```json or plain ```), the whole
+   text, then each balanced ``{...}`` block from the start of the text. The first candidate that yields
+   a value for at least one dimension is used. Inside it, the (nested) object with the most dimension
+   keys wins, so ``{"scores": {...}}`` works; so does a list ``[{"dimension": "format", "score": 1}]``.
+   A value is a number, a numeric string (``"4"``, ``"4/5"``), ``true``/``false`` or ``"yes"``/``"no"``
+   (binary dimensions only), or an object with a ``score``/``value``/``rating`` key. Keys match dimension
+   names exactly, else case-insensitively with ``-``, ``_`` and spaces ignored.
+2. Lenient, per dimension the JSON did not give: the *last* ``name <sep> value`` in the text, where the
+   name may be wrapped in markdown or quotes and followed by ``score``/``rating`` or a parenthesised
+   note (``**Brevity (1-5):** 4``), and ``<sep>`` is ``:``, ``=`` or a dash (not ``is``: prose such as
+   "the brevity is 3 words" would read as a score). The last occurrence
+   wins because judges reason first and conclude last. This also reads truncated JSON up to where it
+   stops. With a one-dimension rubric only, and only if the name is absent: the last ``[[4]]``, then
+   the last ``Score: 4`` (or ``rating``/``grade``), then a text that is nothing but a value.
+3. Range check: binary dimensions take exactly 0 or 1, scale dimensions any float in ``[low, high]``
+   (never rounded). Anything else goes to ``out_of_range`` and not to ``scores``; a value found out of
+   range by JSON is not second-guessed by the lenient pass.
+
+A fraction ``4/5`` or ``4 out of 5`` means 4 on the dimension's own scale, never 0.8; the denominator is
+ignored, so ``8/10`` on a 1-5 dimension is out of range rather than silently rescaled to 4.
+``method`` is ``"json"`` when the JSON pass gave at least one dimension (the lenient pass may have filled
+gaps), ``"lenient"`` when only the lenient pass found something, else ``"none"``.
+
+Rankings (:func:`parse_ranking`), tried in this order:
+
+1. JSON: a list of labels best first (an inner list is a tier of ties), or an object with a
+   ``ranking``/``order`` key holding such a list or a chain string. Same candidates as for scores, but
+   only blocks that contain a double quote, so ``[A] > [B]`` is not mistaken for JSON.
+2. The last ``[[...]]`` whose contents name a label, read by steps 3-4 (``[[A]]`` alone means A first).
+3. Chains of labels joined by ``>``, ``>>``/``≫`` (strength 2.0), ``=``/``≈``/``~`` (a tie, strength
+   0.0). Labels are matched case-insensitively and may be written ``Response A``, ``(A)``, ``[A]`` or
+   ``**A**``. If some chain names every label, the last such chain is the answer (method ``"chain"``).
+   Else if one chain names a label, it is the answer. Else the chains are pairwise statements (method
+   ``"pairwise"``): every stated "x above y" (each pair of tiers within a statement) is collected once,
+   each label gets a Copeland score (wins minus losses over those pairs), and labels are ordered by
+   score, ties broken by the order of ``labels``, one label per tier, strength 1.0 per gap.
+   ``cycles_broken`` counts the stated pairs that this order contradicts (so ``A > B, B > C, C > A``
+   gives ``A > B > C`` and ``cycles_broken=1``). Commas, newlines and prose separate statements here.
+4. Only when no chain exists: a comma-separated list of labels and nothing else (``A, C, B``) is an order
+   best first (method ``"comma"``); the list naming the most labels wins, the last one on a tie.
+
+Labels not mentioned are appended as one last tier (in ``labels`` order, strength 1.0) and make
+``complete`` false; so does a label written twice (its first place is kept). With nothing readable the
+order is a single tier of every label (all tied) and ``method="none"``. Tokens that are not labels
+(``E`` when the labels are A-D) are dropped, gaps around them merged (strongest wins), and listed in
+``unknown``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any
+
+from rlkit.rubric import Dimension, Rubric
+
+__all__ = ["RankingParse", "ScoreParse", "parse_ranking", "parse_scores", "ranks_from_order"]
+
+
+@dataclass(frozen=True)
+class ScoreParse:
+    """Scores read from one judge answer. ``scores`` holds only in-range values; a dimension is in at
+    most one of ``scores``, ``out_of_range`` and ``missing``. ``unknown`` lists JSON keys with a score
+    that match no dimension (a judge using its own names)."""
+
+    scores: dict[str, float]
+    missing: list[str]
+    out_of_range: dict[str, float]
+    method: str
+    unknown: list[str] = field(default_factory=list)
+
+    @property
+    def complete(self) -> bool:
+        return not self.missing and not self.out_of_range
+
+
+@dataclass(frozen=True)
+class RankingParse:
+    """A ranking read from one judge answer: ``order`` is tiers best first (labels in a tier are judged
+    equal), ``strengths`` has one entry per gap between consecutive tiers."""
+
+    order: list[list[str]]
+    strengths: list[float]
+    method: str
+    complete: bool
+    cycles_broken: int = 0
+    unknown: list[str] = field(default_factory=list)
+
+
+# --- shared helpers -----------------------------------------------------------------------------
+
+_FENCE_RE = re.compile(r"```[ \t]*[A-Za-z0-9_+\-]*[ \t]*\n?(.*?)```", re.S)
+# Caps the quadratic worst case of scanning for balanced blocks in long, brace-heavy text.
+_MAX_BLOCK_STARTS = 32
+_FAIL = object()
+
+
+def _loads(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError):
+        return _FAIL
+
+
+def _close_index(text: str, start: int, open_ch: str, close_ch: str) -> int | None:
+    # Brackets inside JSON strings must not count, or a reason like "use {x}" would end the block early.
+    depth = 0
+    in_string = escaped = False
+    for i in range(start, len(text)):
+        c = text[i]
+        if in_string:
+            if escaped:
+                escaped = False
+            elif c == "\\":
+                escaped = True
+            elif c == '"':
+                in_string = False
+        elif c == '"':
+            in_string = True
+        elif c == open_ch:
+            depth += 1
+        elif c == close_ch:
+            depth -= 1
+            if depth == 0:
+                return i
+    return None
+
+
+def _balanced_blocks(text: str, open_ch: str, close_ch: str) -> Iterator[str]:
+    start = text.find(open_ch)
+    tries = 0
+    while start != -1 and tries < _MAX_BLOCK_STARTS:
+        tries += 1
+        end = _close_index(text, start, open_ch, close_ch)
+        if end is not None:
+            yield text[start : end + 1]
+        start = text.find(open_ch, start + 1)
+
+
+def _json_candidates(text: str, open_ch: str, close_ch: str, need_quote: bool = False) -> Iterator[Any]:
+    """Parsed JSON containers found in ``text``, in the documented order of preference (lazily)."""
+    seen: set[str] = set()
+
+    def attempts() -> Iterator[str]:
+        for m in _FENCE_RE.finditer(text):
+            yield m.group(1).strip()
+        yield text.strip()
+        yield from _balanced_blocks(text, open_ch, close_ch)
+
+    for chunk in attempts():
+        if not chunk or chunk in seen or (need_quote and '"' not in chunk):
+            continue
+        seen.add(chunk)
+        value = _loads(chunk)
+        if isinstance(value, dict | list):
+            yield value
+
+
+def _norm(name: str) -> str:
+    return re.sub(r"[\s_\-]+", "", name.strip().lower())
+
+
+# --- scores -------------------------------------------------------------------------------------
+
+_NUMBER = r"-?[0-9]+(?:\.[0-9]+)?"
+# The lookahead stops "4" being read out of "4th" or "4.5x" after backtracking.
+_NUM_VALUE = rf"(?P<num>{_NUMBER})(?:\s*(?:/|out\s+of)\s*{_NUMBER})?(?![0-9A-Za-z]|\.[0-9])"
+_WORD_VALUE = r"(?P<word>yes|no|true|false|pass(?:ed)?|fail(?:ed)?)\b"
+_WORDS = {"yes": 1.0, "true": 1.0, "pass": 1.0, "passed": 1.0, "no": 0.0, "false": 0.0, "fail": 0.0, "failed": 0.0}
+_SCORE_KEYS = {"score", "value", "rating", "grade", "points"}
+_NAME_KEYS = {"name", "dimension", "criterion", "criteria", "metric", "aspect", "category", "key"}
+_MARKUP = r"[\*_\"'`]{0,4}"
+_AFTER_NAME = rf"(?:[\s_\-]{{0,3}}(?:score|rating))?{_MARKUP}[ \t]{{0,4}}(?:\([^()\n]{{0,30}}\))?{_MARKUP}[ \t]{{0,4}}"
+_SEPARATOR = r"(?:[:=]|[-\u2013\u2014])"
+# "{"score": " lets the lenient pass read a truncated {"brevity": {"score": 4, "reason": "...
+_BEFORE_VALUE = r"[\s\*_\"'`\[\(]{0,12}(?:\{\s{0,4}[\"']?(?:score|value|rating)[\"']?\s{0,4}:\s{0,4})?"
+
+
+def _value_pattern(binary: bool) -> str:
+    return f"(?:{_NUM_VALUE}|{_WORD_VALUE})" if binary else f"(?:{_NUM_VALUE})"
+
+
+@lru_cache(maxsize=256)
+def _dimension_re(name: str, binary: bool) -> re.Pattern[str]:
+    parts = [re.escape(p) for p in re.split(r"[\s_\-]+", name.strip()) if p]
+    name_re = r"[\s_\-]*".join(parts) or re.escape(name)
+    return re.compile(
+        rf"(?<![A-Za-z0-9]){name_re}{_AFTER_NAME}{_SEPARATOR}{_BEFORE_VALUE}{_value_pattern(binary)}", re.I
+    )
+
+
+@lru_cache(maxsize=4)
+def _single_res(binary: bool) -> tuple[re.Pattern[str], re.Pattern[str], re.Pattern[str]]:
+    value = _value_pattern(binary)
+    brackets = re.compile(rf"\[\[[ \t]{{0,4}}{value}[ \t]{{0,4}}\]\]", re.I)
+    labelled = re.compile(
+        rf"(?<![A-Za-z0-9])(?:score|rating|grade){_MARKUP}[ \t]{{0,4}}(?:\([^()\n]{{0,30}}\))?{_MARKUP}[ \t]{{0,4}}"
+        rf"[:=]{_BEFORE_VALUE}{value}",
+        re.I,
+    )
+    bare = re.compile(rf"[\*\[\(]{{0,4}}[ \t]{{0,2}}{value}[ \t]{{0,2}}[\*\]\)]{{0,4}}\.?", re.I)
+    return brackets, labelled, bare
+
+
+@lru_cache(maxsize=4)
+def _text_value_re(binary: bool) -> re.Pattern[str]:
+    return re.compile(rf"\s*[\*\[\(]{{0,4}}[ \t]{{0,2}}{_value_pattern(binary)}", re.I)
+
+
+def _to_float(x: int | float | str) -> float:
+    try:
+        return float(x)
+    except OverflowError:
+        # A judge writing 10**400 is out of range, not a crash.
+        return -math.inf if str(x).lstrip().startswith("-") else math.inf
+
+
+def _match_value(m: re.Match[str]) -> float:
+    word = m.groupdict().get("word")
+    if word:
+        return _WORDS[word.lower()]
+    return _to_float(m.group("num"))
+
+
+def _json_value(raw: Any, dim: Dimension, nested: bool = False) -> float | None:
+    if isinstance(raw, bool):
+        return float(raw) if dim.type == "binary" else None
+    if isinstance(raw, int | float):
+        return _to_float(raw)
+    if isinstance(raw, str):
+        m = _text_value_re(dim.type == "binary").match(raw)
+        return _match_value(m) if m else None
+    if isinstance(raw, dict) and not nested:
+        for key, value in raw.items():
+            if isinstance(key, str) and _norm(key) in _SCORE_KEYS:
+                return _json_value(value, dim, nested=True)
+    return None
+
+
+class _Dimensions:
+    """Looks up a judge's key: the exact name first, then the normalised one when it is unambiguous."""
+
+    def __init__(self, rubric: Rubric) -> None:
+        self.dims = list(rubric.dimensions)
+        self.exact = {d.name: d for d in self.dims}
+        by_norm: dict[str, list[Dimension]] = {}
+        for d in self.dims:
+            by_norm.setdefault(_norm(d.name), []).append(d)
+        self.normed = {k: v[0] for k, v in by_norm.items() if len(v) == 1}
+
+    def get(self, key: Any) -> Dimension | None:
+        if not isinstance(key, str):
+            return None
+        return self.exact.get(key) or self.normed.get(_norm(key))
+
+
+def _score_dicts(obj: Any, depth: int = 0) -> Iterator[dict[Any, Any]]:
+    """Every object that might hold the scores, outermost first; a list of named entries becomes one."""
+    if depth > 4:
+        return
+    if isinstance(obj, dict):
+        yield obj
+        for value in obj.values():
+            yield from _score_dicts(value, depth + 1)
+    elif isinstance(obj, list):
+        merged: dict[Any, Any] = {}
+        for item in obj:
+            if isinstance(item, dict):
+                name = next((v for k, v in item.items() if isinstance(k, str) and _norm(k) in _NAME_KEYS), None)
+                if isinstance(name, str):
+                    merged.setdefault(name, item)
+        if merged:
+            yield merged
+        for item in obj:
+            yield from _score_dicts(item, depth + 1)
+
+
+def _scores_from_json(obj: Any, dims: _Dimensions) -> tuple[dict[str, float], list[str]]:
+    best: dict[str, float] = {}
+    best_dict: dict[Any, Any] | None = None
+    for candidate in _score_dicts(obj):
+        found: dict[str, float] = {}
+        for key, raw in candidate.items():
+            dim = dims.get(key)
+            if dim is not None and dim.name not in found:
+                value = _json_value(raw, dim)
+                if value is not None:
+                    found[dim.name] = value
+        if len(found) > len(best):
+            best, best_dict = found, candidate
+    if not best and len(dims.dims) == 1:
+        # A one-dimension judge often answers {"score": 4, "reason": ...} without naming the dimension.
+        dim = dims.dims[0]
+        for candidate in _score_dicts(obj):
+            key = next((k for k in candidate if isinstance(k, str) and _norm(k) in _SCORE_KEYS), None)
+            value = _json_value(candidate[key], dim) if key is not None else None
+            if value is not None:
+                return {dim.name: value}, []
+    if best_dict is None:
+        best_dict = next((d for d in _score_dicts(obj) if any(_looks_numeric(v) for v in d.values())), None)
+    unknown = [
+        str(k) for k, v in (best_dict or {}).items()
+        if dims.get(k) is None and _looks_numeric(v) and not (isinstance(k, str) and _norm(k) in _SCORE_KEYS)
+    ]
+    return best, unknown
+
+
+def _looks_numeric(raw: Any) -> bool:
+    if isinstance(raw, bool):
+        return False
+    if isinstance(raw, int | float):
+        return True
+    if isinstance(raw, str):
+        return _text_value_re(False).fullmatch(raw.strip()) is not None
+    if isinstance(raw, dict):
+        return any(isinstance(k, str) and _norm(k) in _SCORE_KEYS for k in raw)
+    return False
+
+
+def _last_match(pattern: re.Pattern[str], text: str) -> re.Match[str] | None:
+    last = None
+    for last in pattern.finditer(text):  # noqa: B007 - only the last match is wanted
+        pass
+    return last
+
+
+def _lenient_value(text: str, dim: Dimension, single: bool) -> float | None:
+    binary = dim.type == "binary"
+    last = _last_match(_dimension_re(dim.name, binary), text)
+    if last is not None:
+        return _match_value(last)
+    if not single:
+        return None
+    brackets, labelled, bare = _single_res(binary)
+    for pattern in (brackets, labelled):
+        last = _last_match(pattern, text)
+        if last is not None:
+            return _match_value(last)
+    m = bare.fullmatch(text.strip())
+    return _match_value(m) if m else None
+
+
+def _in_range(value: float, dim: Dimension) -> bool:
+    if not math.isfinite(value):
+        return False
+    if dim.type == "binary":
+        return value in (0.0, 1.0)
+    return dim.low <= value <= dim.high
+
+
+def parse_scores(text: str, rubric: Rubric) -> ScoreParse:
+    """Read one score per rubric dimension from a judge's answer (see the module docstring for the order
+    of attempts and the conventions). Never raises on the content of ``text``."""
+    if not isinstance(text, str):
+        text = "" if text is None else str(text)
+    dims = _Dimensions(rubric)
+    from_json: dict[str, float] = {}
+    unknown: list[str] = []
+    for obj in _json_candidates(text, "{", "}"):
+        found, names = _scores_from_json(obj, dims)
+        if not unknown:
+            unknown = names
+        if found:
+            from_json, unknown = found, names
+            break
+    raw: dict[str, float] = dict(from_json)
+    single = len(dims.dims) == 1
+    for dim in dims.dims:
+        if dim.name not in raw:
+            value = _lenient_value(text, dim, single)
+            if value is not None:
+                raw[dim.name] = value
+    scores: dict[str, float] = {}
+    out_of_range: dict[str, float] = {}
+    missing: list[str] = []
+    for dim in dims.dims:
+        if dim.name not in raw:
+            missing.append(dim.name)
+        elif _in_range(raw[dim.name], dim):
+            scores[dim.name] = raw[dim.name]
+        else:
+            out_of_range[dim.name] = raw[dim.name]
+    method = "json" if from_json else "lenient" if raw else "none"
+    return ScoreParse(scores=scores, missing=missing, out_of_range=out_of_range, method=method, unknown=unknown)
+
+
+# --- rankings -----------------------------------------------------------------------------------
+
+_PREFIX = r"(?:response|answer|assistant|output|candidate|model|option|completion|summary)"
+_TOKEN = rf"(?<!\w)[\*\"'`]{{0,3}}(?:{_PREFIX}[ \t_\-]{{1,3}})?[\(\[]?\w+(?:[.\-]\w+)*[\)\]]?[\*\"'`]{{0,3}}"
+_COMPARATOR = r">>|\u226b|>|==|=|\u2248|~"
+_STRENGTH = {">>": 2.0, "\u226b": 2.0, ">": 1.0, "==": 0.0, "=": 0.0, "\u2248": 0.0, "~": 0.0}
+_CHAIN_RE = re.compile(rf"{_TOKEN}(?:\s*(?:{_COMPARATOR})\s*{_TOKEN})+", re.I)
+_SPLIT_RE = re.compile(rf"\s*({_COMPARATOR})\s*")
+_COMMA_RE = re.compile(rf"{_TOKEN}(?:\s*,\s*{_TOKEN})+", re.I)
+_BRACKETS_RE = re.compile(r"\[\[([^\[\]\n]{1,300})\]\]")
+_PREFIX_RE = re.compile(rf"^{_PREFIX}[ \t_\-]+", re.I)
+_RANKING_KEYS = {"ranking", "rankings", "order", "rank", "ranked", "finalranking", "result"}
+
+
+class _Labels:
+    def __init__(self, labels: list[str]) -> None:
+        self.labels = list(labels)
+        self.index = {label: i for i, label in enumerate(self.labels)}
+        lowered: dict[str, list[str]] = {}
+        for label in self.labels:
+            lowered.setdefault(label.lower(), []).append(label)
+        self.lowered = {k: v[0] for k, v in lowered.items() if len(v) == 1}
+
+    def resolve(self, token: str) -> tuple[str | None, str]:
+        """The label a token names (or None) and the token stripped of decoration, for ``unknown``."""
+        decor = " \t\n*\"'`()[]"
+        first = token.strip(decor)
+        second = _PREFIX_RE.sub("", first).strip(decor)
+        for candidate in (first, second):
+            if candidate in self.index:
+                return candidate, candidate
+            if candidate.lower() in self.lowered:
+                return self.lowered[candidate.lower()], candidate
+        return None, second
+
+
+@dataclass
+class _Statement:
+    tiers: list[list[str]]
+    strengths: list[float]
+    unknown: list[str]
+    duplicated: bool
+
+    @property
+    def known(self) -> set[str]:
+        return {label for tier in self.tiers for label in tier}
+
+
+def _statement(raw_tiers: list[list[str]], strengths: list[float], labels: _Labels) -> _Statement:
+    """Resolve tokens to labels, dropping unknown and repeated ones and merging the gaps around them."""
+    tiers: list[list[str]] = []
+    kept_strengths: list[float] = []
+    unknown: list[str] = []
+    seen: set[str] = set()
+    duplicated = False
+    pending = 0.0
+    for i, raw_tier in enumerate(raw_tiers):
+        if i > 0:
+            pending = max(pending, strengths[i - 1])
+        tier: list[str] = []
+        for token in raw_tier:
+            label, cleaned = labels.resolve(token)
+            if label is None:
+                if cleaned and cleaned not in unknown:
+                    unknown.append(cleaned)
+            elif label in seen:
+                duplicated = True
+            else:
+                seen.add(label)
+                tier.append(label)
+        if tier:
+            if tiers:
+                kept_strengths.append(pending)
+            tiers.append(tier)
+            pending = 0.0
+    return _Statement(tiers, kept_strengths, unknown, duplicated)
+
+
+def _chain(text: str, labels: _Labels) -> _Statement:
+    parts = _SPLIT_RE.split(text.strip())
+    tokens, seps = parts[0::2], parts[1::2]
+    raw_tiers: list[list[str]] = [[tokens[0]]]
+    strengths: list[float] = []
+    for sep, token in zip(seps, tokens[1:], strict=True):
+        strength = _STRENGTH[sep]
+        if strength == 0.0:
+            raw_tiers[-1].append(token)
+        else:
+            raw_tiers.append([token])
+            strengths.append(strength)
+    return _statement(raw_tiers, strengths, labels)
+
+
+def _merge_unknown(statements: list[_Statement]) -> list[str]:
+    out: list[str] = []
+    for s in statements:
+        out.extend(u for u in s.unknown if u not in out)
+    return out
+
+
+def _finish(statement: _Statement, labels: _Labels, method: str, cycles_broken: int = 0,
+            unknown: list[str] | None = None, duplicated: bool | None = None) -> RankingParse:
+    order = [list(t) for t in statement.tiers]
+    strengths = list(statement.strengths)
+    mentioned = statement.known
+    rest = [label for label in labels.labels if label not in mentioned]
+    if rest:
+        if order:
+            strengths.append(1.0)
+        order.append(rest)
+    dup = statement.duplicated if duplicated is None else duplicated
+    return RankingParse(
+        order=order,
+        strengths=strengths,
+        method=method,
+        complete=not rest and not dup and bool(mentioned),
+        cycles_broken=cycles_broken,
+        unknown=statement.unknown if unknown is None else unknown,
+    )
+
+
+def _copeland(statements: list[_Statement], labels: _Labels) -> RankingParse:
+    pairs: set[tuple[str, str]] = set()
+    mentioned: set[str] = set()
+    for s in statements:
+        mentioned |= s.known
+        for i, upper in enumerate(s.tiers):
+            for lower in s.tiers[i + 1 :]:
+                pairs.update((x, y) for x in upper for y in lower if x != y)
+    score = dict.fromkeys(mentioned, 0)
+    for winner, loser in pairs:
+        score[winner] += 1
+        score[loser] -= 1
+    ranked = sorted(mentioned, key=lambda label: (-score[label], labels.index[label]))
+    position = {label: i for i, label in enumerate(ranked)}
+    contradicted = sum(1 for winner, loser in pairs if position[winner] > position[loser])
+    merged = _Statement([[label] for label in ranked], [1.0] * (len(ranked) - 1), [], False)
+    return _finish(merged, labels, "pairwise", cycles_broken=contradicted, unknown=_merge_unknown(statements),
+                   duplicated=False)
+
+
+def _from_chains(text: str, labels: _Labels) -> RankingParse | None:
+    statements = [s for s in (_chain(m.group(0), labels) for m in _CHAIN_RE.finditer(text)) if s.known]
+    if not statements:
+        return None
+    everyone = set(labels.labels)
+    full = [s for s in statements if s.known == everyone]
+    if full:
+        return _finish(full[-1], labels, "chain")
+    if len(statements) == 1:
+        return _finish(statements[0], labels, "chain")
+    return _copeland(statements, labels)
+
+
+def _from_commas(text: str, labels: _Labels) -> RankingParse | None:
+    best: _Statement | None = None
+    for m in _COMMA_RE.finditer(text):
+        tokens = m.group(0).split(",")
+        # Every item must be a label: a prose list such as "A, B, and C" or "tone, length" is not an order.
+        if any(labels.resolve(t)[0] is None for t in tokens):
+            continue
+        s = _statement([[t] for t in tokens], [1.0] * (len(tokens) - 1), labels)
+        if best is None or len(s.known) >= len(best.known):
+            best = s
+    return _finish(best, labels, "comma") if best is not None else None
+
+
+def _ranking_list(obj: Any) -> list[Any] | str | None:
+    if isinstance(obj, list):
+        return obj
+    if isinstance(obj, dict):
+        for key, value in obj.items():
+            if isinstance(key, str) and _norm(key) in _RANKING_KEYS and isinstance(value, list | str):
+                return value
+    return None
+
+
+def _from_json(text: str, labels: _Labels) -> RankingParse | None:
+    for candidates in (_json_candidates(text, "[", "]", need_quote=True),
+                       _json_candidates(text, "{", "}", need_quote=True)):
+        for obj in candidates:
+            items = _ranking_list(obj)
+            if isinstance(items, str):
+                parsed = _from_chains(items, labels) or _from_commas(items, labels)
+                if parsed is not None:
+                    return RankingParse(parsed.order, parsed.strengths, "json", parsed.complete,
+                                        parsed.cycles_broken, parsed.unknown)
+                continue
+            if not items:
+                continue
+            raw_tiers: list[list[str]] = []
+            for item in items:
+                if isinstance(item, list):
+                    tier = [str(x) for x in item if isinstance(x, str | int) and not isinstance(x, bool)]
+                elif isinstance(item, str | int) and not isinstance(item, bool):
+                    tier = [str(item)]
+                else:
+                    tier = []
+                if tier:
+                    raw_tiers.append(tier)
+            s = _statement(raw_tiers, [1.0] * max(len(raw_tiers) - 1, 0), labels)
+            if s.known:
+                return _finish(s, labels, "json")
+    return None
+
+
+def parse_ranking(text: str, labels: list[str]) -> RankingParse:
+    """Read a ranking of ``labels`` from a judge's answer (see the module docstring for the order of
+    attempts and the conventions). Never raises on the content of ``text``."""
+    if not isinstance(text, str):
+        text = "" if text is None else str(text)
+    known = _Labels(labels)
+    parsed = _from_json(text, known)
+    if parsed is not None:
+        return parsed
+    for m in reversed(list(_BRACKETS_RE.finditer(text))):
+        inner = m.group(1)
+        parsed = _from_chains(inner, known) or _from_commas(inner, known)
+        if parsed is None:
+            label, _ = known.resolve(inner)
+            if label is not None:
+                parsed = _finish(_Statement([[label]], [], [], False), known, "chain")
+        if parsed is not None:
+            return parsed
+    parsed = _from_chains(text, known) or _from_commas(text, known)
+    if parsed is not None:
+        return parsed
+    return _finish(_Statement([], [], [], False), known, "none")
+
+
+def ranks_from_order(order: list[list[str]], labels: list[str]) -> list[float]:
+    """Average rank of each label (1 = best; a tier of k labels shares the mean of its k positions), in
+    ``labels`` order. Labels absent from ``order`` share a last tier, as in :func:`parse_ranking`;
+    names in ``order`` that are not labels, and repeats, are ignored."""
+    wanted = set(labels)
+    seen: set[str] = set()
+    tiers: list[list[str]] = []
+    for tier in order:
+        kept = []
+        for label in tier:
+            if label in wanted and label not in seen:
+                seen.add(label)
+                kept.append(label)
+        if kept:
+            tiers.append(kept)
+    rest = [label for label in dict.fromkeys(labels) if label not in seen]
+    if rest:
+        tiers.append(rest)
+    rank: dict[str, float] = {}
+    position = 1
+    for tier in tiers:
+        shared = position + (len(tier) - 1) / 2
+        for label in tier:
+            rank[label] = shared
+        position += len(tier)
+    return [rank[label] for label in labels]

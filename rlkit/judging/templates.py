@@ -1,0 +1,47 @@
+"""Jinja prompt templates for model-based judges: shipped ones under ``templates/`` (``rlkit.templates``)
+or a user's file; each is identified by its content hash, which enters every cached response's key."""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import importlib.resources
+from pathlib import Path
+from typing import Any
+
+from rlkit.errors import ConfigError
+
+
+def template_path(name: str) -> Path:
+    """A shipped template (``judge/rubric_scores.jinja``) or a path to the user's own file."""
+    shipped = Path(str(importlib.resources.files("rlkit.templates"))) / name
+    if shipped.is_file():
+        return shipped
+    path = Path(name).expanduser()
+    if path.is_file():
+        return path
+    raise ConfigError(f"no template {name!r} (neither shipped under templates/ nor a file)", "judge.params.template")
+
+
+@functools.lru_cache(maxsize=32)
+def _source(path: Path) -> str:
+    return path.read_text(encoding="utf-8")
+
+
+def template_hash(name: str) -> str:
+    return hashlib.sha256(_source(template_path(name)).encode()).hexdigest()
+
+
+def render_template(name: str, *, rubric: Any, prompt: str, completion: str, dimensions: Any = None,
+                    **extra: Any) -> str:
+    """Render with the rubric, its dimensions (in the given order, for permutations), prompt and completion."""
+    import jinja2
+
+    env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=False, autoescape=False)
+    dims = list(dimensions if dimensions is not None else rubric.dimensions)
+    example = "{" + ", ".join(f'"{d.name}": {int(d.high)}' for d in dims) + "}"
+    try:
+        return env.from_string(_source(template_path(name))).render(
+            rubric=rubric, dimensions=dims, prompt=prompt, completion=completion, example=example, **extra)
+    except jinja2.TemplateError as exc:
+        raise ConfigError(f"template {name}: {exc}", "judge.params.template") from None

@@ -1,0 +1,196 @@
+"""The offline tiny judge: a small causal LM trained on CPU, on first use, to score the default task's
+rubric in the compact JSON format, distilled from the rule judge's scores.
+
+It is a real model answering real prompts, so ``judge=llm`` runs the whole LLM path (template,
+generation, parsing, caching, failure policy) on a fresh machine with no download. It is cached like the
+tiny policy (``$RLKIT_CACHE/tiny-judge-<hash>``, built beside and renamed into place) and loaded back by
+path. Its accuracy is whatever a few minutes of CPU training give: ``rlkit calibrate judge=llm`` says.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import shutil
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from rlkit.models import TinyPolicySpec, build_tokenizer, default_cache_dir
+
+COMPACT_TEMPLATE = "judge/rubric_scores_compact.jinja"
+_FORMAT = 1  # bump when the recipe changes
+
+
+@dataclass(frozen=True)
+class TinyJudgeSpec:
+    hidden_size: int = 96
+    intermediate_size: int = 192
+    num_hidden_layers: int = 2
+    num_attention_heads: int = 4
+    num_key_value_heads: int = 2
+    max_position_embeddings: int = 256
+    steps: int = 400
+    batch_size: int = 32
+    lr: float = 4e-3
+    examples: int = 4000
+    seed: int = 0
+    rubric: str = "arithmetic"
+
+
+def _variants(a: int, b: int, rng: random.Random, alphabet: str) -> str:
+    s = a + b
+    kind = rng.random()
+    if kind < 0.22:
+        return rng.choice([str(s), str(s), f" {s}", f"{s}.", f"{s} ok", f"{s}\n"])
+    if kind < 0.40:
+        return str(s + rng.choice([-3, -2, -1, 1, 2, 3, 10]))
+    if kind < 0.50:
+        return rng.choice([f"the answer is {s}", f"it is {s}", f"{a} plus {b} is {s}", "I think so", "= " + str(s)])
+    if kind < 0.60:
+        token = rng.choice([str(s), str(rng.randint(0, 40)), "ab", "x"])
+        return " ".join([token] * rng.randint(2, 5)) if rng.random() < 0.5 else token[0] * rng.randint(4, 9)
+    if kind < 0.65:
+        return ""
+    n = rng.randint(1, 16)
+    return "".join(rng.choice(alphabet) for _ in range(n))
+
+
+def distillation_records(spec: TinyJudgeSpec) -> list[dict[str, Any]]:
+    """Prompt/completion pairs of the default task, scored by the rule judge on the shipped rubric."""
+    import importlib.resources
+
+    import torch
+
+    from rlkit.registry import load_registry
+    from rlkit.rubric import load_rubric
+    from rlkit.types import Rollout
+
+    rubric = load_rubric(Path(str(importlib.resources.files("rlkit.conf"))) / "rubrics" / f"{spec.rubric}.yaml")
+    rng = random.Random(spec.seed)
+    alphabet = "".join(c for c in TinyPolicySpec().alphabet if c != "\n")
+    records = []
+    for _ in range(spec.examples):
+        a, b = rng.randint(0, 20), rng.randint(0, 20)
+        records.append({"prompt": f"{a}+{b}=", "reference": str(a + b), "completion": _variants(a, b, rng, alphabet)})
+    judge = load_registry().create("judge", "rule")
+    rollout = Rollout(records=records, completions=[[r["completion"]] for r in records])
+    raw = judge.score(rollout, rubric)[:, 0]
+    out = []
+    for record, row in zip(records, raw, strict=True):
+        if torch.isnan(row).any():
+            continue
+        scores = {d.name: int(v) for d, v in zip(rubric.dimensions, row.tolist(), strict=True)}
+        out.append({**record, "answer": json.dumps(scores, separators=(",", ":"))})
+    return out
+
+
+def render_compact(rubric: Any, prompt: str, completion: str) -> str:
+    from rlkit.judging.templates import render_template
+
+    return render_template(COMPACT_TEMPLATE, rubric=rubric, prompt=prompt, completion=completion)
+
+
+def tiny_judge_hash(spec: TinyJudgeSpec) -> str:
+    from importlib.metadata import version
+
+    from rlkit.judging.templates import template_hash
+
+    key = {"spec": asdict(spec), "format": _FORMAT, "template": template_hash(COMPACT_TEMPLATE),
+           "transformers": version("transformers").split(".")[0]}
+    return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def train_tiny_judge(spec: TinyJudgeSpec, out_dir: Path, log: Any = print) -> dict[str, float]:
+    """Train the judge and save it (model + tokenizer) with ``save_pretrained`` into ``out_dir``."""
+    import importlib.resources
+
+    import torch
+    from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM
+
+    from rlkit.rubric import load_rubric
+
+    rubric = load_rubric(Path(str(importlib.resources.files("rlkit.conf"))) / "rubrics" / f"{spec.rubric}.yaml")
+    tokenizer = build_tokenizer(TinyPolicySpec())
+    eos = tokenizer.eos_token_id
+    examples = distillation_records(spec)
+    encoded = []
+    for ex in examples:
+        prompt_ids = tokenizer(render_compact(rubric, ex["prompt"], ex["completion"]),
+                               add_special_tokens=False)["input_ids"]
+        answer_ids = tokenizer(ex["answer"], add_special_tokens=False)["input_ids"] + [eos]
+        encoded.append((prompt_ids, answer_ids))
+    ids = {"pad_token_id": tokenizer.pad_token_id, "eos_token_id": eos, "bos_token_id": tokenizer.bos_token_id}
+    config = Qwen2Config(vocab_size=len(tokenizer), hidden_size=spec.hidden_size,
+                         intermediate_size=spec.intermediate_size, num_hidden_layers=spec.num_hidden_layers,
+                         num_attention_heads=spec.num_attention_heads, num_key_value_heads=spec.num_key_value_heads,
+                         max_position_embeddings=spec.max_position_embeddings, tie_word_embeddings=True, **ids)
+    threads = torch.get_num_threads()
+    # One thread: on a 2-core machine shared with anything else, two torch threads run several times slower.
+    torch.set_num_threads(1)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(spec.seed)
+        model = Qwen2ForCausalLM(config)
+        gen = torch.Generator().manual_seed(spec.seed)
+        opt = torch.optim.AdamW(model.parameters(), lr=spec.lr, weight_decay=0.0)
+        sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=spec.lr, total_steps=spec.steps, pct_start=0.1)
+        model.train()
+        start = time.perf_counter()
+        for step in range(spec.steps):
+            idx = torch.randint(len(encoded), (spec.batch_size,), generator=gen).tolist()
+            seqs = [encoded[i][0] + encoded[i][1] for i in idx]
+            width = max(len(s) for s in seqs)
+            input_ids = torch.full((len(seqs), width), tokenizer.pad_token_id)
+            labels = torch.full((len(seqs), width), -100)
+            attention = torch.zeros((len(seqs), width), dtype=torch.long)
+            for row, i in enumerate(idx):
+                p, a = encoded[i]
+                input_ids[row, :len(p) + len(a)] = torch.tensor(p + a)
+                labels[row, len(p):len(p) + len(a)] = torch.tensor(a)  # learn the answer, not the prompt
+                attention[row, :len(p) + len(a)] = 1
+            loss = model(input_ids=input_ids, attention_mask=attention, labels=labels).loss
+            opt.zero_grad()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            sched.step()
+            if step % 100 == 0 or step == spec.steps - 1:
+                log(f"rlkit: training the offline tiny judge: step {step + 1}/{spec.steps}, loss {loss.item():.3f}, "
+                    f"{time.perf_counter() - start:.0f} s")
+    torch.set_num_threads(threads)
+    model.eval()
+    model.generation_config = GenerationConfig(**ids)
+    model.save_pretrained(out_dir)
+    tokenizer.save_pretrained(out_dir)
+    return {"loss": loss.detach().item(), "seconds": time.perf_counter() - start}
+
+
+def build_tiny_judge(spec: TinyJudgeSpec | None = None, cache_dir: Path | str | None = None) -> Path:
+    """The cached tiny judge folder, trained first if absent (atomic: built beside it, renamed into place)."""
+    from transformers.utils import logging as hf_logging
+
+    spec = spec or TinyJudgeSpec()
+    root = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
+    target = root / f"tiny-judge-{tiny_judge_hash(spec)}"
+    if (target / "config.json").is_file() and (target / "model.safetensors").is_file():
+        return target
+    root.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=root))
+    bars = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        train_tiny_judge(spec, tmp)
+        try:
+            os.replace(tmp, target)
+        except OSError:
+            if not (target / "model.safetensors").is_file():
+                raise
+    finally:
+        if bars:
+            hf_logging.enable_progress_bar()
+        shutil.rmtree(tmp, ignore_errors=True)
+    return target

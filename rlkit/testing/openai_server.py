@@ -1,0 +1,440 @@
+"""A small OpenAI-compatible chat-completions server for tests and local use, serving a local causal LM.
+
+It answers ``POST /v1/chat/completions`` and ``GET /v1/models`` with a real Hugging Face model loaded by
+:func:`rlkit.models.load_policy` (the embedded tiny policy by default), using only the standard library
+(``http.server`` in a background thread), so it adds no dependency. It binds ``127.0.0.1`` on a free port
+unless told otherwise; :attr:`OpenAICompatibleServer.url` is the base URL a client needs (``.../v1``)::
+
+    from rlkit.testing.openai_server import OpenAICompatibleServer
+
+    with OpenAICompatibleServer() as server:          # the tiny policy
+        print(server.url)                             # http://127.0.0.1:<port>/v1
+
+Requests: ``messages`` (``content`` a string or a list of ``{"type": "text", "text": ...}`` parts) are rendered
+with the tokenizer's chat template when it has one, else as ``role: content`` lines followed by ``assistant:``
+(the ``hf`` judge backend renders the same way); ``max_tokens`` (or ``max_completion_tokens``, default 16);
+``temperature`` (default 1.0 as in OpenAI's API; 0 is greedy); ``seed`` (makes sampling repeatable). Generation
+is serialised: one request at a time runs the model, however many are in flight.
+
+Fault injection, for testing clients (set at construction or with :meth:`~OpenAICompatibleServer.set_faults`);
+every chat-completions request draws once from each seeded stream, so which request gets a fault depends only
+on ``seed`` and its arrival index:
+
+* ``fail_first``: the next N chat requests get HTTP 503;
+* ``fail_rate``: that share of chat requests gets HTTP 500 or 503;
+* ``garbage_rate``: that share gets a 200 whose body is malformed (not JSON, or JSON without
+  ``choices[0].message.content``);
+* ``delay``: every chat request waits that many seconds before its answer (to trigger client timeouts);
+* ``api_key``: when set, a request without ``Authorization: Bearer <api_key>`` gets HTTP 401.
+
+Every request is recorded (:attr:`~OpenAICompatibleServer.log`, :attr:`~OpenAICompatibleServer.request_count`,
+:attr:`~OpenAICompatibleServer.authorizations`), as is the largest number in flight at once
+(:attr:`~OpenAICompatibleServer.max_in_flight`).
+
+Command line: ``python -m rlkit.testing.openai_server [--model PATH_OR_HUB_ID] [--port 8000]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+_GARBAGE: tuple[tuple[str, bytes], ...] = (
+    ("application/json", b'{"choices": [{"message": {"content": "unterminated'),
+    ("text/html", b"<html><body>502 Bad Gateway</body></html>"),
+    ("application/json", b'{"choices": []}'),
+    ("application/json", b'{"choices": [{"index": 0, "message": {"role": "assistant", "content": null}}]}'),
+    ("application/json", b'{"id": "chatcmpl-garbage", "object": "chat.completion"}'),
+)
+_DEFAULT_MAX_TOKENS = 16
+
+
+@dataclass(frozen=True)
+class RequestRecord:
+    """One request the server received: its method and path, the ``Authorization`` header, the status sent and
+    the injected fault (``fail``, ``garbage`` or None)."""
+
+    method: str
+    path: str
+    authorization: str | None
+    status: int
+    fault: str | None = None
+
+
+class _BadRequest(Exception):
+    def __init__(self, status: int, message: str, kind: str = "invalid_request_error") -> None:
+        super().__init__(message)
+        self.status, self.message, self.kind = status, message, kind
+
+
+def _render(messages: Sequence[dict[str, str]], tokenizer: Any) -> str:
+    # Same rendering as the hf judge backend, so both answer a chat identically under greedy decoding.
+    if getattr(tokenizer, "chat_template", None):
+        return tokenizer.apply_chat_template(list(messages), tokenize=False, add_generation_prompt=True)
+    return "".join(f"{m['role']}: {m['content']}\n" for m in messages) + "assistant:"
+
+
+def _messages(body: dict[str, Any]) -> list[dict[str, str]]:
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise _BadRequest(400, "'messages' must be a non-empty list")
+    out = []
+    for i, m in enumerate(messages):
+        if not isinstance(m, dict) or not isinstance(m.get("role"), str):
+            raise _BadRequest(400, f"messages[{i}] must be an object with a string 'role'")
+        content = m.get("content")
+        if isinstance(content, list):  # OpenAI's content parts: keep the text ones
+            content = "".join(p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text")
+        if not isinstance(content, str):
+            raise _BadRequest(400, f"messages[{i}].content must be a string or a list of text parts")
+        out.append({"role": m["role"], "content": content})
+    return out
+
+
+def _number(body: dict[str, Any], key: str, default: float, low: float, integer: bool = False) -> Any:
+    value = body.get(key, default)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int if integer else (int, float)) or value < low:
+        raise _BadRequest(400, f"'{key}' must be {'an integer' if integer else 'a number'} >= {low}, got {value!r}")
+    return value
+
+
+class OpenAICompatibleServer:
+    """Serves one local causal LM over OpenAI's chat-completions API, with optional injected faults."""
+
+    def __init__(self, model: str | Path | None = None, *, policy: tuple[Any, Any] | None = None,
+                 model_name: str = "default", host: str = "127.0.0.1", port: int = 0, dtype: str = "float32",
+                 api_key: str | None = None, garbage_rate: float = 0.0, fail_rate: float = 0.0,
+                 fail_first: int = 0, delay: float = 0.0, seed: int = 0) -> None:
+        """``model``: a local model directory or cached hub id (None: the embedded tiny policy); or pass an
+        already loaded ``policy=(model, tokenizer)`` to share one between servers."""
+        if policy is None:
+            from rlkit.models import build_tiny_policy, load_policy
+
+            policy = load_policy(model if model is not None else build_tiny_policy(), dtype=dtype)
+        self.model, self.tokenizer = policy
+        self.model.eval()
+        self.model_name = model_name
+        self.api_key = api_key
+        self._host, self._port = host, port
+        self._lock = threading.Lock()  # faults, RNGs and statistics
+        self._model_lock = threading.Lock()  # one generate at a time
+        self._stopping = threading.Event()
+        self._httpd: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+        self._stop_ids = self._stop_token_ids()
+        self.garbage_rate = self.fail_rate = self.delay = 0.0
+        self._fail_left = 0
+        self._in_flight = 0
+        self.set_faults(garbage_rate=garbage_rate, fail_rate=fail_rate, fail_first=fail_first, delay=delay, seed=seed)
+        self.reset_stats()
+
+    # --- configuration and statistics ---------------------------------------------------------------------
+
+    def set_faults(self, *, garbage_rate: float | None = None, fail_rate: float | None = None,
+                   fail_first: int | None = None, delay: float | None = None, seed: int | None = None) -> None:
+        """Change the injected faults; arguments left as None keep their value. A ``seed`` restarts both random
+        streams; ``fail_first`` counts from now."""
+        with self._lock:
+            for name, value in (("garbage_rate", garbage_rate), ("fail_rate", fail_rate)):
+                if value is not None:
+                    if not 0.0 <= value <= 1.0:
+                        raise ValueError(f"{name} must be in [0, 1], got {value}")
+                    setattr(self, name, float(value))
+            if fail_first is not None:
+                if fail_first < 0:
+                    raise ValueError(f"fail_first must be >= 0, got {fail_first}")
+                self._fail_left = int(fail_first)
+            if delay is not None:
+                if delay < 0:
+                    raise ValueError(f"delay must be >= 0, got {delay}")
+                self.delay = float(delay)
+            if seed is not None:
+                # Separate streams, so changing one rate does not move the other's choices.
+                self._fail_rng = random.Random(f"{seed}:fail")
+                self._garbage_rng = random.Random(f"{seed}:garbage")
+
+    def reset_stats(self) -> None:
+        """Forget the recorded requests and the in-flight maximum (requests still running stay counted)."""
+        with self._lock:
+            self.log: list[RequestRecord] = []
+            self.max_in_flight = self._in_flight
+
+    @property
+    def request_count(self) -> int:
+        """Requests received (any method and path) since the last :meth:`reset_stats`."""
+        with self._lock:
+            return len(self.log) + self._in_flight
+
+    @property
+    def authorizations(self) -> list[str | None]:
+        """The ``Authorization`` header of each finished request, in the order they finished."""
+        with self._lock:
+            return [r.authorization for r in self.log]
+
+    def faults_served(self, fault: str) -> int:
+        """How many finished requests got the injected ``fault`` (``fail`` or ``garbage``)."""
+        with self._lock:
+            return sum(r.fault == fault for r in self.log)
+
+    # --- lifecycle ----------------------------------------------------------------------------------------
+
+    @property
+    def url(self) -> str:
+        """The base URL clients use, ending in ``/v1``."""
+        if self._httpd is None:
+            raise RuntimeError("the server is not running; call start() or use it as a context manager")
+        host, port = self._httpd.server_address[:2]
+        return f"http://{host}:{port}/v1"
+
+    def start(self) -> OpenAICompatibleServer:
+        if self._httpd is not None:
+            return self
+        self._stopping.clear()
+        httpd = _HTTPServer((self._host, self._port), _Handler)
+        httpd.app = self
+        self._httpd = httpd
+        self._thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05},
+                                        name="rlkit-openai-server", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        httpd, self._httpd = self._httpd, None
+        if httpd is None:
+            return
+        self._stopping.set()  # wakes requests sleeping in an injected delay
+        httpd.shutdown()
+        httpd.server_close()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+    def __enter__(self) -> OpenAICompatibleServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # --- request handling (called from the handler threads) ----------------------------------------------
+
+    @contextmanager
+    def _track(self) -> Iterator[None]:
+        with self._lock:
+            self._in_flight += 1
+            self.max_in_flight = max(self.max_in_flight, self._in_flight)
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._in_flight -= 1
+
+    def _record(self, record: RequestRecord) -> None:
+        with self._lock:
+            self.log.append(record)
+
+    def _draw_fault(self) -> tuple[str | None, int]:
+        """(``fail``/``garbage``/None, status or garbage index) for the next chat request."""
+        with self._lock:
+            fail_draw, fail_pick = self._fail_rng.random(), self._fail_rng.random()
+            garbage_draw, garbage_pick = self._garbage_rng.random(), self._garbage_rng.random()
+            if self._fail_left > 0:
+                self._fail_left -= 1
+                return "fail", 503
+            if fail_draw < self.fail_rate:
+                return "fail", 500 if fail_pick < 0.5 else 503
+            if garbage_draw < self.garbage_rate:
+                return "garbage", int(garbage_pick * len(_GARBAGE))
+            return None, 0
+
+    def _auth_ok(self, authorization: str | None) -> bool:
+        return self.api_key is None or authorization == f"Bearer {self.api_key}"
+
+    def _stop_token_ids(self) -> set[int]:
+        ids: set[int] = set()
+        for source in (self.tokenizer.eos_token_id, getattr(self.model.generation_config, "eos_token_id", None)):
+            if isinstance(source, int):
+                ids.add(source)
+            elif source:
+                ids.update(int(i) for i in source)
+        return ids
+
+    def _chat_completion(self, body: dict[str, Any]) -> dict[str, Any]:
+        import torch
+
+        if body.get("model") not in (None, self.model_name):
+            raise _BadRequest(404, f"model {body.get('model')!r} does not exist; this server serves "
+                                   f"{self.model_name!r}", "not_found_error")
+        if body.get("stream"):
+            raise _BadRequest(400, "stream is not supported by this server")
+        if body.get("n", 1) != 1:
+            raise _BadRequest(400, "only n=1 is supported by this server")
+        messages = _messages(body)
+        max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
+        max_tokens = _number({"max_tokens": max_tokens}, "max_tokens", _DEFAULT_MAX_TOKENS, 1, integer=True)
+        temperature = float(_number(body, "temperature", 1.0, 0))
+        seed = body.get("seed")
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+            raise _BadRequest(400, f"'seed' must be an integer, got {seed!r}")
+        tok, model = self.tokenizer, self.model
+        enc = tok([_render(messages, tok)], return_tensors="pt", add_special_tokens=False)
+        prompt_tokens = int(enc["input_ids"].shape[1])
+        if prompt_tokens == 0:
+            raise _BadRequest(400, "the messages render to an empty prompt")
+        sample = temperature > 0
+        with self._model_lock, torch.no_grad(), torch.random.fork_rng(devices=[], enabled=seed is not None):
+            if seed is not None:
+                torch.manual_seed(seed)
+            out = model.generate(
+                input_ids=enc["input_ids"], attention_mask=enc["attention_mask"], max_new_tokens=max_tokens,
+                do_sample=sample, temperature=temperature if sample else None, top_k=None, top_p=None,
+                pad_token_id=tok.pad_token_id, eos_token_id=sorted(self._stop_ids) or None, use_cache=True,
+            )
+        new = out[0, prompt_tokens:].tolist()
+        stop_at = next((i for i, t in enumerate(new) if t in self._stop_ids), None)
+        kept = new if stop_at is None else new[:stop_at]
+        completion_tokens = len(kept) + (stop_at is not None)
+        text = tok.decode(kept, skip_special_tokens=True)
+        with self._lock:
+            number = len(self.log) + self._in_flight
+        return {
+            "id": f"chatcmpl-{number}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": self.model_name,
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
+                         "finish_reason": "length" if stop_at is None else "stop"}],
+            "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+                      "total_tokens": prompt_tokens + completion_tokens},
+        }
+
+
+class _HTTPServer(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+    app: OpenAICompatibleServer
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        import sys
+
+        if isinstance(sys.exc_info()[1], ConnectionError):
+            return  # a client that timed out and hung up
+        super().handle_error(request, client_address)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"  # keep-alive, as real servers do; every response sets Content-Length
+    server: _HTTPServer
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's signature
+        pass  # tests run many requests; access logs are noise
+
+    def _send(self, status: int, body: bytes, content_type: str = "application/json") -> None:
+        try:
+            self.send_response(status)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+        except ConnectionError:
+            self.close_connection = True  # the client gave up (timeout) before the answer
+
+    def _send_json(self, status: int, payload: dict[str, Any]) -> None:
+        self._send(status, json.dumps(payload).encode())
+
+    def _send_error_json(self, status: int, message: str, kind: str) -> None:
+        self._send_json(status, {"error": {"message": message, "type": kind, "code": status}})
+
+    def _read_body(self) -> bytes:
+        length = int(self.headers.get("Content-Length") or 0)
+        return self.rfile.read(length) if length > 0 else b""
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+        app = self.server.app
+        authorization = self.headers.get("Authorization")
+        with app._track():
+            if not app._auth_ok(authorization):
+                status = 401
+                self._send_error_json(401, "invalid or missing API key", "authentication_error")
+            elif self.path.rstrip("/") == "/v1/models":
+                status = 200
+                self._send_json(200, {"object": "list", "data": [
+                    {"id": app.model_name, "object": "model", "created": 0, "owned_by": "rlkit"}]})
+            else:
+                status = 404
+                self._send_error_json(404, f"no route {self.path}", "not_found_error")
+            app._record(RequestRecord("GET", self.path, authorization, status))
+
+    def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+        app = self.server.app
+        authorization = self.headers.get("Authorization")
+        with app._track():
+            raw = self._read_body()  # always drain the body, or keep-alive desynchronises
+            if self.path.rstrip("/") != "/v1/chat/completions":
+                self._send_error_json(404, f"no route {self.path}", "not_found_error")
+                app._record(RequestRecord("POST", self.path, authorization, 404))
+                return
+            fault, detail = app._draw_fault()
+            if app.delay and app._stopping.wait(app.delay):
+                self.close_connection = True  # shutting down: no answer, as a server going away would
+                app._record(RequestRecord("POST", self.path, authorization, 0, None))
+                return
+            status = 200
+            try:
+                if not app._auth_ok(authorization):
+                    raise _BadRequest(401, "invalid or missing API key", "authentication_error")
+                if fault == "fail":
+                    raise _BadRequest(detail, "injected failure", "server_error")
+                try:
+                    body = json.loads(raw or b"null")
+                except ValueError:
+                    raise _BadRequest(400, "the request body is not JSON") from None
+                if not isinstance(body, dict):
+                    raise _BadRequest(400, "the request body must be a JSON object")
+                if fault == "garbage":
+                    content_type, garbage = _GARBAGE[detail]
+                    self._send(200, garbage, content_type)
+                else:
+                    self._send_json(200, app._chat_completion(body))
+            except _BadRequest as exc:
+                status = exc.status
+                self._send_error_json(exc.status, exc.message, exc.kind)
+            except Exception as exc:  # a server bug must still answer, or the client waits for its timeout
+                status = 500
+                self._send_error_json(500, f"{type(exc).__name__}: {exc}", "server_error")
+            app._record(RequestRecord("POST", self.path, authorization, status,
+                                      fault if status in (200, 500, 503) and fault else None))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Serve a local causal LM over OpenAI's chat-completions API.")
+    parser.add_argument("--model", default=None, help="model directory or cached hub id (default: the tiny policy)")
+    parser.add_argument("--model-name", default="default", help="the name clients send as 'model'")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--dtype", default="float32")
+    parser.add_argument("--api-key", default=None, help="require 'Authorization: Bearer <key>'")
+    args = parser.parse_args(argv)
+    server = OpenAICompatibleServer(args.model, model_name=args.model_name, host=args.host, port=args.port,
+                                    dtype=args.dtype, api_key=args.api_key).start()
+    print(f"serving {args.model or 'the embedded tiny policy'} as {args.model_name!r} at {server.url}", flush=True)
+    try:
+        threading.Event().wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,35 @@
+"""The offline tiny judge's build: distillation data from the rule judge, a trained model saved and cached."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from rlkit.judging.tiny_judge import TinyJudgeSpec, build_tiny_judge, distillation_records, tiny_judge_hash
+
+pytestmark = pytest.mark.slow
+_QUICK = TinyJudgeSpec(steps=3, examples=200, batch_size=8)
+
+
+def test_distillation_records_are_rule_judge_json():
+    records = distillation_records(TinyJudgeSpec(examples=300))
+    assert len(records) > 250
+    answer = json.loads(records[0]["answer"])
+    assert list(answer) == ["format", "correctness", "brevity", "repetition"]
+    assert {r["completion"] for r in records} >= {""}, "edge cases (empty answers) are in the mix"
+    kinds = {tuple(json.loads(r["answer"]).values()) for r in records}
+    assert len(kinds) > 8, "the data must cover many score combinations"
+
+
+def test_build_trains_saves_and_reuses(tmp_path):
+    from rlkit.models import load_policy
+
+    folder = build_tiny_judge(_QUICK, tmp_path)
+    assert folder.name == f"tiny-judge-{tiny_judge_hash(_QUICK)}"
+    model, tokenizer = load_policy(folder)  # the same loading path as any checkpoint
+    assert model.config.num_hidden_layers == _QUICK.num_hidden_layers and tokenizer.padding_side == "left"
+    stamp = (folder / "model.safetensors").stat().st_mtime_ns
+    assert build_tiny_judge(_QUICK, tmp_path) == folder
+    assert (folder / "model.safetensors").stat().st_mtime_ns == stamp, "a complete build is reused"
+    assert [p.name for p in tmp_path.iterdir()] == [folder.name], "no half-built folders left behind"
