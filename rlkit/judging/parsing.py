@@ -71,8 +71,8 @@ __all__ = ["RankingParse", "ScoreParse", "parse_ranking", "parse_scores", "ranks
 
 @dataclass(frozen=True)
 class ScoreParse:
-    """Scores read from one judge answer. ``scores`` holds only in-range values; a dimension is in at
-    most one of ``scores``, ``out_of_range`` and ``missing``. ``unknown`` lists JSON keys with a score
+    """Scores read from one judge answer. ``scores`` holds only in-range values; every dimension is in exactly
+    one of ``scores``, ``out_of_range`` and ``missing``. ``unknown`` lists JSON keys with a score
     that match no dimension (a judge using its own names)."""
 
     scores: dict[str, float]
@@ -399,7 +399,9 @@ def parse_scores(text: str, rubric: Rubric) -> ScoreParse:
 # --- rankings -----------------------------------------------------------------------------------
 
 _PREFIX = r"(?:response|answer|assistant|output|candidate|model|option|completion|summary)"
-_TOKEN = rf"(?<!\w)[\*\"'`]{{0,3}}(?:{_PREFIX}[ \t_\-]{{1,3}})?[\(\[]?\w+(?:[.\-]\w+)*[\)\]]?[\*\"'`]{{0,3}}"
+# The look-behind lets a token start only at the start of a word run, which keeps matching linear on
+# text such as "a-a-a-...".
+_TOKEN = rf"(?<![\w.\-])[\*\"'`]{{0,3}}(?:{_PREFIX}[ \t_\-]{{1,3}})?[\(\[]?\w+(?:[.\-]\w+)*[\)\]]?[\*\"'`]{{0,3}}"
 _COMPARATOR = r">>|\u226b|>|==|=|\u2248|~"
 _STRENGTH = {">>": 2.0, "\u226b": 2.0, ">": 1.0, "==": 0.0, "=": 0.0, "\u2248": 0.0, "~": 0.0}
 _CHAIN_RE = re.compile(rf"{_TOKEN}(?:\s*(?:{_COMPARATOR})\s*{_TOKEN})+", re.I)
