@@ -57,7 +57,8 @@ def rlkit_register_judges(register: Register) -> None:
     returning raw scores ``float32 [B, G, D]``: B prompts, G completions each, D = the
     rubric's dimensions in rubric order, each value inside that dimension's range, NaN where the
     judge could not score (never a silent 0). Its ``check_rubric`` rejects dimensions it cannot
-    score.
+    score. An optional ``metrics() -> dict[str, float]`` (e.g. ``judge/parse_failure_rate``) describes
+    the last ``score`` call; the training loop logs it every step.
     """
 
 

@@ -147,6 +147,9 @@ class RubricRLModule(L.LightningModule):
         t4 = time.perf_counter()
         metrics = self.step_metrics(batch, sampled)
         metrics.update(outcome.metrics)
+        judge_metrics = getattr(self.parts.judge, "metrics", None)
+        if callable(judge_metrics):
+            metrics.update({k: float(v) for k, v in judge_metrics().items()})
         n_tokens = float(sampled.completion_mask.sum())
         metrics.update({
             "loss": float(loss),

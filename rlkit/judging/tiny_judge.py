@@ -23,7 +23,11 @@ from typing import Any
 from rlkit.models import TinyPolicySpec, build_tokenizer, default_cache_dir
 
 COMPACT_TEMPLATE = "judge/rubric_scores_compact.jinja"
-_FORMAT = 1  # bump when the recipe changes
+_FORMAT = 2  # bump when the recipe changes
+# The judge answers the rendered prompt as it is: its chat template passes message contents through, so
+# any backend that applies the tokenizer's chat template (hf, the OpenAI-compatible server) asks it exactly
+# what it was trained on.
+CHAT_TEMPLATE = "{% for m in messages %}{{ m['content'] }}{% endfor %}"
 
 
 @dataclass(frozen=True)
@@ -116,12 +120,14 @@ def train_tiny_judge(spec: TinyJudgeSpec, out_dir: Path, log: Any = print) -> di
 
     rubric = load_rubric(Path(str(importlib.resources.files("rlkit.conf"))) / "rubrics" / f"{spec.rubric}.yaml")
     tokenizer = build_tokenizer(TinyPolicySpec())
+    tokenizer.chat_template = CHAT_TEMPLATE
     eos = tokenizer.eos_token_id
     examples = distillation_records(spec)
     encoded = []
     for ex in examples:
-        prompt_ids = tokenizer(render_compact(rubric, ex["prompt"], ex["completion"]),
-                               add_special_tokens=False)["input_ids"]
+        chat = [{"role": "user", "content": render_compact(rubric, ex["prompt"], ex["completion"])}]
+        rendered = tokenizer.apply_chat_template(chat, tokenize=False, add_generation_prompt=True)
+        prompt_ids = tokenizer(rendered, add_special_tokens=False)["input_ids"]
         answer_ids = tokenizer(ex["answer"], add_special_tokens=False)["input_ids"] + [eos]
         encoded.append((prompt_ids, answer_ids))
     ids = {"pad_token_id": tokenizer.pad_token_id, "eos_token_id": eos, "bos_token_id": tokenizer.bos_token_id}

@@ -1,0 +1,117 @@
+"""The ``llm`` judge on real components: the offline tiny judge through the hf backend, and the same model
+served over HTTP by the OpenAI-compatible test server, including a server that answers garbage."""
+
+from __future__ import annotations
+
+import csv
+import math
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+from rlkit import Rollout
+from rlkit.cli import main
+from rlkit.registry import load_registry
+from rlkit.rubric import load_rubric
+
+pytestmark = pytest.mark.slow
+RUBRIC = Path(__file__).parents[1] / "conf" / "rubrics" / "arithmetic.yaml"
+
+
+@pytest.fixture(scope="session")
+def judge_cache(tmp_path_factory) -> Path:
+    """One build of the offline tiny judge for the session (a few minutes of CPU at most)."""
+    from rlkit.judging.tiny_judge import build_tiny_judge
+
+    cache = tmp_path_factory.mktemp("judge-cache")
+    build_tiny_judge(cache_dir=cache)
+    return cache
+
+
+@pytest.fixture
+def cache_env(judge_cache, monkeypatch, tmp_path):
+    monkeypatch.setenv("RLKIT_CACHE", str(judge_cache))
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    monkeypatch.chdir(tmp_path)
+    return judge_cache
+
+
+def _rollout() -> Rollout:
+    return Rollout(records=[{"prompt": "7+5=", "reference": "12"}, {"prompt": "3+4=", "reference": "7"}],
+                   completions=[["12", "the answer is twelve", "13 13 13 13"], ["7", "x", ""]])
+
+
+def _judge(**params):
+    return load_registry().create("judge", "llm", params)
+
+
+def test_offline_judge_scores_the_rubric_and_caches(cache_env):
+    rubric = load_rubric(RUBRIC)
+    judge = _judge()
+    scores = judge.score(_rollout(), rubric)
+    assert scores.shape == (2, 3, 4)
+    assert judge.metrics()["judge/parse_failure_rate"] < 0.1
+    # the tiny judge is a distilled model, not the rule judge: the easy dimensions it gets right
+    first = scores[0, 0].tolist()
+    assert (first[0], first[2], first[3]) == (1.0, 5.0, 5.0), "a bare number: format, brevity, repetition"
+    assert scores[0, 1, 0] == 0.0, "prose first: format fails"
+    assert ((scores == scores.round()) | torch.isnan(scores)).all(), "levels, not free text"
+    again = judge.score(_rollout(), rubric)
+    assert torch.equal(again.nan_to_num(-1), scores.nan_to_num(-1))
+    assert judge.metrics()["judge/requests"] == 0 and judge.metrics()["judge/cache_hit_rate"] >= 0.5
+
+
+def test_failure_policies_on_a_server_that_answers_garbage(cache_env):
+    from rlkit.judging.tiny_judge import build_tiny_judge
+    from rlkit.testing.openai_server import OpenAICompatibleServer
+
+    rubric = load_rubric(RUBRIC)
+    rollout = Rollout(records=[{"prompt": f"{i}+1=", "reference": str(i + 1)} for i in range(6)],
+                      completions=[[str(i + 1), "no", "12 12 12", "7"] for i in range(6)])
+    with OpenAICompatibleServer(build_tiny_judge(), garbage_rate=0.3, seed=1) as server:
+        common = {"backend": "openai", "template": "judge/rubric_scores_compact.jinja", "parse_retries": 0,
+                  "backend_params": {"base_url": server.url, "max_retries": 0, "max_tokens": 64}}
+        nan_scores = _judge(**common, failure_policy="nan").score(rollout, rubric)
+        failed = torch.isnan(nan_scores).all(dim=-1)
+        assert 0 < failed.float().mean() < 0.7, "about 30% of answers are garbage and stay unscored"
+        server.reset_stats()
+        low = _judge(**common, failure_policy="min").score(rollout, rubric)
+        assert not torch.isnan(low).any()
+        dropped = _judge(**common, failure_policy="drop_group").score(rollout, rubric)
+        group_nan = torch.isnan(dropped).flatten(1)
+        assert (group_nan.all(dim=1) | ~group_nan.any(dim=1)).all(), "a group is scored whole or not at all"
+
+
+def _rows(run_dir: Path) -> list[dict[str, str]]:
+    (path,) = run_dir.glob("csv/version_0/metrics.csv")
+    with path.open() as fh:
+        return [r for r in csv.DictReader(fh) if r.get("reward/mean")]
+
+
+def test_fit_with_the_offline_llm_judge(cache_env, tmp_path):
+    run_dir = tmp_path / "run"
+    assert main(["fit", "judge=llm", "logger=csv", "trainer.max_steps=3", "batch_size=4", "num_generations=4",
+                 f"hydra.run.dir={run_dir}"]) == 0
+    rows = _rows(run_dir)
+    assert len(rows) == 3 and all(math.isfinite(float(r["loss"])) for r in rows)
+    assert all(float(r["judge/parse_failure_rate"]) < 0.1 for r in rows)
+    assert "judge/cache_hit_rate" in rows[0] and "judge/latency_mean" in rows[0]
+
+
+def test_fit_survives_a_judge_that_answers_garbage_30_percent_of_the_time(cache_env, tmp_path):
+    from rlkit.judging.tiny_judge import build_tiny_judge
+    from rlkit.testing.openai_server import OpenAICompatibleServer
+
+    run_dir = tmp_path / "run"
+    with OpenAICompatibleServer(build_tiny_judge(), garbage_rate=0.3, seed=2) as server:
+        assert main(["fit", "judge=llm", "judge.params.backend=openai", "judge.params.parse_retries=0",
+                     "judge.params.template=judge/rubric_scores_compact.jinja",
+                     f"++judge.params.backend_params={{base_url: '{server.url}', max_retries: 0}}",
+                     "logger=csv", "trainer.max_steps=3", "batch_size=4", "num_generations=4",
+                     f"hydra.run.dir={run_dir}"]) == 0
+    rows = _rows(run_dir)
+    assert all(math.isfinite(float(r["loss"])) for r in rows), "no NaN reaches the loss"
+    assert sum(float(r["judge/parse_failure_rate"]) for r in rows) / len(rows) > 0.1, "failures show in the logs"
+    assert os.path.isdir(run_dir / "policy")
