@@ -23,8 +23,13 @@ def _build(kind: str, name: str):
     return _REGISTRY.create(kind, name)
 
 
+# A model judge needs a model trained for the rubric it scores: tests/test_llm_judge.py runs this suite on
+# the llm judge with the offline tiny judge and its rubric.
+_MODEL_JUDGES = {"llm"}
+
+
 class TestJudges(JudgeContract):
-    @pytest.fixture(params=_REGISTRY.names("judge"))
+    @pytest.fixture(params=[n for n in _REGISTRY.names("judge") if n not in _MODEL_JUDGES])
     def judge(self, request):
         return _build("judge", request.param)
 

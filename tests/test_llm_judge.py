@@ -15,6 +15,7 @@ from rlkit import Rollout
 from rlkit.cli import main
 from rlkit.registry import load_registry
 from rlkit.rubric import load_rubric
+from rlkit.testing import JudgeContract
 
 pytestmark = pytest.mark.slow
 RUBRIC = Path(__file__).parents[1] / "conf" / "rubrics" / "arithmetic.yaml"
@@ -115,3 +116,54 @@ def test_fit_survives_a_judge_that_answers_garbage_30_percent_of_the_time(cache_
     assert all(math.isfinite(float(r["loss"])) for r in rows), "no NaN reaches the loss"
     assert sum(float(r["judge/parse_failure_rate"]) for r in rows) / len(rows) > 0.1, "failures show in the logs"
     assert os.path.isdir(run_dir / "policy")
+
+
+class TestModelJudgesContract(JudgeContract):
+    """The judge contract on the model-based judges, with the rubric and prompts the offline judge knows."""
+
+    @pytest.fixture(params=["llm", "hybrid", "ensemble"])
+    def judge(self, request, cache_env):
+        from rlkit.config import compose_config, validate_config
+
+        registry = load_registry()
+        return validate_config(compose_config(registry, [f"judge={request.param}"]), registry).plugins["judge"]
+
+    @pytest.fixture
+    def rubric(self):
+        return load_rubric(RUBRIC)
+
+    @pytest.fixture
+    def rollout(self):
+        return _rollout()
+
+
+def test_hybrid_sends_only_its_dimensions_to_the_llm(cache_env):
+    from rlkit.config import compose_config, validate_config
+
+    registry = load_registry()
+    judge = validate_config(compose_config(registry, ["judge=hybrid"]), registry).plugins["judge"]
+    rubric = load_rubric(RUBRIC)
+    assert judge.routing(rubric) == {"rule": [0, 3], "llm": [1, 2]}
+    scores = judge.score(_rollout(), rubric)
+    assert not torch.isnan(scores[0, 0]).any()
+    assert judge.judges["llm"].metrics()["judge/requests"] == 6
+
+
+def test_ensemble_logs_agreement_per_dimension(cache_env):
+    from rlkit.config import compose_config, validate_config
+
+    registry = load_registry()
+    judge = validate_config(compose_config(registry, ["judge=ensemble"]), registry).plugins["judge"]
+    judge.score(_rollout(), load_rubric(RUBRIC))
+    agreement = {k: v for k, v in judge.metrics().items() if k.startswith("judge/agreement/")}
+    assert set(agreement) == {f"judge/agreement/{d}" for d in ("format", "correctness", "brevity", "repetition")}
+    assert all(0.0 <= v <= 1.0 for v in agreement.values())
+
+
+@pytest.mark.parametrize("overrides", [["judge=hybrid"], ["judge=ensemble", "aggregator=lexicographic"]])
+def test_fit_with_hybrid_and_ensemble_judges(cache_env, tmp_path, overrides):
+    run_dir = tmp_path / "run"
+    assert main(["fit", *overrides, "logger=csv", "trainer.max_steps=2", "batch_size=4", "num_generations=4",
+                 f"hydra.run.dir={run_dir}"]) == 0
+    rows = _rows(run_dir)
+    assert len(rows) == 2 and all(math.isfinite(float(r["loss"])) for r in rows)

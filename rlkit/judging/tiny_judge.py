@@ -61,6 +61,8 @@ def _variants(a: int, b: int, rng: random.Random, alphabet: str) -> str:
     if kind < 0.65:
         return ""
     n = rng.randint(1, 16)
+    if rng.random() < 0.3:  # an untrained policy's greedy answer is often one character over and over
+        return rng.choice(alphabet) * n
     return "".join(rng.choice(alphabet) for _ in range(n))
 
 

@@ -1,0 +1,90 @@
+"""``ensemble``: several judges score every dimension; their scores are combined per dimension.
+
+Members may be different judges, or the same judge with different backends, templates or models.
+``combine``: ``mean`` or ``median`` of the members that scored a value (NaN skipped), or ``agreement``:
+a weighted mean where each member's weight on a dimension falls with its mean distance from the members'
+median on the batch (1 / (0.05 + distance), distance in units of the dimension's range), so a member
+that keeps disagreeing with the rest counts less. ``metrics()`` reports, per dimension, the inter-judge
+agreement 1 − (mean absolute pairwise difference / range) over the last batch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import torch
+
+from rlkit import ConfigError, Rollout, Rubric, hookimpl
+
+
+class EnsembleJudge:
+    @dataclass
+    class Params:
+        members: list[dict[str, Any]] = field(default_factory=lambda: [{"name": "rule"}])  # {name, params}
+        combine: Literal["mean", "median", "agreement"] = "mean"
+
+    def __init__(self, params: Params) -> None:
+        from rlkit.registry import load_registry
+
+        if not params.members:
+            raise ConfigError("needs at least one member", "judge.params.members")
+        registry = load_registry()
+        self.params = params
+        self.members = []
+        for i, member in enumerate(params.members):
+            if not isinstance(member, dict) or "name" not in member or set(member) - {"name", "params"}:
+                raise ConfigError("each member is {name: <judge>, params: {...}}", f"judge.params.members[{i}]")
+            if member["name"] == "ensemble":
+                raise ConfigError("an ensemble cannot contain itself", f"judge.params.members[{i}]")
+            self.members.append(registry.create("judge", member["name"], dict(member.get("params") or {}),
+                                                where=f"judge.params.members[{i}].params"))
+        self._agreement: dict[str, float] = {}
+
+    def check_rubric(self, rubric: Rubric) -> None:
+        for member in self.members:
+            check = getattr(member, "check_rubric", None)
+            if check is not None:
+                check(rubric)
+
+    def score(self, rollout: Rollout, rubric: Rubric) -> torch.Tensor:
+        stack = torch.stack([m.score(rollout, rubric).to(torch.float32) for m in self.members])  # [M, B, G, D]
+        span = torch.tensor([d.high - d.low for d in rubric.dimensions], dtype=torch.float32)
+        self._agreement = {f"judge/agreement/{name}": value
+                           for name, value in zip(rubric.dimension_names, agreement(stack, span).tolist(), strict=True)}
+        if self.params.combine == "median":
+            return stack.nanmedian(dim=0).values
+        if self.params.combine == "mean":
+            return stack.nanmean(dim=0)
+        consensus = stack.nanmedian(dim=0).values
+        distance = ((stack - consensus).abs() / span).nanmean(dim=(1, 2)).nan_to_num(nan=1.0)  # [M, D]
+        weight = (1.0 / (0.05 + distance)).view(len(self.members), 1, 1, -1).expand_as(stack)
+        weight = torch.where(torch.isnan(stack), torch.zeros_like(weight), weight)
+        total = weight.sum(dim=0)
+        combined = (torch.nan_to_num(stack) * weight).sum(dim=0) / total.clamp(min=1e-12)
+        return torch.where(total > 0, combined, torch.full_like(combined, float("nan")))
+
+    def metrics(self) -> dict[str, float]:
+        merged: dict[str, float] = {}
+        for member in self.members:
+            merged.update(getattr(member, "metrics", dict)())
+        merged.update(self._agreement)
+        return merged
+
+
+def agreement(stack: torch.Tensor, span: torch.Tensor) -> torch.Tensor:
+    """``[D]``: 1 − mean absolute pairwise difference between members, in units of each range (NaN skipped);
+    NaN for a dimension no two members both scored."""
+    m = stack.shape[0]
+    diffs = []
+    for i in range(m):
+        for j in range(i + 1, m):
+            diffs.append(((stack[i] - stack[j]).abs() / span).flatten(0, 1))  # [B*G, D]
+    if not diffs:
+        return torch.ones(stack.shape[-1])
+    return 1.0 - torch.cat(diffs).nanmean(dim=0)
+
+
+@hookimpl
+def rlkit_register_judges(register):
+    register("ensemble", EnsembleJudge)
