@@ -23,7 +23,7 @@ from typing import Any
 from rlkit.models import TinyPolicySpec, build_tokenizer, default_cache_dir
 
 COMPACT_TEMPLATE = "judge/rubric_scores_compact.jinja"
-_FORMAT = 2  # bump when the recipe changes
+_FORMAT = 3  # bump when the recipe (data, training, chat template) changes
 # The judge answers the rendered prompt as it is: its chat template passes message contents through, so
 # any backend that applies the tokenizer's chat template (hf, the OpenAI-compatible server) asks it exactly
 # what it was trained on.
