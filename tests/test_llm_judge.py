@@ -121,7 +121,7 @@ def test_fit_survives_a_judge_that_answers_garbage_30_percent_of_the_time(cache_
 class TestModelJudgesContract(JudgeContract):
     """The judge contract on the model-based judges, with the rubric and prompts the offline judge knows."""
 
-    @pytest.fixture(params=["llm", "hybrid", "ensemble"])
+    @pytest.fixture(params=["llm", "hybrid", "ensemble", "cascade"])
     def judge(self, request, cache_env):
         from rlkit.config import compose_config, validate_config
 
@@ -167,3 +167,19 @@ def test_fit_with_hybrid_and_ensemble_judges(cache_env, tmp_path, overrides):
                  f"hydra.run.dir={run_dir}"]) == 0
     rows = _rows(run_dir)
     assert len(rows) == 2 and all(math.isfinite(float(r["loss"])) for r in rows)
+
+
+def test_cascade_escalates_only_undecided_groups(cache_env):
+    from rlkit.config import compose_config, validate_config
+
+    registry = load_registry()
+    judge = validate_config(compose_config(registry, ["judge=cascade"]), registry).plugins["judge"]
+    rubric = load_rubric(RUBRIC)
+    rollout = Rollout(records=[{"prompt": "7+5=", "reference": "12"}, {"prompt": "3+4=", "reference": "7"}],
+                      completions=[["12", "the answer is twelve"], ["x", "x"]])  # group 2: nothing to separate
+    cheap = judge.stages[0].score(rollout, rubric)
+    assert judge.escalate(cheap, rubric).tolist() == [False, True]
+    scores = judge.score(rollout, rubric)
+    assert torch.equal(scores[0], cheap[0]), "a decided group keeps the cheap scores"
+    assert judge.metrics()["judge/escalated_groups"] == 0.5
+    assert judge.stages[1].metrics()["judge/requests"] == 2, "only the undecided group reached the LLM"

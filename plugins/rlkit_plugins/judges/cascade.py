@@ -1,0 +1,82 @@
+"""``cascade``: a cheap judge for every group, the expensive judge only where the cheap one cannot decide.
+
+A group goes to the expensive judge when the cheap scores cannot separate its completions (on every
+dimension the spread within the group, in units of the dimension's range, is below ``span_threshold``)
+or when the cheap judge left any score unscored (e.g. a failed parse). The expensive judge's scores then
+replace the cheap ones for the whole group, so one group is never scored by two different scales.
+``metrics()`` reports the escalated share of groups beside the members' own metrics.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from rlkit import ConfigError, Rollout, Rubric, hookimpl
+
+
+class CascadeJudge:
+    @dataclass
+    class Params:
+        cheap: dict[str, Any] = field(default_factory=lambda: {"name": "rule"})
+        expensive: dict[str, Any] = field(default_factory=lambda: {"name": "rule"})
+        span_threshold: float = 0.1
+
+    def __init__(self, params: Params) -> None:
+        from rlkit.registry import load_registry
+
+        registry = load_registry()
+        self.params = params
+        self.stages = []
+        for stage in ("cheap", "expensive"):
+            spec = getattr(params, stage)
+            if not isinstance(spec, dict) or "name" not in spec or set(spec) - {"name", "params"}:
+                raise ConfigError("must be {name: <judge>, params: {...}}", f"judge.params.{stage}")
+            if spec["name"] == "cascade":
+                raise ConfigError("a cascade cannot contain itself", f"judge.params.{stage}")
+            self.stages.append(registry.create("judge", spec["name"], dict(spec.get("params") or {}),
+                                               where=f"judge.params.{stage}.params"))
+        if not 0 <= params.span_threshold <= 1:
+            raise ConfigError("must lie in [0, 1] (a share of each dimension's range)", "judge.params.span_threshold")
+        self._escalated = 0.0
+
+    def check_rubric(self, rubric: Rubric) -> None:
+        for judge in self.stages:
+            check = getattr(judge, "check_rubric", None)
+            if check is not None:
+                check(rubric)
+
+    def escalate(self, cheap: torch.Tensor, rubric: Rubric) -> torch.Tensor:
+        """``bool [B]``: the groups the expensive judge must score."""
+        span = torch.tensor([d.high - d.low for d in rubric.dimensions], dtype=cheap.dtype)
+        spread = (cheap.amax(dim=1) - cheap.amin(dim=1)) / span  # [B, D]; NaN where anything is unscored
+        undecided = (spread.nan_to_num(nan=0.0) < self.params.span_threshold).all(dim=-1)
+        return undecided | torch.isnan(cheap).flatten(1).any(dim=1)
+
+    def score(self, rollout: Rollout, rubric: Rubric) -> torch.Tensor:
+        cheap_judge, expensive_judge = self.stages
+        scores = cheap_judge.score(rollout, rubric).to(torch.float32)
+        chosen = self.escalate(scores, rubric)
+        self._escalated = float(chosen.float().mean()) if len(chosen) else 0.0
+        if chosen.any():
+            index = chosen.nonzero().flatten().tolist()
+            subset = Rollout(records=[rollout.records[i] for i in index],
+                             completions=[rollout.completions[i] for i in index],
+                             completion_token_counts=None if rollout.completion_token_counts is None
+                             else rollout.completion_token_counts[index])
+            scores[index] = expensive_judge.score(subset, rubric).to(torch.float32)
+        return scores
+
+    def metrics(self) -> dict[str, float]:
+        merged: dict[str, float] = {}
+        for judge in self.stages:
+            merged.update(getattr(judge, "metrics", dict)())
+        merged["judge/escalated_groups"] = self._escalated
+        return merged
+
+
+@hookimpl
+def rlkit_register_judges(register):
+    register("cascade", CascadeJudge)
