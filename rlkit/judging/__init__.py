@@ -1,5 +1,5 @@
 """Model-based judging: backends that answer prompts, the parsing of their answers, and the response cache."""
 
-from rlkit.judging.types import Completion
+from rlkit.judging.types import Completion, render_chat
 
-__all__ = ["Completion"]
+__all__ = ["Completion", "render_chat"]

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -14,3 +16,14 @@ class Completion:
     error: str | None = None
     latency: float = 0.0
     attempts: int = 1
+
+
+def render_chat(messages: Sequence[dict[str, str]], tokenizer: Any) -> str:
+    """The prompt text for one chat: the tokenizer's chat template, else ``role: content`` lines + ``assistant:``.
+
+    One rendering for every local model path (the hf backend, the OpenAI-compatible test server), so they
+    answer a chat identically under greedy decoding.
+    """
+    if getattr(tokenizer, "chat_template", None):
+        return tokenizer.apply_chat_template(list(messages), tokenize=False, add_generation_prompt=True)
+    return "".join(f"{m['role']}: {m['content']}\n" for m in messages) + "assistant:"

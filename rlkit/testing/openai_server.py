@@ -48,6 +48,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from rlkit.judging import render_chat
+
 _GARBAGE: tuple[tuple[str, bytes], ...] = (
     ("application/json", b'{"choices": [{"message": {"content": "unterminated'),
     ("text/html", b"<html><body>502 Bad Gateway</body></html>"),
@@ -74,13 +76,6 @@ class _BadRequest(Exception):
     def __init__(self, status: int, message: str, kind: str = "invalid_request_error") -> None:
         super().__init__(message)
         self.status, self.message, self.kind = status, message, kind
-
-
-def _render(messages: Sequence[dict[str, str]], tokenizer: Any) -> str:
-    # Same rendering as the hf judge backend, so both answer a chat identically under greedy decoding.
-    if getattr(tokenizer, "chat_template", None):
-        return tokenizer.apply_chat_template(list(messages), tokenize=False, add_generation_prompt=True)
-    return "".join(f"{m['role']}: {m['content']}\n" for m in messages) + "assistant:"
 
 
 def _messages(body: dict[str, Any]) -> list[dict[str, str]]:
@@ -286,7 +281,7 @@ class OpenAICompatibleServer:
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
             raise _BadRequest(400, f"'seed' must be an integer, got {seed!r}")
         tok, model = self.tokenizer, self.model
-        enc = tok([_render(messages, tok)], return_tensors="pt", add_special_tokens=False)
+        enc = tok([render_chat(messages, tok)], return_tensors="pt", add_special_tokens=False)
         prompt_tokens = int(enc["input_ids"].shape[1])
         if prompt_tokens == 0:
             raise _BadRequest(400, "the messages render to an empty prompt")

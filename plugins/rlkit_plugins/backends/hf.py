@@ -25,19 +25,12 @@ from pathlib import Path
 from typing import Any
 
 from rlkit import ConfigError, hookimpl
-from rlkit.judging import Completion
+from rlkit.judging import Completion, render_chat
 
 WHERE = "judge.params.backend_params"
 _DTYPES = ("auto", "float32", "float16", "bfloat16")
 
 Messages = Sequence[dict[str, str]]
-
-
-def render_chat(messages: Messages, tokenizer: Any) -> str:
-    """The prompt text for one chat: the tokenizer's chat template, else ``role: content`` lines + ``assistant:``."""
-    if getattr(tokenizer, "chat_template", None):
-        return tokenizer.apply_chat_template(list(messages), tokenize=False, add_generation_prompt=True)
-    return "".join(f"{m['role']}: {m['content']}\n" for m in messages) + "assistant:"
 
 
 def stop_token_ids(model: Any, tokenizer: Any) -> list[int]:
