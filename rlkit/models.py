@@ -13,6 +13,7 @@ import os
 import shutil
 import string
 import tempfile
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from importlib.metadata import version
 from pathlib import Path
@@ -92,8 +93,10 @@ def build_tokenizer(spec: TinyPolicySpec) -> Any:
                                    unk_token=unk, padding_side="left")
 
 
-def build_model(spec: TinyPolicySpec, tokenizer: Any) -> Any:
-    """A randomly initialised causal LM for ``tokenizer``, identical for the same spec and seed."""
+def build_model(spec: Any, tokenizer: Any) -> Any:
+    """A randomly initialised causal LM for ``tokenizer``, identical for the same spec and seed.
+
+    ``spec`` is a :class:`TinyPolicySpec` or anything with its architecture fields and ``seed``."""
     import torch
     from transformers import GenerationConfig
 
@@ -116,24 +119,19 @@ def _is_complete(folder: Path) -> bool:
     return all((folder / name).is_file() for name in _SAVED_FILES)
 
 
-def build_tiny_policy(spec: TinyPolicySpec | None = None, cache_dir: Path | str | None = None) -> Path:
-    """Save the tiny policy under ``cache_dir/tiny-policy-<hash>`` (reused if already complete); return it."""
+def build_cached(target: Path, write: Callable[[Path], None]) -> Path:
+    """``target`` if it holds a complete save, else ``write(folder)`` into a fresh folder beside it, renamed
+    into place: a killed build never leaves a half-written folder, and concurrent builds both succeed."""
     from transformers.utils import logging as hf_logging
 
-    spec = spec or TinyPolicySpec()
-    root = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
-    target = root / f"tiny-policy-{spec_hash(spec)}"
     if _is_complete(target):
         return target
-    root.mkdir(parents=True, exist_ok=True)
-    # Build beside the target and rename into place, so a killed build never leaves a half-written folder.
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=root))
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
     bars = hf_logging.is_progress_bar_enabled()
-    hf_logging.disable_progress_bar()  # a shard bar for a 300 kB file is noise
+    hf_logging.disable_progress_bar()  # a shard bar for a sub-megabyte file is noise
     try:
-        tokenizer = build_tokenizer(spec)
-        build_model(spec, tokenizer).save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
+        write(tmp)
         if target.exists() and not _is_complete(target):
             shutil.rmtree(target)  # left by something other than this function, which only renames whole folders
         try:
@@ -146,6 +144,19 @@ def build_tiny_policy(spec: TinyPolicySpec | None = None, cache_dir: Path | str 
             hf_logging.enable_progress_bar()
         shutil.rmtree(tmp, ignore_errors=True)
     return target
+
+
+def build_tiny_policy(spec: TinyPolicySpec | None = None, cache_dir: Path | str | None = None) -> Path:
+    """Save the tiny policy under ``cache_dir/tiny-policy-<hash>`` (reused if already complete); return it."""
+    spec = spec or TinyPolicySpec()
+    root = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
+
+    def write(folder: Path) -> None:
+        tokenizer = build_tokenizer(spec)
+        build_model(spec, tokenizer).save_pretrained(folder)
+        tokenizer.save_pretrained(folder)
+
+    return build_cached(root / f"tiny-policy-{spec_hash(spec)}", write)
 
 
 def check_model_directory(name_or_path: str | Path) -> Path:

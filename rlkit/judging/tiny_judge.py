@@ -11,16 +11,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import random
-import shutil
-import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from rlkit.models import TinyPolicySpec, build_tokenizer, default_cache_dir
+from rlkit.models import TinyPolicySpec, build_cached, build_model, build_tokenizer, default_cache_dir
 
 COMPACT_TEMPLATE = "judge/rubric_scores_compact.jinja"
 _FORMAT = 3  # bump when the recipe (data, training, chat template) changes
@@ -38,6 +35,7 @@ class TinyJudgeSpec:
     num_attention_heads: int = 4
     num_key_value_heads: int = 2
     max_position_embeddings: int = 256
+    tie_word_embeddings: bool = True
     steps: int = 400
     batch_size: int = 32
     lr: float = 4e-3
@@ -66,17 +64,24 @@ def _variants(a: int, b: int, rng: random.Random, alphabet: str) -> str:
     return "".join(rng.choice(alphabet) for _ in range(n))
 
 
+def shipped_rubric(name: str) -> Any:
+    """A rubric shipped under ``conf/rubrics/`` (the tiny judge learns the default task's)."""
+    import importlib.resources
+
+    from rlkit.rubric import load_rubric
+
+    return load_rubric(Path(str(importlib.resources.files("rlkit.conf"))) / "rubrics" / f"{name}.yaml")
+
+
 def distillation_records(spec: TinyJudgeSpec) -> list[dict[str, Any]]:
     """Prompt/completion pairs of the default task, scored by the rule judge on the shipped rubric."""
-    import importlib.resources
 
     import torch
 
     from rlkit.registry import load_registry
-    from rlkit.rubric import load_rubric
     from rlkit.types import Rollout
 
-    rubric = load_rubric(Path(str(importlib.resources.files("rlkit.conf"))) / "rubrics" / f"{spec.rubric}.yaml")
+    rubric = shipped_rubric(spec.rubric)
     rng = random.Random(spec.seed)
     alphabet = "".join(c for c in TinyPolicySpec().alphabet if c != "\n")
     records = []
@@ -113,14 +118,11 @@ def tiny_judge_hash(spec: TinyJudgeSpec) -> str:
 
 def train_tiny_judge(spec: TinyJudgeSpec, out_dir: Path, log: Any = print) -> dict[str, float]:
     """Train the judge and save it (model + tokenizer) with ``save_pretrained`` into ``out_dir``."""
-    import importlib.resources
 
     import torch
-    from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM
 
-    from rlkit.rubric import load_rubric
 
-    rubric = load_rubric(Path(str(importlib.resources.files("rlkit.conf"))) / "rubrics" / f"{spec.rubric}.yaml")
+    rubric = shipped_rubric(spec.rubric)
     tokenizer = build_tokenizer(TinyPolicySpec())
     tokenizer.chat_template = CHAT_TEMPLATE
     eos = tokenizer.eos_token_id
@@ -132,17 +134,11 @@ def train_tiny_judge(spec: TinyJudgeSpec, out_dir: Path, log: Any = print) -> di
         prompt_ids = tokenizer(rendered, add_special_tokens=False)["input_ids"]
         answer_ids = tokenizer(ex["answer"], add_special_tokens=False)["input_ids"] + [eos]
         encoded.append((prompt_ids, answer_ids))
-    ids = {"pad_token_id": tokenizer.pad_token_id, "eos_token_id": eos, "bos_token_id": tokenizer.bos_token_id}
-    config = Qwen2Config(vocab_size=len(tokenizer), hidden_size=spec.hidden_size,
-                         intermediate_size=spec.intermediate_size, num_hidden_layers=spec.num_hidden_layers,
-                         num_attention_heads=spec.num_attention_heads, num_key_value_heads=spec.num_key_value_heads,
-                         max_position_embeddings=spec.max_position_embeddings, tie_word_embeddings=True, **ids)
+    model = build_model(spec, tokenizer)  # the tiny policy's architecture code, at the judge's size
     threads = torch.get_num_threads()
     # One thread: on a 2-core machine shared with anything else, two torch threads run several times slower.
     torch.set_num_threads(1)
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(spec.seed)
-        model = Qwen2ForCausalLM(config)
+    try:
         gen = torch.Generator().manual_seed(spec.seed)
         opt = torch.optim.AdamW(model.parameters(), lr=spec.lr, weight_decay=0.0)
         sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=spec.lr, total_steps=spec.steps, pct_start=0.1)
@@ -169,9 +165,9 @@ def train_tiny_judge(spec: TinyJudgeSpec, out_dir: Path, log: Any = print) -> di
             if step % 100 == 0 or step == spec.steps - 1:
                 log(f"rlkit: training the offline tiny judge: step {step + 1}/{spec.steps}, loss {loss.item():.3f}, "
                     f"{time.perf_counter() - start:.0f} s")
-    torch.set_num_threads(threads)
+    finally:
+        torch.set_num_threads(threads)
     model.eval()
-    model.generation_config = GenerationConfig(**ids)
     model.save_pretrained(out_dir)
     tokenizer.save_pretrained(out_dir)
     return {"loss": loss.detach().item(), "seconds": time.perf_counter() - start}
@@ -179,26 +175,6 @@ def train_tiny_judge(spec: TinyJudgeSpec, out_dir: Path, log: Any = print) -> di
 
 def build_tiny_judge(spec: TinyJudgeSpec | None = None, cache_dir: Path | str | None = None) -> Path:
     """The cached tiny judge folder, trained first if absent (atomic: built beside it, renamed into place)."""
-    from transformers.utils import logging as hf_logging
-
     spec = spec or TinyJudgeSpec()
     root = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
-    target = root / f"tiny-judge-{tiny_judge_hash(spec)}"
-    if (target / "config.json").is_file() and (target / "model.safetensors").is_file():
-        return target
-    root.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=root))
-    bars = hf_logging.is_progress_bar_enabled()
-    hf_logging.disable_progress_bar()
-    try:
-        train_tiny_judge(spec, tmp)
-        try:
-            os.replace(tmp, target)
-        except OSError:
-            if not (target / "model.safetensors").is_file():
-                raise
-    finally:
-        if bars:
-            hf_logging.enable_progress_bar()
-        shutil.rmtree(tmp, ignore_errors=True)
-    return target
+    return build_cached(root / f"tiny-judge-{tiny_judge_hash(spec)}", lambda folder: train_tiny_judge(spec, folder))

@@ -110,18 +110,17 @@ class LLMJudge:
                     key = ResponseCache.key(judge="llm", backend=identity, template=t_hash, rubric=rubric.content_hash,
                                             permutation=k, prompt=prompt, completion=completion)
                     requests[(i, j, k)] = (key, [{"role": "user", "content": text}])
-        answers: dict[tuple[int, int, int], str | None] = {}
+        parsed: dict[tuple[int, int, int], dict[str, float]] = {}  # slot -> the scores its answer gave
         pending = []
         for slot, (key, _) in requests.items():
             cached = self.cache.get(key)
             if cached is None:
                 pending.append(slot)
             else:
-                answers[slot] = cached
+                parsed[slot] = parse_scores(cached, rubric).scores
         start = time.perf_counter()
         latencies: list[float] = []
         retries = 0
-        parsed: dict[tuple[int, int, int], dict[str, float]] = {}
         chats = {slot: requests[slot][1] for slot in pending}
         for attempt in range(self.params.parse_retries + 1):
             if not chats:
@@ -133,7 +132,7 @@ class LLMJudge:
             for slot, result in zip(slots, results, strict=True):
                 got = parse_scores(result.text, rubric) if result.text is not None else None
                 if got is not None and got.scores:
-                    answers[slot] = result.text
+                    parsed[slot] = got.scores
                     if got.complete:
                         self.cache.put(requests[slot][0], result.text)
                     continue
@@ -143,10 +142,6 @@ class LLMJudge:
                                    {"role": "user", "content": "Answer with one JSON object, one field per "
                                     f"dimension: {', '.join(x.name for x in dims)}."}]
             chats = retry
-        for slot in requests:
-            text = answers.get(slot)
-            if text is not None:
-                parsed[slot] = parse_scores(text, rubric).scores
         scores = torch.full((b, g, d), math.nan)
         failures = 0
         for i in range(b):
