@@ -334,6 +334,29 @@ def calibration_metrics(report: CalibrationReport, prefix: str = "calibration/")
     return metrics
 
 
+TABLE_COLUMNS = ("dimension", "kappa", "spearman", "bias", "n", "flagged")
+
+
+def calibration_table(report: CalibrationReport) -> tuple[list[str], list[list[Any]]]:
+    """Columns and one row per dimension (``TABLE_COLUMNS``); an undefined number is None, as JSON wants."""
+    def number(x: float) -> float | None:
+        return None if math.isnan(x) else x
+
+    rows = [[row.name, number(row.kappa), number(row.spearman), number(row.bias), row.n, row.flagged]
+            for row in report.rows]
+    return list(TABLE_COLUMNS), rows
+
+
+def log_calibration(report: CalibrationReport, logger: Any, pngs: Sequence[Path]) -> None:
+    """Log the report to an experiment logger: ``calibration_metrics`` to any; to W&B also the table
+    ``calibration/dimensions`` and each confusion matrix as ``calibration/<dimension>/confusion``."""
+    from rlkit.loggers import log_report
+
+    images = {f"calibration/{row.name}/confusion": path for row, path in zip(report.rows, pngs, strict=True)}
+    log_report(logger, calibration_metrics(report), tables={"calibration/dimensions": calibration_table(report)},
+               images=images)
+
+
 # --- report files ------------------------------------------------------------------------------
 
 

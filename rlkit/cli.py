@@ -111,7 +111,15 @@ def cmd_score(overrides: Sequence[str]) -> int:
 def cmd_calibrate(overrides: Sequence[str]) -> int:
     from dataclasses import replace
 
-    from rlkit.calibration import calibrate, calibrate_options, judge_records, read_labels, write_report
+    from rlkit.calibration import (
+        calibrate,
+        calibrate_options,
+        judge_records,
+        log_calibration,
+        read_labels,
+        write_report,
+    )
+    from rlkit.loggers import finish_logger, logger_name, make_logger
     from rlkit.scoring import score_records
 
     validated = _validated(overrides, read_data=False)  # the records are the labelled lines, not data.path
@@ -137,6 +145,13 @@ def cmd_calibrate(overrides: Sequence[str]) -> int:
                       "— its anchors need rewriting")
     paths = write_report(report, options.output)
     console.print(f"wrote {paths[0]} and {len(paths) - 1} confusion-matrix PNGs")
+    logger = make_logger(cfg, options.output, job_type="calibrate")
+    if logger:
+        try:
+            log_calibration(report, logger, paths[1:])
+        finally:
+            finish_logger(logger)
+        console.print(f"logged the numbers to {logger_name(cfg)} under {options.output}")
     return 0
 
 

@@ -225,12 +225,24 @@ class OptimConfig(_Schema):
     gradient_accumulation_steps: int = pydantic.Field(default=1, ge=1)
 
 
+class DebiasConfig(_Schema):
+    """Length/format bias correction of judge scores (``rlkit/debias.py``); off by default."""
+
+    enabled: bool = False
+    features: list[str] = pydantic.Field(default_factory=lambda: ["length", "newlines", "markdown"])
+    dimensions: list[str] | None = None  # None: every dimension but gates and condition targets
+    window: int = pydantic.Field(default=512, ge=1)
+    min_samples: int = pydantic.Field(default=64, ge=2)
+    ridge: float = pydantic.Field(default=1e-3, ge=0)
+
+
 GROUP_SCHEMAS: dict[str, type[pydantic.BaseModel]] = {
     "model": ModelConfig,
     "data": DataConfig,
     "objective": ObjectiveConfig,
     "rubric": RubricConfig,
     "optim": OptimConfig,
+    "debias": DebiasConfig,
 }
 
 
@@ -281,6 +293,7 @@ class ValidatedConfig:
     model: ModelConfig | None = None
     data: DataConfig | None = None
     objective: Any = None
+    debias: DebiasConfig | None = None
 
 
 def _plugin_node(registry: Registry, cfg: DictConfig, group: str) -> tuple[str, dict[str, Any]] | None:
@@ -346,6 +359,36 @@ def _check_objective_parts(registry: Registry, cfg: DictConfig, objective: Any, 
                           "preference")
 
 
+def _check_debias(debias: DebiasConfig, rubric: Rubric) -> None:
+    from rlkit.debias import FEATURES, default_dimensions, threshold_dimensions
+
+    for key, names, known, what in (("features", debias.features, list(FEATURES), "available:"),
+                                    ("dimensions", debias.dimensions or [], rubric.dimension_names,
+                                     f"rubric {rubric.name} has")):
+        unknown = [n for n in names if n not in known]
+        if unknown:
+            singular = key[:-1]
+            raise ConfigError(f"unknown {singular} {unknown[0]!r}; {what} {', '.join(known)}", f"debias.{key}")
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise ConfigError(f"{twice[0]!r} is listed twice", f"debias.{key}")
+    if not debias.features:
+        raise ConfigError(f"name at least one feature; available: {', '.join(FEATURES)}", "debias.features")
+    # A corrected score is fractional; a gate or a condition threshold compares exact levels.
+    threshold = [n for n in debias.dimensions or [] if n in threshold_dimensions(rubric)]
+    if threshold:
+        raise ConfigError(f"{threshold[0]!r} is a gate or another dimension's condition; its threshold compares "
+                          "exact levels, which a corrected score would miss. Leave it out", "debias.dimensions")
+    if debias.min_samples > debias.window:
+        raise ConfigError(f"{debias.min_samples} exceeds debias.window={debias.window}; the fit would never start",
+                          "debias.min_samples")
+    chosen = default_dimensions(rubric) if debias.dimensions is None else debias.dimensions
+    if debias.enabled and not chosen:
+        why = "the list is empty" if debias.dimensions is not None else \
+            "every dimension of the rubric is a gate or another dimension's condition"
+        raise ConfigError(f"no dimension to correct: {why}", "debias.dimensions")
+
+
 def validate_config(cfg: DictConfig, registry: Registry, *, read_data: bool = True,
                     need_completions: bool = False) -> ValidatedConfig:
     """Check every part of a composed config; the first problem raises a one-line ``RlkitError``."""
@@ -354,7 +397,8 @@ def validate_config(cfg: DictConfig, registry: Registry, *, read_data: bool = Tr
     parts = {group: _check_schema(registry, cfg, group, schema) for group, schema in GROUP_SCHEMAS.items()}
     rubric = load_rubric(resolve_path(parts["rubric"].path))
     result = ValidatedConfig(cfg=cfg, rubric=rubric, model=parts["model"], data=parts["data"],
-                             objective=parts["objective"])
+                             objective=parts["objective"], debias=parts["debias"])
+    _check_debias(parts["debias"], rubric)
     for kind in KINDS:
         selected = _plugin_node(registry, cfg, kind.group)
         if selected is None:

@@ -8,27 +8,13 @@ from typing import Any
 
 import lightning as L
 from lightning.pytorch.callbacks import ModelCheckpoint
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import OmegaConf
 
 from rlkit.callbacks import SampleLogger
 from rlkit.config import ValidatedConfig
+from rlkit.debias import LengthFormatDebias
+from rlkit.loggers import finish_logger, make_logger
 from rlkit.module import RewardParts, RubricRLModule, TrainingSettings
-
-
-def make_logger(cfg: DictConfig, run_dir: Path) -> Any:
-    """Lightning logger from the ``logger`` group; W&B runs offline unless configured otherwise."""
-    name = cfg.logger.get("name", "none") if cfg.get("logger") is not None else "none"
-    if name == "wandb":
-        from lightning.pytorch.loggers import WandbLogger
-
-        mode = cfg.logger.get("mode", "offline")
-        return WandbLogger(project=cfg.logger.get("project", "rlkit"), save_dir=str(run_dir),
-                           offline=mode == "offline", config=OmegaConf.to_container(cfg, resolve=True))
-    if name == "csv":
-        from lightning.pytorch.loggers import CSVLogger
-
-        return CSVLogger(save_dir=str(run_dir), name="csv")
-    return False
 
 
 def _quiet_lightning() -> None:
@@ -57,6 +43,15 @@ def settings_from(validated: ValidatedConfig) -> TrainingSettings:
         weight_decay=float(optim.weight_decay), warmup_steps=int(optim.warmup_steps),
         gradient_clip_val=optim.gradient_clip_val, gradient_accumulation_steps=int(optim.gradient_accumulation_steps),
     )
+
+
+def build_debias(validated: ValidatedConfig) -> LengthFormatDebias | None:
+    """The length/format bias correction of ``debias``, or None when it is off."""
+    d = validated.debias
+    if d is None or not d.enabled:
+        return None
+    return LengthFormatDebias.for_rubric(validated.rubric, d.features, d.dimensions, window=d.window,
+                                         min_samples=d.min_samples, ridge=d.ridge)
 
 
 def _lexicographic_fallback(validated: ValidatedConfig) -> Any:
@@ -93,7 +88,8 @@ def fit(validated: ValidatedConfig, run_dir: Path) -> dict[str, Any]:
                         aggregator_name=validated.plugin_names["aggregator"],
                         constructor=validated.plugins.get("preference_constructor"),
                         lexicographic=_lexicographic_fallback(validated),
-                        score_normalization=str(cfg.get("score_normalization", "range")))
+                        score_normalization=str(cfg.get("score_normalization", "range")),
+                        debias=build_debias(validated))
     module = RubricRLModule(policy, tokenizer, validated.rubric, parts, settings, reference)
     datamodule = PromptDataModule(validated.data, batch_size=int(cfg.batch_size), seed=int(cfg.seed))
     logger = make_logger(cfg, run_dir)
@@ -113,10 +109,7 @@ def fit(validated: ValidatedConfig, run_dir: Path) -> dict[str, Any]:
         trainer.validate(module, datamodule=datamodule, verbose=False)
         end = dict(module.heldout)
     finally:
-        if logger and hasattr(logger, "experiment") and cfg.logger.get("name") == "wandb":
-            import wandb
-
-            wandb.finish()
+        finish_logger(logger)
     final_dir = save_policy(policy, tokenizer, run_dir / "policy", lora.save)
     return {"start": start, "end": end, "policy_dir": str(final_dir), "steps": trainer.global_step,
             "diagnostics": module.diagnostics}

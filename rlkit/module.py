@@ -13,6 +13,7 @@ import torch
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 
 from rlkit.callbacks import RolloutSnapshot
+from rlkit.debias import LengthFormatDebias, completion_features
 from rlkit.diagnostics import (
     ConflictWatch,
     RunningMeans,
@@ -46,6 +47,7 @@ class RewardParts:
     score_normalization: str = "range"
     constructor: Any = None    # preference constructor (objective group_dpo)
     lexicographic: Any = None  # the ordering group_dpo switches to under auto_lexicographic
+    debias: LengthFormatDebias | None = None  # length/format bias correction of training scores
 
 
 @dataclass
@@ -114,12 +116,16 @@ class RubricRLModule(L.LightningModule):
     # --- pipeline pieces -----------------------------------------------------------------------
 
     def score(self, records: list[dict[str, Any]], sampled: SampledBatch, step: int,
-              scheduler: Any | None = None) -> RewardBatch:
+              scheduler: Any | None = None, *, heldout: bool = False) -> RewardBatch:
+        """Judge, check, debias (training only), aggregate. ``heldout`` scores leave the bias correction out."""
         g = len(sampled.texts[0])
         rollout = Rollout(records=records, completions=sampled.texts,
                           completion_token_counts=sampled.completion_token_counts.view(len(records), g).cpu())
         raw = check_judge_output(self.parts.judge.score(rollout, self.rubric), rollout, self.rubric,
                                  self.parts.judge_name)
+        debias = self.parts.debias
+        if debias is not None and not heldout:
+            raw = debias.correct(raw, completion_features(rollout, debias.features))
         return aggregate_rewards(raw, self.rubric, scheduler or self.parts.scheduler, self.parts.aggregator, step,
                                  self.parts.score_normalization)
 
@@ -150,6 +156,8 @@ class RubricRLModule(L.LightningModule):
         judge_metrics = getattr(self.parts.judge, "metrics", None)
         if callable(judge_metrics):
             metrics.update({k: float(v) for k, v in judge_metrics().items()})
+        if self.parts.debias is not None:
+            metrics.update(self.parts.debias.metrics(self.rubric.dimension_names))
         n_tokens = float(sampled.completion_mask.sum())
         metrics.update({
             "loss": float(loss),
@@ -371,7 +379,9 @@ class RubricRLModule(L.LightningModule):
                                      greedy=True)
         # Held-out rewards use the scheduler's step-0 weights from a fresh copy: start and end stay
         # comparable while training weights move, and evaluation never feeds the training scheduler.
-        batch = self.score(records, sampled, 0, scheduler=copy.deepcopy(self._initial_scheduler))
+        # For the same reason they are the judge's uncorrected scores: the bias correction has no fit
+        # at the start and a moving one later.
+        batch = self.score(records, sampled, 0, scheduler=copy.deepcopy(self._initial_scheduler), heldout=True)
         self._val_raw.append(batch.raw_scores[:, 0])
         self._val_rewards.append(batch.rewards[:, 0])
 
@@ -400,6 +410,8 @@ class RubricRLModule(L.LightningModule):
                                "ordering": {"lexicographic": self.lexicographic_ordering,
                                             "recent_conflicts": list(self.preference_watch.recent),
                                             "flagged": self.preference_watch.raised}}
+        if self.parts.debias is not None:
+            checkpoint["rlkit"]["debias"] = self.parts.debias.state_dict()
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         state = checkpoint.get("rlkit", {})
@@ -412,6 +424,14 @@ class RubricRLModule(L.LightningModule):
                               f"{self.rubric.name} v{self.rubric.version} ({self.rubric.short_hash})", "ckpt_path")
         if "weight_scheduler" in state:
             self.parts.scheduler.load_state_dict(state["weight_scheduler"])
+        if "debias" in state and self.parts.debias is not None:
+            try:
+                self.parts.debias.load_state_dict(state["debias"])
+            except ValueError as exc:
+                from rlkit.errors import ConfigError
+
+                raise ConfigError(f"{exc}; resume with the same debias.features and debias.dimensions",
+                                  "ckpt_path") from None
         self._rng_to_restore = state.get("rng")
         if "ordering" in state:
             self.lexicographic_ordering = bool(state["ordering"]["lexicographic"])

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -241,13 +242,111 @@ def test_bad_label_line_names_file_and_line(tmp_path, rubric, bad, message):
 
 def test_cli_calibrate_shipped_example(tmp_path, capsys):
     out = tmp_path / "cal"
-    assert main(["calibrate", f"calibrate.output={out}"]) == 0
+    assert main(["calibrate", f"calibrate.output={out}", "logger=none"]) == 0
     stdout = capsys.readouterr().out
     for text in (*DIMS, "κ", "ρ", "bias", "flagged", "judge rule"):
         assert text in stdout, text
     md = (out / "calibration.md").read_text()
     assert all(f"| {d} |" in md for d in DIMS)
     assert all((out / f"confusion_{d}.png").read_bytes()[:8] == PNG_MAGIC for d in DIMS)
+    assert sorted(p.name for p in out.iterdir()) == sorted(["calibration.md", *(f"confusion_{d}.png" for d in DIMS)])
+
+
+def _wandb_records(log: Path) -> list[bytes]:
+    """The complete records of a W&B transaction log: a LevelDB-style log (7-byte file header, 32 KiB
+    blocks, each chunk behind a crc32/length/type header) of protobuf ``Record``s; a torn tail is left out."""
+    import struct
+
+    data, block, pos = log.read_bytes(), 32768, 7
+    records, chunks = [], []
+    while pos + 7 <= len(data):
+        left = block - pos % block
+        _, length, kind = struct.unpack("<IHB", data[pos:pos + 7]) if left >= 7 else (0, 0, 0)
+        if left < 7 or (length, kind) == (0, 0):  # block trailer / padding
+            pos += left
+            continue
+        if pos + 7 + length > len(data):
+            break
+        chunks.append(data[pos + 7:pos + 7 + length])
+        pos += 7 + length
+        if kind in (1, 4):  # FULL or LAST: a record is complete
+            records.append(b"".join(chunks))
+            chunks = []
+    return records
+
+
+def _offline_history(run: Path, timeout: float = 30.0) -> tuple[dict[str, Any], str]:
+    """The logged values (flattened keys) and the job type of an offline W&B run, read from ``run-*.wandb``
+    (wandb ships no reader for it). wandb's service process may still be writing the log when
+    ``wandb.finish()`` returns, so this waits for the run's final ``exit`` record."""
+    import time
+
+    from wandb.proto import wandb_internal_pb2
+
+    (log,) = run.glob("run-*.wandb")
+    deadline = time.monotonic() + timeout
+    while True:
+        parsed = []
+        for raw in _wandb_records(log):
+            record = wandb_internal_pb2.Record()
+            record.ParseFromString(raw)
+            parsed.append(record)
+        if any(r.HasField("exit") for r in parsed) or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    history: dict[str, Any] = {}
+    job_type = ""
+    for record in parsed:
+        if record.HasField("history"):
+            for item in record.history.item:
+                history[item.key or "/".join(item.nested_key)] = json.loads(item.value_json)
+        elif record.HasField("run"):
+            job_type = record.run.job_type
+    return history, job_type
+
+
+def test_cli_calibrate_logs_the_report_to_wandb_offline(tmp_path, capsys, monkeypatch):
+    import rlkit.calibration
+
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    reports = []
+    write = rlkit.calibration.write_report
+    monkeypatch.setattr(rlkit.calibration, "write_report", lambda r, out: reports.append(r) or write(r, out))
+    out = tmp_path / "cal"
+    assert main(["calibrate", f"calibrate.output={out}"]) == 0  # logger: wandb is the default
+    assert "logged the numbers to wandb" in capsys.readouterr().out
+    (report,) = reports
+    (run,) = out.glob("wandb/offline-run-*")
+    history, job_type = _offline_history(run)
+    assert job_type == "calibrate"
+    for row in report.rows:
+        assert history[f"calibration/{row.name}/kappa"] == row.kappa  # JSON floats round-trip exactly
+        assert history[f"calibration/{row.name}/spearman"] == row.spearman
+        assert history[f"calibration/{row.name}/confusion/_type"] == "image-file"  # nested keys come flattened
+        (png,) = run.glob(f"files/media/images/calibration/{row.name}/confusion_*.png")
+        assert png.read_bytes()[:8] == PNG_MAGIC
+    assert history["calibration/flagged"] == len(report.flagged)
+    (table,) = run.glob("files/media/table/calibration/dimensions_*.table.json")
+    content = json.loads(table.read_text())
+    assert content["columns"] == ["dimension", "kappa", "spearman", "bias", "n", "flagged"]
+    assert [r[0] for r in content["data"]] == DIMS
+    assert [r[1] for r in content["data"]] == [row.kappa for row in report.rows]
+    assert [r[5] for r in content["data"]] == [row.flagged for row in report.rows]
+
+
+def test_cli_calibrate_logs_scalars_to_csv(tmp_path, capsys):
+    import csv
+
+    out = tmp_path / "cal"
+    assert main(["calibrate", f"calibrate.output={out}", "logger=csv"]) == 0
+    (path,) = out.glob("csv/version_0/metrics.csv")
+    (row,) = csv.DictReader(path.read_text().splitlines())
+    md_rows = [ln.split("|") for ln in (out / "calibration.md").read_text().splitlines()
+               if ln.startswith(tuple(f"| {d} |" for d in DIMS))]
+    assert len(md_rows) == len(DIMS)
+    for cells in md_rows:  # | dimension | type | levels | n | no label | no score | κ | ...
+        assert f"{float(row[f'calibration/{cells[1].strip()}/kappa']):.3f}" == cells[7].strip()
 
 
 def test_cli_flagged_dimension_in_report(tmp_path, capsys):
@@ -256,7 +355,8 @@ def test_cli_flagged_dimension_in_report(tmp_path, capsys):
              _record({"format": 0, "correctness": 0}, "13"), _record({"format": 1, "correctness": 0}, "thirteen")]
     labels = _write(tmp_path, lines)
     out = tmp_path / "cal"
-    assert main(["calibrate", f"calibrate.labels={labels}", f"calibrate.output={out}", "judge=rule"]) == 0
+    assert main(["calibrate", f"calibrate.labels={labels}", f"calibrate.output={out}", "judge=rule",
+                 "logger=none"]) == 0
     flagged_line = next(ln for ln in (out / "calibration.md").read_text().splitlines() if ln.startswith("**Flagged**"))
     assert "format" in flagged_line and "its anchors need rewriting" in flagged_line
     assert "format" in capsys.readouterr().out
