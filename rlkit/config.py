@@ -288,6 +288,8 @@ class ValidatedConfig:
     cfg: DictConfig
     rubric: Rubric
     plugins: dict[str, Any] = field(default_factory=dict)
+    # What the judge's scores follow: the rubric itself, unless the judge derives its own (scored_rubric).
+    reward_rubric: Rubric = None  # type: ignore[assignment]  # set by validate_config
     plugin_names: dict[str, str] = field(default_factory=dict)
     records: list[dict[str, Any]] | None = None
     model: ModelConfig | None = None
@@ -397,8 +399,7 @@ def validate_config(cfg: DictConfig, registry: Registry, *, read_data: bool = Tr
     parts = {group: _check_schema(registry, cfg, group, schema) for group, schema in GROUP_SCHEMAS.items()}
     rubric = load_rubric(resolve_path(parts["rubric"].path))
     result = ValidatedConfig(cfg=cfg, rubric=rubric, model=parts["model"], data=parts["data"],
-                             objective=parts["objective"], debias=parts["debias"])
-    _check_debias(parts["debias"], rubric)
+                             objective=parts["objective"], debias=parts["debias"], reward_rubric=rubric)
     for kind in KINDS:
         selected = _plugin_node(registry, cfg, kind.group)
         if selected is None:
@@ -411,9 +412,14 @@ def validate_config(cfg: DictConfig, registry: Registry, *, read_data: bool = Tr
             raise ConfigError(str(exc), _where(registry, cfg, kind.group, "params")) from None
         check = getattr(plugin, "check_rubric", None)
         if check is not None:
-            check(rubric)
+            # the judge checks the rubric it is asked with; every later part, what the scores follow
+            check(rubric if kind.key == "judge" else result.reward_rubric)
+        if kind.key == "judge":
+            derive = getattr(plugin, "scored_rubric", None)
+            result.reward_rubric = derive(rubric) if callable(derive) else rubric
         result.plugins[kind.key] = plugin
         result.plugin_names[kind.key] = entry.name
+    _check_debias(parts["debias"], result.reward_rubric)
     check_model_path(parts["model"])
     _check_reference(registry, cfg, parts["model"], parts["objective"])
     _check_objective_parts(registry, cfg, parts["objective"], result)

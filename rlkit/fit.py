@@ -50,7 +50,7 @@ def build_debias(validated: ValidatedConfig) -> LengthFormatDebias | None:
     d = validated.debias
     if d is None or not d.enabled:
         return None
-    return LengthFormatDebias.for_rubric(validated.rubric, d.features, d.dimensions, window=d.window,
+    return LengthFormatDebias.for_rubric(validated.reward_rubric, d.features, d.dimensions, window=d.window,
                                          min_samples=d.min_samples, ridge=d.ridge)
 
 
@@ -90,14 +90,15 @@ def fit(validated: ValidatedConfig, run_dir: Path) -> dict[str, Any]:
                         lexicographic=_lexicographic_fallback(validated),
                         score_normalization=str(cfg.get("score_normalization", "range")),
                         debias=build_debias(validated))
-    module = RubricRLModule(policy, tokenizer, validated.rubric, parts, settings, reference)
+    module = RubricRLModule(policy, tokenizer, validated.reward_rubric, parts, settings, reference,
+                            judged_rubric=validated.rubric)
     datamodule = PromptDataModule(validated.data, batch_size=int(cfg.batch_size), seed=int(cfg.seed))
     logger = make_logger(cfg, run_dir)
     trainer_kwargs = OmegaConf.to_container(cfg.trainer, resolve=True)
     checkpoints = ModelCheckpoint(dirpath=str(run_dir / "checkpoints"), save_last=True, save_top_k=0,
                                   every_n_train_steps=int(cfg.checkpoint_every))
     samples = SampleLogger(int(cfg.log_samples.every), int(cfg.log_samples.rows), run_dir / "samples.jsonl",
-                           validated.rubric)
+                           validated.reward_rubric)
     trainer = L.Trainer(default_root_dir=str(run_dir), logger=logger, num_sanity_val_steps=0,
                         callbacks=[checkpoints, samples],
                         check_val_every_n_epoch=None,
@@ -134,7 +135,7 @@ def print_summary(summary: dict[str, Any], validated: ValidatedConfig) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    rubric = validated.rubric
+    rubric = validated.reward_rubric
     table = Table(title=f"held-out, rubric {rubric.name} v{rubric.version} ({rubric.short_hash}), "
                         f"{summary['steps']} steps")
     for column in ("dimension", "start", "end", "change"):

@@ -59,6 +59,16 @@ def rlkit_register_judges(register: Register) -> None:
     judge could not score (never a silent 0). Its ``check_rubric`` rejects dimensions it cannot
     score. An optional ``metrics() -> dict[str, float]`` (e.g. ``judge/parse_failure_rate``) describes
     the last ``score`` call; the training loop logs it every step.
+
+    Two optional methods serve judges that do not score dimension by dimension:
+
+    * ``scored_rubric(rubric) -> rlkit.Rubric``: the rubric its scores follow, derived from the one it is
+      asked with (a ranking judge's single ``rank`` dimension in [0, 1]). ``score`` still receives the
+      user's rubric; D, the range checks, aggregation, weights, advantages and logs use the derived one.
+      Composite judges (hybrid, ensemble, cascade) refuse such a judge as a member.
+    * ``group_confidence() -> torch.Tensor | None``: ``float32 [B]`` in [0, 1] for the last ``score`` call,
+      how much the judge trusts each group's order; the training loop multiplies that group's advantages
+      (or its preference-pair weights) by it.
     """
 
 

@@ -24,9 +24,9 @@ from rlkit.diagnostics import (
 )
 from rlkit.losses import policy_gradient_loss
 from rlkit.preference_losses import preference_loss, sequence_logp_sums, sft_loss
-from rlkit.preferences import chosen_win_share, drop_close_pairs, ordering_batch
+from rlkit.preferences import chosen_win_share, confidence_weighted, drop_close_pairs, ordering_batch
 from rlkit.reference import ReferencePolicy
-from rlkit.rewards import aggregate_rewards, check_judge_output
+from rlkit.rewards import aggregate_rewards, check_judge_output, confidence_scaled, with_group_confidence
 from rlkit.rng import capture_rng_state, restore_rng_state
 from rlkit.rubric import Rubric
 from rlkit.sampling import SampledBatch, micro_batches, sample_completions, sequence_log_probs
@@ -89,13 +89,17 @@ class RubricRLModule(L.LightningModule):
     """Manual optimisation; inner ``num_iterations`` updates happen inside ``training_step``."""
 
     def __init__(self, policy: Any, tokenizer: Any, rubric: Rubric, parts: RewardParts,
-                 settings: TrainingSettings, reference: ReferencePolicy | None = None) -> None:
+                 settings: TrainingSettings, reference: ReferencePolicy | None = None,
+                 judged_rubric: Rubric | None = None) -> None:
         super().__init__()
         self.automatic_optimization = False
         self.policy = policy
         self.reference = reference
         self.tokenizer = tokenizer
+        # `rubric` is what the scores follow; the judge is asked with `judged_rubric`, the rubric the user
+        # versions. They differ only for judges that derive their own (a ranking judge's single `rank`).
         self.rubric = rubric
+        self.judged_rubric = judged_rubric or rubric
         self.parts = parts
         self.settings = settings
         self.heldout: dict[str, float] = {}
@@ -121,13 +125,16 @@ class RubricRLModule(L.LightningModule):
         g = len(sampled.texts[0])
         rollout = Rollout(records=records, completions=sampled.texts,
                           completion_token_counts=sampled.completion_token_counts.view(len(records), g).cpu())
-        raw = check_judge_output(self.parts.judge.score(rollout, self.rubric), rollout, self.rubric,
+        judge = self.parts.judge
+        raw = check_judge_output(judge.score(rollout, self.judged_rubric), rollout, self.rubric,
                                  self.parts.judge_name)
         debias = self.parts.debias
         if debias is not None and not heldout:
             raw = debias.correct(raw, completion_features(rollout, debias.features))
-        return aggregate_rewards(raw, self.rubric, scheduler or self.parts.scheduler, self.parts.aggregator, step,
-                                 self.parts.score_normalization)
+        batch = aggregate_rewards(raw, self.rubric, scheduler or self.parts.scheduler, self.parts.aggregator, step,
+                                  self.parts.score_normalization)
+        confidence = getattr(judge, "group_confidence", None)
+        return with_group_confidence(batch, confidence() if callable(confidence) else None, self.parts.judge_name)
 
     def training_step(self, records: list[dict[str, Any]], batch_idx: int) -> torch.Tensor:
         if self._rng_to_restore is not None:
@@ -174,7 +181,7 @@ class RubricRLModule(L.LightningModule):
 
     def policy_gradient_step(self, sampled: SampledBatch, batch: RewardBatch) -> StepOutcome:
         """Advantages from the estimator, then clipped policy-gradient updates."""
-        advantages = self.parts.estimator.advantages(batch)
+        advantages = confidence_scaled(self.parts.estimator.advantages(batch), batch)
         decided = time.perf_counter()
         loss, metrics, logprob_at = self.policy_update(sampled, advantages.reshape(-1).to(self.device))
         metrics.update(advantage_metrics(advantages))
@@ -205,8 +212,10 @@ class RubricRLModule(L.LightningModule):
             pairs = PreferencePairs(pairs.prompt_index[keep], pairs.chosen[keep], pairs.rejected[keep],
                                     pairs.weight[keep])
         pairs, dropped = drop_close_pairs(pairs, batch, o.min_gap)
+        soft_labels = getattr(constructor, "soft_labels", False)
+        pairs = confidence_weighted(pairs, batch, soft_labels)
         decided = time.perf_counter()
-        loss, metrics, logprob_at = self.preference_update(sampled, pairs, getattr(constructor, "soft_labels", False))
+        loss, metrics, logprob_at = self.preference_update(sampled, pairs, soft_labels)
         net = torch.zeros(batch.shape[:2])
         net.index_put_((pairs.prompt_index, pairs.chosen), torch.ones(len(pairs)), accumulate=True)
         net.index_put_((pairs.prompt_index, pairs.rejected), -torch.ones(len(pairs)), accumulate=True)
@@ -404,7 +413,7 @@ class RubricRLModule(L.LightningModule):
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        checkpoint["rlkit"] = {"rubric": self.rubric.identity(),
+        checkpoint["rlkit"] = {"rubric": self.judged_rubric.identity(),
                                "weight_scheduler": self.parts.scheduler.state_dict(),
                                "rng": capture_rng_state(), "data_position": list(self._data_position),
                                "ordering": {"lexicographic": self.lexicographic_ordering,
@@ -416,12 +425,13 @@ class RubricRLModule(L.LightningModule):
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         state = checkpoint.get("rlkit", {})
         saved = state.get("rubric", {}).get("hash")
-        if saved and saved != self.rubric.content_hash:
+        if saved and saved != self.judged_rubric.content_hash:
             from rlkit.errors import ConfigError
 
             raise ConfigError(f"the checkpoint was trained with rubric {state['rubric']['name']} "
                               f"v{state['rubric']['version']} (hash {saved[:12]}), this run uses "
-                              f"{self.rubric.name} v{self.rubric.version} ({self.rubric.short_hash})", "ckpt_path")
+                              f"{self.judged_rubric.name} v{self.judged_rubric.version} "
+                              f"({self.judged_rubric.short_hash})", "ckpt_path")
         if "weight_scheduler" in state:
             self.parts.scheduler.load_state_dict(state["weight_scheduler"])
         if "debias" in state and self.parts.debias is not None:

@@ -56,3 +56,15 @@ def chosen_win_share(pairs: PreferencePairs, batch: RewardBatch) -> torch.Tensor
     both = ~(torch.isnan(chosen) | torch.isnan(rejected))
     wins = ((chosen > rejected) & both).sum(dim=0).float()
     return wins / both.sum(dim=0).clamp(min=1)
+
+
+def confidence_weighted(pairs: PreferencePairs, batch: RewardBatch, soft_labels: bool) -> PreferencePairs:
+    """Pairs with the judge's per-group confidence folded in (see :func:`rlkit.rewards.confidence_scaled`):
+    a pair weight is multiplied by it; a soft label (a win probability) is pulled towards 1/2 by it, since
+    scaling a probability towards 0 would turn it into the opposite preference."""
+    confidence = batch.extras.get("group_confidence")
+    if confidence is None or len(pairs) == 0:
+        return pairs
+    c = confidence.to(pairs.weight.device, pairs.weight.dtype)[pairs.prompt_index]
+    weight = 0.5 + c * (pairs.weight - 0.5) if soft_labels else c * pairs.weight
+    return PreferencePairs(pairs.prompt_index, pairs.chosen, pairs.rejected, weight)

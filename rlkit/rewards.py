@@ -3,6 +3,7 @@ scores to [0, 1] once, applying rubric conditions, and assembling the RewardBatc
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -106,3 +107,24 @@ def aggregate_rewards(raw: torch.Tensor, rubric: Rubric, scheduler: Any, aggrega
         got = tuple(rewards.shape) if isinstance(rewards, torch.Tensor) else type(rewards).__name__
         raise PluginError(f"returned rewards of shape {got}, expected {list(scores.shape[:2])}", "aggregator")
     return batch.with_rewards(rewards.to(torch.float32))
+
+
+def with_group_confidence(batch: RewardBatch, confidence: torch.Tensor | None, judge: str) -> RewardBatch:
+    """Attach a judge's per-group confidence ``[B]`` in [0, 1] (``batch.extras["group_confidence"]``)."""
+    if confidence is None:
+        return batch
+    b = batch.shape[0]
+    confidence = torch.as_tensor(confidence, dtype=torch.float32).detach().cpu()
+    if confidence.shape != (b,) or torch.isnan(confidence).any() or (confidence < 0).any() or (confidence > 1).any():
+        raise JudgeError(f"group_confidence() must be [B] = [{b}] in [0, 1], got shape {tuple(confidence.shape)}",
+                         f"judge {judge!r}")
+    return replace(batch, extras={**batch.extras, "group_confidence": confidence})
+
+
+def confidence_scaled(advantages: torch.Tensor, batch: RewardBatch) -> torch.Tensor:
+    """Advantages ``[B, G]`` with each group's row scaled by the judge's confidence in that group's order
+    (a ranking judge's agreement between repetitions), unchanged when the judge reports none."""
+    confidence = batch.extras.get("group_confidence")
+    if confidence is None:
+        return advantages
+    return advantages * confidence.to(advantages.device, advantages.dtype).unsqueeze(1)

@@ -13,7 +13,7 @@ import pydantic
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from rlkit.errors import RubricError
+from rlkit.errors import RlkitError, RubricError
 
 MAX_DIMENSIONS_BEFORE_WARNING = 7
 
@@ -124,6 +124,9 @@ class Rubric(_Strict):
     description: str = ""
     changelog: list[ChangelogEntry] = Field(default_factory=list)
     dimensions: list[Dimension] = Field(min_length=1)
+    # judge name -> its prompt template (a shipped name such as judge/rubric_scores.jinja, or a path
+    # relative to this file): the template is part of the rubric, so its text enters the content hash.
+    templates: dict[str, str] = Field(default_factory=dict)
     source: str | None = Field(default=None, exclude=True)
 
     _version_as_text = field_validator("version", mode="before")(_as_text)
@@ -161,9 +164,30 @@ class Rubric(_Strict):
     def initial_weights(self) -> list[float]:
         return [d.weight for d in self.dimensions]
 
+    def template_path(self, judge: str) -> Path | None:
+        """The template this rubric names for ``judge`` (None: the judge's default)."""
+        from rlkit.judging.templates import template_path
+
+        name = self.templates.get(judge)
+        if name is None:
+            return None
+        if self.source is not None and not Path(name).is_absolute():
+            beside = Path(self.source).parent / name
+            if beside.is_file():
+                return beside
+        try:
+            return template_path(name, where=f"{self.source or '<rubric>'}: templates.{judge}")
+        except RlkitError as exc:
+            raise RubricError(exc.message, exc.where) from None
+
     def canonical(self) -> dict[str, Any]:
-        """The content that defines the rubric; the changelog describes it and is left out."""
-        return self.model_dump(mode="json", exclude={"changelog", "source"})
+        """The content that defines the rubric; the changelog describes it and is left out. Templates count
+        by their text, so editing one changes the hash as editing an anchor would."""
+        data = self.model_dump(mode="json", exclude={"changelog", "source", "templates"})
+        if self.templates:
+            data["templates"] = {judge: hashlib.sha256(path.read_bytes()).hexdigest()
+                                 for judge in sorted(self.templates) if (path := self.template_path(judge))}
+        return data
 
     @property
     def content_hash(self) -> str:
@@ -221,6 +245,8 @@ def rubric_from_dict(data: Any, source: str = "<rubric>") -> Rubric:
             msg = "required field is missing"
         where = f"{source}: {field}" if field else source
         raise RubricError(msg, where) from None
+    for judge in rubric.templates:
+        rubric.template_path(judge)  # a missing template fails here, naming the rubric file and field
     if len(rubric.dimensions) > MAX_DIMENSIONS_BEFORE_WARNING:
         warnings.warn(
             f"{source}: {len(rubric.dimensions)} dimensions; judges agree less as dimensions grow, "

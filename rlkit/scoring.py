@@ -12,6 +12,7 @@ from typing import Any
 import torch
 
 from rlkit.config import ValidatedConfig
+from rlkit.errors import ConfigError
 from rlkit.rewards import aggregate_rewards, check_judge_output
 from rlkit.stats import nan_mean_std
 from rlkit.types import Rollout
@@ -39,6 +40,12 @@ def score_records(validated: ValidatedConfig, batch_size: int = 64) -> ScoreResu
     """Score every completion of every record; each completion is its own group of one."""
     assert validated.records is not None
     rubric = validated.rubric
+    if validated.reward_rubric is not rubric:
+        # scores per completion on the rubric's dimensions are what score and calibrate write and compare
+        raise ConfigError(f"judge={validated.plugin_names['judge']} scores completions against the others of their "
+                          f"group ({', '.join(validated.reward_rubric.dimension_names)}), not the rubric's dimensions "
+                          "one by one; score and calibrate need a judge that does (rule, llm, hybrid, ensemble)",
+                          "judge")
     judge = validated.plugins["judge"]
     aggregator = validated.plugins["aggregator"]
     scheduler = validated.plugins["weight_scheduler"]

@@ -571,3 +571,54 @@ def test_quantile_normalisation_ranks_each_dimension_within_the_batch():
     assert math.isnan(q[0, 1, 1]) and torch.allclose(q[1, :, 1], torch.tensor([0.75, 0.75]))
     assert float(q[0, 0, 1]) == 0.0
     assert torch.equal(quantile_normalize(torch.ones(1, 3, 1)), torch.full((1, 3, 1), 0.5))
+
+
+# --- templates versioned with the rubric -------------------------------------------------------
+
+
+def test_a_rubric_template_is_part_of_its_hash(tmp_path: Path) -> None:
+    (tmp_path / "scores.jinja").write_text("Score {{ completion }} as JSON:", encoding="utf-8")
+    with_template = VALID + "templates:\n  llm: scores.jinja\n  ranking: judge/rank_group.jinja\n"
+    rubric = load_text(tmp_path, with_template)
+    assert rubric.template_path("llm") == tmp_path / "scores.jinja"
+    assert rubric.template_path("ranking").name == "rank_group.jinja", "a shipped name"
+    assert rubric.template_path("rule") is None
+    before = rubric.content_hash
+    assert before != load_text(tmp_path, VALID, "plain.yaml").content_hash
+    (tmp_path / "scores.jinja").write_text("Score {{ completion }} strictly, as JSON:", encoding="utf-8")
+    assert load_text(tmp_path, with_template).content_hash != before, "editing the template changes the rubric"
+    moved = tmp_path / "moved"
+    moved.mkdir()
+    (moved / "scores.jinja").write_text("Score {{ completion }} strictly, as JSON:", encoding="utf-8")
+    assert load_text(moved, with_template).content_hash == load_text(tmp_path, with_template).content_hash, \
+        "the text counts, not where the file lies"
+
+
+def test_a_missing_rubric_template_names_the_field(tmp_path: Path) -> None:
+    expect_error(tmp_path, VALID + "templates:\n  llm: nowhere.jinja\n", "templates.llm", "nowhere.jinja")
+
+
+def test_the_llm_judge_renders_the_template_its_rubric_names(tmp_path: Path) -> None:
+    from rlkit.judging import Completion
+    from rlkit.registry import load_registry
+
+    (tmp_path / "mine.jinja").write_text("MINE {{ prompt }} -> {{ completion }}", encoding="utf-8")
+    rubric = load_text(tmp_path, VALID + "templates:\n  llm: mine.jinja\n")
+    asked: list[str] = []
+
+    class Recording:
+        def identity(self):
+            return {"backend": "recording"}
+
+        def complete(self, prompts):
+            asked.extend(chat[0]["content"] for chat in prompts)
+            return [Completion(text='{"format": 1, "brevity": 5}') for _ in prompts]
+
+    judge = load_registry().create("judge", "llm", {"backend_params": {"model": None}})
+    judge.backend.get = lambda: Recording()
+    scores = judge.score(rlkit.Rollout(records=[{"prompt": "1+1="}], completions=[["2"]]), rubric)
+    assert asked == ["MINE 1+1= -> 2"] and scores.tolist() == [[[1.0, 5.0]]]
+    judge_with_param = load_registry().create("judge", "llm", {"template": "judge/rubric_scores_compact.jinja"})
+    judge_with_param.backend.get = lambda: Recording()
+    judge_with_param.score(rlkit.Rollout(records=[{"prompt": "1+1="}], completions=[["2"]]), rubric)
+    assert asked[-1].startswith("Score format"), "an explicit template param wins over the rubric's"

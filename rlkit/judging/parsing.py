@@ -46,6 +46,10 @@ Rankings (:func:`parse_ranking`), tried in this order:
    gives ``A > B > C`` and ``cycles_broken=1``). Commas, newlines and prose separate statements here.
 4. Only when no chain exists: a comma-separated list of labels and nothing else (``A, C, B``) is an order
    best first (method ``"comma"``); the list naming the most labels wins, the last one on a tie.
+5. Only when nothing above matched: a score per label, ``A: 8/10, B: 6/10`` or ``Response A: 2`` (a
+   colon, a number, an optional ``/ max``), as judges asked to rank often answer; labels are ordered by
+   score, higher first, equal scores tied, strength 1.0 per gap (method ``"scores"``). At least two
+   labels must be scored; a label scored twice keeps its last score.
 
 Labels not mentioned are appended as one last tier (in ``labels`` order, strength 1.0) and make
 ``complete`` false; so does a label written twice (its first place is kept). With nothing readable the
@@ -565,6 +569,27 @@ def _from_commas(text: str, labels: _Labels) -> RankingParse | None:
     return _finish(best, labels, "comma") if best is not None else None
 
 
+_LABEL_SCORE_RE = re.compile(rf"({_TOKEN})\s*:\s*(-?\d+(?:\.\d+)?)(?:\s*(?:/|out of)\s*\d+(?:\.\d+)?)?", re.I)
+
+
+def _from_label_scores(text: str, labels: _Labels) -> RankingParse | None:
+    scored: dict[str, float] = {}
+    unknown: list[str] = []
+    for m in _LABEL_SCORE_RE.finditer(text):
+        label, cleaned = labels.resolve(m.group(1))
+        if label is None:
+            if cleaned and cleaned not in unknown:
+                unknown.append(cleaned)
+            continue
+        scored.pop(label, None)  # re-insert so the last score counts and the order stays stable
+        scored[label] = float(m.group(2))
+    if len(scored) < 2:
+        return None
+    values = sorted(set(scored.values()), reverse=True)
+    tiers = [[label for label in labels.labels if scored.get(label) == v] for v in values]
+    return _finish(_Statement(tiers, [1.0] * (len(tiers) - 1), unknown, False), labels, "scores")
+
+
 def _ranking_list(obj: Any) -> list[Any] | str | None:
     if isinstance(obj, list):
         return obj
@@ -622,7 +647,7 @@ def parse_ranking(text: str, labels: list[str]) -> RankingParse:
                 parsed = _finish(_Statement([[label]], [], [], False), known, "chain")
         if parsed is not None:
             return parsed
-    parsed = _from_chains(text, known) or _from_commas(text, known)
+    parsed = _from_chains(text, known) or _from_commas(text, known) or _from_label_scores(text, known)
     if parsed is not None:
         return parsed
     return _finish(_Statement([], [], [], False), known, "none")

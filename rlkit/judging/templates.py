@@ -12,7 +12,7 @@ from typing import Any
 from rlkit.errors import ConfigError
 
 
-def template_path(name: str) -> Path:
+def template_path(name: str | Path, where: str = "judge.params.template") -> Path:
     """A shipped template (``judge/rubric_scores.jinja``) or a path to the user's own file."""
     shipped = Path(str(importlib.resources.files("rlkit.templates"))) / name
     if shipped.is_file():
@@ -20,7 +20,16 @@ def template_path(name: str) -> Path:
     path = Path(name).expanduser()
     if path.is_file():
         return path
-    raise ConfigError(f"no template {name!r} (neither shipped under templates/ nor a file)", "judge.params.template")
+    raise ConfigError(f"no template {str(name)!r} (neither shipped under templates/ nor a file)", where)
+
+
+def chosen_template(param: str | None, rubric: Any, judge: str, default: str) -> str:
+    """The template a judge renders: its ``template`` param, else the one the rubric names for it (versioned
+    with the rubric, see :attr:`rlkit.rubric.Rubric.templates`), else the judge's default."""
+    if param is not None:
+        return param
+    named = rubric.template_path(judge) if hasattr(rubric, "template_path") else None
+    return str(named) if named is not None else default
 
 
 @functools.lru_cache(maxsize=32)
@@ -28,11 +37,11 @@ def _source(path: Path) -> str:
     return path.read_text(encoding="utf-8")
 
 
-def template_hash(name: str) -> str:
+def template_hash(name: str | Path) -> str:
     return hashlib.sha256(_source(template_path(name)).encode()).hexdigest()
 
 
-def render_template(name: str, *, rubric: Any, prompt: str, completion: str, dimensions: Any = None,
+def render_template(name: str, *, rubric: Any, prompt: str, completion: str = "", dimensions: Any = None,
                     **extra: Any) -> str:
     """Render with the rubric, its dimensions (in the given order, for permutations), prompt and completion."""
     import jinja2

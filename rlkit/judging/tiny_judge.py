@@ -20,6 +20,7 @@ from typing import Any
 from rlkit.models import TinyPolicySpec, build_cached, build_model, build_tokenizer, default_cache_dir
 
 COMPACT_TEMPLATE = "judge/rubric_scores_compact.jinja"
+RANKING_COMPACT_TEMPLATE = "judge/rank_group_compact.jinja"
 _FORMAT = 3  # bump when the recipe (data, training, chat template) changes
 # The judge answers the rendered prompt as it is: its chat template passes message contents through, so
 # any backend that applies the tokenizer's chat template (hf, the OpenAI-compatible server) asks it exactly
@@ -42,6 +43,15 @@ class TinyJudgeSpec:
     examples: int = 4000
     seed: int = 0
     rubric: str = "arithmetic"
+    task: str = "scores"  # scores: one completion -> JSON scores; ranking: a group -> an order of its labels
+    group_sizes: tuple[int, ...] = (1, 8)  # ranking: groups of this many completions, smallest to largest
+    curriculum: float = 0.0  # ranking: share of the steps over which the largest group size grows to its max
+
+
+# The ranking judge reads a whole group (8 answers of up to 16 characters) and writes an order: a longer
+# prompt and a harder job than scoring one answer, so a somewhat larger model trained a little longer.
+RANKING_SPEC = TinyJudgeSpec(task="ranking", hidden_size=128, intermediate_size=256, num_hidden_layers=4,
+                             max_position_embeddings=512, steps=500, examples=4000)
 
 
 def _variants(a: int, b: int, rng: random.Random, alphabet: str) -> str:
@@ -106,12 +116,91 @@ def render_compact(rubric: Any, prompt: str, completion: str) -> str:
     return render_template(COMPACT_TEMPLATE, rubric=rubric, prompt=prompt, completion=completion)
 
 
+def group_labels(n: int) -> list[str]:
+    """A, B, C, ... for the answers of a group shown together (Z, then AA, AB, ... past 26)."""
+    out = []
+    for i in range(n):
+        label, i = "", i + 1
+        while i:
+            i, r = divmod(i - 1, 26)
+            label = chr(ord("A") + r) + label
+        out.append(label)
+    return out
+
+
+def answer_level(scores: dict[str, float]) -> int:
+    """The level the tiny ranking judge learns for one answer on the default rubric, following its two
+    top priorities: 2 the correct sum, 1 a number first but not the sum, 0 no number first."""
+    return 2 if scores["correctness"] == 1 else 1 if scores["format"] == 1 else 0
+
+
+def label_levels(labels: list[str], levels: list[int]) -> str:
+    """What the tiny ranking judge is taught to answer: each label's level, in label order (``A:2 B:0 C:1``),
+    which the ranking parser reads as the order A > C > B (its per-label-score form). A chain such as
+    ``A>C>B`` needs a sort that a model this small does not learn in a few CPU minutes; judging one labelled
+    candidate at a time it does."""
+    return " ".join(f"{label}:{level}" for label, level in zip(labels, levels, strict=True))
+
+
+def render_ranking_compact(rubric: Any, prompt: str, completions: list[str], reference: str | None = None) -> str:
+    from rlkit.judging.templates import render_template
+
+    labels = group_labels(len(completions))
+    candidates = [{"label": lab, "text": text} for lab, text in zip(labels, completions, strict=True)]
+    return render_template(RANKING_COMPACT_TEMPLATE, rubric=rubric, prompt=prompt, candidates=candidates,
+                           labels=labels, reference=reference)
+
+
+def ranking_records(spec: TinyJudgeSpec) -> list[dict[str, Any]]:
+    """Groups of default-task completions to one prompt each, each completion given its level
+    (:func:`answer_level`) from the rule judge's scores on the shipped rubric."""
+    import torch
+
+    from rlkit.registry import load_registry
+    from rlkit.types import Rollout
+
+    rubric = shipped_rubric(spec.rubric)
+    rng = random.Random(spec.seed)
+    alphabet = "".join(c for c in TinyPolicySpec().alphabet if c != "\n")
+    lo, hi = spec.group_sizes
+    judge = load_registry().create("judge", "rule")
+    out = []
+    for _ in range(spec.examples):
+        a, b = rng.randint(0, 20), rng.randint(0, 20)
+        record = {"prompt": f"{a}+{b}=", "reference": str(a + b)}
+        group = [_variants(a, b, rng, alphabet) for _ in range(rng.randint(lo, hi))]
+        raw = judge.score(Rollout(records=[record], completions=[group]), rubric)[0]
+        if torch.isnan(raw).any():
+            continue
+        levels = [answer_level(dict(zip(rubric.dimension_names, row.tolist(), strict=True))) for row in raw]
+        out.append({**record, "completions": group, "levels": levels,
+                    "answer": label_levels(group_labels(len(group)), levels)})
+    return out
+
+
+def _training_texts(spec: TinyJudgeSpec, rubric: Any) -> list[tuple[str, str, int]]:
+    """(prompt the judge is asked, answer it should give, group size) for the spec's task."""
+    if spec.task == "ranking":
+        return [(render_ranking_compact(rubric, r["prompt"], r["completions"], r["reference"]), r["answer"],
+                 len(r["completions"])) for r in ranking_records(spec)]
+    return [(render_compact(rubric, r["prompt"], r["completion"]), r["answer"], 1) for r in distillation_records(spec)]
+
+
+def _largest_group(spec: TinyJudgeSpec, step: int) -> int:
+    """The curriculum: groups up to this size are drawn at ``step`` (all of them once it has grown)."""
+    lo, hi = spec.group_sizes if spec.task == "ranking" else (1, 1)
+    if spec.curriculum <= 0:
+        return hi
+    return min(hi, lo + int((hi - lo + 1) * step / (spec.curriculum * spec.steps)))
+
+
 def tiny_judge_hash(spec: TinyJudgeSpec) -> str:
     from importlib.metadata import version
 
     from rlkit.judging.templates import template_hash
 
-    key = {"spec": asdict(spec), "format": _FORMAT, "template": template_hash(COMPACT_TEMPLATE),
+    template = RANKING_COMPACT_TEMPLATE if spec.task == "ranking" else COMPACT_TEMPLATE
+    key = {"spec": asdict(spec), "format": _FORMAT, "template": template_hash(template),
            "transformers": version("transformers").split(".")[0]}
     return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:12]
 
@@ -126,13 +215,14 @@ def train_tiny_judge(spec: TinyJudgeSpec, out_dir: Path, log: Any = print) -> di
     tokenizer = build_tokenizer(TinyPolicySpec())
     tokenizer.chat_template = CHAT_TEMPLATE
     eos = tokenizer.eos_token_id
-    examples = distillation_records(spec)
     encoded = []
-    for ex in examples:
-        chat = [{"role": "user", "content": render_compact(rubric, ex["prompt"], ex["completion"])}]
+    sizes = []
+    for question, answer, size in _training_texts(spec, rubric):
+        sizes.append(size)
+        chat = [{"role": "user", "content": question}]
         rendered = tokenizer.apply_chat_template(chat, tokenize=False, add_generation_prompt=True)
         prompt_ids = tokenizer(rendered, add_special_tokens=False)["input_ids"]
-        answer_ids = tokenizer(ex["answer"], add_special_tokens=False)["input_ids"] + [eos]
+        answer_ids = tokenizer(answer, add_special_tokens=False)["input_ids"] + [eos]
         encoded.append((prompt_ids, answer_ids))
     model = build_model(spec, tokenizer)  # the tiny policy's architecture code, at the judge's size
     threads = torch.get_num_threads()
@@ -145,7 +235,9 @@ def train_tiny_judge(spec: TinyJudgeSpec, out_dir: Path, log: Any = print) -> di
         model.train()
         start = time.perf_counter()
         for step in range(spec.steps):
-            idx = torch.randint(len(encoded), (spec.batch_size,), generator=gen).tolist()
+            # one thing at a time: judge a lone answer first, then find each label's answer among more
+            allowed = torch.tensor([i for i, n in enumerate(sizes) if n <= _largest_group(spec, step)])
+            idx = allowed[torch.randint(len(allowed), (spec.batch_size,), generator=gen)].tolist()
             seqs = [encoded[i][0] + encoded[i][1] for i in idx]
             width = max(len(s) for s in seqs)
             input_ids = torch.full((len(seqs), width), tokenizer.pad_token_id)
@@ -163,8 +255,8 @@ def train_tiny_judge(spec: TinyJudgeSpec, out_dir: Path, log: Any = print) -> di
             opt.step()
             sched.step()
             if step % 100 == 0 or step == spec.steps - 1:
-                log(f"rlkit: training the offline tiny judge: step {step + 1}/{spec.steps}, loss {loss.item():.3f}, "
-                    f"{time.perf_counter() - start:.0f} s")
+                log(f"rlkit: training the offline tiny {spec.task} judge: step {step + 1}/{spec.steps}, "
+                    f"loss {loss.item():.3f}, {time.perf_counter() - start:.0f} s")
     finally:
         torch.set_num_threads(threads)
     model.eval()

@@ -86,10 +86,22 @@ class JudgeContract(_DataFixtures):
 
     def test_shape_dtype_and_range(self, judge: Any, rollout: Rollout, rubric: Rubric) -> None:
         raw = judge.score(rollout, rubric)
+        derive = getattr(judge, "scored_rubric", None)
+        scored = derive(rubric) if callable(derive) else rubric  # what the scores follow
         assert isinstance(raw, torch.Tensor)
         assert raw.dtype == torch.float32
-        assert tuple(raw.shape) == (rollout.num_prompts, rollout.group_size, len(rubric.dimensions))
-        check_judge_output(raw, rollout, rubric, "under test")  # raises when out of range
+        assert tuple(raw.shape) == (rollout.num_prompts, rollout.group_size, len(scored.dimensions))
+        check_judge_output(raw, rollout, scored, "under test")  # raises when out of range
+
+    def test_group_confidence_when_reported(self, judge: Any, rollout: Rollout, rubric: Rubric) -> None:
+        report = getattr(judge, "group_confidence", None)
+        if not callable(report):
+            return
+        judge.score(rollout, rubric)
+        confidence = report()
+        if confidence is not None:
+            assert tuple(confidence.shape) == (rollout.num_prompts,)
+            assert ((confidence >= 0) & (confidence <= 1)).all()
 
     def test_scores_something(self, judge: Any, rollout: Rollout, rubric: Rubric) -> None:
         assert not torch.isnan(judge.score(rollout, rubric)).all(), "a judge that scores nothing is broken"

@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 from rlkit import ConfigError, Rollout, Rubric, hookimpl
+from rlkit.judging.members import member_judge
 
 
 class CascadeJudge:
@@ -34,10 +35,8 @@ class CascadeJudge:
             spec = getattr(params, stage)
             if not isinstance(spec, dict) or "name" not in spec or set(spec) - {"name", "params"}:
                 raise ConfigError("must be {name: <judge>, params: {...}}", f"judge.params.{stage}")
-            if spec["name"] == "cascade":
-                raise ConfigError("a cascade cannot contain itself", f"judge.params.{stage}")
-            self.stages.append(registry.create("judge", spec["name"], dict(spec.get("params") or {}),
-                                               where=f"judge.params.{stage}.params"))
+            self.stages.append(member_judge(registry, spec["name"], spec.get("params") or {},
+                                            f"judge.params.{stage}", "cascade"))
         if not 0 <= params.span_threshold <= 1:
             raise ConfigError("must lie in [0, 1] (a share of each dimension's range)", "judge.params.span_threshold")
         self._escalated = 0.0

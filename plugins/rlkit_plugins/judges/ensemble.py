@@ -16,6 +16,7 @@ from typing import Any, Literal
 import torch
 
 from rlkit import ConfigError, Rollout, Rubric, hookimpl
+from rlkit.judging.members import member_judge
 
 
 class EnsembleJudge:
@@ -35,10 +36,8 @@ class EnsembleJudge:
         for i, member in enumerate(params.members):
             if not isinstance(member, dict) or "name" not in member or set(member) - {"name", "params"}:
                 raise ConfigError("each member is {name: <judge>, params: {...}}", f"judge.params.members[{i}]")
-            if member["name"] == "ensemble":
-                raise ConfigError("an ensemble cannot contain itself", f"judge.params.members[{i}]")
-            self.members.append(registry.create("judge", member["name"], dict(member.get("params") or {}),
-                                                where=f"judge.params.members[{i}].params"))
+            self.members.append(member_judge(registry, member["name"], member.get("params") or {},
+                                             f"judge.params.members[{i}]", "ensemble"))
         self._agreement: dict[str, float] = {}
 
     def check_rubric(self, rubric: Rubric) -> None:

@@ -13,6 +13,7 @@ from typing import Any
 import torch
 
 from rlkit import ConfigError, Rollout, Rubric, hookimpl
+from rlkit.judging.members import member_judge
 
 
 class HybridJudge:
@@ -28,11 +29,10 @@ class HybridJudge:
         if params.default not in params.judges:
             raise ConfigError(f"default judge {params.default!r} is not among judges {sorted(params.judges)}",
                               "judge.params.default")
-        if "hybrid" in params.judges:
-            raise ConfigError("a hybrid judge cannot contain itself", "judge.params.judges")
         registry = load_registry()
         self.params = params
-        self.judges = {name: registry.create("judge", name, dict(p or {}), where=f"judge.params.judges.{name}")
+        self.judges = {name: member_judge(registry, name, p or {}, f"judge.params.judges.{name}", "hybrid",
+                                         params_where=f"judge.params.judges.{name}")
                        for name, p in params.judges.items()}
 
     def routing(self, rubric: Rubric) -> dict[str, list[int]]:

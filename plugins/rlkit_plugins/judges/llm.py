@@ -10,7 +10,8 @@ up to ``parse_retries`` times with a reminder of the format; what still fails fo
 * ``drop_group``: every completion of that prompt is unscored (its group gets no advantage).
 
 Never a silent zero. With ``permutations > 1`` each completion is scored that many times with the
-dimensions listed in different orders and the median is kept (position bias control). Answers are cached
+dimensions listed in different orders and the median is kept (position bias control); the share of
+scores on which every order agreed is logged as ``judge/swap_consistency``. Answers are cached
 for the run (``rlkit.judging.cache``). ``metrics()`` reports the last call's parse-failure rate, retries,
 latency and cache hit rate; the training loop logs them every step.
 
@@ -23,8 +24,7 @@ from __future__ import annotations
 import math
 import random
 import statistics
-import time
-import warnings
+from collections.abc import Hashable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -32,9 +32,10 @@ import torch
 
 from rlkit import ConfigError, Rollout, Rubric, hookimpl
 from rlkit.data import prompt_text
+from rlkit.judging.asking import FailureWarning, JudgeBackend, ask
 from rlkit.judging.cache import ResponseCache
 from rlkit.judging.parsing import parse_scores
-from rlkit.judging.templates import render_template, template_hash, template_path
+from rlkit.judging.templates import chosen_template, render_template, template_hash, template_path
 
 FULL_TEMPLATE = "judge/rubric_scores.jinja"
 COMPACT_TEMPLATE = "judge/rubric_scores_compact.jinja"
@@ -52,37 +53,20 @@ class LLMJudge:
         failure_warning: float = 0.05  # warn when the parse-failure rate of a call exceeds this
 
     def __init__(self, params: Params) -> None:
-        from rlkit.registry import load_registry
+        from rlkit.judging.tiny_judge import build_tiny_judge
 
         if params.parse_retries < 0:
             raise ConfigError("must be >= 0", "judge.params.parse_retries")
         if params.permutations < 1:
             raise ConfigError("must be >= 1", "judge.params.permutations")
         self.params = params
-        self.offline = params.backend == "hf" and params.backend_params.get("model") is None
-        self.template = params.template or (COMPACT_TEMPLATE if self.offline else FULL_TEMPLATE)
-        template_path(self.template)  # fail at validate time on a missing template
-        # built now so a bad backend name or param fails in `rlkit validate`; backends load models lazily
-        self._registry = load_registry()
-        self._backend = self._registry.create("judge_backend", params.backend, dict(params.backend_params),
-                                              where="judge.params.backend_params")
-        self._offline_ready = False
+        self.backend = JudgeBackend(params.backend, params.backend_params, build_tiny_judge)
+        self.default_template = COMPACT_TEMPLATE if self.backend.offline else FULL_TEMPLATE
+        if params.template is not None:
+            template_path(params.template)  # fail at validate time on a missing template
         self.cache = ResponseCache()
         self._last: dict[str, float] = {}
-        self._warned = False
-
-    # --- the backend ---------------------------------------------------------------------------
-
-    def _ready_backend(self) -> Any:
-        if self.offline and not self._offline_ready:
-            from rlkit.judging.tiny_judge import build_tiny_judge
-
-            params = {**self.params.backend_params, "model": str(build_tiny_judge())}
-            self._backend = self._registry.create("judge_backend", "hf", params, where="judge.params.backend_params")
-            self._offline_ready = True
-        return self._backend
-
-    # --- scoring -------------------------------------------------------------------------------
+        self._warning = FailureWarning("llm", params.failure_warning, params.parse_retries, params.failure_policy)
 
     def _orders(self, rubric: Rubric) -> list[list[int]]:
         base = list(range(len(rubric.dimensions)))
@@ -94,56 +78,34 @@ class LLMJudge:
         return orders
 
     def score(self, rollout: Rollout, rubric: Rubric) -> torch.Tensor:
-        backend = self._ready_backend()
+        backend = self.backend.get()
         identity = backend.identity()
-        t_hash, dims = template_hash(self.template), rubric.dimensions
+        template = chosen_template(self.params.template, rubric, "llm", self.default_template)
+        t_hash, dims = template_hash(template), rubric.dimensions
         b, g, d = rollout.num_prompts, rollout.group_size, len(dims)
         orders = self._orders(rubric)
-        # requests: (prompt index, completion index, permutation index) -> chat
-        requests: dict[tuple[int, int, int], tuple[str, list[dict[str, str]]]] = {}
+        # requests: (prompt index, completion index, permutation index) -> (cache key, chat)
+        requests: dict[Hashable, tuple[str, list[dict[str, str]]]] = {}
         for i, record in enumerate(rollout.records):
             prompt = prompt_text(record["prompt"])
             for j, completion in enumerate(rollout.completions[i]):
                 for k, order in enumerate(orders):
-                    text = render_template(self.template, rubric=rubric, prompt=prompt, completion=completion,
+                    text = render_template(template, rubric=rubric, prompt=prompt, completion=completion,
                                            dimensions=[dims[x] for x in order])
                     key = ResponseCache.key(judge="llm", backend=identity, template=t_hash, rubric=rubric.content_hash,
                                             permutation=k, prompt=prompt, completion=completion)
                     requests[(i, j, k)] = (key, [{"role": "user", "content": text}])
-        parsed: dict[tuple[int, int, int], dict[str, float]] = {}  # slot -> the scores its answer gave
-        pending = []
-        for slot, (key, _) in requests.items():
-            cached = self.cache.get(key)
-            if cached is None:
-                pending.append(slot)
-            else:
-                parsed[slot] = parse_scores(cached, rubric).scores
-        start = time.perf_counter()
-        latencies: list[float] = []
-        retries = 0
-        chats = {slot: requests[slot][1] for slot in pending}
-        for attempt in range(self.params.parse_retries + 1):
-            if not chats:
-                break
-            slots = list(chats)
-            results = backend.complete([chats[s] for s in slots])
-            latencies += [r.latency for r in results]
-            retry: dict[tuple[int, int, int], list[dict[str, str]]] = {}
-            for slot, result in zip(slots, results, strict=True):
-                got = parse_scores(result.text, rubric) if result.text is not None else None
-                if got is not None and got.scores:
-                    parsed[slot] = got.scores
-                    if got.complete:
-                        self.cache.put(requests[slot][0], result.text)
-                    continue
-                if attempt < self.params.parse_retries:
-                    retries += 1
-                    retry[slot] = [*requests[slot][1], {"role": "assistant", "content": result.text or ""},
-                                   {"role": "user", "content": "Answer with one JSON object, one field per "
-                                    f"dimension: {', '.join(x.name for x in dims)}."}]
-            chats = retry
+
+        def read(slot: Hashable, text: str) -> tuple[dict[str, float] | None, bool]:
+            got = parse_scores(text, rubric)
+            return (got.scores or None), got.complete
+
+        reminder = f"Answer with one JSON object, one field per dimension: {', '.join(x.name for x in dims)}."
+        asked = ask(backend, self.cache, requests, read, self.params.parse_retries, lambda slot: reminder)
+        parsed = asked.parsed
         scores = torch.full((b, g, d), math.nan)
         failures = 0
+        consistent, compared = 0, 0
         for i in range(b):
             for j in range(g):
                 for x, dim in enumerate(dims):
@@ -153,6 +115,9 @@ class LLMJudge:
                         scores[i, j, x] = statistics.median(values)
                     else:
                         failures += 1
+                    if len(values) > 1:
+                        compared += 1
+                        consistent += len(set(values)) == 1
         missing = torch.isnan(scores)
         if self.params.failure_policy == "min":
             low = torch.tensor([dim.low for dim in dims]).expand_as(scores)
@@ -160,15 +125,11 @@ class LLMJudge:
         elif self.params.failure_policy == "drop_group":
             scores[missing.any(dim=-1).any(dim=-1)] = math.nan
         rate = failures / max(b * g * d, 1)
-        self._last = {"judge/parse_failure_rate": rate, "judge/retries": float(retries),
-                      "judge/requests": float(len(pending)), "judge/cache_hit_rate": self.cache.hit_rate,
-                      "judge/latency_mean": statistics.mean(latencies) if latencies else 0.0,
-                      "judge/seconds": time.perf_counter() - start}
-        if rate > self.params.failure_warning and not self._warned:
-            self._warned = True
-            warnings.warn(f"judge llm: {rate:.0%} of dimension scores could not be parsed after "
-                          f"{self.params.parse_retries} retries (failure_policy={self.params.failure_policy}); "
-                          "see judge/parse_failure_rate", stacklevel=2)
+        self._last = {"judge/parse_failure_rate": rate, **asked.metrics(self.cache)}
+        if compared:
+            # the share of (completion, dimension) scores that every dimension order agreed on
+            self._last["judge/swap_consistency"] = consistent / compared
+        self._warning.check(rate, "dimension scores")
         return scores
 
     def metrics(self) -> dict[str, float]:

@@ -1,0 +1,297 @@
+"""``ranking``: a generative ranking judge. The completions of a group are shown together, labelled A, B,
+C, ..., and the model answers an order such as ``B > A = D >> C`` (``>>`` clearly better, ``=`` equal),
+read by :func:`rlkit.judging.parsing.parse_ranking` (JSON, ``[[...]]``, chains, comma lists; cycles broken
+deterministically by Copeland score, never an error).
+
+Every group is ranked ``repetitions`` times, each time with the completions shuffled under the labels
+(distinct shuffles while there are any, fixed per group, so cached answers stay valid). Ranks become one reward per
+completion in [0, 1], averaged over the repetitions that could be read:
+
+* ``linear``: ``(n - rank) / (n - 1)``: 1 for the best, 0 for the worst, tied completions share.
+* ``softmax``: ``exp(-(rank - 1) / temperature)``: the softmax weight of the rank relative to the best's, so
+  the best gets 1 and lower temperatures leave little for the rest.
+* ``margin``: the strength-weighted height above the bottom tier (``>`` counts 1, ``>>`` 2, ``=`` 0)
+  divided by the total: "clearly better" opens a wider gap.
+* ``wins``: pairwise majority over the repetitions (Copeland): the share of the other completions it ranks
+  above in more repetitions than below (a draw counts 1/2).
+
+The scores follow a derived one-dimension rubric, ``rank`` in [0, 1] (:meth:`RankingJudge.scored_rubric`),
+which is what aggregation, weights and advantages see; the judged rubric only shapes the prompt. With
+``advantage=rank`` only the order counts.
+
+Agreement between repetitions is the position-bias check: per group, the mean Kendall τ-b between the
+repetitions' ranks, clipped to [0, 1], is the group's confidence (:meth:`group_confidence`); the training
+loop scales that group's advantages by it when ``confidence: true``, so a group the judge orders
+differently every time barely moves the policy. ``judge/swap_consistency`` is the share of completion
+pairs that every repetition ordered the same way.
+
+An answer with no readable order is asked again (``parse_retries``); a group none of whose repetitions
+could be read follows ``failure_policy``: ``nan`` and ``drop_group`` leave the group unscored (no
+advantage), ``min`` gives every completion 0 (a group without order, so also no advantage). Never a
+silent 0 for some completions only.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import random
+from collections.abc import Hashable
+from dataclasses import dataclass, field
+from itertools import combinations
+from typing import Any, Literal, get_args
+
+import torch
+
+from rlkit import ConfigError, JudgeError, Rollout, Rubric, hookimpl
+from rlkit.data import prompt_text
+from rlkit.judging.asking import FailureWarning, JudgeBackend, ask
+from rlkit.judging.cache import ResponseCache
+from rlkit.judging.parsing import RankingParse, parse_ranking, ranks_from_order
+from rlkit.judging.templates import chosen_template, render_template, template_hash, template_path
+from rlkit.judging.tiny_judge import RANKING_COMPACT_TEMPLATE, group_labels
+from rlkit.rubric import Anchor, Dimension
+
+FULL_TEMPLATE = "judge/rank_group.jinja"
+RankReward = Literal["linear", "softmax", "margin", "wins"]
+
+
+def ranking_rubric(rubric: Rubric) -> Rubric:
+    """The one-dimension rubric a ranking judge's scores follow: ``rank`` in [0, 1] within the group."""
+    dim = Dimension(name="rank", description=f"place within its group under rubric {rubric.name}", type="scale",
+                    range=(0.0, 1.0), anchors={0.0: Anchor(text="worst of its group"),
+                                               1.0: Anchor(text="best of its group")})
+    return Rubric(name=f"{rubric.name}-ranking", version=rubric.version,
+                  description=f"group ranks under {rubric.name} v{rubric.version} ({rubric.short_hash})",
+                  dimensions=[dim])
+
+
+def shuffled_orders(n: int, repetitions: int, seed: int, group_key: str) -> list[list[int]]:
+    """Which completion each label shows, per repetition: the identity first, then distinct shuffles while
+    there are any left (n! of them), fixed by (seed, group content) so the same group is asked the same
+    prompts every time and its cached answers stay valid."""
+    digest = hashlib.sha256(f"{seed}/{group_key}".encode()).digest()
+    rng = random.Random(int.from_bytes(digest[:8], "big"))
+    orders, seen = [list(range(n))], {tuple(range(n))}
+    while len(orders) < repetitions:
+        order = list(range(n))
+        for _ in range(100):  # distinct while possible; a group of 2 has only 2 orders
+            rng.shuffle(order)
+            if tuple(order) not in seen or len(seen) >= math.factorial(min(n, 10)):
+                break
+        seen.add(tuple(order))
+        orders.append(order[:])
+    return orders
+
+
+def margin_heights(parse: RankingParse, labels: list[str]) -> list[float]:
+    """Each label's strength-weighted height above the bottom tier, divided by the total height."""
+    total = sum(parse.strengths)
+    height, below = {}, total
+    for t, tier in enumerate(parse.order):
+        for label in tier:
+            height[label] = below / total if total > 0 else 0.5
+        if t < len(parse.strengths):
+            below -= parse.strengths[t]
+    return [height[label] for label in labels]
+
+
+def rank_rewards(ranks: list[list[float]], method: RankReward, temperature: float = 1.0) -> list[float]:
+    """Rewards in [0, 1] for n completions from each repetition's average ranks (1 = best), averaged over
+    repetitions (``wins``: pairwise majority over them). ``margin`` is computed by the caller."""
+    n = len(ranks[0])
+    if method == "wins":
+        wins = [0.0] * n
+        for x, y in combinations(range(n), 2):
+            above = sum(r[x] < r[y] for r in ranks) - sum(r[x] > r[y] for r in ranks)
+            wins[x] += 1.0 if above > 0 else 0.5 if above == 0 else 0.0
+            wins[y] += 1.0 if above < 0 else 0.5 if above == 0 else 0.0
+        return [w / (n - 1) for w in wins]
+    if method == "linear":
+        per = [[(n - r) / (n - 1) for r in rep] for rep in ranks]
+    elif method == "softmax":
+        per = [[math.exp(-(r - 1) / temperature) for r in rep] for rep in ranks]
+    else:
+        raise ValueError(f"unknown rank reward {method!r}")
+    return [sum(rep[i] for rep in per) / len(per) for i in range(n)]
+
+
+def kendall_tau_b(x: list[float], y: list[float]) -> float:
+    """Kendall's τ-b of two rank vectors (ties allowed); 1.0 when both are all tied, 0.0 when only one is."""
+    concordant = discordant = ties_x = ties_y = 0
+    for i, j in combinations(range(len(x)), 2):
+        dx, dy = x[i] - x[j], y[i] - y[j]
+        if dx == 0 and dy == 0:
+            continue
+        if dx == 0:
+            ties_x += 1
+        elif dy == 0:
+            ties_y += 1
+        elif (dx > 0) == (dy > 0):
+            concordant += 1
+        else:
+            discordant += 1
+    denom = math.sqrt((concordant + discordant + ties_x) * (concordant + discordant + ties_y))
+    if denom == 0:
+        return 1.0 if ties_x == ties_y == 0 else 0.0
+    return (concordant - discordant) / denom
+
+
+def _sign(v: float) -> int:
+    return (v > 0) - (v < 0)
+
+
+@dataclass(frozen=True)
+class GroupRanking:
+    """One group's repetitions combined: a reward per completion, Kendall τ-b for every pair of
+    repetitions, and how many completion pairs every repetition ordered the same way."""
+
+    rewards: list[float]
+    taus: list[float]
+    consistent_pairs: int
+    compared_pairs: int
+
+
+def combine_repetitions(reps: list[tuple[RankingParse, list[int]]], labels: list[str], method: RankReward,
+                        temperature: float = 1.0) -> GroupRanking:
+    """``reps``: each readable repetition's parse and which completion each label showed in it."""
+    g = len(labels)
+    ranks, heights = [], []
+    for parse, shown in reps:
+        by_label, height_by_label = ranks_from_order(parse.order, labels), margin_heights(parse, labels)
+        rank, height = [0.0] * g, [0.0] * g
+        for position, completion in enumerate(shown):
+            rank[completion], height[completion] = by_label[position], height_by_label[position]
+        ranks.append(rank)
+        heights.append(height)
+    if method == "margin":
+        rewards = [sum(h[c] for h in heights) / len(heights) for c in range(g)]
+    else:
+        rewards = rank_rewards(ranks, method, temperature)
+    taus = [kendall_tau_b(x, y) for x, y in combinations(ranks, 2)]
+    consistent = compared = 0
+    if len(ranks) > 1:
+        for x, y in combinations(range(g), 2):
+            compared += 1
+            consistent += len({_sign(r[x] - r[y]) for r in ranks}) == 1
+    return GroupRanking(rewards, taus, consistent, compared)
+
+
+class RankingJudge:
+    @dataclass
+    class Params:
+        backend: str = "hf"
+        backend_params: dict[str, Any] = field(default_factory=dict)
+        template: str | None = None  # None: compact for the offline tiny ranking judge, rank_group.jinja otherwise
+        repetitions: int = 3
+        reward: RankReward = "linear"
+        temperature: float = 1.0  # softmax only
+        confidence: bool = True   # scale each group's advantages by the agreement of its repetitions
+        parse_retries: int = 1
+        failure_policy: Literal["nan", "min", "drop_group"] = "nan"
+        failure_warning: float = 0.05
+        seed: int = 0
+
+    def __init__(self, params: Params) -> None:
+        from rlkit.judging.tiny_judge import RANKING_SPEC, build_tiny_judge
+
+        if params.repetitions < 1:
+            raise ConfigError("must be >= 1", "judge.params.repetitions")
+        if params.parse_retries < 0:
+            raise ConfigError("must be >= 0", "judge.params.parse_retries")
+        if params.reward not in get_args(RankReward):
+            raise ConfigError(f"must be one of {', '.join(get_args(RankReward))}, got {params.reward!r}",
+                              "judge.params.reward")
+        if not params.temperature > 0:
+            raise ConfigError(f"must be > 0, got {params.temperature}", "judge.params.temperature")
+        self.params = params
+        self.backend = JudgeBackend(params.backend, params.backend_params, lambda: build_tiny_judge(RANKING_SPEC))
+        self.default_template = RANKING_COMPACT_TEMPLATE if self.backend.offline else FULL_TEMPLATE
+        if params.template is not None:
+            template_path(params.template)  # fail at validate time on a missing template
+        self.cache = ResponseCache()
+        self._last: dict[str, float] = {}
+        self._confidence: torch.Tensor | None = None
+        self._warning = FailureWarning("ranking", params.failure_warning, params.parse_retries,
+                                       params.failure_policy)
+
+    def scored_rubric(self, rubric: Rubric) -> Rubric:
+        """The scores follow :func:`ranking_rubric`, not the judged rubric's dimensions."""
+        return ranking_rubric(rubric)
+
+    def group_confidence(self) -> torch.Tensor | None:
+        """``[B]`` in [0, 1] for the last ``score`` call (1 for every group when ``confidence`` is off)."""
+        return self._confidence
+
+    def score(self, rollout: Rollout, rubric: Rubric) -> torch.Tensor:
+        b, g, k = rollout.num_prompts, rollout.group_size, self.params.repetitions
+        if g < 2:
+            raise JudgeError(f"ranks the completions of a group against each other and needs at least 2 per "
+                             f"prompt, got {g} (num_generations)", "judge 'ranking'")
+        backend = self.backend.get()
+        template = chosen_template(self.params.template, rubric, "ranking", self.default_template)
+        identity, t_hash = backend.identity(), template_hash(template)
+        labels = group_labels(g)
+        shown: dict[tuple[int, int], list[int]] = {}
+        requests: dict[Hashable, tuple[str, list[dict[str, str]]]] = {}
+        for i, record in enumerate(rollout.records):
+            prompt, group = prompt_text(record["prompt"]), list(rollout.completions[i])
+            group_key = hashlib.sha256("\x00".join([prompt, *group]).encode()).hexdigest()
+            for rep, order in enumerate(shuffled_orders(g, k, self.params.seed, group_key)):
+                shown[(i, rep)] = order
+                candidates = [{"label": label, "text": group[c]} for label, c in zip(labels, order, strict=True)]
+                example = " > ".join(labels[:3])
+                text = render_template(template, rubric=rubric, prompt=prompt, candidates=candidates,
+                                       labels=labels, reference=record.get("reference"), example_order=example)
+                key = ResponseCache.key(judge="ranking", backend=identity, template=t_hash,
+                                        rubric=rubric.content_hash, permutation=rep, seed=self.params.seed,
+                                        prompt=prompt, reference=record.get("reference"), completions=group)
+                requests[(i, rep)] = (key, [{"role": "user", "content": text}])
+
+        def read(slot: Hashable, text: str) -> tuple[RankingParse | None, bool]:
+            got = parse_ranking(text, labels)
+            return (None if got.method == "none" else got), got.complete
+
+        reminder = f"End with one line ranking every label best first, e.g. {' > '.join(labels)}."
+        asked = ask(backend, self.cache, requests, read, self.params.parse_retries, lambda slot: reminder)
+        scores = torch.full((b, g, 1), math.nan)
+        confidence = torch.ones(b)
+        failed = incomplete = cycles = consistent = compared = 0
+        taus: list[float] = []
+        for i in range(b):
+            read_reps = [(asked.parsed[(i, rep)], shown[(i, rep)]) for rep in range(k) if (i, rep) in asked.parsed]
+            failed += k - len(read_reps)
+            incomplete += sum(not got.complete for got, _ in read_reps)
+            cycles += sum(got.cycles_broken for got, _ in read_reps)
+            if not read_reps:
+                if self.params.failure_policy == "min":
+                    scores[i, :, 0] = 0.0
+                continue
+            group = combine_repetitions(read_reps, labels, self.params.reward, self.params.temperature)
+            scores[i, :, 0] = torch.tensor(group.rewards)
+            taus += group.taus
+            consistent, compared = consistent + group.consistent_pairs, compared + group.compared_pairs
+            if self.params.confidence and group.taus:
+                confidence[i] = max(0.0, sum(group.taus) / len(group.taus))
+        self._confidence = confidence
+        requests_total = b * k
+        rate = failed / max(requests_total, 1)
+        self._last = {"judge/parse_failure_rate": rate, "judge/incomplete_rate": incomplete / max(requests_total, 1),
+                      "judge/cycles_broken": float(cycles), "judge/confidence_mean": float(confidence.mean()),
+                      **asked.metrics(self.cache)}
+        if taus:
+            self._last["judge/rank_agreement"] = sum(taus) / len(taus)
+        if compared:
+            self._last["judge/swap_consistency"] = consistent / compared
+        self._warning.check(rate, "rankings")
+        return scores
+
+    def metrics(self) -> dict[str, float]:
+        """The last ``score`` call's parse-failure, incomplete and cycle counts, agreement between
+        repetitions (Kendall τ, swap consistency), mean confidence, cache hit rate and latency."""
+        return dict(self._last)
+
+
+@hookimpl
+def rlkit_register_judges(register):
+    register("ranking", RankingJudge)

@@ -1,0 +1,120 @@
+"""What every model-based judge does around its backend: build it (swapping in an offline tiny judge when
+no model is named), look answers up in the response cache, ask the rest in one batch, parse, re-ask what
+could not be read with a format reminder, and count retries and latency for the step's metrics.
+
+The judges (``llm``, ``ranking``) own only what differs: the prompts, the parser and how parsed answers
+become scores.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+import warnings
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Generic, TypeVar
+
+from rlkit.judging.cache import ResponseCache
+
+Chat = list[dict[str, str]]
+Parsed = TypeVar("Parsed")
+WHERE = "judge.params.backend_params"
+
+
+class JudgeBackend:
+    """A judge's backend, built from its params at validate time (so a bad name or param fails in
+    ``rlkit validate``); with backend ``hf`` and no model, the offline tiny judge that ``build_offline``
+    returns (trained on first use, cached) is swapped in on the first request."""
+
+    def __init__(self, name: str, params: dict[str, Any], build_offline: Callable[[], Path]) -> None:
+        from rlkit.registry import load_registry
+
+        self.offline = name == "hf" and params.get("model") is None
+        self._params, self._build_offline = dict(params), build_offline
+        self._registry = load_registry()
+        self._backend = self._registry.create("judge_backend", name, dict(params), where=WHERE)
+        self._ready = not self.offline
+
+    def get(self) -> Any:
+        if not self._ready:
+            params = {**self._params, "model": str(self._build_offline())}
+            self._backend = self._registry.create("judge_backend", "hf", params, where=WHERE)
+            self._ready = True
+        return self._backend
+
+
+@dataclass
+class Asked(Generic[Parsed]):
+    """The outcome of :func:`ask`: each slot's accepted parse (absent when none was readable), plus the
+    counts the judge reports."""
+
+    parsed: dict[Hashable, Parsed] = field(default_factory=dict)
+    requests: int = 0
+    retries: int = 0
+    latencies: list[float] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def metrics(self, cache: ResponseCache) -> dict[str, float]:
+        return {"judge/retries": float(self.retries), "judge/requests": float(self.requests),
+                "judge/cache_hit_rate": cache.hit_rate,
+                "judge/latency_mean": statistics.mean(self.latencies) if self.latencies else 0.0,
+                "judge/seconds": self.seconds}
+
+
+def ask(backend: Any, cache: ResponseCache, requests: dict[Hashable, tuple[str, Chat]],
+        parse: Callable[[Hashable, str], tuple[Parsed | None, bool]], retries: int,
+        reminder: Callable[[Hashable], str]) -> Asked[Parsed]:
+    """Answer every ``slot -> (cache key, chat)``.
+
+    ``parse(slot, text)`` returns ``(parsed or None, complete)``: None is unreadable and asked again;
+    a readable but incomplete answer is kept and asked again too; a later readable answer replaces it.
+    Only complete answers are cached. After ``retries`` re-asks a slot keeps its best answer or none.
+    """
+    out: Asked[Parsed] = Asked()
+    pending: dict[Hashable, Chat] = {}
+    for slot, (key, chat) in requests.items():
+        cached = cache.get(key)
+        got = parse(slot, cached)[0] if cached is not None else None
+        if got is None:
+            pending[slot] = chat
+        else:
+            out.parsed[slot] = got
+    out.requests = len(pending)
+    start = time.perf_counter()
+    for attempt in range(retries + 1):
+        if not pending:
+            break
+        slots = list(pending)
+        results = backend.complete([pending[s] for s in slots])
+        out.latencies += [r.latency for r in results]
+        again: dict[Hashable, Chat] = {}
+        for slot, result in zip(slots, results, strict=True):
+            got, complete = parse(slot, result.text) if result.text is not None else (None, False)
+            if got is not None:
+                out.parsed[slot] = got
+                if complete:
+                    cache.put(requests[slot][0], result.text)
+                    continue
+            if attempt < retries:
+                out.retries += 1
+                again[slot] = [*requests[slot][1], {"role": "assistant", "content": result.text or ""},
+                               {"role": "user", "content": reminder(slot)}]
+        pending = again
+    out.seconds = time.perf_counter() - start
+    return out
+
+
+class FailureWarning:
+    """Warns once per judge when the share of unreadable answers in a call passes the threshold."""
+
+    def __init__(self, judge: str, threshold: float, retries: int, policy: str) -> None:
+        self.judge, self.threshold, self.retries, self.policy = judge, threshold, retries, policy
+        self._warned = False
+
+    def check(self, rate: float, what: str) -> None:
+        if rate > self.threshold and not self._warned:
+            self._warned = True
+            warnings.warn(f"judge {self.judge}: {rate:.0%} of {what} could not be parsed after {self.retries} "
+                          f"retries (failure_policy={self.policy}); see judge/parse_failure_rate", stacklevel=3)

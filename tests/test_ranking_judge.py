@@ -1,0 +1,264 @@
+"""The ``ranking`` judge: rank → reward methods, agreement between shuffled repetitions, cycles, failures,
+and its place in the pipeline (a derived one-dimension rubric, confidence-scaled advantages).
+
+The judge logic is tested here with a backend that answers in-process from the rendered prompt (so every
+answer is known); the offline tiny ranking judge and the OpenAI-compatible server are in the slow tests."""
+
+from __future__ import annotations
+
+import random
+import re
+from pathlib import Path
+
+import pytest
+import torch
+from scipy.stats import kendalltau
+
+from rlkit import ConfigError, JudgeError, Rollout
+from rlkit.judging import Completion
+from rlkit.judging.parsing import parse_ranking
+from rlkit.judging.tiny_judge import group_labels, label_levels
+from rlkit.registry import load_registry
+from rlkit.rubric import load_rubric
+from rlkit.types import PreferencePairs, RewardBatch
+from rlkit_plugins.judges.ranking import (
+    kendall_tau_b,
+    margin_heights,
+    rank_rewards,
+    ranking_rubric,
+    shuffled_orders,
+)
+
+RUBRIC = Path(__file__).parents[1] / "conf" / "rubrics" / "arithmetic.yaml"
+# a line of the compact template: the reference, the candidate, its label
+LINE = re.compile(r"^\d+\|(.*) @([A-Z]+)$", re.M)
+
+
+class AnsweringBackend:
+    """A judge backend answering each chat with ``answer(candidates)``, where ``candidates`` maps the labels
+    of the rendered compact prompt to the texts they show."""
+
+    def __init__(self, answer) -> None:
+        self.answer = answer
+        self.asked: list[str] = []
+
+    def identity(self) -> dict[str, str]:
+        return {"backend": "answering", "model": self.answer.__name__}
+
+    def complete(self, prompts):
+        out = []
+        for chat in prompts:
+            text = chat[0]["content"]
+            self.asked.append(text)
+            candidates = {m.group(2): m.group(1) for m in LINE.finditer(text.rsplit("Order:", 1)[0])}
+            out.append(Completion(text=self.answer(candidates)))
+        return out
+
+    def close(self) -> None:
+        pass
+
+
+def _judge(answer, **params):
+    judge = load_registry().create("judge", "ranking", {"template": "judge/rank_group_compact.jinja", **params})
+    backend = AnsweringBackend(answer)
+    judge.backend.get = lambda: backend  # the handle would build the offline tiny judge otherwise
+    return judge, backend
+
+
+def _rollout(groups: list[list[str]]) -> Rollout:
+    return Rollout(records=[{"prompt": f"{i}+1=", "reference": str(i + 1)} for i in range(len(groups))],
+                   completions=groups)
+
+
+def shortest_first(candidates: dict[str, str]) -> str:
+    ranked = sorted(candidates, key=lambda label: (len(candidates[label]), label))
+    return " > ".join(ranked)
+
+
+def by_label(candidates: dict[str, str]) -> str:
+    return " > ".join(sorted(candidates))  # pure position bias: whatever A shows is "best"
+
+
+# --- pure pieces ---------------------------------------------------------------------------------------
+
+
+def test_kendall_tau_b_matches_scipy_with_ties():
+    rng = random.Random(0)
+    for _ in range(200):
+        n = rng.randint(2, 9)
+        x = [float(rng.randint(1, 4)) for _ in range(n)]
+        y = [float(rng.randint(1, 4)) for _ in range(n)]
+        expected = kendalltau(x, y, variant="b").statistic
+        if expected != expected:  # scipy: undefined when one side is constant
+            assert kendall_tau_b(x, y) == (1.0 if len(set(x)) == len(set(y)) == 1 else 0.0)
+        else:
+            assert kendall_tau_b(x, y) == pytest.approx(expected)
+
+
+def test_rank_rewards_methods():
+    ranks = [[1.0, 2.0, 3.0, 4.0]]
+    assert rank_rewards(ranks, "linear") == pytest.approx([1, 2 / 3, 1 / 3, 0])
+    soft = rank_rewards(ranks, "softmax", temperature=0.5)
+    assert soft[0] == 1 and soft == sorted(soft, reverse=True) and soft[1] == pytest.approx(torch.exp(
+        torch.tensor(-2.0)).item())
+    # wins: pairwise majority over repetitions, not the mean rank (Borda) that linear uses
+    reps = [[1.0, 2.0, 3.0], [1.0, 2.0, 3.0], [3.0, 1.0, 2.0]]
+    assert rank_rewards(reps, "wins") == pytest.approx([1.0, 0.5, 0.0])
+    assert rank_rewards(reps, "linear") == pytest.approx([2 / 3, 2 / 3, 1 / 6])
+    assert rank_rewards([[1.5, 1.5, 3.0]], "linear") == pytest.approx([0.75, 0.75, 0.0]), "ties share"
+
+
+def test_margin_heights_open_wider_gaps_for_clearly_better():
+    labels = ["A", "B", "C"]
+    plain = margin_heights(parse_ranking("A > B > C", labels), labels)
+    clear = margin_heights(parse_ranking("A >> B > C", labels), labels)
+    assert plain == pytest.approx([1.0, 0.5, 0.0])
+    assert clear == pytest.approx([1.0, 1 / 3, 0.0])
+    assert margin_heights(parse_ranking("A = B = C", labels), labels) == [0.5, 0.5, 0.5]
+
+
+def test_shuffles_are_distinct_and_fixed_per_group():
+    orders = shuffled_orders(8, 5, 0, "g")
+    assert orders[0] == list(range(8)) and orders == shuffled_orders(8, 5, 0, "g")
+    assert all(sorted(o) == list(range(8)) for o in orders) and len({tuple(o) for o in orders}) == 5
+    assert orders != shuffled_orders(8, 5, 0, "another group")
+    assert len({tuple(o) for o in shuffled_orders(3, 6, 0, "g")}) == 6, "every order of 3 before any repeat"
+    assert len(shuffled_orders(2, 4, 0, "g")) == 4, "more repetitions than orders: repeats"
+
+
+def test_group_labels_and_the_taught_answer():
+    assert group_labels(3) == ["A", "B", "C"] and group_labels(28)[26:] == ["AA", "AB"]
+    labels = group_labels(4)
+    answer = label_levels(labels, [0.5, 1.0, 0.0, 0.94])
+    assert answer == "A:1 B:2 C:0 D:2"
+    parsed = parse_ranking(answer, labels)
+    assert parsed.method == "scores" and parsed.complete and parsed.order == [["B", "D"], ["A"], ["C"]]
+
+
+# --- the judge -----------------------------------------------------------------------------------------
+
+
+def test_rewards_follow_the_answers_through_the_label_shuffles():
+    rubric = load_rubric(RUBRIC)
+    judge, backend = _judge(shortest_first, repetitions=3)
+    groups = [["aaaa", "a", "aaa", "aa"], ["bb", "bbbbbb", "b", "bbbb"]]
+    scores = judge.score(_rollout(groups), rubric)
+    assert scores.shape == (2, 4, 1)
+    assert scores[0, :, 0].tolist() == pytest.approx([0, 1, 1 / 3, 2 / 3])
+    assert scores[1, :, 0].tolist() == pytest.approx([2 / 3, 0, 1, 1 / 3])
+    assert len(backend.asked) == 6 and len(set(backend.asked)) == 6, "each repetition shows another shuffle"
+    m = judge.metrics()
+    assert m["judge/swap_consistency"] == 1.0 and m["judge/rank_agreement"] == 1.0
+    assert judge.group_confidence().tolist() == [1.0, 1.0]
+    assert m["judge/parse_failure_rate"] == 0.0
+    again = judge.score(_rollout(groups), rubric)
+    assert torch.equal(again, scores) and judge.metrics()["judge/requests"] == 0, "answers come from the cache"
+
+
+def test_a_position_biased_judge_gets_low_confidence():
+    rubric = load_rubric(RUBRIC)
+    groups = [["y" * (i + 1) for i in range(6)] for _ in range(4)]  # within the 8 characters shown
+    judge, _ = _judge(by_label, repetitions=4)
+    judge.score(_rollout(groups), rubric)
+    biased = judge.metrics()
+    confidence = judge.group_confidence()
+    assert biased["judge/swap_consistency"] < 0.5 and confidence.mean() < 0.5
+    steady, _ = _judge(shortest_first, repetitions=4)
+    steady.score(_rollout(groups), rubric)
+    assert steady.group_confidence().tolist() == [1.0] * 4
+    off, _ = _judge(by_label, repetitions=4, confidence=False)
+    off.score(_rollout(groups), rubric)
+    assert off.group_confidence().tolist() == [1.0] * 4
+
+
+def test_cycles_are_broken_deterministically():
+    rubric = load_rubric(RUBRIC)
+    judge, _ = _judge(lambda c: "A > B, B > C, C > A", repetitions=1)
+    scores = judge.score(_rollout([["p", "q", "r"]]), rubric)
+    assert scores[0, :, 0].tolist() == pytest.approx([1.0, 0.5, 0.0])
+    assert judge.metrics()["judge/cycles_broken"] == 1
+
+
+@pytest.mark.parametrize("policy", ["nan", "drop_group", "min"])
+def test_unreadable_answers_follow_the_failure_policy(policy):
+    rubric = load_rubric(RUBRIC)
+    calls = {"n": 0}
+
+    def garbage_for_group_zero(candidates):
+        calls["n"] += 1
+        return "I cannot decide." if "aa" in candidates.values() else shortest_first(candidates)
+
+    judge, _ = _judge(garbage_for_group_zero, repetitions=2, parse_retries=1, failure_policy=policy)
+    with pytest.warns(UserWarning, match="rankings could not be parsed"):
+        scores = judge.score(_rollout([["aa", "a"], ["bb", "b"]]), rubric)
+    if policy == "min":
+        assert scores[0, :, 0].tolist() == [0.0, 0.0]
+    else:
+        assert torch.isnan(scores[0]).all()
+    assert scores[1, :, 0].tolist() == [0.0, 1.0]
+    m = judge.metrics()
+    assert m["judge/parse_failure_rate"] == 0.5 and m["judge/retries"] == 2
+    assert calls["n"] == 6, "4 requests, the 2 unreadable ones asked once more"
+
+
+def test_a_group_of_one_is_refused():
+    judge, _ = _judge(shortest_first)
+    with pytest.raises(JudgeError, match="at least 2"):
+        judge.score(_rollout([["a"]]), load_rubric(RUBRIC))
+
+
+def test_bad_params_name_the_field():
+    registry = load_registry()
+    for params, field in (({"repetitions": 0}, "repetitions"), ({"reward": "borda"}, "reward"),
+                          ({"temperature": 0}, "temperature")):
+        with pytest.raises(ConfigError, match=field):
+            registry.create("judge", "ranking", params)
+
+
+# --- in the pipeline -----------------------------------------------------------------------------------
+
+
+def _validate(*overrides):
+    from rlkit.config import compose_config, validate_config
+
+    registry = load_registry()
+    return validate_config(compose_config(registry, list(overrides)), registry, read_data=False)
+
+
+def test_validation_derives_the_rank_rubric_and_composites_refuse_a_ranking_member():
+    validated = _validate("judge=ranking", "advantage=rank")
+    assert validated.reward_rubric.dimension_names == ["rank"]
+    assert validated.rubric.name == "arithmetic"
+    assert ranking_rubric(validated.rubric).dimensions[0].range == (0.0, 1.0)
+    with pytest.raises(ConfigError, match="members\\[1\\].*scores groups on a rubric of its own"):
+        _validate("judge=ensemble", "judge.params.members=[{name: rule},{name: ranking}]")
+    with pytest.raises(ConfigError, match="judges.ranking"):
+        _validate("judge=hybrid", "++judge.params.judges.ranking={}")
+
+
+def test_confidence_scales_advantages_and_pair_weights():
+    from rlkit.preferences import confidence_weighted
+    from rlkit.rewards import confidence_scaled, with_group_confidence
+
+    rubric = ranking_rubric(load_rubric(RUBRIC))
+    scores = torch.tensor([[[1.0], [0.0]], [[0.0], [1.0]]])
+    batch = RewardBatch(rubric=rubric, raw_scores=scores, scores=scores, weights=torch.ones(1))
+    assert with_group_confidence(batch, None, "j") is batch
+    scaled = with_group_confidence(batch, torch.tensor([1.0, 0.25]), "j")
+    adv = torch.tensor([[1.0, -1.0], [-2.0, 2.0]])
+    assert confidence_scaled(adv, scaled).tolist() == [[1.0, -1.0], [-0.5, 0.5]]
+    assert torch.equal(confidence_scaled(adv, batch), adv)
+    pairs = PreferencePairs(torch.tensor([0, 1]), torch.tensor([0, 1]), torch.tensor([1, 0]), torch.tensor([1.0, 0.9]))
+    assert confidence_weighted(pairs, scaled, soft_labels=False).weight.tolist() == pytest.approx([1.0, 0.225])
+    assert confidence_weighted(pairs, scaled, soft_labels=True).weight.tolist() == pytest.approx([1.0, 0.6])
+    with pytest.raises(JudgeError, match="group_confidence"):
+        with_group_confidence(batch, torch.tensor([1.5, 0.0]), "j")
+
+
+def test_score_and_calibrate_refuse_a_ranking_judge(tmp_path):
+    from rlkit.scoring import score_records
+
+    validated = _validate("judge=ranking")
+    validated.records = [{"prompt": "1+1=", "completions": ["2", "3"]}]
+    with pytest.raises(ConfigError, match="not the rubric's dimensions"):
+        score_records(validated)
