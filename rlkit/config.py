@@ -14,7 +14,7 @@ from typing import Annotated, Any, Literal
 import pydantic
 from omegaconf import DictConfig, OmegaConf
 
-from rlkit.errors import ConfigError, DataError, PluginError
+from rlkit.errors import ConfigError, DataError, PluginError, RlkitError
 from rlkit.registry import KINDS, KINDS_BY_GROUP, Registry
 from rlkit.rubric import Rubric, load_rubric
 
@@ -340,6 +340,30 @@ def _check_reward_path(cfg: DictConfig, result: ValidatedConfig) -> None:
                       f"dimensions directly; aggregator={aggregator} only feeds the logged reward", stacklevel=2)
 
 
+def _check_heldout_judge(registry: Registry, cfg: DictConfig, result: ValidatedConfig) -> None:
+    """A training judge that only ranks within groups cannot score a lone held-out completion: build the
+    ``heldout_judge`` that will, on the user's rubric."""
+    if result.reward_rubric is result.rubric:
+        return
+    name = cfg.get("heldout_judge")
+    if not isinstance(name, str) or not name:
+        raise ConfigError(f"judge={result.plugin_names['judge']} ranks completions within their group and cannot score "
+                          f"held-out completions alone; name a per-dimension judge, e.g. heldout_judge=rule "
+                          f"(available: {registry.available('judge')})", "heldout_judge")
+    try:
+        judge = registry.create("judge", name, {}, where="heldout_judge")
+    except RlkitError as exc:
+        raise ConfigError(exc.message, "heldout_judge") from None
+    if callable(getattr(judge, "scored_rubric", None)):
+        raise ConfigError(f"judge {name!r} cannot score held-out completions alone either; use a per-dimension "
+                          "judge such as rule", "heldout_judge")
+    check = getattr(judge, "check_rubric", None)
+    if check is not None:
+        check(result.rubric)
+    result.plugins["heldout_judge"] = judge
+    result.plugin_names["heldout_judge"] = name
+
+
 def _check_reference(registry: Registry, cfg: DictConfig, model: ModelConfig, objective: Any) -> None:
     where = _where(registry, cfg, "model", "reference")
     if model.reference == "none":
@@ -420,6 +444,7 @@ def validate_config(cfg: DictConfig, registry: Registry, *, read_data: bool = Tr
         result.plugins[kind.key] = plugin
         result.plugin_names[kind.key] = entry.name
     _check_debias(parts["debias"], result.reward_rubric)
+    _check_heldout_judge(registry, cfg, result)
     check_model_path(parts["model"])
     _check_reference(registry, cfg, parts["model"], parts["objective"])
     _check_objective_parts(registry, cfg, parts["objective"], result)

@@ -14,7 +14,7 @@ from rlkit.callbacks import SampleLogger
 from rlkit.config import ValidatedConfig
 from rlkit.debias import LengthFormatDebias
 from rlkit.loggers import finish_logger, make_logger
-from rlkit.module import RewardParts, RubricRLModule, TrainingSettings
+from rlkit.module import HeldoutScoring, RewardParts, RubricRLModule, TrainingSettings
 
 
 def _quiet_lightning() -> None:
@@ -64,6 +64,19 @@ def _lexicographic_fallback(validated: ValidatedConfig) -> Any:
     return load_registry().create("aggregator", "lexicographic")
 
 
+def heldout_scoring(validated: ValidatedConfig) -> HeldoutScoring | None:
+    """Held-out scoring for a training judge that only ranks within groups: ``heldout_judge`` on the user's
+    rubric with its initial weights, summed; None when the training judge scores the rubric itself."""
+    if validated.reward_rubric is validated.rubric:
+        return None
+    from rlkit.registry import load_registry
+
+    registry = load_registry()
+    return HeldoutScoring(judge=validated.plugins["heldout_judge"], judge_name=validated.plugin_names["heldout_judge"],
+                          rubric=validated.rubric, aggregator=registry.create("aggregator", "weighted_sum"),
+                          scheduler=registry.create("weight_scheduler", "constant"))
+
+
 def fit(validated: ValidatedConfig, run_dir: Path) -> dict[str, Any]:
     """Train, evaluate the held-out split before and after, and return the summary."""
     from rlkit.datamodule import PromptDataModule
@@ -89,7 +102,7 @@ def fit(validated: ValidatedConfig, run_dir: Path) -> dict[str, Any]:
                         constructor=validated.plugins.get("preference_constructor"),
                         lexicographic=_lexicographic_fallback(validated),
                         score_normalization=str(cfg.get("score_normalization", "range")),
-                        debias=build_debias(validated))
+                        debias=build_debias(validated), heldout=heldout_scoring(validated))
     module = RubricRLModule(policy, tokenizer, validated.reward_rubric, parts, settings, reference,
                             judged_rubric=validated.rubric)
     datamodule = PromptDataModule(validated.data, batch_size=int(cfg.batch_size), seed=int(cfg.seed))
@@ -135,7 +148,7 @@ def print_summary(summary: dict[str, Any], validated: ValidatedConfig) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    rubric = validated.reward_rubric
+    rubric = validated.rubric if "heldout_judge" in validated.plugins else validated.reward_rubric
     table = Table(title=f"held-out, rubric {rubric.name} v{rubric.version} ({rubric.short_hash}), "
                         f"{summary['steps']} steps")
     for column in ("dimension", "start", "end", "change"):
@@ -147,7 +160,7 @@ def print_summary(summary: dict[str, Any], validated: ValidatedConfig) -> None:
     console.print(table)
     diagnostics = summary.get("diagnostics")
     if diagnostics is not None and diagnostics.counts:
-        console.print(diagnostics_table(diagnostics, rubric.dimension_names))
+        console.print(diagnostics_table(diagnostics, validated.reward_rubric.dimension_names))
         parts = [f"dimension conflict rate {diagnostics.mean('dimension_conflict_rate'):.3f}"]
         if diagnostics.counts.get("advantages/frac_zero_groups"):
             parts += [f"zero-advantage groups {diagnostics.mean('advantages/frac_zero_groups'):.3f}",

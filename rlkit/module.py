@@ -48,6 +48,19 @@ class RewardParts:
     constructor: Any = None    # preference constructor (objective group_dpo)
     lexicographic: Any = None  # the ordering group_dpo switches to under auto_lexicographic
     debias: LengthFormatDebias | None = None  # length/format bias correction of training scores
+    heldout: HeldoutScoring | None = None  # None: held-out completions are scored like training ones
+
+
+@dataclass
+class HeldoutScoring:
+    """How held-out completions are scored when the training judge cannot score one alone (a ranking
+    judge places completions within their group): another judge on the user's rubric, its weighted sum."""
+
+    judge: Any
+    judge_name: str
+    rubric: Rubric
+    aggregator: Any
+    scheduler: Any
 
 
 @dataclass
@@ -386,17 +399,31 @@ class RubricRLModule(L.LightningModule):
     def validation_step(self, records: list[dict[str, Any]], batch_idx: int) -> None:
         sampled = sample_completions(self.policy, self.tokenizer, records, 1, self.settings.max_completion_length,
                                      greedy=True)
-        # Held-out rewards use the scheduler's step-0 weights from a fresh copy: start and end stay
-        # comparable while training weights move, and evaluation never feeds the training scheduler.
-        # For the same reason they are the judge's uncorrected scores: the bias correction has no fit
-        # at the start and a moving one later.
-        batch = self.score(records, sampled, 0, scheduler=copy.deepcopy(self._initial_scheduler), heldout=True)
+        other = self.parts.heldout
+        if other is not None:
+            rollout = Rollout(records=records, completions=sampled.texts,
+                              completion_token_counts=sampled.completion_token_counts.view(len(records), 1).cpu())
+            raw = check_judge_output(other.judge.score(rollout, other.rubric), rollout, other.rubric, other.judge_name)
+            batch = aggregate_rewards(raw, other.rubric, copy.deepcopy(other.scheduler), other.aggregator,
+                                      normalization=self.parts.score_normalization)
+        else:
+            # Held-out rewards use the scheduler's step-0 weights from a fresh copy: start and end stay
+            # comparable while training weights move, and evaluation never feeds the training scheduler.
+            # For the same reason they are the judge's uncorrected scores: the bias correction has no fit
+            # at the start and a moving one later.
+            batch = self.score(records, sampled, 0, scheduler=copy.deepcopy(self._initial_scheduler), heldout=True)
         self._val_raw.append(batch.raw_scores[:, 0])
         self._val_rewards.append(batch.rewards[:, 0])
 
+    @property
+    def heldout_rubric(self) -> Rubric:
+        """The rubric held-out scores follow."""
+        return self.parts.heldout.rubric if self.parts.heldout is not None else self.rubric
+
     def on_validation_epoch_end(self) -> None:
         raw, rewards = torch.cat(self._val_raw), torch.cat(self._val_rewards)
-        dims = {name: float(nan_mean_std(raw[:, i], dim=0)[0]) for i, name in enumerate(self.rubric.dimension_names)}
+        names = self.heldout_rubric.dimension_names
+        dims = {name: float(nan_mean_std(raw[:, i], dim=0)[0]) for i, name in enumerate(names)}
         self.heldout = {"reward": float(nan_mean_std(rewards, dim=0)[0]), **dims}
         self.log("heldout/reward", self.heldout["reward"], batch_size=len(rewards))
         for name, value in dims.items():

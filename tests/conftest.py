@@ -22,3 +22,18 @@ def _clear_hydra():
     from hydra.core.global_hydra import GlobalHydra
 
     GlobalHydra.instance().clear()
+
+
+
+@pytest.fixture
+def use_judge_cache(monkeypatch, tmp_path):
+    """``use_judge_cache(cache)``: point rlkit at a session's cache of built offline judges, with W&B quiet,
+    working in a fresh folder."""
+
+    def use(cache: Path) -> Path:
+        monkeypatch.setenv("RLKIT_CACHE", str(cache))
+        monkeypatch.setenv("WANDB_SILENT", "true")
+        monkeypatch.chdir(tmp_path)
+        return cache
+
+    return use

@@ -32,11 +32,8 @@ def judge_cache(tmp_path_factory) -> Path:
 
 
 @pytest.fixture
-def cache_env(judge_cache, monkeypatch, tmp_path):
-    monkeypatch.setenv("RLKIT_CACHE", str(judge_cache))
-    monkeypatch.setenv("WANDB_SILENT", "true")
-    monkeypatch.chdir(tmp_path)
-    return judge_cache
+def cache_env(judge_cache, use_judge_cache):
+    return use_judge_cache(judge_cache)
 
 
 def _rollout() -> Rollout:

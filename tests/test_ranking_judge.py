@@ -17,7 +17,7 @@ from scipy.stats import kendalltau
 from rlkit import ConfigError, JudgeError, Rollout
 from rlkit.judging import Completion
 from rlkit.judging.parsing import parse_ranking
-from rlkit.judging.tiny_judge import group_labels, label_levels
+from rlkit.judging.tiny_judge import answer_level, group_labels, label_levels
 from rlkit.registry import load_registry
 from rlkit.rubric import load_rubric
 from rlkit.types import PreferencePairs, RewardBatch
@@ -104,7 +104,7 @@ def test_rank_rewards_methods():
     # wins: pairwise majority over repetitions, not the mean rank (Borda) that linear uses
     reps = [[1.0, 2.0, 3.0], [1.0, 2.0, 3.0], [3.0, 1.0, 2.0]]
     assert rank_rewards(reps, "wins") == pytest.approx([1.0, 0.5, 0.0])
-    assert rank_rewards(reps, "linear") == pytest.approx([2 / 3, 2 / 3, 1 / 6])
+    assert rank_rewards(reps, "linear") == pytest.approx([1.0, 0.5, 0.0]), "the median over repetitions"
     assert rank_rewards([[1.5, 1.5, 3.0]], "linear") == pytest.approx([0.75, 0.75, 0.0]), "ties share"
 
 
@@ -129,7 +129,8 @@ def test_shuffles_are_distinct_and_fixed_per_group():
 def test_group_labels_and_the_taught_answer():
     assert group_labels(3) == ["A", "B", "C"] and group_labels(28)[26:] == ["AA", "AB"]
     labels = group_labels(4)
-    answer = label_levels(labels, [0.5, 1.0, 0.0, 0.94])
+    assert [answer_level({"format": f, "correctness": c}) for f, c in ((1, 1), (1, 0), (0, 0))] == [2, 1, 0]
+    answer = label_levels(labels, [1, 2, 0, 2])
     assert answer == "A:1 B:2 C:0 D:2"
     parsed = parse_ranking(answer, labels)
     assert parsed.method == "scores" and parsed.complete and parsed.order == [["B", "D"], ["A"], ["C"]]
@@ -236,6 +237,17 @@ def test_validation_derives_the_rank_rubric_and_composites_refuse_a_ranking_memb
         _validate("judge=hybrid", "++judge.params.judges.ranking={}")
 
 
+def test_held_out_completions_need_a_judge_that_scores_them_alone():
+    validated = _validate("judge=ranking")
+    assert validated.plugin_names["heldout_judge"] == "rule", "the default yardstick"
+    assert "heldout_judge" not in _validate("judge=rule").plugins, "a per-dimension judge scores held-out itself"
+    for value, message in (("ranking", "cannot score held-out completions alone"), ("nope", "unknown judge"),
+                           ("null", "name a per-dimension judge")):
+        with pytest.raises(ConfigError, match=message) as info:
+            _validate("judge=ranking", f"heldout_judge={value}")
+        assert info.value.where == "heldout_judge"
+
+
 def test_confidence_scales_advantages_and_pair_weights():
     from rlkit.preferences import confidence_weighted
     from rlkit.rewards import confidence_scaled, with_group_confidence
@@ -262,3 +274,36 @@ def test_score_and_calibrate_refuse_a_ranking_judge(tmp_path):
     validated.records = [{"prompt": "1+1=", "completions": ["2", "3"]}]
     with pytest.raises(ConfigError, match="not the rubric's dimensions"):
         score_records(validated)
+
+
+def test_the_tiny_ranking_recipe_teaches_rule_judge_levels_and_grows_groups():
+    import dataclasses
+
+    from rlkit.judging.tiny_judge import RANKING_SPEC, _largest_group, ranking_records
+
+    spec = dataclasses.replace(RANKING_SPEC, examples=40)
+    records = ranking_records(spec)
+    assert len(records) == 40 and {len(r["completions"]) for r in records} <= set(range(1, 9))
+    for r in records:
+        labels = group_labels(len(r["completions"]))
+        parsed = parse_ranking(r["answer"], labels) if len(labels) > 1 else None
+        for completion, level in zip(r["completions"], r["levels"], strict=True):
+            starts_with_sum = re.match(r"\s*(-?\d+)", completion)
+            assert level == (2 if starts_with_sum and starts_with_sum.group(1) == r["reference"] else
+                             1 if starts_with_sum else 0)
+        if parsed is not None and len(set(r["levels"])) > 1:
+            assert parsed.complete and parsed.method == "scores"
+    sizes = [_largest_group(spec, step) for step in range(0, spec.steps, 50)]
+    assert sizes[0] == 1 and sizes[-1] == 8 and sizes == sorted(sizes), "from lone answers up to full groups"
+
+
+def test_the_tiny_judge_trains_inside_inference_mode(tmp_path):
+    """The first judge call of a run is the held-out evaluation, which Lightning runs in inference mode."""
+    import dataclasses
+
+    from rlkit.judging.tiny_judge import RANKING_SPEC, TinyJudgeSpec, build_tiny_judge
+
+    for spec in (TinyJudgeSpec(steps=2, examples=16), dataclasses.replace(RANKING_SPEC, steps=2, examples=8)):
+        with torch.inference_mode():
+            folder = build_tiny_judge(spec, cache_dir=tmp_path)
+        assert (folder / "model.safetensors").is_file()

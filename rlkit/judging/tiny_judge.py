@@ -48,10 +48,10 @@ class TinyJudgeSpec:
     curriculum: float = 0.0  # ranking: share of the steps over which the largest group size grows to its max
 
 
-# The ranking judge reads a whole group (8 answers of up to 16 characters) and writes an order: a longer
-# prompt and a harder job than scoring one answer, so a somewhat larger model trained a little longer.
-RANKING_SPEC = TinyJudgeSpec(task="ranking", hidden_size=128, intermediate_size=256, num_hidden_layers=4,
-                             max_position_embeddings=512, steps=500, examples=4000)
+# The ranking judge reads a whole group and answers a level per label: a longer prompt and a harder job
+# (find each label's line) than scoring one answer, learnt with a curriculum from lone answers up.
+RANKING_SPEC = TinyJudgeSpec(task="ranking", max_position_embeddings=512, num_hidden_layers=3, steps=1200, lr=3e-3,
+                             curriculum=1.0)
 
 
 def _variants(a: int, b: int, rng: random.Random, alphabet: str) -> str:
@@ -206,8 +206,17 @@ def tiny_judge_hash(spec: TinyJudgeSpec) -> str:
 
 
 def train_tiny_judge(spec: TinyJudgeSpec, out_dir: Path, log: Any = print) -> dict[str, float]:
-    """Train the judge and save it (model + tokenizer) with ``save_pretrained`` into ``out_dir``."""
+    """Train the judge and save it (model + tokenizer) with ``save_pretrained`` into ``out_dir``.
 
+    Gradients are switched on here: the first judge call of a run, which builds the judge, is often the
+    held-out evaluation, and Lightning runs that under ``torch.inference_mode``."""
+    import torch
+
+    with torch.inference_mode(False), torch.enable_grad():
+        return _train(spec, out_dir, log)
+
+
+def _train(spec: TinyJudgeSpec, out_dir: Path, log: Any) -> dict[str, float]:
     import torch
 
 

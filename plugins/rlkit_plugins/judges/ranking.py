@@ -5,7 +5,7 @@ deterministically by Copeland score, never an error).
 
 Every group is ranked ``repetitions`` times, each time with the completions shuffled under the labels
 (distinct shuffles while there are any, fixed per group, so cached answers stay valid). Ranks become one reward per
-completion in [0, 1], averaged over the repetitions that could be read:
+completion in [0, 1], the median over the repetitions that could be read (position-bias control):
 
 * ``linear``: ``(n - rank) / (n - 1)``: 1 for the best, 0 for the worst, tied completions share.
 * ``softmax``: ``exp(-(rank - 1) / temperature)``: the softmax weight of the rank relative to the best's, so
@@ -36,6 +36,7 @@ from __future__ import annotations
 import hashlib
 import math
 import random
+import statistics
 from collections.abc import Hashable
 from dataclasses import dataclass, field
 from itertools import combinations
@@ -97,8 +98,9 @@ def margin_heights(parse: RankingParse, labels: list[str]) -> list[float]:
 
 
 def rank_rewards(ranks: list[list[float]], method: RankReward, temperature: float = 1.0) -> list[float]:
-    """Rewards in [0, 1] for n completions from each repetition's average ranks (1 = best), averaged over
-    repetitions (``wins``: pairwise majority over them). ``margin`` is computed by the caller."""
+    """Rewards in [0, 1] for n completions from each repetition's average ranks (1 = best): the median over
+    repetitions of each one's reward, so one position-biased answer cannot move it (``wins``: the pairwise
+    majority over them). ``margin`` is computed by :func:`combine_repetitions`."""
     n = len(ranks[0])
     if method == "wins":
         wins = [0.0] * n
@@ -113,7 +115,7 @@ def rank_rewards(ranks: list[list[float]], method: RankReward, temperature: floa
         per = [[math.exp(-(r - 1) / temperature) for r in rep] for rep in ranks]
     else:
         raise ValueError(f"unknown rank reward {method!r}")
-    return [sum(rep[i] for rep in per) / len(per) for i in range(n)]
+    return [statistics.median(rep[i] for rep in per) for i in range(n)]
 
 
 def kendall_tau_b(x: list[float], y: list[float]) -> float:
@@ -165,7 +167,7 @@ def combine_repetitions(reps: list[tuple[RankingParse, list[int]]], labels: list
         ranks.append(rank)
         heights.append(height)
     if method == "margin":
-        rewards = [sum(h[c] for h in heights) / len(heights) for c in range(g)]
+        rewards = [statistics.median(h[c] for h in heights) for c in range(g)]
     else:
         rewards = rank_rewards(ranks, method, temperature)
     taus = [kendall_tau_b(x, y) for x, y in combinations(ranks, 2)]
