@@ -51,17 +51,8 @@ class EnsembleJudge:
         span = torch.tensor([d.high - d.low for d in rubric.dimensions], dtype=torch.float32)
         self._agreement = {f"judge/agreement/{name}": value
                            for name, value in zip(rubric.dimension_names, agreement(stack, span).tolist(), strict=True)}
-        if self.params.combine == "median":
-            return stack.nanmedian(dim=0).values
-        if self.params.combine == "mean":
-            return stack.nanmean(dim=0)
-        consensus = stack.nanmedian(dim=0).values
-        distance = ((stack - consensus).abs() / span).nanmean(dim=(1, 2)).nan_to_num(nan=1.0)  # [M, D]
-        weight = (1.0 / (0.05 + distance)).view(len(self.members), 1, 1, -1).expand_as(stack)
-        weight = torch.where(torch.isnan(stack), torch.zeros_like(weight), weight)
-        total = weight.sum(dim=0)
-        combined = (torch.nan_to_num(stack) * weight).sum(dim=0) / total.clamp(min=1e-12)
-        return torch.where(total > 0, combined, torch.full_like(combined, float("nan")))
+        low = torch.tensor([d.low for d in rubric.dimensions], dtype=torch.float32)
+        return combine_scores(stack, low, low + span, self.params.combine)
 
     def metrics(self) -> dict[str, float]:
         merged: dict[str, float] = {}
@@ -69,6 +60,26 @@ class EnsembleJudge:
             merged.update(getattr(member, "metrics", dict)())
         merged.update(self._agreement)
         return merged
+
+
+def combine_scores(stack: torch.Tensor, low: torch.Tensor, high: torch.Tensor, how: str) -> torch.Tensor:
+    """Members' scores ``[M, B, G, D]`` → ``[B, G, D]`` by ``mean``, ``median`` or ``agreement`` weighting
+    (each member weighted by 1 / (0.05 + its mean distance from the median, per dimension)); NaN where no
+    member scored. Clamped to each range: a weighted mean of in-range float32 values can land a rounding
+    error outside it (5.0000005 on a 1-5 scale), which the host's range check rightly rejects."""
+    if how == "median":
+        combined = stack.nanmedian(dim=0).values
+    elif how == "mean":
+        combined = stack.nanmean(dim=0)
+    else:
+        consensus = stack.nanmedian(dim=0).values
+        distance = ((stack - consensus).abs() / (high - low)).nanmean(dim=(1, 2)).nan_to_num(nan=1.0)  # [M, D]
+        weight = (1.0 / (0.05 + distance)).view(stack.shape[0], 1, 1, -1).expand_as(stack)
+        weight = torch.where(torch.isnan(stack), torch.zeros_like(weight), weight)
+        total = weight.sum(dim=0)
+        combined = (torch.nan_to_num(stack) * weight).sum(dim=0) / total.clamp(min=1e-12)
+        combined = torch.where(total > 0, combined, torch.full_like(combined, float("nan")))
+    return torch.minimum(torch.maximum(combined, low), high)  # NaN stays NaN
 
 
 def agreement(stack: torch.Tensor, span: torch.Tensor) -> torch.Tensor:
