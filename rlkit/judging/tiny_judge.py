@@ -50,7 +50,7 @@ class TinyJudgeSpec:
 
 # The ranking judge reads a whole group and answers a level per label: a longer prompt and a harder job
 # (find each label's line) than scoring one answer, learnt with a curriculum from lone answers up.
-RANKING_SPEC = TinyJudgeSpec(task="ranking", max_position_embeddings=512, num_hidden_layers=3, steps=1200, lr=3e-3,
+RANKING_SPEC = TinyJudgeSpec(task="ranking", max_position_embeddings=512, num_hidden_layers=3, steps=600, lr=3e-3,
                              curriculum=1.0)
 
 

@@ -1,0 +1,121 @@
+"""The ``ranking`` judge on real components: the offline tiny ranking judge through the hf backend, the same
+model served over HTTP by the OpenAI-compatible test server (also answering garbage), and training with
+``judge=ranking advantage=rank``."""
+
+from __future__ import annotations
+
+import csv
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from rlkit import Rollout
+from rlkit.cli import main
+from rlkit.registry import load_registry
+from rlkit.rubric import load_rubric
+from rlkit.testing import JudgeContract
+
+pytestmark = pytest.mark.slow
+RUBRIC = Path(__file__).parents[1] / "conf" / "rubrics" / "arithmetic.yaml"
+
+
+@pytest.fixture(scope="session")
+def ranking_cache(tmp_path_factory) -> Path:
+    """One build of the offline tiny ranking judge for the session (a few minutes of CPU)."""
+    from rlkit.judging.tiny_judge import RANKING_SPEC, build_tiny_judge
+
+    cache = tmp_path_factory.mktemp("ranking-cache")
+    build_tiny_judge(RANKING_SPEC, cache_dir=cache)
+    return cache
+
+
+@pytest.fixture
+def cache_env(ranking_cache, use_judge_cache):
+    return use_judge_cache(ranking_cache)
+
+
+def _groups(n: int = 6) -> Rollout:
+    """Default-task groups of four: the sum, a wrong number, prose, and noise, in rotating positions."""
+    records, groups = [], []
+    for i in range(n):
+        a, b = 3 + i, 4 + 2 * i
+        kinds = [str(a + b), str(a + b + 3), "the answer is", "qq"]
+        shift = i % 4
+        groups.append(kinds[shift:] + kinds[:shift])
+        records.append({"prompt": f"{a}+{b}=", "reference": str(a + b)})
+    return Rollout(records=records, completions=groups)
+
+
+def _rows(run_dir: Path) -> list[dict[str, str]]:
+    (path,) = run_dir.glob("csv/version_0/metrics.csv")
+    with path.open() as fh:
+        return [r for r in csv.DictReader(fh) if r.get("reward/mean")]
+
+
+def test_the_offline_ranking_judge_answers_orders_that_parse(cache_env):
+    rubric = load_rubric(RUBRIC)
+    judge = load_registry().create("judge", "ranking", {})
+    rollout = _groups()
+    scores = judge.score(rollout, rubric)
+    assert scores.shape == (6, 4, 1)
+    m = judge.metrics()
+    assert m["judge/parse_failure_rate"] < 0.1 and m["judge/requests"] == 18, "6 groups x 3 repetitions"
+    assert not torch.isnan(scores).any() and ((scores >= 0) & (scores <= 1)).all()
+    # how well it orders is measured, not asserted: the tiny ranking judge is weak (see the README)
+    assert 0 <= m["judge/confidence_mean"] <= 1 and 0 <= m["judge/swap_consistency"] <= 1
+    again = judge.score(rollout, rubric)
+    assert torch.equal(again, scores) and judge.metrics()["judge/requests"] == 0, "answers come from the cache"
+
+
+def test_ranking_over_http_with_a_server_that_answers_garbage(cache_env):
+    from rlkit.judging.tiny_judge import RANKING_SPEC, build_tiny_judge
+    from rlkit.testing.openai_server import OpenAICompatibleServer
+
+    rubric = load_rubric(RUBRIC)
+    with OpenAICompatibleServer(build_tiny_judge(RANKING_SPEC)) as server:
+        params = {"backend": "openai", "template": "judge/rank_group_compact.jinja",
+                  "backend_params": {"base_url": server.url, "max_tokens": 64}}
+        clean = load_registry().create("judge", "ranking", params).score(_groups(), rubric)
+    hf = load_registry().create("judge", "ranking", {}).score(_groups(), rubric)
+    assert torch.equal(clean.nan_to_num(-1), hf.nan_to_num(-1)), "the same model answers the same over HTTP"
+    with OpenAICompatibleServer(build_tiny_judge(RANKING_SPEC), garbage_rate=0.5, seed=3) as server:
+        params = {"backend": "openai", "template": "judge/rank_group_compact.jinja", "parse_retries": 0,
+                  "repetitions": 1, "backend_params": {"base_url": server.url, "max_retries": 0, "max_tokens": 64}}
+        judge = load_registry().create("judge", "ranking", params)
+        with pytest.warns(UserWarning, match="rankings could not be parsed"):
+            scores = judge.score(_groups(), rubric)
+    unscored = torch.isnan(scores).all(dim=1).squeeze(-1)
+    assert 0 < unscored.float().mean() < 1 and judge.metrics()["judge/parse_failure_rate"] > 0
+    assert (torch.isnan(scores).all(dim=1) | ~torch.isnan(scores).any(dim=1)).all(), "whole groups, never some"
+
+
+def test_fit_with_the_ranking_judge_and_rank_advantages(cache_env, tmp_path):
+    run_dir = tmp_path / "run"
+    assert main(["fit", "judge=ranking", "advantage=rank", "logger=csv", "trainer.max_steps=3", "batch_size=4",
+                 "num_generations=4", f"hydra.run.dir={run_dir}"]) == 0
+    rows = _rows(run_dir)
+    assert len(rows) == 3 and all(math.isfinite(float(r["loss"])) for r in rows)
+    assert all(float(r["judge/parse_failure_rate"]) < 0.1 for r in rows)
+    for key in ("judge/confidence_mean", "judge/rank_agreement", "judge/swap_consistency", "rewards/rank/mean"):
+        assert key in rows[0], key
+    (path,) = run_dir.glob("csv/version_0/metrics.csv")
+    with path.open() as fh:
+        heldout = [r for r in csv.DictReader(fh) if r.get("heldout/reward")]
+    assert len(heldout) == 2 and all(r.get("heldout/correctness") for r in heldout), \
+        "held-out completions are scored by heldout_judge on the rubric's dimensions, not ranked alone"
+
+
+class TestRankingJudgeContract(JudgeContract):
+    @pytest.fixture
+    def judge(self, cache_env):
+        return load_registry().create("judge", "ranking", {})
+
+    @pytest.fixture
+    def rubric(self):
+        return load_rubric(RUBRIC)
+
+    @pytest.fixture
+    def rollout(self):
+        return _groups(3)
