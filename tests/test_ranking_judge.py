@@ -307,3 +307,19 @@ def test_the_tiny_judge_trains_inside_inference_mode(tmp_path):
         with torch.inference_mode():
             folder = build_tiny_judge(spec, cache_dir=tmp_path)
         assert (folder / "model.safetensors").is_file()
+
+
+def test_an_incomplete_answer_is_retried_then_kept_for_the_run():
+    rubric = load_rubric(RUBRIC)
+    calls = {"n": 0}
+
+    def names_two(candidates):
+        calls["n"] += 1
+        return "A > B"  # C is never ranked: readable, incomplete
+
+    judge, _ = _judge(names_two, repetitions=1, parse_retries=1)
+    first = judge.score(_rollout([["x", "yy", "zzz"]]), rubric)
+    assert calls["n"] == 2 and judge.metrics()["judge/incomplete_rate"] == 1.0
+    assert first[0, :, 0].tolist() == pytest.approx([1.0, 0.5, 0.0]), "the unranked label shares the last tier"
+    again = judge.score(_rollout([["x", "yy", "zzz"]]), rubric)
+    assert calls["n"] == 2 and torch.equal(again, first), "not asked again in the same run"

@@ -70,7 +70,8 @@ def ask(backend: Any, cache: ResponseCache, requests: dict[Hashable, tuple[str, 
 
     ``parse(slot, text)`` returns ``(parsed or None, complete)``: None is unreadable and asked again;
     a readable but incomplete answer is kept and asked again too; a later readable answer replaces it.
-    Only complete answers are cached. After ``retries`` re-asks a slot keeps its best answer or none.
+    Complete answers are cached at once; an incomplete one once the retries are spent (asking again in
+    the same run would get the same answer from a greedy judge); unreadable ones are not cached.
     """
     out: Asked[Parsed] = Asked()
     pending: dict[Hashable, Chat] = {}
@@ -83,6 +84,7 @@ def ask(backend: Any, cache: ResponseCache, requests: dict[Hashable, tuple[str, 
             out.parsed[slot] = got
     out.requests = len(pending)
     start = time.perf_counter()
+    kept: dict[Hashable, str] = {}  # readable but incomplete answers, cached once the retries are spent
     for attempt in range(retries + 1):
         if not pending:
             break
@@ -95,13 +97,17 @@ def ask(backend: Any, cache: ResponseCache, requests: dict[Hashable, tuple[str, 
             if got is not None:
                 out.parsed[slot] = got
                 if complete:
+                    kept.pop(slot, None)
                     cache.put(requests[slot][0], result.text)
                     continue
+                kept[slot] = result.text
             if attempt < retries:
                 out.retries += 1
                 again[slot] = [*requests[slot][1], {"role": "assistant", "content": result.text or ""},
                                {"role": "user", "content": reminder(slot)}]
         pending = again
+    for slot, text in kept.items():
+        cache.put(requests[slot][0], text)  # the best this run will get: nothing is asked twice
     out.seconds = time.perf_counter() - start
     return out
 
