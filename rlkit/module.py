@@ -89,6 +89,13 @@ class StepOutcome:
     logprob_at: float         # when the no-grad log-prob passes were done
 
 
+def as_rollout(records: list[dict[str, Any]], sampled: SampledBatch) -> Rollout:
+    """What a judge scores: the records, their sampled completions and the completions' token counts."""
+    g = len(sampled.texts[0])
+    return Rollout(records=records, completions=sampled.texts,
+                   completion_token_counts=sampled.completion_token_counts.view(len(records), g).cpu())
+
+
 def advantage_metrics(advantages: torch.Tensor) -> dict[str, float]:
     return {
         "advantages/mean": float(advantages.mean()), "advantages/std": float(advantages.std()),
@@ -135,9 +142,7 @@ class RubricRLModule(L.LightningModule):
     def score(self, records: list[dict[str, Any]], sampled: SampledBatch, step: int,
               scheduler: Any | None = None, *, heldout: bool = False) -> RewardBatch:
         """Judge, check, debias (training only), aggregate. ``heldout`` scores leave the bias correction out."""
-        g = len(sampled.texts[0])
-        rollout = Rollout(records=records, completions=sampled.texts,
-                          completion_token_counts=sampled.completion_token_counts.view(len(records), g).cpu())
+        rollout = as_rollout(records, sampled)
         judge = self.parts.judge
         raw = check_judge_output(judge.score(rollout, self.judged_rubric), rollout, self.rubric,
                                  self.parts.judge_name)
@@ -401,8 +406,7 @@ class RubricRLModule(L.LightningModule):
                                      greedy=True)
         other = self.parts.heldout
         if other is not None:
-            rollout = Rollout(records=records, completions=sampled.texts,
-                              completion_token_counts=sampled.completion_token_counts.view(len(records), 1).cpu())
+            rollout = as_rollout(records, sampled)
             raw = check_judge_output(other.judge.score(rollout, other.rubric), rollout, other.rubric, other.judge_name)
             batch = aggregate_rewards(raw, other.rubric, copy.deepcopy(other.scheduler), other.aggregator,
                                       normalization=self.parts.score_normalization)
