@@ -81,7 +81,8 @@ class LLMJudge:
         backend = self.backend.get()
         identity = backend.identity()
         template = chosen_template(self.params.template, rubric, "llm", self.default_template)
-        t_hash, dims = template_hash(template), rubric.dimensions
+        # once per call: the rubric hash serialises the rubric and reads the templates it names
+        t_hash, r_hash, dims = template_hash(template), rubric.content_hash, rubric.dimensions
         b, g, d = rollout.num_prompts, rollout.group_size, len(dims)
         orders = self._orders(rubric)
         # requests: (prompt index, completion index, permutation index) -> (cache key, chat)
@@ -92,7 +93,7 @@ class LLMJudge:
                 for k, order in enumerate(orders):
                     text = render_template(template, rubric=rubric, prompt=prompt, completion=completion,
                                            dimensions=[dims[x] for x in order])
-                    key = ResponseCache.key(judge="llm", backend=identity, template=t_hash, rubric=rubric.content_hash,
+                    key = ResponseCache.key(judge="llm", backend=identity, template=t_hash, rubric=r_hash,
                                             permutation=k, prompt=prompt, completion=completion)
                     requests[(i, j, k)] = (key, [{"role": "user", "content": text}])
 

@@ -232,7 +232,8 @@ class RankingJudge:
                              f"prompt, got {g} (num_generations)", "judge 'ranking'")
         backend = self.backend.get()
         template = chosen_template(self.params.template, rubric, "ranking", self.default_template)
-        identity, t_hash = backend.identity(), template_hash(template)
+        # once per call: the rubric hash serialises the rubric and reads the templates it names
+        identity, t_hash, r_hash = backend.identity(), template_hash(template), rubric.content_hash
         labels = group_labels(g)
         shown: dict[tuple[int, int], list[int]] = {}
         requests: dict[Hashable, tuple[str, list[dict[str, str]]]] = {}
@@ -246,7 +247,7 @@ class RankingJudge:
                 text = render_template(template, rubric=rubric, prompt=prompt, candidates=candidates,
                                        labels=labels, reference=record.get("reference"), example_order=example)
                 key = ResponseCache.key(judge="ranking", backend=identity, template=t_hash,
-                                        rubric=rubric.content_hash, permutation=rep, seed=self.params.seed,
+                                        rubric=r_hash, permutation=rep, seed=self.params.seed,
                                         prompt=prompt, reference=record.get("reference"), completions=group)
                 requests[(i, rep)] = (key, [{"role": "user", "content": text}])
 
