@@ -38,14 +38,14 @@ def yardstick(policy_dir: Path | None, seed: int, prompts: int = 64, samples: in
     from rlkit.models import build_tiny_policy, load_policy
     from rlkit.registry import load_registry
     from rlkit.rewards import aggregate_rewards
-    from rlkit.sampling import sample_completions
+    from rlkit.sampling import GenerationRequest
     from rlkit.types import Rollout
 
     torch.manual_seed(seed)
     model, tokenizer = load_policy(policy_dir or build_tiny_policy())
     records = arithmetic_task(prompts, seed=10_000 + seed)  # prompts the run did not train on
-    sampled = sample_completions(model, tokenizer, records, samples, 16, temperature=1.0)
     registry = load_registry()
+    sampled = registry.create("generator", "hf").generate(model, tokenizer, GenerationRequest(records, samples, 16))
     rubric = shipped_rubric("arithmetic")
     raw = registry.create("judge", "rule").score(Rollout(records=records, completions=sampled.texts), rubric)
     batch = aggregate_rewards(raw, rubric, registry.create("weight_scheduler", "constant"),

@@ -155,6 +155,11 @@ def cmd_calibrate(overrides: Sequence[str]) -> int:
     return 0
 
 
+# Set for the processes Lightning starts for the other ranks of a DDP run: they re-run this program with the
+# first process's Hydra arguments (no command word), and read the command from here.
+RELAUNCHED_COMMAND = "RLKIT_RELAUNCHED_COMMAND"
+
+
 def cmd_fit(overrides: Sequence[str]) -> int:
     import hydra
 
@@ -162,7 +167,8 @@ def cmd_fit(overrides: Sequence[str]) -> int:
     from rlkit.registry import load_registry
 
     registry = load_registry()
-    if not any(o in ("-m", "--multirun") for o in overrides):
+    relaunched = os.environ.get(RELAUNCHED_COMMAND) == "fit"
+    if not relaunched and not any(o in ("-m", "--multirun") for o in overrides):
         # Fail in milliseconds with one line, before Hydra sets up a run directory.
         _validated(overrides)
 
@@ -173,25 +179,34 @@ def cmd_fit(overrides: Sequence[str]) -> int:
         from rlkit.fit import fit, print_summary
 
         try:
-            validated = validate_config(cfg, registry)
+            # A launcher that runs jobs in other processes (submitit) pickles this function: it carries no
+            # registry and builds one where it runs.
+            validated = validate_config(cfg, load_registry())
             summary = fit(validated, Path(HydraConfig.get().runtime.output_dir))
         except RlkitError as exc:
             if os.environ.get("HYDRA_FULL_ERROR") == "1":
                 raise
             print(f"rlkit: error: {exc}", file=sys.stderr)
             sys.exit(exc.exit_code)
-        print_summary(summary, validated)
+        if summary["global_zero"]:
+            print_summary(summary, validated)
         return summary["end"]["reward"]  # what a sweeper optimises
 
     argv = sys.argv
     # Hydra's parser takes its flags (-m, --cfg job, ...) before the positional overrides.
     flags = [o for o in overrides if o.startswith("-")]
     positional = [o for o in overrides if not o.startswith("-")]
-    sys.argv = ["rlkit fit", *flags, *search_path_override(registry), *positional]
+    search = [] if relaunched else search_path_override(registry)  # a relaunched rank has it already
+    # argv[0] stays this program: Lightning's DDP launcher starts the other ranks with it and these arguments.
+    sys.argv = [argv[0], *flags, *search, *positional]
+    previous = os.environ.get(RELAUNCHED_COMMAND)
+    os.environ[RELAUNCHED_COMMAND] = "fit"
     try:
         task()
     finally:
         sys.argv = argv
+        if previous is None:
+            os.environ.pop(RELAUNCHED_COMMAND, None)
     return 0
 
 
@@ -209,6 +224,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(USAGE)
         return 0 if args.help else 2
     command = COMMANDS.get(args.command)
+    relaunched = os.environ.get(RELAUNCHED_COMMAND)
+    if command is None and relaunched in COMMANDS and os.environ.get("LOCAL_RANK", "0") != "0":
+        # another rank of a multi-process run: every argument is an override of the first rank's command
+        command, overrides = COMMANDS[relaunched], [args.command, *overrides]
     if command is None:
         print(f"rlkit: error: unknown command {args.command!r}; commands: {', '.join(COMMANDS)}",
               file=sys.stderr)

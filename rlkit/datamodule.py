@@ -37,13 +37,21 @@ class EpochShuffleSampler(Sampler[int]):
     the epoch, a resumed run sees the same order as an uninterrupted one; ``resume_at`` skips the samples
     the checkpointed run had already trained on, once, in that epoch only. ``len`` stays the full epoch so
     Lightning's batch counter (restored from the checkpoint) ends the epoch at the same place.
+
+    With ``world_size`` processes the epoch's order is cut into global batches of ``batch_size × world_size``
+    and process ``rank`` takes block ``rank`` of each: gathered in rank order, a step's prompts are exactly
+    those a single process with the global batch would see (the last incomplete global batch is dropped).
     """
 
-    def __init__(self, num_samples: int, seed: int) -> None:
+    def __init__(self, num_samples: int, seed: int, *, batch_size: int = 1, rank: int = 0,
+                 world_size: int = 1) -> None:
         self.num_samples = num_samples
         self.seed = seed
+        self.batch_size = batch_size
+        self.rank = rank
+        self.world_size = world_size
         self.epoch = 0
-        self._skip: tuple[int, int] | None = None  # (epoch, samples already trained on)
+        self._skip: tuple[int, int] | None = None  # (epoch, samples already trained on, all processes)
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
@@ -52,7 +60,9 @@ class EpochShuffleSampler(Sampler[int]):
         self._skip = (epoch, samples_done)
 
     def __len__(self) -> int:
-        return self.num_samples
+        if self.world_size == 1:
+            return self.num_samples
+        return self.num_samples // (self.batch_size * self.world_size) * self.batch_size
 
     def __iter__(self):
         order = torch.randperm(self.num_samples, generator=torch.Generator().manual_seed(self.seed + self.epoch))
@@ -60,7 +70,12 @@ class EpochShuffleSampler(Sampler[int]):
         if self._skip is not None and self._skip[0] == self.epoch:
             start = self._skip[1]
             self._skip = None
-        return iter(order[start:].tolist())
+        order = order[start:]
+        if self.world_size > 1:
+            span = self.batch_size * self.world_size
+            full = len(order) // span
+            order = order[:full * span].view(full, self.world_size, self.batch_size)[:, self.rank].reshape(-1)
+        return iter(order.tolist())
 
 
 def _as_list(batch: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -95,11 +110,31 @@ class PromptDataModule(L.LightningDataModule):
             raise ValueError("no training prompts left after the held-out split")
 
     def train_dataloader(self) -> DataLoader:
-        sampler = EpochShuffleSampler(len(self.train_records), self.seed)
+        rank, world = self._place()
+        if self.batch_size % world:
+            from rlkit.errors import ConfigError
+
+            raise ConfigError(f"{self.batch_size} prompts per step cannot be split evenly over {world} processes; "
+                              f"use a multiple of {world}", "batch_size")
+        local = self.batch_size // world
+        if world > 1 and len(self.train_records) < self.batch_size:
+            from rlkit.errors import DataError
+
+            raise DataError(f"{len(self.train_records)} training prompts do not fill one global batch of "
+                            f"{self.batch_size}", "batch_size")
+        sampler = EpochShuffleSampler(len(self.train_records), self.seed, batch_size=local, rank=rank,
+                                      world_size=world)
         if self._resume is not None:
             sampler.resume_at(*self._resume)
-        return DataLoader(self.train_records, batch_size=self.batch_size, sampler=sampler, collate_fn=_as_list,
+        return DataLoader(self.train_records, batch_size=local, sampler=sampler, collate_fn=_as_list,
                           drop_last=len(self.train_records) >= self.batch_size)
+
+    def _place(self) -> tuple[int, int]:
+        """(rank, world size) of this process: ``batch_size`` is the global batch, split between processes."""
+        trainer = self.trainer
+        if trainer is None:
+            return 0, 1
+        return int(trainer.global_rank), int(trainer.world_size)
 
     def val_dataloader(self) -> DataLoader:
         return DataLoader(self.heldout_records or self.train_records[: self.batch_size],

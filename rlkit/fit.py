@@ -13,6 +13,7 @@ from omegaconf import OmegaConf
 from rlkit.callbacks import SampleLogger
 from rlkit.config import ValidatedConfig
 from rlkit.debias import LengthFormatDebias
+from rlkit.errors import ConfigError
 from rlkit.loggers import finish_logger, make_logger
 from rlkit.module import HeldoutScoring, RewardParts, RubricRLModule, TrainingSettings
 
@@ -42,6 +43,7 @@ def settings_from(validated: ValidatedConfig) -> TrainingSettings:
         temperature=float(cfg.temperature), objective=validated.objective, lr=float(optim.lr),
         weight_decay=float(optim.weight_decay), warmup_steps=int(optim.warmup_steps),
         gradient_clip_val=optim.gradient_clip_val, gradient_accumulation_steps=int(optim.gradient_accumulation_steps),
+        seed=int(cfg.seed),
     )
 
 
@@ -77,21 +79,59 @@ def heldout_scoring(validated: ValidatedConfig) -> HeldoutScoring | None:
                           scheduler=registry.create("weight_scheduler", "constant"))
 
 
-def fit(validated: ValidatedConfig, run_dir: Path) -> dict[str, Any]:
-    """Train, evaluate the held-out split before and after, and return the summary."""
-    from rlkit.datamodule import PromptDataModule
-    from rlkit.models import apply_lora, load_policy, resolve_policy_path, save_policy
+def check_replicas_agree(policy: Any, device: Any) -> int:
+    """The number of processes, after checking that every one holds exactly the same trainable parameters
+    (DDP gives each the same averaged gradient; any difference means the processes trained different models)."""
+    import torch
+
+    from rlkit.distributed import Spread
+
+    spread = Spread.current()
+    if not spread.distributed:
+        return 1
+    with torch.no_grad():
+        params = [p.detach().double() for p in policy.parameters() if p.requires_grad]
+        fingerprint = torch.stack([torch.stack([p.sum(), p.square().sum()]) for p in params]).reshape(1, -1)
+    gathered = spread.gather(fingerprint.to(device), device)
+    differs = (gathered != gathered[:1]).any(dim=1)
+    if bool(differs.any()):
+        raise RuntimeError(f"after training, processes {differs.nonzero().flatten().tolist()} hold parameters that "
+                           "differ from process 0's; their gradients were not synchronised")
+    return spread.world_size
+
+
+def build_trainer(validated: ValidatedConfig, run_dir: Path) -> tuple[L.Trainer, Any]:
+    """The Lightning trainer of ``trainer.*`` with rlkit's checkpoints, sample log and logger."""
+    cfg = validated.cfg
+    logger = make_logger(cfg, run_dir)
+    trainer_kwargs = OmegaConf.to_container(cfg.trainer, resolve=True)
+    # rlkit's sampler splits each global batch between processes itself (PromptDataModule)
+    trainer_kwargs.setdefault("use_distributed_sampler", False)
+    checkpoints = ModelCheckpoint(dirpath=str(run_dir / "checkpoints"), save_last=True, save_top_k=0,
+                                  every_n_train_steps=int(cfg.checkpoint_every))
+    samples = SampleLogger(int(cfg.log_samples.every), int(cfg.log_samples.rows), run_dir / "samples.jsonl",
+                           validated.reward_rubric)
+    try:
+        trainer = L.Trainer(default_root_dir=str(run_dir), logger=logger, num_sanity_val_steps=0,
+                            callbacks=[checkpoints, samples], check_val_every_n_epoch=None,
+                            val_check_interval=None, enable_model_summary=False, **trainer_kwargs)
+    except (TypeError, ValueError) as exc:  # Lightning's MisconfigurationException is a ValueError
+        finish_logger(logger)
+        raise ConfigError(str(exc).split("\n")[0], "trainer (passed to lightning.Trainer)") from None
+    return trainer, logger
+
+
+def build_module(validated: ValidatedConfig) -> RubricRLModule:
+    """The policy (LoRA-wrapped if asked), its reference, the reward parts and the generator, in one module."""
+    from rlkit.models import apply_lora, load_policy, resolve_policy_path
     from rlkit.reference import build_reference, needs_reference
 
     cfg = validated.cfg
-    _quiet_lightning()
-    L.seed_everything(int(cfg.seed), workers=True, verbose=False)
     path = resolve_policy_path(validated.model.name_or_path)
     policy, tokenizer = load_policy(path, validated.model.dtype)
     lora = validated.model.lora
     if lora.enabled:
         policy = apply_lora(policy, lora)
-    settings = settings_from(validated)
     reference = build_reference(validated.model.reference, policy, uses_lora=lora.enabled,
                                 needed=needs_reference(validated.objective), ema_decay=validated.model.ema_decay)
     parts = RewardParts(judge=validated.plugins["judge"], judge_name=validated.plugin_names["judge"],
@@ -103,30 +143,39 @@ def fit(validated: ValidatedConfig, run_dir: Path) -> dict[str, Any]:
                         lexicographic=_lexicographic_fallback(validated),
                         score_normalization=str(cfg.get("score_normalization", "range")),
                         debias=build_debias(validated), heldout=heldout_scoring(validated))
-    module = RubricRLModule(policy, tokenizer, validated.reward_rubric, parts, settings, reference,
-                            judged_rubric=validated.rubric)
-    datamodule = PromptDataModule(validated.data, batch_size=int(cfg.batch_size), seed=int(cfg.seed))
-    logger = make_logger(cfg, run_dir)
-    trainer_kwargs = OmegaConf.to_container(cfg.trainer, resolve=True)
-    checkpoints = ModelCheckpoint(dirpath=str(run_dir / "checkpoints"), save_last=True, save_top_k=0,
-                                  every_n_train_steps=int(cfg.checkpoint_every))
-    samples = SampleLogger(int(cfg.log_samples.every), int(cfg.log_samples.rows), run_dir / "samples.jsonl",
-                           validated.reward_rubric)
-    trainer = L.Trainer(default_root_dir=str(run_dir), logger=logger, num_sanity_val_steps=0,
-                        callbacks=[checkpoints, samples],
-                        check_val_every_n_epoch=None,
-                        val_check_interval=None, enable_model_summary=False, **trainer_kwargs)
+    return RubricRLModule(policy, tokenizer, validated.reward_rubric, parts, settings_from(validated), reference,
+                          judged_rubric=validated.rubric, generator=validated.plugins.get("generator"))
+
+
+def fit(validated: ValidatedConfig, run_dir: Path) -> dict[str, Any]:
+    """Train, evaluate the held-out split before and after, and return the summary."""
+    from rlkit.datamodule import PromptDataModule
+    from rlkit.models import save_policy
+
+    cfg = validated.cfg
+    _quiet_lightning()
+    L.seed_everything(int(cfg.seed), workers=True, verbose=False)
+    trainer, logger = build_trainer(validated, run_dir)  # first: a trainer setting Lightning refuses fails fast
+    module = None
     try:
+        module = build_module(validated)
+        datamodule = PromptDataModule(validated.data, batch_size=int(cfg.batch_size), seed=int(cfg.seed))
         trainer.validate(module, datamodule=datamodule, verbose=False)
         start = dict(module.heldout)
         trainer.fit(module, datamodule=datamodule, ckpt_path=cfg.get("ckpt_path"))
+        replicas = check_replicas_agree(module.policy, module.device)
         trainer.validate(module, datamodule=datamodule, verbose=False)
         end = dict(module.heldout)
     finally:
         finish_logger(logger)
-    final_dir = save_policy(policy, tokenizer, run_dir / "policy", lora.save)
+        if module is not None:
+            module.generator.close()
+    final_dir = run_dir / "policy"
+    if trainer.is_global_zero:  # every process holds the same weights; one writes them
+        final_dir = save_policy(module.policy, module.tokenizer, final_dir, validated.model.lora.save)
+    trainer.strategy.barrier("rlkit-policy-saved")
     return {"start": start, "end": end, "policy_dir": str(final_dir), "steps": trainer.global_step,
-            "diagnostics": module.diagnostics}
+            "diagnostics": module.diagnostics, "global_zero": trainer.is_global_zero, "replicas": replicas}
 
 
 def diagnostics_table(diagnostics: Any, dimensions: list[str]) -> Any:
@@ -170,5 +219,7 @@ def print_summary(summary: dict[str, Any], validated: ValidatedConfig) -> None:
                       f"dropped by gap {diagnostics.mean('pairs/dropped_by_gap'):.3f}",
                       f"implicit-reward accuracy {diagnostics.mean('rewards/accuracies'):.3f}"]
         console.print(" · ".join(parts) + " (means over the run)")
+    if summary.get("replicas", 1) > 1:
+        console.print(f"{summary['replicas']} processes hold the same parameters after training")
     console.print(f"final held-out mean normalised reward: {summary['end']['reward']:.4f}")
     console.print(f"policy saved to {summary['policy_dir']}")

@@ -118,6 +118,32 @@ def rlkit_register_weight_schedulers(register: Register) -> None:
 
 
 @hookspec
+def rlkit_register_generators(register: Register) -> None:
+    """Register generator factories: what samples the policy's completions (``generator=<name>``).
+
+    The loop calls, in this order:
+
+    * ``setup(policy, tokenizer) -> None`` once, when training starts, with the policy on its device (an
+      inference engine starts here and loads the policy's current weights).
+    * ``generate(policy, tokenizer, request: rlkit.sampling.GenerationRequest) -> rlkit.sampling.SampledBatch``
+      once per training step (and with ``request.greedy`` for held-out evaluation). For B records it returns
+      B × ``request.num_generations`` sequences, record by record, each record's G completions consecutive:
+      ``input_ids`` ``[B*G, P+C]`` = the prompt, left-padded to P, then C completion tokens (C ≤
+      ``request.max_new_tokens``), ``attention_mask`` over both, ``completion_mask`` ``[B*G, C]`` 1 up to and
+      including the first EOS, ``texts`` ``[B][G]`` the decoded completions, ``truncated`` ``[B*G]`` rows without
+      EOS. ``rlkit.sampling.assemble_sampled_batch`` builds all of that from prompt and completion ids. The
+      tokens must be the policy tokenizer's (the loop scores them under the policy). Sampling follows
+      ``request.temperature``; a generator may honour ``request.seeds`` (one per record) to make a record's
+      completions independent of the rest of the batch.
+    * ``sync_weights(policy) -> None`` after every optimiser step: the next ``generate`` must sample from the
+      updated weights (an engine copies them in; a generator that samples with the policy itself does nothing).
+    * ``close() -> None`` when the run ends.
+
+    rlkit's contract suite (``rlkit.testing.GeneratorContract``) checks these shapes and the weight sync.
+    """
+
+
+@hookspec
 def rlkit_register_judge_backends(register: Register) -> None:
     """Register judge-backend factories: where a model-based judge sends its prompts.
 

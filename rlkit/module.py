@@ -22,6 +22,7 @@ from rlkit.diagnostics import (
     saturated_groups,
     unique_counts,
 )
+from rlkit.distributed import Spread
 from rlkit.losses import policy_gradient_loss
 from rlkit.preference_losses import preference_loss, sequence_logp_sums, sft_loss
 from rlkit.preferences import chosen_win_share, confidence_weighted, drop_close_pairs, ordering_batch
@@ -29,7 +30,7 @@ from rlkit.reference import ReferencePolicy
 from rlkit.rewards import aggregate_rewards, check_judge_output, confidence_scaled, with_group_confidence
 from rlkit.rng import capture_rng_state, restore_rng_state
 from rlkit.rubric import Rubric
-from rlkit.sampling import SampledBatch, micro_batches, sample_completions, sequence_log_probs
+from rlkit.sampling import GenerationRequest, SampledBatch, micro_batches, sequence_log_probs
 from rlkit.stats import nan_mean_std
 from rlkit.types import PreferencePairs, RewardBatch, Rollout
 
@@ -76,6 +77,7 @@ class TrainingSettings:
     warmup_steps: int
     gradient_clip_val: float | None
     gradient_accumulation_steps: int = 1
+    seed: int = 0  # the run seed; with the step and a prompt's batch position it seeds that prompt's sampling
 
 
 @dataclass
@@ -110,7 +112,7 @@ class RubricRLModule(L.LightningModule):
 
     def __init__(self, policy: Any, tokenizer: Any, rubric: Rubric, parts: RewardParts,
                  settings: TrainingSettings, reference: ReferencePolicy | None = None,
-                 judged_rubric: Rubric | None = None) -> None:
+                 judged_rubric: Rubric | None = None, generator: Any = None) -> None:
         super().__init__()
         self.automatic_optimization = False
         self.policy = policy
@@ -122,6 +124,11 @@ class RubricRLModule(L.LightningModule):
         self.judged_rubric = judged_rubric or rubric
         self.parts = parts
         self.settings = settings
+        if generator is None:
+            from rlkit.registry import load_registry
+
+            generator = load_registry().create("generator", "hf")
+        self.generator = generator
         self.heldout: dict[str, float] = {}
         self._val_raw: list[torch.Tensor] = []
         self._val_rewards: list[torch.Tensor] = []
@@ -146,13 +153,45 @@ class RubricRLModule(L.LightningModule):
         judge = self.parts.judge
         raw = check_judge_output(judge.score(rollout, self.judged_rubric), rollout, self.rubric,
                                  self.parts.judge_name)
-        debias = self.parts.debias
-        if debias is not None and not heldout:
-            raw = debias.correct(raw, completion_features(rollout, debias.features))
+        report = getattr(judge, "group_confidence", None)
+        confidence = report() if callable(report) else None
+        debias = None if heldout else self.parts.debias
+        features = completion_features(rollout, debias.features) if debias is not None else None
+        if not heldout:
+            # Each process judged its own groups; weights, bias fit, aggregation and advantages see them all,
+            # as a single process would (held-out evaluation runs the whole split on every process).
+            spread = self.spread
+            raw = spread.gather(raw, self.device)
+            features = None if features is None else spread.gather(features, self.device)
+            if confidence is not None:
+                confidence = spread.gather(torch.as_tensor(confidence, dtype=torch.float32), self.device)
+        if debias is not None:
+            raw = debias.correct(raw, features)
         batch = aggregate_rewards(raw, self.rubric, scheduler or self.parts.scheduler, self.parts.aggregator, step,
                                   self.parts.score_normalization)
-        confidence = getattr(judge, "group_confidence", None)
-        return with_group_confidence(batch, confidence() if callable(confidence) else None, self.parts.judge_name)
+        return with_group_confidence(batch, confidence, self.parts.judge_name)
+
+    @property
+    def spread(self) -> Spread:
+        """This process's place in a multi-process run (rank 0 of 1 otherwise)."""
+        return Spread.current()
+
+    def generation_request(self, records: list[dict[str, Any]], *, greedy: bool = False) -> GenerationRequest:
+        """The step's request; each record's seed follows from the run seed, the step and the record's
+        position in the global batch, never from the process that holds it."""
+        s, spread = self.settings, self.spread
+        offset = spread.rank * len(records)
+        seeds = [((s.seed * 1_000_003 + self.global_step) * 1_000_033 + offset + i) & 0xFFFFFFFF
+                 for i in range(len(records))]
+        return GenerationRequest(records, 1 if greedy else s.num_generations, s.max_completion_length,
+                                 s.temperature, greedy, seeds)
+
+    def on_fit_start(self) -> None:
+        self.generator.setup(self.policy, self.tokenizer)
+        spread = self.spread
+        if spread.distributed:
+            # The same seed on every process would draw the same sampling noise for different prompts.
+            torch.manual_seed(self.settings.seed + 7919 * spread.rank)
 
     def training_step(self, records: list[dict[str, Any]], batch_idx: int) -> torch.Tensor:
         if self._rng_to_restore is not None:
@@ -161,11 +200,11 @@ class RubricRLModule(L.LightningModule):
             restore_rng_state(self._rng_to_restore)
             self._rng_to_restore = None
         epoch, done = self._data_position
-        self._data_position = (self.current_epoch, (done if epoch == self.current_epoch else 0) + len(records))
+        trained = len(records) * self.spread.world_size  # the sampler's position counts the global batch
+        self._data_position = (self.current_epoch, (done if epoch == self.current_epoch else 0) + trained)
         s = self.settings
         t0 = time.perf_counter()
-        sampled = sample_completions(self.policy, self.tokenizer, records, s.num_generations,
-                                     s.max_completion_length, s.temperature)
+        sampled = self.generator.generate(self.policy, self.tokenizer, self.generation_request(records))
         t1 = time.perf_counter()
         step = self.global_step  # before the update advances it
         batch = self.score(records, sampled, step)
@@ -173,17 +212,20 @@ class RubricRLModule(L.LightningModule):
                           "group_dpo": self.group_preference_step}[s.objective.name]
         outcome = objective_step(sampled, batch)
         loss, t2, t3 = outcome.loss, outcome.decided_at, outcome.logprob_at
-        self.last_rollout = RolloutSnapshot(step, records, sampled.texts, batch.raw_scores, batch.rewards,
-                                            outcome.advantages)
+        spread = self.spread
+        self.last_rollout = RolloutSnapshot(step, records, sampled.texts, spread.local(batch.raw_scores),
+                                            spread.local(batch.rewards), outcome.advantages)
         t4 = time.perf_counter()
-        metrics = self.step_metrics(batch, sampled)
+        lengths = spread.gather(sampled.completion_token_counts.float(), self.device)
+        truncated = spread.gather(sampled.truncated.float(), self.device)
+        metrics = self.step_metrics(batch, lengths, truncated)
         metrics.update(outcome.metrics)
         judge_metrics = getattr(self.parts.judge, "metrics", None)
         if callable(judge_metrics):
             metrics.update({k: float(v) for k, v in judge_metrics().items()})
         if self.parts.debias is not None:
             metrics.update(self.parts.debias.metrics(self.rubric.dimension_names))
-        n_tokens = float(sampled.completion_mask.sum())
+        n_tokens = float(lengths.sum())
         metrics.update({
             "loss": float(loss),
             "time/generation": t1 - t0, "time/judge": t2 - t1, "time/logprob": t3 - t2, "time/optim": t4 - t3,
@@ -199,11 +241,12 @@ class RubricRLModule(L.LightningModule):
 
     def policy_gradient_step(self, sampled: SampledBatch, batch: RewardBatch) -> StepOutcome:
         """Advantages from the estimator, then clipped policy-gradient updates."""
-        advantages = confidence_scaled(self.parts.estimator.advantages(batch), batch)
+        advantages = confidence_scaled(self.parts.estimator.advantages(batch), batch)  # the global batch's
+        local = self.spread.local(advantages)
         decided = time.perf_counter()
-        loss, metrics, logprob_at = self.policy_update(sampled, advantages.reshape(-1).to(self.device))
+        loss, metrics, logprob_at = self.policy_update(sampled, local.reshape(-1).to(self.device))
         metrics.update(advantage_metrics(advantages))
-        return StepOutcome(loss, metrics, advantages, decided, logprob_at)
+        return StepOutcome(loss, metrics, local, decided, logprob_at)
 
     def group_preference_step(self, sampled: SampledBatch, batch: RewardBatch) -> StepOutcome:
         """Pairs from each group (ordered by the aggregated reward), filtered by the host's rules, then a
@@ -233,10 +276,12 @@ class RubricRLModule(L.LightningModule):
         soft_labels = getattr(constructor, "soft_labels", False)
         pairs = confidence_weighted(pairs, batch, soft_labels)
         decided = time.perf_counter()
-        loss, metrics, logprob_at = self.preference_update(sampled, pairs, soft_labels)
+        loss, metrics, logprob_at = self.preference_update(sampled, self.local_pairs(pairs, batch.shape[0]),
+                                                           soft_labels)
         net = torch.zeros(batch.shape[:2])
         net.index_put_((pairs.prompt_index, pairs.chosen), torch.ones(len(pairs)), accumulate=True)
         net.index_put_((pairs.prompt_index, pairs.rejected), -torch.ones(len(pairs)), accumulate=True)
+        net = self.spread.local(net)
         metrics.update({"pairs/built": float(built), "pairs/used": float(len(pairs)),
                         "pairs/dropped_by_gap": dropped, "ordering/lexicographic": float(self.lexicographic_ordering)})
         if len(pairs):
@@ -244,23 +289,43 @@ class RubricRLModule(L.LightningModule):
                 metrics[f"pairs/chosen_wins/{name}"] = share
         return StepOutcome(loss, metrics, net, decided, logprob_at)
 
+    def local_pairs(self, pairs: PreferencePairs, global_prompts: int) -> PreferencePairs:
+        """The pairs of this process's prompts, indexed within its own rows."""
+        spread = self.spread
+        if not spread.distributed:
+            return pairs
+        size = global_prompts // spread.world_size
+        start = spread.rank * size
+        keep = (pairs.prompt_index >= start) & (pairs.prompt_index < start + size)
+        return PreferencePairs(pairs.prompt_index[keep] - start, pairs.chosen[keep], pairs.rejected[keep],
+                               pairs.weight[keep])
+
+    def _zero_loss(self) -> torch.Tensor:
+        """A zero that touches every trainable parameter: a process with nothing to learn from in a
+        micro-batch still joins the others' gradient all-reduce."""
+        return sum((p.sum() * 0.0 for p in self.policy.parameters() if p.requires_grad),
+                   torch.zeros((), device=self.device))
+
     def preference_update(self, sampled: SampledBatch, pairs: PreferencePairs, soft_labels: bool,
                           ) -> tuple[torch.Tensor, dict[str, float], float]:
-        """``num_iterations`` optimiser steps on the pairs, each accumulated over micro-batches of pairs.
+        """``num_iterations`` optimiser steps on this process's pairs, each accumulated over micro-batches.
 
         Only the completions that appear in a pair go through the model. With soft labels (``winrate``)
         a pair's weight is the probability that chosen beats rejected; otherwise it weighs the pair and
-        the label is ``1 − label_smoothing``.
+        the label is ``1 − label_smoothing``. Under DDP the loss is normalised by the weight of every
+        process's pairs, so the averaged gradient is the single-process one.
         """
-        s, o = self.settings, self.settings.objective
+        s, o, spread = self.settings, self.settings.objective, self.spread
         opt, sched = self.optimizers(), self.lr_schedulers()
         g = s.num_generations
         n = len(pairs)
-        if n == 0:
+        n_all = int(spread.sum(n, self.device))
+        if n_all == 0:
             # No preference this step: count the step (Lightning counts optimiser steps) without moving
             # anything; parameters without a gradient are skipped by the optimiser, momentum included.
             opt.zero_grad(set_to_none=True)
             opt.step()
+            self.generator.sync_weights(self.policy)
             sched.step()
             return torch.zeros((), device=self.device), {"loss/preference": 0.0}, time.perf_counter()
         device = self.device
@@ -269,8 +334,9 @@ class RubricRLModule(L.LightningModule):
         pair_w = pairs.weight.to(device)
         labels = pair_w if soft_labels else torch.full((n,), 1.0 - o.label_smoothing, device=device)
         weights = torch.ones(n, device=device) if soft_labels else pair_w
-        total = float(weights.sum())
-        chunks = micro_batches(n, s.gradient_accumulation_steps)
+        total = spread.sum(weights.sum(), self.device)
+        # Every process runs the same number of backward passes (each one joins a gradient all-reduce).
+        chunks = micro_batches(n, s.gradient_accumulation_steps, exact=spread.distributed)
 
         def logp_sums(log_probs: Any, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
             unique, inverse = torch.unique(rows, return_inverse=True)
@@ -280,7 +346,7 @@ class RubricRLModule(L.LightningModule):
         refs: list[tuple[torch.Tensor, torch.Tensor] | None] = []
         with torch.no_grad():
             for rows in chunks:
-                if self.reference is None:
+                if self.reference is None or rows.start == rows.stop:
                     refs.append(None)
                     continue
                 both = torch.cat([chosen_rows[rows], rejected_rows[rows]])
@@ -292,6 +358,9 @@ class RubricRLModule(L.LightningModule):
             loss = torch.zeros((), device=device)
             weighted: dict[str, float] = {}
             for rows, ref in zip(chunks, refs, strict=True):
+                if rows.start == rows.stop:
+                    self.manual_backward(self._zero_loss())
+                    continue
                 both = torch.cat([chosen_rows[rows], rejected_rows[rows]])
                 sums, lengths = logp_sums(lambda sub: sequence_log_probs(self.policy, sub), both)
                 half = len(both) // 2
@@ -303,28 +372,33 @@ class RubricRLModule(L.LightningModule):
                     part = part + o.sft_weight * sft_loss(sums[:half], lengths[:half], weights[rows])
                 # micro-batch losses are weighted means; scaling by their weight share sums them to the whole
                 share = float(weights[rows].sum()) / total if total > 0 else 0.0
-                self.manual_backward(part * share)
+                # DDP averages gradients over processes: × world_size makes that average the sum of the shares
+                self.manual_backward(part * share * spread.world_size)
                 loss = loss + part.detach() * share
                 for key, value in part_metrics.items():
                     if key != "pairs":
-                        weighted[key] = weighted.get(key, 0.0) + float(value) * (rows.stop - rows.start) / n
+                        weighted[key] = weighted.get(key, 0.0) + float(value) * (rows.stop - rows.start) / n_all
+            grad_norm = self._grad_norm()
             if s.gradient_clip_val:
                 self.clip_gradients(opt, gradient_clip_val=s.gradient_clip_val, gradient_clip_algorithm="norm")
             opt.step()
+            self.generator.sync_weights(self.policy)
             if self.reference is not None:
                 self.reference.on_optimizer_step(self.policy)
         sched.step()
         weighted["loss/preference"] = float(loss)
-        return loss, weighted, logprob_at
+        summed = spread.sum_all(weighted, self.device)
+        summed["grad_norm"] = grad_norm  # the same on every process once DDP has averaged the gradients
+        return torch.as_tensor(summed["loss/preference"]), summed, logprob_at
 
     def policy_update(self, sampled: SampledBatch, advantages: torch.Tensor,
                       ) -> tuple[torch.Tensor, dict[str, float], float]:
-        """``num_iterations`` optimiser steps on one rollout, each accumulated over micro-batches.
+        """``num_iterations`` optimiser steps on this process's rollout, each accumulated over micro-batches.
 
-        Returns the last iteration's loss, its token-weighted loss metrics, and the time the no-grad
-        log-prob passes (old policy, reference) finished.
+        Returns the last iteration's loss over the global batch, its token-weighted loss metrics, and the
+        time the no-grad log-prob passes (old policy, reference) finished.
         """
-        s, o = self.settings, self.settings.objective
+        s, o, spread = self.settings, self.settings.objective, self.spread
         opt, sched = self.optimizers(), self.lr_schedulers()
         mask = sampled.completion_mask.float()
         if o.mask_truncated_completions:
@@ -336,9 +410,11 @@ class RubricRLModule(L.LightningModule):
             ref_logp = (torch.cat([self.reference.log_probs(self.policy, sampled.rows(c)) for c in chunks])
                         if self.reference is not None else None)
         t_logprob = time.perf_counter()
-        # Micro-batch losses are normalised by the whole rollout's counts, so they sum to its loss and the
-        # accumulated gradient equals the one-pass gradient; metrics are token-weighted the same way.
-        num_tokens = float(mask.sum())
+        # Micro-batch losses are normalised by the global batch's counts (every process's), so they sum to
+        # its loss and the accumulated gradient equals the one-pass, one-process gradient; DDP averages over
+        # processes, hence × world_size. Metrics are token-weighted the same way and summed over processes.
+        num_tokens = spread.sum(mask.sum(), self.device)
+        num_sequences = len(advantages) * spread.world_size
         for _ in range(o.num_iterations):
             opt.zero_grad()
             loss = torch.zeros((), device=self.device)
@@ -350,23 +426,34 @@ class RubricRLModule(L.LightningModule):
                     None if ref_logp is None else ref_logp[rows], advantages[rows], mask[rows],
                     beta=o.beta if ref_logp is not None else 0.0, epsilon=o.epsilon, epsilon_high=o.epsilon_high,
                     loss_type=o.loss_type, max_completion_length=s.max_completion_length,
-                    num_sequences=len(advantages), num_tokens=num_tokens,
+                    num_sequences=num_sequences, num_tokens=num_tokens,
                 )
-                self.manual_backward(part)
+                self.manual_backward(part * spread.world_size)
                 loss = loss + part.detach()
                 share = mask[rows].sum() / max(num_tokens, 1.0)
                 for key, value in part_metrics.items():
                     weighted[key] = weighted.get(key, 0.0) + value * share
+            grad_norm = self._grad_norm()
             if s.gradient_clip_val:
                 self.clip_gradients(opt, gradient_clip_val=s.gradient_clip_val, gradient_clip_algorithm="norm")
             opt.step()
+            self.generator.sync_weights(self.policy)
             if self.reference is not None:
                 self.reference.on_optimizer_step(self.policy)
         sched.step()
-        return loss, {k: float(v) for k, v in weighted.items()}, t_logprob
+        summed = spread.sum_all({"loss": loss, **weighted}, self.device)
+        loss_value = summed.pop("loss")
+        summed["grad_norm"] = grad_norm  # the same on every process once DDP has averaged the gradients
+        return torch.as_tensor(loss_value), summed, t_logprob
 
-    def step_metrics(self, batch: RewardBatch, sampled: SampledBatch) -> dict[str, float]:
-        """Reward, per-dimension and conflict statistics of one step (all floats)."""
+    def _grad_norm(self) -> float:
+        """The L2 norm of the policy's gradient before clipping (of the last inner iteration when logged)."""
+        norms = [p.grad.detach().norm() for p in self.policy.parameters() if p.grad is not None]
+        return float(torch.linalg.vector_norm(torch.stack(norms))) if norms else 0.0
+
+    def step_metrics(self, batch: RewardBatch, lengths: torch.Tensor, truncated: torch.Tensor) -> dict[str, float]:
+        """Reward, per-dimension and conflict statistics of one step over the global batch (all floats);
+        ``lengths`` and ``truncated`` are every completion's token count and truncation flag."""
         rewards = batch.rewards
         assert rewards is not None
         mean, std, _ = nan_mean_std(rewards.reshape(-1), dim=0)
@@ -377,8 +464,8 @@ class RubricRLModule(L.LightningModule):
             "frac_zero_std_groups": float(((group_std == 0) | (group_n < 2)).float().mean()),
             "unscored_completions": float(torch.isnan(rewards).sum()),
             "dimension_conflict_rate": conflicts,
-            "completion_length": float(sampled.completion_token_counts.float().mean()),
-            "frac_truncated": float(sampled.truncated.float().mean()),
+            "completion_length": float(lengths.mean()),
+            "frac_truncated": float(truncated.mean()),
         }
         unique = unique_counts(batch.scores).float().mean(dim=0)
         saturated = saturated_groups(batch.scores).float().mean(dim=0)
@@ -402,8 +489,7 @@ class RubricRLModule(L.LightningModule):
         self._val_raw, self._val_rewards = [], []
 
     def validation_step(self, records: list[dict[str, Any]], batch_idx: int) -> None:
-        sampled = sample_completions(self.policy, self.tokenizer, records, 1, self.settings.max_completion_length,
-                                     greedy=True)
+        sampled = self.generator.generate(self.policy, self.tokenizer, self.generation_request(records, greedy=True))
         other = self.parts.heldout
         if other is not None:
             rollout = as_rollout(records, sampled)

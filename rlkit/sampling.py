@@ -1,4 +1,4 @@
-"""Sampling completions from the policy: one batched, left-padded ``generate`` per step."""
+"""Sampled completions as the loop trains on them, and what a generator plugin is asked for."""
 
 from __future__ import annotations
 
@@ -41,10 +41,14 @@ class SampledBatch:
                             self.prompt_length, [], self.truncated[rows])
 
 
-def micro_batches(num_rows: int, num_chunks: int) -> list[slice]:
-    """``num_rows`` split into at most ``num_chunks`` contiguous, nearly equal slices."""
-    size = -(-num_rows // max(1, min(num_chunks, num_rows)))
-    return [slice(start, min(start + size, num_rows)) for start in range(0, num_rows, size)]
+def micro_batches(num_rows: int, num_chunks: int, *, exact: bool = False) -> list[slice]:
+    """``num_rows`` split into at most ``num_chunks`` contiguous, nearly equal slices; with ``exact``, into
+    exactly ``max(1, num_chunks)``, the surplus ones empty (every process of a DDP run makes as many passes)."""
+    size = -(-num_rows // max(1, min(num_chunks, num_rows))) if num_rows else 1
+    chunks = [slice(start, min(start + size, num_rows)) for start in range(0, num_rows, size)]
+    if exact:
+        chunks += [slice(num_rows, num_rows)] * (max(1, num_chunks) - len(chunks))
+    return chunks
 
 
 def render_prompt(prompt: str | Sequence[dict[str, str]], tokenizer: Any) -> str:
@@ -56,32 +60,46 @@ def render_prompt(prompt: str | Sequence[dict[str, str]], tokenizer: Any) -> str
     return prompt_text(prompt)
 
 
-@torch.no_grad()
-def sample_completions(model: Any, tokenizer: Any, records: Sequence[dict[str, Any]], num_generations: int,
-                       max_completion_length: int, temperature: float = 1.0, greedy: bool = False) -> SampledBatch:
-    """Generate ``num_generations`` completions per record in one batched call (KV cache on)."""
+@dataclass(frozen=True)
+class GenerationRequest:
+    """What a generator is asked for: ``num_generations`` completions of each record's prompt.
+
+    ``seeds`` holds one integer per record, derived from the run seed, the step and the record's position
+    in the global batch (not from which process holds it). A generator that honours them samples a record's
+    completions from its seed alone, so they do not depend on the other records in the batch or on how the
+    batch is split across processes.
+    """
+
+    records: Sequence[dict[str, Any]]
+    num_generations: int
+    max_new_tokens: int
+    temperature: float = 1.0
+    greedy: bool = False
+    seeds: Sequence[int] | None = None
+
+
+def tokenize_prompts(tokenizer: Any, records: Sequence[dict[str, Any]]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Left-padded prompt ids and attention mask ``[B, P]`` (chat prompts through the chat template)."""
     prompts = [render_prompt(r["prompt"], tokenizer) for r in records]
     enc = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
-    device = next(model.parameters()).device
-    ids = enc["input_ids"].repeat_interleave(num_generations, dim=0).to(device)
-    attn = enc["attention_mask"].repeat_interleave(num_generations, dim=0).to(device)
-    was_training = model.training
-    model.eval()
-    out = model.generate(
-        input_ids=ids, attention_mask=attn, max_new_tokens=max_completion_length,
-        do_sample=not greedy, temperature=temperature if not greedy else None, top_k=None, top_p=None,
-        pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id, use_cache=True,
-    )
-    model.train(was_training)
-    prompt_length = ids.shape[1]
-    completion = out[:, prompt_length:]
-    completion_mask = mask_after_eos(completion, tokenizer.eos_token_id)
-    attention = torch.cat([attn, completion_mask], dim=1)
-    texts_flat = tokenizer.batch_decode(completion.masked_fill(completion_mask == 0, tokenizer.pad_token_id),
+    return enc["input_ids"], enc["attention_mask"]
+
+
+def assemble_sampled_batch(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, completion_ids: torch.Tensor,
+                           tokenizer: Any, num_generations: int) -> SampledBatch:
+    """The ``SampledBatch`` the loop trains on, from ``[B*G, P]`` left-padded prompts (each prompt repeated G
+    times, consecutively) and ``[B*G, C]`` completion ids; anything after a row's first EOS is ignored.
+
+    A generator that produces tokens elsewhere (an inference engine) builds its result with this, so the mask,
+    texts and truncation flags follow one rule whichever engine sampled."""
+    completion_mask = mask_after_eos(completion_ids, tokenizer.eos_token_id)
+    attention = torch.cat([prompt_mask, completion_mask.to(prompt_mask.dtype)], dim=1)
+    texts_flat = tokenizer.batch_decode(completion_ids.masked_fill(completion_mask == 0, tokenizer.pad_token_id),
                                         skip_special_tokens=True)
-    texts = [texts_flat[i * num_generations:(i + 1) * num_generations] for i in range(len(records))]
-    return SampledBatch(out, attention, completion_mask, prompt_length, texts,
-                        truncated_rows(completion, tokenizer.eos_token_id))
+    b = len(texts_flat) // num_generations
+    texts = [texts_flat[i * num_generations:(i + 1) * num_generations] for i in range(b)]
+    return SampledBatch(torch.cat([prompt_ids, completion_ids], dim=1), attention, completion_mask,
+                        prompt_ids.shape[1], texts, truncated_rows(completion_ids, tokenizer.eos_token_id))
 
 
 def sequence_log_probs(model: Any, sampled: SampledBatch) -> torch.Tensor:

@@ -64,7 +64,8 @@ def test_default_config_validates_without_data_file(registry):
     validated = validate_config(compose_config(registry), registry)
     assert validated.records is None
     assert validated.rubric.name == "arithmetic"
-    assert set(validated.plugin_names) == {"judge", "aggregator", "advantage_estimator", "weight_scheduler"}
+    assert set(validated.plugin_names) == {"judge", "aggregator", "advantage_estimator", "weight_scheduler",
+                                           "generator"}
 
 
 def test_trl_hyperparameter_names(registry):

@@ -9,6 +9,7 @@ from rlkit.registry import Registry, create_plugin_manager
 from rlkit.testing import (
     AdvantageEstimatorContract,
     AggregatorContract,
+    GeneratorContract,
     JudgeBackendContract,
     JudgeContract,
     PreferenceConstructorContract,
@@ -94,6 +95,18 @@ def built_judge_backend(request, tiny_policy_path):
     torch.set_num_threads(threads)
 
 
+class TestGenerators(GeneratorContract):
+    """Every registered generator, and hf once more with per-prompt seeds (the seeded-sampling test)."""
+
+    @pytest.fixture(params=[*((n, {}) for n in _REGISTRY.names("generator")), ("hf", {"per_prompt_seed": True})],
+                    ids=lambda p: p[0] + ("-seeded" if p[1] else ""))
+    def generator(self, request):
+        name, params = request.param
+        generator = _REGISTRY.create("generator", name, params)
+        yield generator
+        generator.close()
+
+
 class TestJudgeBackends(JudgeBackendContract):
     @pytest.fixture
     def backend(self, built_judge_backend):
@@ -107,7 +120,8 @@ def test_builtin_judge_backends_are_all_tested():
 
 def test_every_kind_is_covered_by_a_suite():
     assert {k.key for k in _REGISTRY.kinds()} == {
-        "judge", "aggregator", "advantage_estimator", "preference_constructor", "weight_scheduler", "judge_backend"}
+        "judge", "aggregator", "advantage_estimator", "preference_constructor", "weight_scheduler", "judge_backend",
+        "generator"}
 
 
 def test_contract_catches_a_broken_estimator():

@@ -192,7 +192,8 @@ def test_hub_id_loads_from_the_local_hf_cache_only(tmp_path: Path, monkeypatch) 
 
 
 def test_chat_prompts_use_the_tokenizer_chat_template(policy) -> None:
-    from rlkit.sampling import render_prompt, sample_completions
+    from rlkit.sampling import GenerationRequest, render_prompt
+    from rlkit_plugins.generators.hf import HFGenerator
 
     _, tokenizer = policy
     messages = [{"role": "system", "content": "add"}, {"role": "user", "content": "2+2="}]
@@ -201,5 +202,6 @@ def test_chat_prompts_use_the_tokenizer_chat_template(policy) -> None:
     tokenizer.chat_template = ("{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}\n{% endfor %}"
                                "{% if add_generation_prompt %}<assistant>{% endif %}")
     assert render_prompt(messages, tokenizer) == "<system>add\n<user>2+2=\n<assistant>"
-    sampled = sample_completions(policy[0], tokenizer, [{"prompt": messages}, {"prompt": "1+1="}], 2, 4)
+    request = GenerationRequest([{"prompt": messages}, {"prompt": "1+1="}], 2, 4)
+    sampled = HFGenerator(HFGenerator.Params()).generate(policy[0], tokenizer, request)
     assert len(sampled.texts) == 2 and all(len(t) == 2 for t in sampled.texts)

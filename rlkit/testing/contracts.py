@@ -295,3 +295,122 @@ class JudgeBackendContract:
 
     def test_has_close(self, backend: Any) -> None:
         assert callable(getattr(backend, "close", None))
+
+
+def example_prompts() -> list[dict[str, Any]]:
+    """Three prompt records of different lengths, one a chat: requests for generator suites."""
+    return [{"prompt": "2+2="}, {"prompt": "17+25="},
+            {"prompt": [{"role": "system", "content": "add"}, {"role": "user", "content": "3+4="}]}]
+
+
+class GeneratorContract:
+    """The shapes and alignment of ``generate``'s ``SampledBatch``, greedy determinism, the record order, and
+    that ``sync_weights`` makes the next ``generate`` sample from the updated policy.
+
+    Fixtures: ``generator`` and ``policy`` (a ``(model, tokenizer)`` pair; the default builds rlkit's tiny
+    policy, which the tests modify, so it is built fresh per test). Set ``batch_invariant = False`` when a
+    record's greedy completion may depend on the other records in its batch (batched GPU kernels).
+    """
+
+    batch_invariant = True
+    num_generations = 2
+    max_new_tokens = 6
+
+    @pytest.fixture
+    def policy(self) -> tuple[Any, Any]:
+        from rlkit.models import build_tiny_policy, load_policy
+
+        return load_policy(build_tiny_policy())
+
+    @pytest.fixture
+    def records(self) -> list[dict[str, Any]]:
+        return example_prompts()
+
+    def _generate(self, generator: Any, policy: tuple[Any, Any], records: list[dict[str, Any]], *,
+                  greedy: bool = False, num_generations: int | None = None, seeds: list[int] | None = None) -> Any:
+        from rlkit.sampling import GenerationRequest
+
+        model, tokenizer = policy
+        request = GenerationRequest(records, num_generations or self.num_generations, self.max_new_tokens,
+                                    temperature=1.0, greedy=greedy, seeds=seeds)
+        return generator.generate(model, tokenizer, request)
+
+    def test_shapes_masks_and_texts_line_up(self, generator: Any, policy: tuple[Any, Any],
+                                            records: list[dict[str, Any]]) -> None:
+        from rlkit.sampling import render_prompt
+
+        model, tokenizer = policy
+        generator.setup(model, tokenizer)
+        out = self._generate(generator, policy, records)
+        n, g = len(records) * self.num_generations, self.num_generations
+        p = out.prompt_length
+        assert out.input_ids.dim() == 2 and out.input_ids.shape[0] == n
+        c = out.input_ids.shape[1] - p
+        assert 0 < c <= self.max_new_tokens
+        assert out.attention_mask.shape == out.input_ids.shape
+        assert out.completion_mask.shape == (n, c) and out.truncated.shape == (n,)
+        assert set(out.completion_mask.unique().tolist()) <= {0, 1}
+        assert len(out.texts) == len(records) and all(len(t) == g for t in out.texts)
+        eos = tokenizer.eos_token_id
+        for row in range(n):
+            record = records[row // g]
+            prompt = out.input_ids[row, :p][out.attention_mask[row, :p].bool()]
+            assert tokenizer.decode(prompt) == render_prompt(record["prompt"], tokenizer), "prompt rows out of order"
+            completion = out.input_ids[row, p:]
+            kept = int(out.completion_mask[row].sum())
+            assert torch.equal(out.attention_mask[row, p:], out.completion_mask[row].to(out.attention_mask.dtype))
+            assert out.completion_mask[row, :kept].all(), "completion_mask must be 1 up to its end, then 0"
+            ends_with_eos = kept > 0 and int(completion[kept - 1]) == eos
+            assert bool(out.truncated[row]) == (not ends_with_eos), "truncated means: no EOS"
+            assert (eos not in completion[:kept - 1].tolist()) if kept else True, "mask runs past the first EOS"
+            text = tokenizer.decode(completion[:kept], skip_special_tokens=True)
+            assert out.texts[row // g][row % g] == text
+
+    def test_greedy_is_deterministic_and_in_record_order(self, generator: Any, policy: tuple[Any, Any],
+                                                         records: list[dict[str, Any]]) -> None:
+        generator.setup(*policy)
+        first = self._generate(generator, policy, records, greedy=True, num_generations=1)
+        again = self._generate(generator, policy, records, greedy=True, num_generations=1)
+        assert first.texts == again.texts
+        if self.batch_invariant:
+            reversed_ = self._generate(generator, policy, records[::-1], greedy=True, num_generations=1)
+            assert reversed_.texts == first.texts[::-1]
+
+    def test_keeps_the_policy_mode(self, generator: Any, policy: tuple[Any, Any],
+                                   records: list[dict[str, Any]]) -> None:
+        model, _ = policy
+        generator.setup(*policy)
+        model.train()
+        self._generate(generator, policy, records)
+        assert model.training, "generate must leave the policy in training mode when it found it so"
+
+    def test_sync_weights_reaches_the_next_generate(self, generator: Any, policy: tuple[Any, Any],
+                                                    records: list[dict[str, Any]]) -> None:
+        model, _ = policy
+        generator.setup(*policy)
+        before = self._generate(generator, policy, records, greedy=True, num_generations=1)
+        with torch.no_grad():  # an optimiser step that leaves every logit equal: every prompt gets one answer
+            model.get_output_embeddings().weight.zero_()
+            bias = getattr(model.get_output_embeddings(), "bias", None)
+            if bias is not None:
+                bias.zero_()
+        generator.sync_weights(model)
+        after = self._generate(generator, policy, records, greedy=True, num_generations=1)
+        answers = {tuple(t) for t in after.completion_ids.tolist()}
+        assert len(answers) == 1 and after.completion_ids.tolist() != before.completion_ids.tolist(), \
+            "generate ignored the new weights"
+
+    def test_seeded_sampling_ignores_the_rest_of_the_batch(self, generator: Any, policy: tuple[Any, Any],
+                                                          records: list[dict[str, Any]]) -> None:
+        if not getattr(generator, "honours_seeds", False):
+            pytest.skip("this generator does not promise per-record seeded sampling (honours_seeds)")
+        generator.setup(*policy)
+        seeds = [11, 22, 33]
+        together = self._generate(generator, policy, records, seeds=seeds)
+        alone = self._generate(generator, policy, records[1:2], seeds=seeds[1:2])
+        assert alone.texts[0] == together.texts[1]
+        other_seed = self._generate(generator, policy, records[1:2], seeds=[23])
+        assert self._generate(generator, policy, records[1:2], seeds=[23]).texts == other_seed.texts
+
+    def test_has_close(self, generator: Any) -> None:
+        assert callable(getattr(generator, "close", None))
