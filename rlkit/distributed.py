@@ -67,3 +67,11 @@ class Spread:
         t = torch.tensor([float(values.get(k, 0.0)) for k in keys], dtype=torch.float64, device=device)
         dist.all_reduce(t, op=dist.ReduceOp.SUM)
         return dict(zip(keys, t.tolist(), strict=True))
+
+    def gather_objects(self, obj: object) -> list[object]:
+        """Every process's ``obj`` (picklable), in rank order."""
+        if not self.distributed:
+            return [obj]
+        out: list[object] = [None] * self.world_size
+        dist.all_gather_object(out, obj)
+        return out

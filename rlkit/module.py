@@ -530,14 +530,19 @@ class RubricRLModule(L.LightningModule):
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        # Lightning builds the checkpoint on every process and rank 0 writes it: each process's generators
+        # travel in it, so a resumed multi-process run draws what the uninterrupted one would have.
+        rng_by_rank = self.spread.gather_objects(capture_rng_state())
         checkpoint["rlkit"] = {"rubric": self.judged_rubric.identity(),
                                "weight_scheduler": self.parts.scheduler.state_dict(),
-                               "rng": capture_rng_state(), "data_position": list(self._data_position),
+                               "rng": rng_by_rank[0], "data_position": list(self._data_position),
                                "ordering": {"lexicographic": self.lexicographic_ordering,
                                             "recent_conflicts": list(self.preference_watch.recent),
                                             "flagged": self.preference_watch.raised}}
         if self.parts.debias is not None:
             checkpoint["rlkit"]["debias"] = self.parts.debias.state_dict()
+        if len(rng_by_rank) > 1:
+            checkpoint["rlkit"]["rng_by_rank"] = rng_by_rank
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         state = checkpoint.get("rlkit", {})
@@ -559,7 +564,9 @@ class RubricRLModule(L.LightningModule):
 
                 raise ConfigError(f"{exc}; resume with the same debias.features and debias.dimensions",
                                   "ckpt_path") from None
-        self._rng_to_restore = state.get("rng")
+        by_rank, spread = state.get("rng_by_rank"), self.spread
+        own = by_rank[spread.rank] if by_rank is not None and len(by_rank) == spread.world_size else None
+        self._rng_to_restore = own or state.get("rng")
         if "ordering" in state:
             self.lexicographic_ordering = bool(state["ordering"]["lexicographic"])
             self.preference_watch.recent.extend(state["ordering"]["recent_conflicts"])

@@ -174,3 +174,35 @@ class TestAdvantageEstimatorProperties(AdvantageEstimatorProperties):
     @pytest.fixture(params=_REGISTRY.names("advantage_estimator"))
     def estimator(self, request):
         return _build("advantage_estimator", request.param)
+
+
+def test_contract_catches_a_generator_that_never_syncs_and_a_misaligned_mask():
+    """An engine-style generator samples from a copy taken at setup: sync_weights that copies nothing fails;
+    one that marks the whole completion as kept (past EOS) fails the alignment test."""
+    import copy
+
+    from rlkit.models import build_tiny_policy, load_policy
+    from rlkit.testing import example_prompts
+    from rlkit_plugins.generators.hf import HFGenerator
+
+    class StaleEngine(HFGenerator):
+        def setup(self, policy, tokenizer):
+            self.engine = copy.deepcopy(policy)
+
+        def generate(self, policy, tokenizer, request):
+            return super().generate(self.engine, tokenizer, request)
+
+    class MaskPastEos(HFGenerator):
+        def generate(self, policy, tokenizer, request):
+            out = super().generate(policy, tokenizer, request)
+            out.completion_mask[:] = 1
+            return out
+
+    suite, records = GeneratorContract(), example_prompts()
+    with pytest.raises(AssertionError, match="ignored the new weights"):
+        suite.test_sync_weights_reaches_the_next_generate(StaleEngine(HFGenerator.Params()),
+                                                          load_policy(build_tiny_policy()), records)
+    policy = load_policy(build_tiny_policy())
+    policy[0].get_output_embeddings().weight.data[policy[1].eos_token_id] += 5.0  # EOS early: padding follows
+    with pytest.raises(AssertionError):
+        suite.test_shapes_masks_and_texts_line_up(MaskPastEos(HFGenerator.Params()), policy, records)
