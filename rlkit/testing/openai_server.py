@@ -44,6 +44,7 @@ import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import partial
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -358,16 +359,14 @@ class _Handler(BaseHTTPRequestHandler):
         authorization = self.headers.get("Authorization")
         with app._track():
             if not app._auth_ok(authorization):
-                status = 401
-                self._send_error_json(401, "invalid or missing API key", "authentication_error")
+                answer = partial(self._send_error_json, 401, "invalid or missing API key", "authentication_error")
             elif self.path.rstrip("/") == "/v1/models":
-                status = 200
-                self._send_json(200, {"object": "list", "data": [
+                answer = partial(self._send_json, 200, {"object": "list", "data": [
                     {"id": app.model_name, "object": "model", "created": 0, "owned_by": "rlkit"}]})
             else:
-                status = 404
-                self._send_error_json(404, f"no route {self.path}", "not_found_error")
-            app._record(RequestRecord("GET", self.path, authorization, status))
+                answer = partial(self._send_error_json, 404, f"no route {self.path}", "not_found_error")
+            app._record(RequestRecord("GET", self.path, authorization, answer.args[0]))  # before answering
+            answer()
 
     def do_POST(self) -> None:  # noqa: N802 - http.server's naming
         app = self.server.app
@@ -397,17 +396,19 @@ class _Handler(BaseHTTPRequestHandler):
                     raise _BadRequest(400, "the request body must be a JSON object")
                 if fault == "garbage":
                     content_type, garbage = _GARBAGE[detail]
-                    self._send(200, garbage, content_type)
+                    answer = partial(self._send, 200, garbage, content_type)
                 else:
-                    self._send_json(200, app._chat_completion(body))
+                    answer = partial(self._send_json, 200, app._chat_completion(body))
             except _BadRequest as exc:
                 status = exc.status
-                self._send_error_json(exc.status, exc.message, exc.kind)
+                answer = partial(self._send_error_json, exc.status, exc.message, exc.kind)
             except Exception as exc:  # a server bug must still answer, or the client waits for its timeout
                 status = 500
-                self._send_error_json(500, f"{type(exc).__name__}: {exc}", "server_error")
+                answer = partial(self._send_error_json, 500, f"{type(exc).__name__}: {exc}", "server_error")
+            # Recorded before answering: a client that has its answer finds its request in the log.
             app._record(RequestRecord("POST", self.path, authorization, status,
                                       fault if status in (200, 500, 503) and fault else None))
+            answer()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
