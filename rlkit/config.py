@@ -167,6 +167,7 @@ class ModelConfig(_Schema):
     reference: Literal["frozen", "adapter_off", "ema", "none"] = "frozen"
     ema_decay: float = pydantic.Field(default=0.99, ge=0, lt=1)  # reference=ema: ref ← d·ref + (1 − d)·policy
     lora: LoraConfig = pydantic.Field(default_factory=LoraConfig)
+    gradient_checkpointing: bool = False
 
 
 class DataConfig(_Schema):
@@ -223,6 +224,7 @@ class OptimConfig(_Schema):
     warmup_steps: int = pydantic.Field(default=0, ge=0)
     gradient_clip_val: float | None = pydantic.Field(default=1.0, gt=0)
     gradient_accumulation_steps: int = pydantic.Field(default=1, ge=1)
+    length_buckets: int = pydantic.Field(default=1, ge=1)
 
 
 class DebiasConfig(_Schema):

@@ -43,6 +43,7 @@ def settings_from(validated: ValidatedConfig) -> TrainingSettings:
         temperature=float(cfg.temperature), objective=validated.objective, lr=float(optim.lr),
         weight_decay=float(optim.weight_decay), warmup_steps=int(optim.warmup_steps),
         gradient_clip_val=optim.gradient_clip_val, gradient_accumulation_steps=int(optim.gradient_accumulation_steps),
+        length_buckets=int(optim.get("length_buckets", 1)),
         seed=int(cfg.seed),
     )
 
@@ -123,12 +124,14 @@ def build_trainer(validated: ValidatedConfig, run_dir: Path) -> tuple[L.Trainer,
 
 def build_module(validated: ValidatedConfig) -> RubricRLModule:
     """The policy (LoRA-wrapped if asked), its reference, the reward parts and the generator, in one module."""
-    from rlkit.models import apply_lora, load_policy, resolve_policy_path
+    from rlkit.models import apply_lora, enable_gradient_checkpointing, load_policy, resolve_policy_path
     from rlkit.reference import build_reference, needs_reference
 
     cfg = validated.cfg
     path = resolve_policy_path(validated.model.name_or_path)
     policy, tokenizer = load_policy(path, validated.model.dtype)
+    if validated.model.gradient_checkpointing:
+        enable_gradient_checkpointing(policy)
     lora = validated.model.lora
     if lora.enabled:
         policy = apply_lora(policy, lora)

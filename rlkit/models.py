@@ -222,6 +222,16 @@ def resolve_policy_path(name_or_path: str | Path | None, spec: TinyPolicySpec | 
     return locate_model(name_or_path)
 
 
+def enable_gradient_checkpointing(model: Any) -> None:
+    """Activation checkpointing in training mode (non-reentrant, so frozen inputs under LoRA still get
+    gradients); transformers 5 names it ``activation_checkpointing``, earlier versions ``gradient_checkpointing``."""
+    kwargs = {"use_reentrant": False}
+    if hasattr(model, "activation_checkpointing_enable"):
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+
+
 def apply_lora(model: Any, lora: Any) -> Any:
     """Wrap ``model`` in peft LoRA adapters per ``model.lora`` (``rlkit.config.LoraConfig``); base weights frozen."""
     from peft import LoraConfig, get_peft_model

@@ -77,6 +77,7 @@ class TrainingSettings:
     warmup_steps: int
     gradient_clip_val: float | None
     gradient_accumulation_steps: int = 1
+    length_buckets: int = 1  # policy-gradient passes over rows grouped by completion length
     seed: int = 0  # the run seed; with the step and a prompt's batch position it seeds that prompt's sampling
 
 
@@ -143,6 +144,7 @@ class RubricRLModule(L.LightningModule):
         self.lexicographic_ordering = False
         self._initial_scheduler = copy.deepcopy(parts.scheduler)
         self.diagnostics = RunningMeans()
+        self._step_started: float | None = None
 
     # --- pipeline pieces -----------------------------------------------------------------------
 
@@ -204,6 +206,9 @@ class RubricRLModule(L.LightningModule):
         self._data_position = (self.current_epoch, (done if epoch == self.current_epoch else 0) + trained)
         s = self.settings
         t0 = time.perf_counter()
+        # the previous step's whole iteration, Lightning's loop and data loading included
+        iteration = t0 - self._step_started if self._step_started is not None else None
+        self._step_started = t0
         sampled = self.generator.generate(self.policy, self.tokenizer, self.generation_request(records))
         t1 = time.perf_counter()
         step = self.global_step  # before the update advances it
@@ -232,6 +237,8 @@ class RubricRLModule(L.LightningModule):
             "time/step": t4 - t0, "tokens_per_sec": n_tokens / max(t4 - t0, 1e-9),
             "lr": self.lr_schedulers().get_last_lr()[0],
         })
+        if iteration is not None:
+            metrics["time/iteration"] = iteration
         self.diagnostics.update(metrics)
         self.log_dict(metrics, on_step=True, batch_size=len(records))
         # progress-bar copies only; the logger already has reward/mean and time/step
@@ -403,11 +410,21 @@ class RubricRLModule(L.LightningModule):
         mask = sampled.completion_mask.float()
         if o.mask_truncated_completions:
             mask = mask * (~sampled.truncated).float().unsqueeze(1)
-        chunks = micro_batches(sampled.input_ids.shape[0], s.gradient_accumulation_steps)
+        # Rows sorted by completion length, then split: each pass is cut to its own longest completion
+        # (sequence_log_probs). Losses are sums over rows, so any split gives the same gradient.
+        by_length = torch.argsort(sampled.completion_token_counts, stable=True)
+        chunks = [by_length[c] for c in micro_batches(len(by_length), max(s.gradient_accumulation_steps,
+                                                                            s.length_buckets))]
+
+        def all_rows(log_probs: Any) -> torch.Tensor:
+            out = torch.zeros(sampled.completion_mask.shape, device=self.device)
+            for rows in chunks:
+                out[rows] = log_probs(sampled.rows(rows)).to(out.dtype)
+            return out
+
         with torch.no_grad():
-            old_logp = (torch.cat([sequence_log_probs(self.policy, sampled.rows(c)) for c in chunks])
-                        if o.num_iterations > 1 else None)
-            ref_logp = (torch.cat([self.reference.log_probs(self.policy, sampled.rows(c)) for c in chunks])
+            old_logp = all_rows(lambda sub: sequence_log_probs(self.policy, sub)) if o.num_iterations > 1 else None
+            ref_logp = (all_rows(lambda sub: self.reference.log_probs(self.policy, sub))
                         if self.reference is not None else None)
         t_logprob = time.perf_counter()
         # Micro-batch losses are normalised by the global batch's counts (every process's), so they sum to

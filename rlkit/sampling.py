@@ -35,8 +35,9 @@ class SampledBatch:
     def completion_token_counts(self) -> torch.Tensor:
         return self.completion_mask.sum(dim=1)
 
-    def rows(self, rows: slice) -> SampledBatch:
-        """The sequences ``rows`` of the flat ``[B*G]`` axis, for micro-batched passes (texts left out)."""
+    def rows(self, rows: slice | torch.Tensor) -> SampledBatch:
+        """The sequences ``rows`` (a slice or an index tensor) of the flat ``[B*G]`` axis, for micro-batched
+        passes (texts left out)."""
         return SampledBatch(self.input_ids[rows], self.attention_mask[rows], self.completion_mask[rows],
                             self.prompt_length, [], self.truncated[rows])
 
@@ -103,8 +104,21 @@ def assemble_sampled_batch(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, 
 
 
 def sequence_log_probs(model: Any, sampled: SampledBatch) -> torch.Tensor:
-    """Per-token log-probs of the completion tokens ``[N, C]`` under ``model``."""
-    logits = model(input_ids=sampled.input_ids, attention_mask=sampled.attention_mask).logits
-    # position t predicts token t+1: keep the logits that predict completion tokens only
-    logits = logits[:, sampled.prompt_length - 1:-1, :]
-    return selective_log_softmax(logits.float(), sampled.completion_ids)
+    """Per-token log-probs of the completion tokens ``[N, C]`` under ``model``; only positions inside
+    ``completion_mask`` mean anything (columns past the longest completion are 0).
+
+    Only what the rows need goes through the model: prompt columns that are padding in every row and
+    completion columns past the longest completion are cut (so a micro-batch of short completions pays for
+    its own length, not the batch's), and the vocabulary projection runs for completion positions only
+    (``logits_to_keep``). Cutting left padding shifts absolute positions, which rotary embeddings do not see.
+    """
+    p, c = sampled.prompt_length, sampled.completion_mask.shape[1]
+    keep = max(int(sampled.completion_mask.sum(dim=1).max()), 1) if sampled.completion_mask.numel() else c
+    used = sampled.attention_mask[:, :p].any(dim=0).nonzero()
+    start = min(int(used[0]) if len(used) else p - 1, p - 1)  # keep at least the token predicting the first one
+    ids = sampled.input_ids[:, start:p + keep]
+    logits = model(input_ids=ids, attention_mask=sampled.attention_mask[:, start:p + keep],
+                   logits_to_keep=keep + 1).logits[:, :-1, :]
+    # position t predicts token t+1: the kept logits predict exactly the completion tokens
+    logp = selective_log_softmax(logits.float(), sampled.completion_ids[:, :keep])
+    return torch.nn.functional.pad(logp, (0, c - keep)) if keep < c else logp

@@ -8,7 +8,7 @@ not on the other prompts in the batch or on how many processes share the batch.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -62,6 +62,9 @@ class HFGenerator:
         # Draw each record's completions from its own seed (see the module docstring): the same samples
         # on 1 or N processes. Costs one hash over the vocabulary per decoding step.
         per_prompt_seed: bool = False
+        # Passed on to `generate` (as TRL's `generation_kwargs`), e.g. {min_new_tokens: 64} for fixed-length
+        # completions in a benchmark, or {repetition_penalty: 1.1}. They override rlkit's own settings.
+        generation_kwargs: dict[str, Any] = field(default_factory=dict)
 
     def __init__(self, params: Params) -> None:
         self.params = params
@@ -95,7 +98,8 @@ class HFGenerator:
             out = policy.generate(
                 input_ids=ids, attention_mask=attn, max_new_tokens=request.max_new_tokens, do_sample=sample,
                 temperature=request.temperature if sample else None, top_k=None, top_p=None,
-                pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id, use_cache=True, **kwargs)
+                pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id, use_cache=True,
+                **{**kwargs, **self.params.generation_kwargs})
         finally:
             policy.train(was_training)
         return assemble_sampled_batch(ids, attn, out[:, ids.shape[1]:], tokenizer, g)

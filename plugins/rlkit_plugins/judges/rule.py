@@ -113,8 +113,11 @@ def _is_json(text: str, keys: list[str]) -> bool:
 def _repetition(text: str, n: int) -> float:
     """1 - unique / total word n-grams; 0 when the text has fewer than n words."""
     words = text.casefold().split()  # "The" and "the" repeat the same word
-    grams = [tuple(words[i : i + n]) for i in range(len(words) - n + 1)]
-    return 1 - len(set(grams)) / len(grams) if grams else 0.0
+    total = len(words) - n + 1
+    if total <= 0:
+        return 0.0
+    # zip of n shifted views makes the n-grams without slicing a list per position
+    return 1 - len(set(zip(*(words[i:] for i in range(n)), strict=False))) / total
 
 
 def _to_float(text: str) -> float | None:
@@ -178,16 +181,6 @@ def _build(kind: str, c: dict[str, Any], case_sensitive: bool, where: str) -> Ch
     return match
 
 
-def _combine(dim: _DimPlan, results: list[tuple[float, float]]) -> float:
-    applicable = [(w, v) for w, v in results if not math.isnan(v)]
-    if not applicable:
-        return NAN
-    if dim.binary:
-        return float(all(v == 1.0 for _, v in applicable))
-    share = sum(w * v for w, v in applicable) / sum(w for w, _ in applicable)
-    return dim.low + share * (dim.high - dim.low)
-
-
 class RuleJudge:
     """Scores each dimension as the (weighted) share of its declarative checks that pass."""
 
@@ -239,14 +232,40 @@ class RuleJudge:
             raise JudgeError(f"completion_token_counts must be [{b_size}, {g_size}], "
                              f"got {list(counts.shape)}")
         count_rows = counts.tolist() if counts is not None else None
-        out: list[float] = []
-        for b, (record, group) in enumerate(zip(rollout.records, rollout.completions, strict=True)):
-            for g, text in enumerate(group):
-                tok = int(count_rows[b][g]) if count_rows is not None else None
-                for dim in plan:
-                    out.append(NAN if dim is None else
-                               _combine(dim, [(w, run(text, record, tok)) for w, run in dim.checks]))
-        return torch.tensor(out, dtype=torch.float32).reshape(b_size, g_size, d_size)
+        items = [(text, record, int(count_rows[b][g]) if count_rows is not None else None)
+                 for b, (record, group) in enumerate(zip(rollout.records, rollout.completions, strict=True))
+                 for g, text in enumerate(group)]
+        # Identical completions of one prompt (common once a policy converges) are scored once.
+        position: dict[tuple[str, int, int | None], int] = {}
+        distinct: list[tuple[str, dict[str, Any], int | None]] = []
+        index = []
+        for item in items:
+            key = (item[0], id(item[1]), item[2])
+            if key not in position:
+                position[key] = len(distinct)
+                distinct.append(item)
+            index.append(position[key])
+        columns = [_score_dimension(dim, distinct) for dim in plan]
+        return torch.stack(columns, dim=1)[torch.tensor(index, dtype=torch.long)].reshape(b_size, g_size, d_size)
+
+
+def _score_dimension(dim: _DimPlan | None, items: list[tuple[str, dict[str, Any], int | None]]) -> torch.Tensor:
+    """One dimension's scores ``[N]`` for (text, record, token count) items: checks run per item, their
+    combination (the weighted share that passed, mapped to the range; all-pass for binary) over all at once."""
+    if dim is None:
+        return torch.full((len(items),), NAN)
+    values = torch.tensor([[run(text, record, tok) for _, run in dim.checks] for text, record, tok in items],
+                          dtype=torch.float64).reshape(len(items), len(dim.checks))
+    weights = torch.tensor([w for w, _ in dim.checks], dtype=torch.float64)
+    applicable = ~torch.isnan(values)
+    none = ~applicable.any(dim=1)
+    if dim.binary:
+        out = torch.where(applicable, values == 1.0, True).all(dim=1).to(torch.float64)
+    else:
+        w = weights * applicable
+        share = (w * values.nan_to_num(0.0)).sum(dim=1) / w.sum(dim=1).clamp(min=1e-300)
+        out = dim.low + share * (dim.high - dim.low)
+    return torch.where(none, NAN, out).to(torch.float32)
 
 
 @hookimpl

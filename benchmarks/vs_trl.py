@@ -1,0 +1,257 @@
+"""rlkit vs TRL's GRPOTrainer on identical work, and both against the bound of plain torch.
+
+Both sides load the same locally built policy by path (TRL rebuilds its reference from that path too), sample
+the same prompts with the same group size, batch, completion length (EOS suppressed on both sides with
+``min_new_tokens``, so every completion has exactly that many tokens), learning rate, ``beta`` > 0 (both keep a
+reference model), ``epsilon``, ``loss_type``, ``num_iterations`` and steps, and score with the same reward: rlkit's
+rule judge on the shipped arithmetic rubric, weighted sum (TRL calls it as a reward function). Each side runs
+in its own process, so its peak RSS is its own.
+
+The bound is plain torch outside both frameworks at the same shapes: one batched ``generate``, one reference
+forward under ``inference_mode``, and ``num_iterations`` × (policy forward + backward + AdamW step).
+
+Usage (TRL is the ``bench`` extra, pinned: ``pip install -e .[bench]``)::
+
+    python benchmarks/vs_trl.py [--steps 8] [--warmup 2] [--sizes tiny small] [--precisions fp32 bf16]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+# (prompts per step, completions per prompt, new tokens per completion) and the policy's architecture
+SIZES: dict[str, dict[str, Any]] = {
+    "tiny": {"prompts": 8, "group": 8, "tokens": 16, "spec": {}},
+    # ~14M parameters: compute-bound on this CPU, as the issue asks
+    "small": {"prompts": 8, "group": 8, "tokens": 64,
+              "spec": {"hidden_size": 384, "intermediate_size": 1536, "num_hidden_layers": 6,
+                       "num_attention_heads": 6, "num_key_value_heads": 2, "max_position_embeddings": 256}},
+}
+BETA, EPSILON, LOSS_TYPE, NUM_ITERATIONS, LR = 0.04, 0.2, "dapo", 1, 1e-5
+
+
+def policy_path(size: str) -> Path:
+    from rlkit.models import TinyPolicySpec, build_tiny_policy
+
+    return build_tiny_policy(TinyPolicySpec(**SIZES[size]["spec"]))
+
+
+def prompt_records(n: int) -> list[dict[str, str]]:
+    from rlkit.data import arithmetic_task
+
+    return arithmetic_task(n, seed=0)
+
+
+def peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def _median_after(values: list[float], warmup: int) -> float:
+    kept = values[warmup:]
+    if not kept:
+        raise SystemExit(f"no steps left after {warmup} warm-up steps; raise --steps")
+    return statistics.median(kept)
+
+
+# --- the three sides, each run in its own process --------------------------------------------------------
+
+
+def run_rlkit(size: str, precision: str, steps: int, warmup: int, workdir: Path) -> dict[str, Any]:
+    import csv
+
+    from rlkit.cli import main
+
+    shape = SIZES[size]
+    run_dir = workdir / "rlkit"
+    code = main(["fit", "logger=csv", f"trainer.max_steps={steps}", "log_samples.every=0", "checkpoint_every=100000",
+                 f"hydra.run.dir={run_dir}", f"model.name_or_path={policy_path(size)}",
+                 f"batch_size={shape['prompts']}", f"num_generations={shape['group']}",
+                 f"max_completion_length={shape['tokens']}", f"data.num_prompts={shape['prompts'] * (steps + 2)}",
+                 f"objective.beta={BETA}", f"objective.epsilon={EPSILON}", f"objective.loss_type={LOSS_TYPE}",
+                 f"objective.num_iterations={NUM_ITERATIONS}", f"optim.lr={LR}",
+                 f"trainer.precision={'bf16-mixed' if precision == 'bf16' else '32-true'}",
+                 f"++generator.params.generation_kwargs={{min_new_tokens:{shape['tokens']}}}"])
+    if code != 0:
+        raise SystemExit(f"rlkit fit exited with {code}")
+    (metrics,) = run_dir.glob("csv/version_0/metrics.csv")
+    with metrics.open() as fh:
+        rows = [r for r in csv.DictReader(fh) if r.get("time/step")]
+    # time/iteration (from one step's start to the next's) covers Lightning's loop too, like TRL's step times
+    iterations = [float(r["time/iteration"]) for r in rows if r.get("time/iteration")]
+    out = {"step_s": _median_after(iterations, max(warmup - 1, 0)),
+           "tokens_per_completion": _median_after([float(r["completion_length"]) for r in rows], warmup)}
+    for phase in ("generation", "judge", "logprob", "optim"):
+        out[phase] = _median_after([float(r[f"time/{phase}"]) for r in rows], warmup)
+    return out
+
+
+def run_trl(size: str, precision: str, steps: int, warmup: int, workdir: Path) -> dict[str, Any]:
+    from datasets import Dataset
+    from transformers import AutoTokenizer, TrainerCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    from rlkit.judging.tiny_judge import shipped_rubric
+    from rlkit.registry import load_registry
+    from rlkit.rewards import aggregate_rewards
+    from rlkit.types import Rollout
+
+    shape = SIZES[size]
+    path = policy_path(size)
+    registry = load_registry()
+    rubric, judge = shipped_rubric("arithmetic"), registry.create("judge", "rule")
+    scheduler, aggregator = registry.create("weight_scheduler", "constant"), registry.create("aggregator",
+                                                                                              "weighted_sum")
+    lengths: list[int] = []
+
+    def rubric_reward(prompts: list[str], completions: list[str], reference: list[str], completion_ids=None,
+                      **_: Any) -> list[float]:
+        if completion_ids is not None:
+            lengths.extend(len(c) for c in completion_ids)
+        rollout = Rollout(records=[{"prompt": p, "reference": r} for p, r in zip(prompts, reference, strict=True)],
+                          completions=[[c] for c in completions])
+        batch = aggregate_rewards(judge.score(rollout, rubric), rubric, scheduler, aggregator)
+        return batch.rewards[:, 0].tolist()
+
+    records = prompt_records(shape["prompts"] * (steps + 2))
+    dataset = Dataset.from_list([{"prompt": r["prompt"], "reference": r["reference"]} for r in records])
+    times: list[float] = []
+
+    class StepTimes(TrainerCallback):
+        """From one step's start to the next's, as rlkit's time/iteration."""
+
+        last: float | None = None
+
+        def on_step_begin(self, args, state, control, **kwargs):
+            now = time.perf_counter()
+            if self.last is not None:
+                times.append(now - self.last)
+            self.last = now
+
+    args = GRPOConfig(
+        output_dir=str(workdir / "trl"), per_device_train_batch_size=shape["prompts"] * shape["group"],
+        gradient_accumulation_steps=1, num_generations=shape["group"], max_completion_length=shape["tokens"],
+        learning_rate=LR, beta=BETA, epsilon=EPSILON, loss_type=LOSS_TYPE, num_iterations=NUM_ITERATIONS,
+        max_steps=steps, temperature=1.0, generation_kwargs={"min_new_tokens": shape["tokens"]},
+        bf16=precision == "bf16", use_cpu=True, logging_steps=1, save_strategy="no", report_to="none",
+        max_grad_norm=1.0, seed=42, dataloader_num_workers=0, disable_tqdm=True)
+    trainer = GRPOTrainer(model=str(path), reward_funcs=rubric_reward, args=args, train_dataset=dataset,
+                          processing_class=AutoTokenizer.from_pretrained(path), callbacks=[StepTimes()])
+    trainer.train()
+    return {"step_s": _median_after(times, max(warmup - 1, 0)),
+            "tokens_per_completion": statistics.median(lengths) if lengths else float("nan")}
+
+
+def run_bound(size: str, precision: str, steps: int, warmup: int, workdir: Path) -> dict[str, Any]:
+    import contextlib
+    import copy
+
+    import torch
+
+    from rlkit.losses import selective_log_softmax
+    from rlkit.models import load_policy
+    from rlkit.sampling import tokenize_prompts
+
+    shape = SIZES[size]
+    model, tokenizer = load_policy(policy_path(size))
+    reference = copy.deepcopy(model).eval().requires_grad_(False)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=LR)
+    g, n_new = shape["group"], shape["tokens"]
+    records = prompt_records(shape["prompts"] * (steps + 2))
+
+    def autocast() -> Any:
+        return torch.autocast("cpu", dtype=torch.bfloat16) if precision == "bf16" else contextlib.nullcontext()
+
+    times = []
+    for step in range(steps):
+        batch = records[step * shape["prompts"]:(step + 1) * shape["prompts"]]
+        start = time.perf_counter()
+        ids, mask = tokenize_prompts(tokenizer, batch)
+        ids, mask = ids.repeat_interleave(g, 0), mask.repeat_interleave(g, 0)
+        with torch.no_grad(), autocast():
+            out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=n_new, min_new_tokens=n_new,
+                                 do_sample=True, top_k=None, top_p=None, pad_token_id=tokenizer.pad_token_id,
+                                 eos_token_id=tokenizer.eos_token_id)
+        full_mask = torch.cat([mask, torch.ones_like(out[:, ids.shape[1]:])], dim=1)
+        p = ids.shape[1]
+        with torch.inference_mode(), autocast():
+            ref_logits = reference(input_ids=out, attention_mask=full_mask).logits[:, p - 1:-1]
+            ref_logp = selective_log_softmax(ref_logits.float(), out[:, p:])
+        advantages = torch.randn(out.shape[0], 1)
+        for _ in range(NUM_ITERATIONS):
+            with autocast():
+                logits = model(input_ids=out, attention_mask=full_mask).logits[:, p - 1:-1]
+            logp = selective_log_softmax(logits.float(), out[:, p:])
+            loss = (-(logp * advantages) + BETA * (torch.exp(ref_logp - logp) - (ref_logp - logp) - 1)).mean()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+        times.append(time.perf_counter() - start)
+    return {"step_s": _median_after(times, warmup), "tokens_per_completion": float(n_new)}
+
+
+SIDES = {"rlkit": run_rlkit, "trl": run_trl, "bound": run_bound}
+
+
+def measure(side: str, size: str, precision: str, steps: int, warmup: int) -> dict[str, Any]:
+    """One side in a fresh Python process; its JSON result plus derived throughput."""
+    with tempfile.TemporaryDirectory() as tmp:
+        done = subprocess.run([sys.executable, __file__, "--side", side, "--sizes", size, "--precisions", precision,
+                               "--steps", str(steps), "--warmup", str(warmup), "--workdir", tmp],
+                              capture_output=True, text=True, cwd=tmp)
+    lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
+    if done.returncode != 0 or not lines:
+        raise SystemExit(f"{side} ({size}, {precision}) failed:\n{done.stderr[-4000:]}")
+    result = json.loads(lines[-1][len("RESULT "):])
+    shape = SIZES[size]
+    samples = shape["prompts"] * shape["group"]
+    result["samples_per_s"] = samples / result["step_s"]
+    result["tokens_per_s"] = samples * result["tokens_per_completion"] / result["step_s"]
+    return result
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--steps", type=int, default=8)
+    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--sizes", nargs="+", default=list(SIZES), choices=list(SIZES))
+    parser.add_argument("--precisions", nargs="+", default=["fp32", "bf16"], choices=["fp32", "bf16"])
+    parser.add_argument("--side", choices=list(SIDES), help=argparse.SUPPRESS)
+    parser.add_argument("--workdir", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.side:  # a child: one side, one size, one precision
+        result = SIDES[args.side](args.sizes[0], args.precisions[0], args.steps, args.warmup, Path(args.workdir))
+        result["peak_rss_mb"] = peak_rss_mb()
+        print("RESULT " + json.dumps(result), flush=True)
+        return 0
+    print(f"{args.steps} steps each, medians after {args.warmup} warm-up steps; beta={BETA} epsilon={EPSILON} "
+          f"loss_type={LOSS_TYPE} num_iterations={NUM_ITERATIONS}; EOS suppressed (min_new_tokens)")
+    header = (f"{'size':6} {'prec':5} {'side':6} {'s/step':>8} {'samples/s':>10} {'tokens/s':>9} {'peak MB':>8}  "
+              "notes")
+    print(header)
+    for size in args.sizes:
+        for precision in args.precisions:
+            results = {side: measure(side, size, precision, args.steps, args.warmup) for side in SIDES}
+            r, t, b = results["rlkit"], results["trl"], results["bound"]
+            for side, res in results.items():
+                note = ""
+                if side == "rlkit":
+                    speedup, of_bound = r["samples_per_s"] / t["samples_per_s"], 100 * r["step_s"] / b["step_s"]
+                    note = (f"{speedup:.2f}x TRL, {of_bound:.0f}% of bound; gen {r['generation']:.2f} "
+                            f"judge {r['judge']:.3f} logprob {r['logprob']:.2f} optim {r['optim']:.2f} s")
+                print(f"{size:6} {precision:5} {side:6} {res['step_s']:8.3f} {res['samples_per_s']:10.1f} "
+                      f"{res['tokens_per_s']:9.0f} {res['peak_rss_mb']:8.0f}  {note}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
