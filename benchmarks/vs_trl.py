@@ -142,7 +142,9 @@ def run_trl(size: str, precision: str, steps: int, warmup: int, workdir: Path) -
         learning_rate=LR, beta=BETA, epsilon=EPSILON, loss_type=LOSS_TYPE, num_iterations=NUM_ITERATIONS,
         max_steps=steps, temperature=1.0, generation_kwargs={"min_new_tokens": shape["tokens"]},
         bf16=precision == "bf16", use_cpu=True, logging_steps=1, save_strategy="no", report_to="none",
-        max_grad_norm=1.0, seed=42, dataloader_num_workers=0, disable_tqdm=True)
+        max_grad_norm=1.0, seed=42, dataloader_num_workers=0, disable_tqdm=True,
+        # TRL turns activation checkpointing on by default; rlkit does not, and the work must be the same
+        gradient_checkpointing=False)
     trainer = GRPOTrainer(model=str(path), reward_funcs=rubric_reward, args=args, train_dataset=dataset,
                           processing_class=AutoTokenizer.from_pretrained(path), callbacks=[StepTimes()])
     trainer.train()
