@@ -240,11 +240,24 @@ class RubricRLModule(L.LightningModule):
         if iteration is not None:
             metrics["time/iteration"] = iteration
         self.diagnostics.update(metrics)
-        self.log_dict(metrics, on_step=True, batch_size=len(records))
+        self.log_step_metrics(metrics)
         # progress-bar copies only; the logger already has reward/mean and time/step
         self.log("reward", metrics["reward/mean"], prog_bar=True, logger=False, batch_size=len(records))
         self.log("s/step", metrics["time/step"], prog_bar=True, logger=False, batch_size=len(records))
         return loss
+
+    def log_step_metrics(self, metrics: dict[str, float]) -> None:
+        """The step's metrics straight to the logger(s), at the step and cadence ``self.log`` would use.
+
+        ``log_dict`` runs Lightning's per-metric bookkeeping (result objects, reduction, sync checks) for
+        ~60 floats a step that are already global and reduced: measured at ~30% of a tiny-policy step."""
+        trainer = self.trainer
+        step = trainer.fit_loop.epoch_loop._batches_that_stepped  # the step Lightning's own logging records
+        if not trainer.loggers or step % max(trainer.log_every_n_steps, 1):
+            return
+        row = {**metrics, "epoch": float(self.current_epoch)}
+        for logger in trainer.loggers:
+            logger.log_metrics(row, step=step)
 
     def policy_gradient_step(self, sampled: SampledBatch, batch: RewardBatch) -> StepOutcome:
         """Advantages from the estimator, then clipped policy-gradient updates."""
