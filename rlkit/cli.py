@@ -23,6 +23,7 @@ commands:
   score       score prompt/completion records (data.path=...) with the configured judge
   calibrate   agreement of the configured judge with human labels (calibrate.labels=...), per dimension
   fit         train the policy with the configured judge, aggregator and estimator (-m for sweeps)
+  data        data tools: `rlkit data pairs in=ranked.jsonl out=pairs.jsonl` (rlkit data for help)
 
 Overrides are Hydra's: judge=rule rubric.path=/abs/rubric.yaml data.path=/abs/records.jsonl
 Set --debug or HYDRA_FULL_ERROR=1 to see tracebacks."""
@@ -210,8 +211,104 @@ def cmd_fit(overrides: Sequence[str]) -> int:
     return 0
 
 
+DATA_USAGE = """rlkit data <tool> [key=value ...]
+
+tools:
+  pairs in=<records.jsonl> out=<pairs.jsonl> [mode=all|adjacent] [near_duplicate=0.9]
+        listwise {prompt, responses: [{text, rank}]} (rank 1 = best) or pairwise {prompt, chosen, rejected}
+        records in (optional "domain"); de-duplicated pairwise records out, plus <out>.report.json and, when
+        lines are bad, <out>.rejects.jsonl. mode=all pairs every two ranks, adjacent only neighbouring ranks;
+        pairs whose texts' character 3-gram Jaccard similarity is >= near_duplicate are dropped."""
+
+
+def _key_values(args: Sequence[str], schema: type, usage: str, where: str):
+    """Bind ``key=value`` arguments to a pydantic ``schema``; a bad one raises a ``ConfigError`` naming it."""
+    import pydantic
+
+    from rlkit.errors import ConfigError
+
+    values = {}
+    for arg in args:
+        key, sep, value = arg.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"expected key=value, got {arg!r}; usage: {usage}", where)
+        values[key] = value
+    try:
+        return schema.model_validate(values)
+    except pydantic.ValidationError as exc:
+        err = exc.errors()[0]
+        key = ".".join(str(p) for p in err["loc"])
+        problem = "unknown argument" if err["type"] == "extra_forbidden" else err["msg"]
+        raise ConfigError(f"{key}: {problem}; usage: {usage}", where) from None
+
+
+def cmd_data_pairs(args: Sequence[str]) -> int:
+    from rlkit.errors import DataError
+    from rlkit.preference_data import (
+        PairsOptions,
+        listwise_to_pairs,
+        pair_report,
+        read_preference_records,
+        sidecar_paths,
+        write_pair_files,
+    )
+
+    usage = DATA_USAGE.splitlines()[3].strip()
+    options = _key_values(args, PairsOptions, f"rlkit data {usage}", "rlkit data pairs")
+    source, out = options.input, options.out
+    records, rejects = read_preference_records(source)
+    for reject in rejects[:MAX_SHOWN_REJECTS]:
+        print(f"{source}:{reject.line}: {reject.reason}", file=sys.stderr)
+    if len(rejects) > MAX_SHOWN_REJECTS:
+        print(f"... and {len(rejects) - MAX_SHOWN_REJECTS} more bad lines", file=sys.stderr)
+    if not records and not rejects:
+        raise DataError("the file holds no records", str(source))
+    result = listwise_to_pairs(records, options.mode, options.near_duplicate) if records else None
+    report = pair_report(records, rejects, result or listwise_to_pairs([]), source=str(source))
+    paths = write_pair_files(out, result, rejects, report)
+    if result is None:
+        raise DataError(f"every line ({len(rejects)}) is bad; they are in {paths['rejects']}", str(source))
+    table = Table(title=f"{source} -> {out}")
+    table.add_column("")
+    table.add_column("count", justify="right")
+    table.add_row("records read", str(report["records_read"]))
+    table.add_row("bad lines (rejected)", str(report["rejected_lines"]))
+    table.add_row("pairs written", str(report["pairs_written"]))
+    for reason, n in report["dropped"].items():
+        table.add_row(f"dropped: {reason}", str(n))
+    table.add_row("conflicting labels", str(report["conflicting_labels"]))
+    share = report["length_bias"]["chosen_longer_share"]
+    table.add_row("chosen is the longer", "—" if share is None else f"{share:.1%}")
+    for domain, counts in report.get("domains", {}).items():
+        table.add_row(f"domain {domain}", f"{counts['records']} records, {counts['pairs']} pairs")
+    console = _console()
+    console.print(table)
+    for conflict in report["conflict_examples"]:
+        console.print(f"conflict: lines {conflict['a_better_on_lines']} vs {conflict['b_better_on_lines']}: "
+                      f"{conflict['a'][:40]!r} / {conflict['b'][:40]!r}", markup=False)
+    console.print(f"wrote {report['pairs_written']} pairs to {out} and the report to {sidecar_paths(out)[0]}",
+                  markup=False)
+    if rejects:
+        print(f"rlkit: warning: {len(rejects)} bad lines skipped; they are in {paths['rejects']}", file=sys.stderr)
+    return 0
+
+
+MAX_SHOWN_REJECTS = 20
+DATA_COMMANDS = {"pairs": cmd_data_pairs}
+
+
+def cmd_data(overrides: Sequence[str]) -> int:
+    if not overrides or overrides[0] not in DATA_COMMANDS:
+        if overrides:
+            print(f"rlkit: error: unknown data tool {overrides[0]!r}; tools: {', '.join(DATA_COMMANDS)}",
+                  file=sys.stderr)
+        print(DATA_USAGE, file=sys.stderr)
+        return 2
+    return DATA_COMMANDS[overrides[0]](overrides[1:])
+
+
 COMMANDS = {"plugins": cmd_plugins, "validate": cmd_validate, "score": cmd_score, "calibrate": cmd_calibrate,
-            "fit": cmd_fit}
+            "fit": cmd_fit, "data": cmd_data}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

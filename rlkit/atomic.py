@@ -1,0 +1,32 @@
+"""Atomic file writes: a temp file in the target's folder, then ``os.replace``; a crash leaves no partial file."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+
+def atomic_write_text(path: str | Path, text: str, *, temp_dir: str | Path | None = None) -> Path:
+    """Write ``text`` (UTF-8) to ``path`` so that readers see the old file or the whole new one, never a part.
+
+    ``temp_dir`` (same file system as ``path``) holds the temp file, so a killed writer's leftover lands
+    where its owner cleans up; by default the target's own folder.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=temp_dir or path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            umask = os.umask(0)
+            os.umask(umask)
+            os.fchmod(fh.fileno(), 0o666 & ~umask)  # mkstemp creates 0600; outputs are ordinary files
+            fh.write(text)
+            fh.flush()
+            # without fsync a power cut after the rename can leave an empty file under the final name
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
