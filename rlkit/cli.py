@@ -88,11 +88,28 @@ def _fmt(x: float) -> str:
 
 
 def cmd_score(overrides: Sequence[str]) -> int:
-    from rlkit.scoring import dimension_table, score_records, write_scored_jsonl
+    from rlkit.scoring import dimension_table, score_records
+    from rlkit.sharded_scoring import score_options, score_progress, score_to_file, shards_dir
 
     validated = _validated(overrides, need_completions=True)
-    cfg = validated.cfg
-    result = score_records(validated, batch_size=int(cfg.score.batch_size))
+    options = score_options(validated.cfg)
+    sharded = None
+    with score_progress(options.progress) as on_progress:
+        if options.output:
+            # written shard by shard: a killed run resumes where it stopped when the command is run again
+            sharded = score_to_file(validated, Path(options.output), options, on_progress)
+            result = sharded.result
+        else:
+            total = sum(len(r["completions"]) if "completions" in r else 1 for r in validated.records or [])
+            done = 0
+
+            def advance(n: int) -> None:
+                nonlocal done
+                done += n
+                on_progress(done, total)
+
+            result = score_records(validated, batch_size=options.batch_size, retries=options.retries,
+                                   retry_backoff=options.retry_backoff, on_batch=advance)
     rubric = validated.rubric
     table = Table(title=f"{rubric.name} v{rubric.version} ({rubric.short_hash}) — "
                         f"{len(result.rewards)} completions, judge {validated.plugin_names['judge']}")
@@ -103,9 +120,10 @@ def cmd_score(overrides: Sequence[str]) -> int:
                       str(row["scored"]), str(row["unscored"]))
     console = _console()
     console.print(table)
-    if cfg.score.output:
-        n = write_scored_jsonl(result, Path(cfg.score.output), rubric.identity())
-        console.print(f"wrote {n} scored completions to {cfg.score.output}")
+    if sharded is not None:
+        resumed = f" ({sharded.shards_skipped} of {sharded.shards} shards from an earlier run in " \
+                  f"{shards_dir(Path(options.output))})" if sharded.shards_skipped else ""
+        console.print(f"wrote {sharded.lines} scored completions to {options.output}{resumed}", markup=False)
     return 0
 
 

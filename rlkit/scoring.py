@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import json
-import os
-import tempfile
+import sys
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from rlkit.atomic import atomic_write_text
 from rlkit.config import ValidatedConfig
-from rlkit.errors import ConfigError
+from rlkit.errors import ConfigError, JudgeError
 from rlkit.rewards import aggregate_rewards, check_judge_output
 from rlkit.stats import nan_mean_std
 from rlkit.types import Rollout
@@ -36,8 +38,30 @@ def _flatten(records: list[dict[str, Any]]) -> list[tuple[int, str]]:
     return pairs
 
 
-def score_records(validated: ValidatedConfig, batch_size: int = 64) -> ScoreResult:
-    """Score every completion of every record; each completion is its own group of one."""
+def is_transient(exc: BaseException) -> bool:
+    """Whether a judge failure is worth asking again: time-outs, dropped connections, httpx transport errors,
+    or any exception a plugin marks with ``exc.transient = True``."""
+    if getattr(exc, "transient", False) is True or isinstance(exc, TimeoutError | ConnectionError):
+        return True
+    httpx = sys.modules.get("httpx")  # only a judge that talks HTTP has imported it; never import it here
+    return httpx is not None and isinstance(exc, httpx.TransportError)
+
+
+class JudgeRetriesExhausted(JudgeError):
+    """A judge batch kept failing for a transient reason after every retry; ``first``/``last`` are record indices."""
+
+    def __init__(self, message: str, first: int, last: int, attempts: int, cause: BaseException) -> None:
+        super().__init__(message)
+        self.first, self.last, self.attempts, self.cause = first, last, attempts, cause
+
+
+def score_records(validated: ValidatedConfig, batch_size: int = 64, *, retries: int = 0,
+                  retry_backoff: float = 1.0, on_batch: Callable[[int], None] | None = None) -> ScoreResult:
+    """Score every completion of every record; each completion is its own group of one.
+
+    A judge call that fails transiently (``is_transient``) is asked again up to ``retries`` times, waiting
+    ``retry_backoff`` seconds, doubled each time; ``on_batch(n)`` is called after each batch of n completions.
+    """
     assert validated.records is not None
     rubric = validated.rubric
     if validated.reward_rubric is not rubric:
@@ -54,41 +78,67 @@ def score_records(validated: ValidatedConfig, batch_size: int = 64) -> ScoreResu
     for start in range(0, len(pairs), batch_size):
         chunk = pairs[start:start + batch_size]
         rollout = Rollout(records=[validated.records[i] for i, _ in chunk], completions=[[c] for _, c in chunk])
-        raw = check_judge_output(judge.score(rollout, rubric), rollout, rubric, validated.plugin_names["judge"])
+        scores = _judge_with_retries(judge, rollout, rubric, retries, retry_backoff,
+                                     (chunk[0][0], chunk[-1][0]), validated.plugin_names["judge"])
+        raw = check_judge_output(scores, rollout, rubric, validated.plugin_names["judge"])
         batch = aggregate_rewards(raw, rubric, scheduler, aggregator,
                                   normalization=validated.cfg.get("score_normalization", "range"))
         raw_parts.append(batch.raw_scores[:, 0])
         reward_parts.append(batch.rewards[:, 0])
+        if on_batch is not None:
+            on_batch(len(chunk))
     return ScoreResult(rubric.dimension_names, torch.cat(raw_parts), torch.cat(reward_parts), validated.records)
+
+
+def _judge_with_retries(judge: Any, rollout: Rollout, rubric: Any, retries: int, backoff: float,
+                        records: tuple[int, int], name: str) -> torch.Tensor:
+    for attempt in range(retries + 1):
+        try:
+            return judge.score(rollout, rubric)
+        except Exception as exc:
+            if not is_transient(exc):
+                raise
+            if attempt == retries:
+                first, last = records
+                raise JudgeRetriesExhausted(
+                    f"judge {name} failed {attempt + 1} times on records {first + 1}-{last + 1}: "
+                    f"{type(exc).__name__}: {exc}", first, last, attempt + 1, exc) from exc
+            time.sleep(backoff * 2 ** attempt)
+    raise AssertionError("unreachable")
+
+
+def completion_ranks(rewards: list[float]) -> list[int | None]:
+    """Rank of each completion of one record by reward: 1 = best, ties share the best rank, NaN -> None."""
+    valid = [r for r in rewards if r == r]
+    return [None if r != r else 1 + sum(v > r for v in valid) for r in rewards]
 
 
 def _finite_or_none(x: float) -> float | None:
     return None if x != x else round(x, 6)
 
 
-def write_scored_jsonl(result: ScoreResult, path: Path, rubric_identity: dict[str, str]) -> int:
-    """Write record + scores + reward per completion; atomic, so a failure leaves no partial file."""
+def scored_lines(result: ScoreResult, rubric_identity: dict[str, str]) -> list[str]:
+    """One JSON line per completion: the record (one completion), its scores, reward, rank within the record."""
     lines = []
     row = 0
     for record in result.records:
         completions = record["completions"] if "completions" in record else [record["completion"]]
-        for completion in completions:
+        rewards = result.rewards[row:row + len(completions)].tolist()
+        for completion, reward, rank in zip(completions, rewards, completion_ranks(rewards), strict=True):
             scores = {n: _finite_or_none(float(v)) for n, v in zip(result.dimension_names,
                                                                    result.raw_scores[row].tolist(), strict=True)}
             out = {k: v for k, v in record.items() if k != "completions"}
-            out.update(completion=completion, scores=scores, reward=_finite_or_none(float(result.rewards[row])),
+            out.update(completion=completion, scores=scores, reward=_finite_or_none(float(reward)), rank=rank,
                        rubric=rubric_identity)
             lines.append(json.dumps(out, ensure_ascii=False))
             row += 1
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write("\n".join(lines) + "\n")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    return lines
+
+
+def write_scored_jsonl(result: ScoreResult, path: Path, rubric_identity: dict[str, str]) -> int:
+    """Write record + scores + reward + rank per completion; atomic, so a failure leaves no partial file."""
+    lines = scored_lines(result, rubric_identity)
+    atomic_write_text(path, "".join(line + "\n" for line in lines))
     return len(lines)
 
 
