@@ -12,7 +12,8 @@ That covers OpenAI itself and the usual self-hosted servers (vLLM, SGLang, llama
   order. ``complete`` is synchronous and runs its own event loop with ``asyncio.run``; called from inside a
   running event loop, it runs that loop in a worker thread instead, blocking the caller until it is done.
 * **Timeout.** ``timeout`` seconds bound one attempt from sending the request to reading the last byte.
-* **Retries.** A timeout, a connection error, HTTP 429, any HTTP 5xx, and a 2xx whose body is not JSON or has no
+* **Retries** (``rlkit.judging.http``, shared with the ``reward_api`` judge). A timeout, a connection error,
+  HTTP 429, any HTTP 5xx, and a 2xx whose body is not JSON or has no
   string ``choices[0].message.content`` are failed attempts and are retried, up to ``max_retries`` times after
   the first attempt. Other HTTP errors (400, 401, 404, ...) are not retried: repeating them cannot help. Before
   retry ``k`` (0-based) the request waits ``min(backoff * 2**k, 30)`` seconds, or the server's numeric
@@ -28,46 +29,23 @@ import asyncio
 import math
 import os
 import re
-import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from rlkit import ConfigError, hookimpl
 from rlkit.judging import Completion
+from rlkit.judging.http import MAX_BACKOFF_S, post_with_retries, retry_delay, run_async
+
+__all__ = ["MAX_BACKOFF_S", "OpenAIBackend"]
 
 WHERE = "judge.params.backend_params"
-MAX_BACKOFF_S = 30.0
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 if TYPE_CHECKING:
     import httpx
 
 Messages = Sequence[dict[str, str]]
-
-
-@dataclass(frozen=True)
-class _Attempt:
-    """The outcome of one HTTP attempt."""
-
-    text: str | None
-    error: str = ""
-    retryable: bool = False
-    retry_after: float | None = None
-
-
-def _snippet(text: str, limit: int = 200) -> str:
-    flat = " ".join(text.split())
-    return flat if len(flat) <= limit else flat[:limit] + "..."
-
-
-def _retry_after(response: httpx.Response) -> float | None:
-    try:
-        value = float(response.headers.get("retry-after", ""))
-    except ValueError:
-        return None  # absent, or an HTTP date: fall back to our own backoff
-    return value if math.isfinite(value) and value >= 0 else None
 
 
 def _content(response: httpx.Response) -> str | None:
@@ -126,10 +104,7 @@ class OpenAIBackend:
 
     def retry_delay(self, retry: int, retry_after: float | None = None) -> float:
         """Seconds to wait before retry ``retry`` (0-based): exponential, capped, no jitter."""
-        delay = min(self.params.backoff * 2.0**retry, MAX_BACKOFF_S)
-        if retry_after is not None:
-            delay = max(delay, min(retry_after, MAX_BACKOFF_S))
-        return delay
+        return retry_delay(self.params.backoff, retry, retry_after)
 
     def _headers(self) -> dict[str, str]:
         key = os.environ.get(self.params.api_key_env)
@@ -141,16 +116,7 @@ class OpenAIBackend:
             return []
         chats, headers = list(prompts), self._headers()
 
-        def run() -> list[Completion]:
-            return asyncio.run(self._complete_all(chats, headers))
-
-        try:
-            asyncio.get_running_loop()
-        except RuntimeError:
-            return run()
-        # asyncio.run refuses to nest inside a running loop; a worker thread has none.
-        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="rlkit-openai") as pool:
-            return pool.submit(run).result()
+        return run_async(lambda: self._complete_all(chats, headers), "rlkit-openai")
 
     async def _complete_all(self, chats: list[Messages], headers: dict[str, str]) -> list[Completion]:
         import httpx
@@ -166,49 +132,12 @@ class OpenAIBackend:
         p = self.params
         payload = {"model": p.model, "messages": list(messages), "max_tokens": p.max_tokens,
                    "temperature": p.temperature}
-        began: float | None = None
-        outcome = _Attempt(text=None, error="not attempted")
-        attempts = 0
-        for attempt in range(p.max_retries + 1):
-            if attempt:
-                await asyncio.sleep(self.retry_delay(attempt - 1, outcome.retry_after))
-            async with slots:  # released during the backoff sleep, so a failing request holds no slot
-                if began is None:
-                    began = time.perf_counter()  # queueing for a first slot is not the request's latency
-                outcome = await self._attempt(client, payload)
-            attempts += 1
-            if outcome.text is not None or not outcome.retryable:
-                break
-        latency = time.perf_counter() - (began or time.perf_counter())
-        if outcome.text is not None:
-            return Completion(text=outcome.text, latency=latency, attempts=attempts)
-        return Completion(text=None, error=f"{outcome.error} (after {attempts} attempt{'s' * (attempts != 1)})",
-                          latency=latency, attempts=attempts)
-
-    async def _attempt(self, client: httpx.AsyncClient, payload: dict[str, Any]) -> _Attempt:
-        import httpx
-
-        timeout = self.params.timeout
-        try:
-            # httpx's timeout bounds each phase; wait_for bounds the attempt as a whole.
-            response = await asyncio.wait_for(client.post(self._url, json=payload), timeout=timeout)
-        except (asyncio.TimeoutError, httpx.TimeoutException):
-            return _Attempt(None, f"timed out after {timeout:g} s", retryable=True)
-        except httpx.TransportError as exc:
-            return _Attempt(None, f"connection error: {type(exc).__name__}: {exc}", retryable=True)
-        except Exception as exc:  # e.g. a chat that is not JSON-serialisable: this request only
-            return _Attempt(None, f"request failed: {type(exc).__name__}: {exc}")
-        status = response.status_code
-        if status == 429 or status >= 500:
-            return _Attempt(None, f"HTTP {status}: {_snippet(response.text)}", retryable=True,
-                            retry_after=_retry_after(response))
-        if not 200 <= status < 300:
-            return _Attempt(None, f"HTTP {status}: {_snippet(response.text)}")
-        content = _content(response)
-        if content is None:
-            return _Attempt(None, f"malformed response (no choices[0].message.content): {_snippet(response.text)}",
-                            retryable=True)
-        return _Attempt(content)
+        out = await post_with_retries(client, self._url, payload, slots=slots, timeout=p.timeout,
+                                      max_retries=p.max_retries, backoff=p.backoff, read=_content,
+                                      malformed="no choices[0].message.content", delay=self.retry_delay)
+        if out.value is not None:
+            return Completion(text=out.value, latency=out.latency, attempts=out.attempts)
+        return Completion(text=None, error=out.error, latency=out.latency, attempts=out.attempts)
 
     def close(self) -> None:
         """Nothing is held between calls: each :meth:`complete` opens and closes its own client."""

@@ -1,0 +1,133 @@
+"""One HTTP POST with retries, shared by the clients that ask a remote server (the ``openai`` backend, the
+``reward_api`` judge), so both follow the same schedule and failure rules.
+
+* A timeout, a connection error, HTTP 429, any HTTP 5xx, and a 2xx whose body ``read`` cannot use are failed
+  attempts and are retried, up to ``max_retries`` times after the first. Other HTTP errors (400, 401, 404, ...)
+  are not: repeating them cannot help.
+* Before retry ``k`` (0-based) the request waits ``min(backoff * 2**k, 30)`` seconds, or the server's numeric
+  ``Retry-After`` if that is longer (also capped at 30 s). No jitter: the schedule is deterministic.
+* The waits do not hold a concurrency slot, so a failing request does not starve the others.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+if TYPE_CHECKING:
+    import httpx
+
+MAX_BACKOFF_S = 30.0
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Attempt(Generic[T]):
+    """The outcome of one HTTP attempt: the value ``read`` took from the response, or why there is none."""
+
+    value: T | None
+    error: str = ""
+    retryable: bool = False
+    retry_after: float | None = None
+
+
+@dataclass(frozen=True)
+class Outcome(Generic[T]):
+    """The outcome of a request after its retries: a value, or the last error and the attempts made."""
+
+    value: T | None
+    error: str
+    attempts: int
+    latency: float
+
+
+def snippet(text: str, limit: int = 200) -> str:
+    """``text`` on one line, cut to ``limit`` characters: enough of an error body to say what went wrong."""
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[:limit] + "..."
+
+
+def retry_after(response: httpx.Response) -> float | None:
+    """The numeric ``Retry-After`` header in seconds, or None (absent, or an HTTP date: use our backoff)."""
+    try:
+        value = float(response.headers.get("retry-after", ""))
+    except ValueError:
+        return None
+    return value if math.isfinite(value) and value >= 0 else None
+
+
+def retry_delay(backoff: float, retry: int, after: float | None = None) -> float:
+    """Seconds to wait before retry ``retry`` (0-based): exponential, capped, no jitter."""
+    delay = min(backoff * 2.0**retry, MAX_BACKOFF_S)
+    if after is not None:
+        delay = max(delay, min(after, MAX_BACKOFF_S))
+    return delay
+
+
+async def _attempt(client: httpx.AsyncClient, url: str, payload: Any, timeout: float,
+                   read: Callable[[httpx.Response], T | None], malformed: str) -> Attempt[T]:
+    import httpx
+
+    try:
+        # httpx's timeout bounds each phase; wait_for bounds the attempt as a whole.
+        response = await asyncio.wait_for(client.post(url, json=payload), timeout=timeout)
+    except (asyncio.TimeoutError, httpx.TimeoutException):
+        return Attempt(None, f"timed out after {timeout:g} s", retryable=True)
+    except httpx.TransportError as exc:
+        return Attempt(None, f"connection error: {type(exc).__name__}: {exc}", retryable=True)
+    except Exception as exc:  # e.g. a payload that is not JSON-serialisable: this request only
+        return Attempt(None, f"request failed: {type(exc).__name__}: {exc}")
+    status = response.status_code
+    if status == 429 or status >= 500:
+        return Attempt(None, f"HTTP {status}: {snippet(response.text)}", retryable=True,
+                       retry_after=retry_after(response))
+    if not 200 <= status < 300:
+        return Attempt(None, f"HTTP {status}: {snippet(response.text)}")
+    value = read(response)
+    if value is None:
+        return Attempt(None, f"malformed response ({malformed}): {snippet(response.text)}", retryable=True)
+    return Attempt(value)
+
+
+async def post_with_retries(client: httpx.AsyncClient, url: str, payload: Any, *, slots: asyncio.Semaphore,
+                            timeout: float, max_retries: int, backoff: float,
+                            read: Callable[[httpx.Response], T | None], malformed: str,
+                            delay: Callable[[int, float | None], float] | None = None) -> Outcome[T]:
+    """POST ``payload`` as JSON until ``read`` returns a value or the retries are spent; never raises."""
+    began: float | None = None
+    outcome: Attempt[T] = Attempt(None, "not attempted")
+    attempts = 0
+    wait = delay or (lambda retry, after: retry_delay(backoff, retry, after))
+    for attempt in range(max_retries + 1):
+        if attempt:
+            await asyncio.sleep(wait(attempt - 1, outcome.retry_after))
+        async with slots:  # released during the backoff sleep, so a failing request holds no slot
+            if began is None:
+                began = time.perf_counter()  # queueing for a first slot is not the request's latency
+            outcome = await _attempt(client, url, payload, timeout, read, malformed)
+        attempts += 1
+        if outcome.value is not None or not outcome.retryable:
+            break
+    latency = time.perf_counter() - (began or time.perf_counter())
+    error = "" if outcome.value is not None else f"{outcome.error} (after {attempts} attempt{'s' * (attempts != 1)})"
+    return Outcome(outcome.value, error, attempts, latency)
+
+
+def run_async(make: Callable[[], Awaitable[T]], thread_name: str = "rlkit-http") -> T:
+    """Run a coroutine to completion from synchronous code, even when called inside a running event loop
+    (``asyncio.run`` refuses to nest; a worker thread has no loop of its own)."""
+
+    def run() -> T:
+        return asyncio.run(make())  # type: ignore[arg-type]
+
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return run()
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix=thread_name) as pool:
+        return pool.submit(run).result()
