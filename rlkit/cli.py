@@ -1,4 +1,4 @@
-"""The ``rlkit`` command: ``plugins``, ``validate``, ``score``, ``calibrate`` and ``fit``; Hydra overrides follow."""
+"""The ``rlkit`` command: plugins, validate, score, calibrate, fit, serve; Hydra overrides follow."""
 
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ commands:
   score       score prompt/completion records (data.path=...) with the configured judge
   calibrate   agreement of the configured judge with human labels (calibrate.labels=...), per dimension
   fit         train the policy with the configured judge, aggregator and estimator (-m for sweeps)
+  serve       serve the configured judge as an HTTP reward API (serve.port=..., Ctrl-C stops it)
   data        data tools: `rlkit data pairs in=ranked.jsonl out=pairs.jsonl` (rlkit data for help)
 
 Overrides are Hydra's: judge=rule rubric.path=/abs/rubric.yaml data.path=/abs/records.jsonl
@@ -171,6 +172,22 @@ def cmd_calibrate(overrides: Sequence[str]) -> int:
         finally:
             finish_logger(logger)
         console.print(f"logged the numbers to {logger_name(cfg)} under {options.output}")
+    return 0
+
+
+def cmd_serve(overrides: Sequence[str]) -> int:
+    import logging
+
+    from rlkit.serve import RewardServer, create_app, serve_settings
+
+    validated = _validated(overrides, read_data=False)  # requests bring the texts; data.path is not read
+    settings = serve_settings(validated.cfg)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    server = RewardServer(create_app(validated, settings), settings.host, settings.port, log_level="info")
+    rubric = validated.rubric
+    print(f"serving judge {validated.plugin_names['judge']} on rubric {rubric.name} v{rubric.version} "
+          f"({rubric.short_hash}) at {server.url} (OpenAPI: {server.url}/openapi.json); Ctrl-C stops", flush=True)
+    server.serve_forever()
     return 0
 
 
@@ -326,7 +343,7 @@ def cmd_data(overrides: Sequence[str]) -> int:
 
 
 COMMANDS = {"plugins": cmd_plugins, "validate": cmd_validate, "score": cmd_score, "calibrate": cmd_calibrate,
-            "fit": cmd_fit, "data": cmd_data}
+            "fit": cmd_fit, "data": cmd_data, "serve": cmd_serve}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

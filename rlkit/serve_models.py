@@ -1,0 +1,127 @@
+"""The reward API's request and response bodies (pydantic), shared by ``rlkit serve`` and the ``reward_api``
+judge; FastAPI publishes them as the OpenAPI schema."""
+
+from __future__ import annotations
+
+import time
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+Scalar = str | int | Annotated[float, Field(allow_inf_nan=False)] | bool | None
+
+
+class _Body(BaseModel):
+    """A request body: an unknown key is a mistake worth a 422. Responses ignore unknown keys, so an older client
+    reads a newer server."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class ChatMessage(_Body):
+    role: str = Field(min_length=1, max_length=64, examples=["user"])
+    content: str
+
+
+class RewardRequest(_Body):
+    """One group: a prompt and the responses to score against each other."""
+
+    prompt: str | Annotated[list[ChatMessage], Field(min_length=1)] = Field(
+        description="the prompt text, or its chat messages", examples=["3+4="])
+    responses: list[str] = Field(min_length=1, description="the responses to score (one group)",
+                                 examples=[["7", "12"]])
+    fields: dict[str, Scalar] = Field(
+        default_factory=dict, description="other fields of the prompt's record that the rubric's checks read, "
+                                          "e.g. {\"reference\": \"7\"}", examples=[{"reference": "7"}])
+
+    @field_validator("fields")
+    @classmethod
+    def _no_prompt(cls, value: dict[str, Any]) -> dict[str, Any]:
+        if "prompt" in value:
+            raise ValueError("'prompt' goes in the request's own prompt field, not in fields")
+        return value
+
+    def prompt_record(self) -> str | list[dict[str, str]]:
+        """The prompt as a data record holds it."""
+        return self.prompt if isinstance(self.prompt, str) else [m.model_dump() for m in self.prompt]
+
+
+class RubricIdentity(BaseModel):
+    name: str
+    version: str
+    hash: str = Field(description="sha256 of the rubric's canonical content")
+
+
+class DimensionInfo(BaseModel):
+    name: str
+    type: str
+    low: float
+    high: float
+
+
+class RubricInfo(RubricIdentity):
+    dimensions: list[DimensionInfo]
+    definition: dict[str, Any] | None = Field(default=None, description="the rubric's canonical content")
+
+    def identity(self) -> RubricIdentity:
+        """Name, version and hash only."""
+        return RubricIdentity(name=self.name, version=self.version, hash=self.hash)
+
+
+class InfoResponse(BaseModel):
+    judge: str
+    rubric: RubricInfo = Field(description="the rubric the judge is asked with")
+    scored_rubric: RubricInfo = Field(description="the rubric the scores follow: the same one, unless the judge "
+                                                  "derives its own (a ranking judge's single 'rank' dimension)")
+    chat_model: str | None = Field(description="the model /v1/chat/completions serves; null: not served")
+
+
+class ScoredResponse(BaseModel):
+    index: int = Field(description="position in the request's responses")
+    reward: float | None = Field(description="the aggregated reward; null when no dimension could be scored")
+    rank: int | None = Field(description="1 = best in the group; equal rewards share a rank; null without reward")
+    scores: dict[str, float | None] = Field(description="raw score per dimension, in its own range; null where "
+                                                        "not scored (or its condition is not met)")
+
+
+class RewardResponse(BaseModel):
+    rubric: RubricIdentity = Field(description="the rubric the scores follow")
+    judge: str
+    dimensions: list[DimensionInfo]
+    results: list[ScoredResponse]
+
+
+class ErrorBody(BaseModel):
+    detail: str | list[Any]
+
+
+class ChatRequest(BaseModel):
+    """OpenAI's chat-completions request; decoding follows the judge backend's settings, so other keys
+    (max_tokens, temperature, ...) are accepted and ignored."""
+
+    model_config = ConfigDict(extra="allow")
+
+    model: str | None = None
+    messages: list[ChatMessage] = Field(min_length=1)
+
+
+class ChatChoice(BaseModel):
+    index: int
+    message: ChatMessage
+    finish_reason: str
+
+
+class ChatResponse(BaseModel):
+    id: str
+    object: str = "chat.completion"
+    created: int
+    model: str
+    choices: list[ChatChoice]
+
+    @classmethod
+    def answer(cls, model: str, text: str) -> ChatResponse:
+        """A one-choice answer."""
+        created = int(time.time())
+        return cls(id=f"chatcmpl-{time.time_ns()}", created=created, model=model,
+                   choices=[ChatChoice(index=0, message=ChatMessage(role="assistant", content=text),
+                                       finish_reason="stop")])
