@@ -1,0 +1,189 @@
+"""``reward_api``: scores from a remote ``rlkit serve``, so ``rlkit fit`` can train against a judge served elsewhere.
+
+Each prompt's group is one ``POST {base_url}/v1/reward`` (prompt, responses, and the record's other scalar fields,
+e.g. ``reference``), sent concurrently (at most ``concurrency`` in flight) with the retries and backoff of the
+``openai`` backend (``rlkit.judging.http``). The bearer token comes from the environment variable ``api_key_env``,
+read per call; unset sends none.
+
+Before anything is scored (``check_rubric``, so ``rlkit validate`` and ``rlkit fit`` fail in seconds), ``GET
+/v1/info`` must show the server judging the same dimensions (names and ranges, in order) as the local rubric, or a
+``ConfigError`` names ``judge.params.base_url``. A server whose judge derives its own rubric (``judge=ranking``)
+makes this judge derive the same one (``scored_rubric``). A group that still fails after its retries gets NaN
+scores (never a silent zero), is counted in ``judge/request_failures`` and warned about.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import os
+import re
+import time
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from rlkit import ConfigError, Rollout, Rubric, hookimpl
+from rlkit.judging.http import post_with_retries, retry_delay, run_async, snippet
+from rlkit.rubric import rubric_from_dict
+from rlkit.serve_models import InfoResponse, RewardResponse
+
+WHERE = "judge.params"
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _dims(info: Any) -> list[tuple[str, float, float]]:
+    return [(d.name, float(d.low), float(d.high)) for d in info.dimensions]
+
+
+def _scalar_fields(record: dict[str, Any]) -> dict[str, Any]:
+    """The record's fields a check may read, as the API takes them: scalars only (lists, e.g. completions, stay)."""
+    return {k: v for k, v in record.items() if k != "prompt" and (
+        v is None or isinstance(v, (str, bool, int)) or (isinstance(v, float) and math.isfinite(v)))}
+
+
+class RewardApiJudge:
+    """Asks a remote reward API (``rlkit serve``) for each group's scores."""
+
+    @dataclass
+    class Params:
+        base_url: str = "http://127.0.0.1:8000"
+        api_key_env: str = "RLKIT_SERVE_TOKEN"
+        timeout: float = 60.0
+        max_retries: int = 3
+        backoff: float = 0.5
+        concurrency: int = 8
+
+    def __init__(self, params: RewardApiJudge.Params | None = None) -> None:
+        import httpx  # here, not at module level: every rlkit command imports all built-in plugins
+
+        p = params or RewardApiJudge.Params()
+        try:
+            url = httpx.URL(p.base_url)
+        except Exception:  # httpx raises several types for unparsable URLs
+            url = None
+        if url is None or url.scheme not in ("http", "https") or not url.host:
+            raise ConfigError(f"must be an http(s) URL such as http://127.0.0.1:8000, got {p.base_url!r}",
+                              f"{WHERE}.base_url")
+        if not _ENV_NAME.fullmatch(p.api_key_env or ""):
+            raise ConfigError(f"must be the name of an environment variable (the token itself never goes in the "
+                              f"config), got {p.api_key_env!r}", f"{WHERE}.api_key_env")
+        for name, low, strict in (("timeout", 0, True), ("max_retries", 0, False), ("backoff", 0, False),
+                                  ("concurrency", 1, False)):
+            value = getattr(p, name)
+            if not math.isfinite(value) or value < low or (strict and value == low):
+                raise ConfigError(f"must be {'>' if strict else '>='} {low}, got {value}", f"{WHERE}.{name}")
+        self.params = p
+        self._base = p.base_url.rstrip("/")
+        self._checked: dict[str, Rubric] = {}  # local rubric hash -> the rubric the server's scores follow
+        self._last: dict[str, float] = {}
+
+    def _headers(self) -> dict[str, str]:
+        token = os.environ.get(self.params.api_key_env)
+        return {"Authorization": f"Bearer {token}"} if token else {}
+
+    def _info(self) -> InfoResponse:
+        import httpx
+
+        p, where, error = self.params, f"{WHERE}.base_url", ""
+        for attempt in range(p.max_retries + 1):
+            if attempt:
+                time.sleep(retry_delay(p.backoff, attempt - 1))
+            try:
+                response = httpx.get(f"{self._base}/v1/info", headers=self._headers(), timeout=p.timeout)
+            except httpx.HTTPError as exc:
+                error = f"{type(exc).__name__}: {exc}"
+                continue
+            if response.status_code == 401:
+                raise ConfigError(f"{self._base} refused the token (HTTP 401); set the environment variable "
+                                  f"{p.api_key_env} to the server's token", where)
+            if response.status_code == 429 or response.status_code >= 500:
+                error = f"HTTP {response.status_code}"
+                continue
+            try:
+                response.raise_for_status()
+                return InfoResponse.model_validate_json(response.content)
+            except Exception as exc:
+                raise ConfigError(f"{self._base}/v1/info is not an rlkit reward API: {snippet(str(exc))}",
+                                  where) from None
+        raise ConfigError(f"cannot reach the reward API at {self._base} ({error}); start it with `rlkit serve`",
+                          where)
+
+    def check_rubric(self, rubric: Rubric) -> None:
+        """The server must judge this rubric's dimensions (names and ranges); learn what its scores follow."""
+        if rubric.content_hash in self._checked:
+            return
+        info = self._info()
+        theirs = _dims(info.rubric)
+        ours = [(d.name, float(d.low), float(d.high)) for d in rubric.dimensions]
+        if theirs != ours:
+            def show(dims: list[tuple[str, float, float]]) -> str:
+                return ", ".join(f"{n} [{lo:g}, {hi:g}]" for n, lo, hi in dims)
+            raise ConfigError(f"the server at {self._base} judges rubric {info.rubric.name} v{info.rubric.version} "
+                              f"({show(theirs)}); the local rubric {rubric.name} v{rubric.version} has "
+                              f"({show(ours)})", f"{WHERE}.base_url")
+        if info.scored_rubric.hash == info.rubric.hash:
+            self._checked[rubric.content_hash] = rubric
+            return
+        # The server's judge derives its own rubric (a ranking judge): so does this one, for validate_config.
+        definition = {k: v for k, v in (info.scored_rubric.definition or {}).items() if k != "templates"}
+        derived = rubric_from_dict(definition, source=f"{self._base}/v1/info")
+        self._checked[rubric.content_hash] = derived
+        self.scored_rubric: Callable[[Rubric], Rubric] = lambda _rubric: derived
+
+    def score(self, rollout: Rollout, rubric: Rubric) -> torch.Tensor:
+        self.check_rubric(rubric)
+        scored = self._checked[rubric.content_hash]
+        names = scored.dimension_names
+        g = rollout.group_size
+        payloads = [{"prompt": record["prompt"], "responses": list(group), "fields": _scalar_fields(record)}
+                    for record, group in zip(rollout.records, rollout.completions, strict=True)]
+
+        def read(response: Any) -> list[list[float]] | None:
+            try:
+                body = RewardResponse.model_validate_json(response.content)
+            except Exception:
+                return None
+            if len(body.results) != g or any(set(r.scores) != set(names) for r in body.results):
+                return None
+            return [[math.nan if r.scores[n] is None else r.scores[n] for n in names] for r in body.results]
+
+        outcomes = run_async(lambda: self._post_all(payloads, read), "rlkit-reward-api")
+        scores = torch.full((rollout.num_prompts, g, len(names)), math.nan)
+        for i, out in enumerate(outcomes):
+            if out.value is not None:
+                scores[i] = torch.tensor(out.value, dtype=torch.float32)
+        failed = [o for o in outcomes if o.value is None]
+        self._last = {"judge/requests": float(len(outcomes)), "judge/request_failures": float(len(failed)),
+                      "judge/retries": float(sum(o.attempts - 1 for o in outcomes)),
+                      "judge/latency_mean": sum(o.latency for o in outcomes) / max(len(outcomes), 1)}
+        if failed:
+            warnings.warn(f"reward_api: {len(failed)} of {len(outcomes)} groups got no scores from {self._base} "
+                          f"(left unscored); first error: {failed[0].error}", stacklevel=2)
+        return scores
+
+    async def _post_all(self, payloads: list[dict[str, Any]], read: Callable[[Any], Any]) -> list[Any]:
+        import httpx
+
+        p = self.params
+        slots = asyncio.Semaphore(p.concurrency)
+        limits = httpx.Limits(max_connections=p.concurrency, max_keepalive_connections=p.concurrency)
+        async with httpx.AsyncClient(timeout=httpx.Timeout(p.timeout), limits=limits,
+                                     headers=self._headers()) as client:
+            return list(await asyncio.gather(*(
+                post_with_retries(client, f"{self._base}/v1/reward", payload, slots=slots, timeout=p.timeout,
+                                  max_retries=p.max_retries, backoff=p.backoff, read=read,
+                                  malformed="not a reward response for this group") for payload in payloads)))
+
+    def metrics(self) -> dict[str, float]:
+        """The last ``score`` call's requests, failed groups, retries and mean latency."""
+        return dict(self._last)
+
+
+@hookimpl
+def rlkit_register_judges(register: Callable[..., None]) -> None:
+    """Register the ``reward_api`` judge."""
+    register("reward_api", RewardApiJudge)

@@ -1,0 +1,302 @@
+"""``rlkit serve`` over real HTTP on loopback (uvicorn in a thread, or the command in a subprocess), and the
+``reward_api`` judge that asks it."""
+
+from __future__ import annotations
+
+import csv
+import json
+import logging
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import httpx
+import pytest
+import torch
+import yaml
+
+from rlkit.cli import _validated, main
+from rlkit.errors import ConfigError
+from rlkit.scoring import completion_ranks, score_records
+from rlkit.serve import RewardServer, ServeSettings, create_app, serve_settings
+from rlkit.testing import JudgeContract
+from rlkit.testing.contracts import example_rubric
+from rlkit_plugins.judges.ranking import ranking_rubric
+from rlkit_plugins.judges.reward_api import RewardApiJudge
+
+TOKEN_ENV = "RLKIT_TEST_SERVE_TOKEN"
+GROUP = {"prompt": "3+4=", "responses": ["7", "12", "The answer is 7", "7 7 7 7 7 7 7 7 7 7"],
+         "fields": {"reference": "7"}}
+
+
+@pytest.fixture(scope="module")
+def rule():
+    """The default config with judge=rule (the arithmetic rubric), validated once."""
+    return _validated(["judge=rule"], read_data=False)
+
+
+def _serve(validated, token: str | None = None, **settings) -> RewardServer:
+    return RewardServer(create_app(validated, ServeSettings(api_key_env=TOKEN_ENV if token else None, **settings)))
+
+
+@pytest.fixture(scope="module")
+def server(rule):
+    with _serve(rule, rate_limit=0) as s:
+        yield s
+
+
+def test_reward_matches_local_scoring_with_ranks_and_breakdown(server, rule):
+    body = httpx.post(f"{server.url}/v1/reward", json=GROUP).json()
+    assert body["judge"] == "rule" and body["rubric"] == rule.rubric.identity()
+    assert [d["name"] for d in body["dimensions"]] == rule.rubric.dimension_names
+    local = score_records(replace(rule, records=[{"prompt": GROUP["prompt"], "reference": "7",
+                                                  "completions": GROUP["responses"]}]))
+    rewards = [r["reward"] for r in body["results"]]
+    assert rewards == pytest.approx(local.rewards.tolist())
+    assert [list(r["scores"].values()) for r in body["results"]] == local.raw_scores.tolist()
+    assert [r["rank"] for r in body["results"]] == completion_ranks(rewards) == [1, 3, 4, 2]
+
+
+def test_health_info_and_openapi_schema(server):
+    assert httpx.get(f"{server.url}/health").json() == {"status": "ok"}
+    info = httpx.get(f"{server.url}/v1/info").json()
+    assert info["judge"] == "rule" and info["chat_model"] is None
+    assert info["rubric"]["hash"] == info["scored_rubric"]["hash"]
+    spec = httpx.get(f"{server.url}/openapi.json").json()
+    request = spec["paths"]["/v1/reward"]["post"]["requestBody"]["content"]["application/json"]["schema"]
+    assert request["$ref"].endswith("/RewardRequest")
+    assert {"prompt", "responses", "fields"} <= set(spec["components"]["schemas"]["RewardRequest"]["properties"])
+    chat = httpx.post(f"{server.url}/v1/chat/completions", json={"messages": [{"role": "user", "content": "hi"}]})
+    assert chat.status_code == 404 and "hf backend" in chat.json()["detail"]
+
+
+def test_auth_rate_limit_and_size_caps(rule, monkeypatch):
+    monkeypatch.setenv(TOKEN_ENV, "s3cret")
+    with _serve(rule, token=True, rate_limit=5, max_responses=3, max_response_chars=50, max_body_bytes=400) as s:
+        url, auth = f"{s.url}/v1/reward", {"Authorization": "Bearer s3cret"}
+        one = {"prompt": "1+1=", "responses": ["2"]}
+        assert httpx.post(url, json=one).status_code == 401
+        wrong = httpx.post(url, json=one, headers={"Authorization": "Bearer nope"})
+        assert wrong.status_code == 401 and wrong.headers["www-authenticate"] == "Bearer"
+        assert httpx.get(f"{s.url}/health").status_code == 200  # open, and not rate limited
+        assert httpx.post(url, json=one, headers=auth).status_code == 200
+        too_many = httpx.post(url, json={"prompt": "1", "responses": ["1"] * 4}, headers=auth)
+        assert too_many.status_code == 413 and "serve.max_responses=3" in too_many.json()["detail"]
+        assert httpx.post(url, json={"prompt": "1", "responses": ["x" * 51]}, headers=auth).status_code == 413
+        big = httpx.post(url, json={"prompt": "p" * 500, "responses": ["1"]}, headers=auth)
+        assert big.status_code == 413 and "serve.max_body_bytes=400" in big.json()["detail"]
+        chunked = httpx.post(url, content=iter([b'{"prompt": "', b"p" * 500, b'", "responses": ["1"]}']),
+                             headers=auth)  # no Content-Length: counted while read
+        assert chunked.status_code == 413
+        limited = httpx.post(url, json=one, headers=auth)  # the 6th in a minute: refused ones count too
+        assert limited.status_code == 429 and int(limited.headers["retry-after"]) >= 1
+
+
+@pytest.mark.parametrize(("body", "needle"), [
+    (b"{not json", "json_invalid"),
+    (json.dumps({"prompt": "1+1="}).encode(), "responses"),
+    (json.dumps({"prompt": "1+1=", "responses": "2"}).encode(), "responses"),
+    (json.dumps({"prompt": "1+1=", "responses": []}).encode(), "at least 1"),
+    (json.dumps({"prompt": "1", "responses": ["2"], "fields": {"prompt": "x"}}).encode(), "own prompt field"),
+    (json.dumps({"prompt": "1", "responses": ["2"], "fields": {"a": [1]}}).encode(), "fields"),
+    (json.dumps({"prompt": "1", "responses": ["2"], "fields": {"reference": "two"}}).encode(), "not a number"),
+])
+def test_malformed_requests_are_422_with_a_message(server, body, needle):
+    response = httpx.post(f"{server.url}/v1/reward", content=body, headers={"Content-Type": "application/json"})
+    assert response.status_code == 422
+    assert needle in json.dumps(response.json())
+
+
+def test_judging_over_the_timeout_is_504(rule):
+    class Slow:
+        def score(self, rollout, rubric):
+            time.sleep(1.0)
+            return torch.zeros(1, rollout.group_size, len(rubric.dimensions))
+
+    with _serve(replace(rule, plugins={**rule.plugins, "judge": Slow()}), timeout_s=0.2) as s:
+        response = httpx.post(f"{s.url}/v1/reward", json=GROUP)
+    assert response.status_code == 504 and "serve.timeout_s=0.2" in response.json()["detail"]
+
+
+def test_concurrent_clients_get_what_sequential_scoring_gives(server):
+    groups = [{"prompt": f"{a}+{a}=", "responses": [str(2 * a), str(a), f"it is {2 * a}"],
+               "fields": {"reference": str(2 * a)}} for a in range(16)]
+    sequential = [httpx.post(f"{server.url}/v1/reward", json=g).json() for g in groups]
+    answers: dict[int, dict] = {}
+
+    def client(k: int) -> None:
+        with httpx.Client() as c:
+            for i in range(k, len(groups), 8):
+                answers[i] = c.post(f"{server.url}/v1/reward", json=groups[i]).json()
+
+    threads = [threading.Thread(target=client, args=(k,)) for k in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+    assert [answers[i] for i in range(len(groups))] == sequential
+
+
+def test_logs_carry_counts_never_texts(server, caplog):
+    caplog.set_level(logging.INFO, logger="rlkit.serve")
+    secret = "a-very-distinctive-response-text"
+    httpx.post(f"{server.url}/v1/reward", json={"prompt": "distinctive-prompt", "responses": [secret]})
+    assert "reward: 1 responses" in caplog.text
+    assert secret not in caplog.text and "distinctive-prompt" not in caplog.text
+
+
+def test_exposed_without_a_token_warns(rule, caplog, monkeypatch):
+    monkeypatch.delenv(TOKEN_ENV, raising=False)
+    create_app(rule, ServeSettings(host="0.0.0.0", api_key_env=TOKEN_ENV))
+    assert f"without auth: set {TOKEN_ENV}" in caplog.text
+
+
+def test_chat_route_answers_with_the_judge_backend(rule):
+    from rlkit.judging import Completion
+
+    class Backend:
+        def complete(self, chats):
+            return [Completion(text=f"{len(chats[0])} message(s)")]
+
+    class Generative:
+        class params:  # noqa: N801 - stands in for a judge's Params
+            backend, backend_params = "hf", {"model": "/models/judge"}
+
+        class backend:  # noqa: N801 - stands in for rlkit.judging.asking.JudgeBackend
+            get = staticmethod(Backend)
+
+    with _serve(replace(rule, plugins={**rule.plugins, "judge": Generative()})) as s:
+        body = httpx.post(f"{s.url}/v1/chat/completions", json={
+            "model": "x", "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}]}).json()
+    assert body["model"] == "/models/judge" and body["choices"][0]["message"]["content"] == "1 message(s)"
+
+
+@pytest.mark.parametrize(("override", "where"), [("serve.port=-1", "serve.port"),
+                                                 ("serve.api_key_env='1 bad'", "serve.api_key_env"),
+                                                 ("serve.timeout_s=0", "serve.timeout_s"),
+                                                 ("+serve.hots=0.0.0.0", "serve.hots")])
+def test_bad_serve_settings_name_the_field(override, where):
+    with pytest.raises(ConfigError) as info:
+        serve_settings(_validated([override], read_data=False).cfg)
+    assert info.value.where == where
+
+
+def test_schemathesis_finds_no_server_error(rule, monkeypatch):
+    import schemathesis
+    from hypothesis import HealthCheck, given, settings
+
+    monkeypatch.setenv(TOKEN_ENV, "s3cret")
+    with _serve(rule, token=True, rate_limit=0, max_body_bytes=20_000) as s:
+        schema = schemathesis.openapi.from_url(f"{s.url}/openapi.json")
+        for result in schema.get_all_operations():
+            operation = result.ok()
+
+            @given(case=operation.as_strategy())
+            @settings(max_examples=30, deadline=None, database=None,
+                      suppress_health_check=list(HealthCheck))
+            def check(case) -> None:
+                response = case.call(base_url=s.url, headers={"Authorization": "Bearer s3cret"}, timeout=10)
+                assert response.status_code < 500, (case.method, case.path, response.status_code, response.text)
+
+            check()
+
+
+# --- the reward_api judge -------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def contract_server(tmp_path_factory):
+    """A server judging the contract suite's rubric with the rule judge."""
+    rubric = example_rubric()
+    path = tmp_path_factory.mktemp("rubric") / "contract.yaml"
+    path.write_text(yaml.safe_dump(rubric.model_dump(mode="json", exclude={"changelog", "source", "templates"})))
+    with _serve(_validated(["judge=rule", f"rubric.path={path}"], read_data=False), rate_limit=0) as s:
+        yield s
+
+
+class TestRewardApiJudgeContract(JudgeContract):
+    @pytest.fixture
+    def judge(self, contract_server):
+        return RewardApiJudge(RewardApiJudge.Params(base_url=contract_server.url))
+
+
+def test_reward_api_refuses_a_server_judging_another_rubric(contract_server, rule):
+    judge = RewardApiJudge(RewardApiJudge.Params(base_url=contract_server.url))
+    with pytest.raises(ConfigError) as info:
+        judge.check_rubric(rule.rubric)
+    assert info.value.where == "judge.params.base_url" and "correctness [0, 1]" in info.value.message
+    unreachable = RewardApiJudge(RewardApiJudge.Params(base_url="http://127.0.0.1:9", max_retries=0))
+    with pytest.raises(ConfigError, match="cannot reach the reward API"):
+        unreachable.check_rubric(rule.rubric)
+
+
+def test_reward_api_failed_group_is_nan_and_counted(server, rule):
+    from rlkit.types import Rollout
+
+    judge = RewardApiJudge(RewardApiJudge.Params(base_url=server.url, max_retries=1, backoff=0))
+    rollout = Rollout(records=[{"prompt": "1+1=", "reference": "2"}, {"prompt": "2+2=", "reference": "four"}],
+                      completions=[["2", "3"], ["4", "5"]])
+    with pytest.warns(UserWarning, match="1 of 2 groups got no scores"):
+        scores = judge.score(rollout, rule.rubric)
+    assert not torch.isnan(scores[0]).any() and torch.isnan(scores[1]).all()  # a 422 is not retried
+    assert judge.metrics()["judge/request_failures"] == 1 and judge.metrics()["judge/retries"] == 0
+
+
+def test_reward_api_follows_a_server_judge_that_derives_its_rubric(rule):
+    class Ranker:
+        def score(self, rollout, rubric):
+            g = rollout.group_size
+            return torch.linspace(0, 1, g).reshape(1, g, 1)
+
+    derived = ranking_rubric(rule.rubric)
+    ranking = replace(rule, plugins={**rule.plugins, "judge": Ranker()}, reward_rubric=derived,
+                      plugin_names={**rule.plugin_names, "judge": "ranking"})
+    with _serve(ranking) as s:
+        judge = RewardApiJudge(RewardApiJudge.Params(base_url=s.url))
+        judge.check_rubric(rule.rubric)
+        assert judge.scored_rubric(rule.rubric).content_hash == derived.content_hash
+        from rlkit.types import Rollout
+
+        scores = judge.score(Rollout(records=[{"prompt": "1+1="}], completions=[["a", "b", "c"]]), rule.rubric)
+    assert scores.tolist() == [[[0.0], [0.5], [1.0]]]
+
+
+# --- end to end: the command, and fit against it ---------------------------------------------------------
+
+
+def test_fit_trains_against_rlkit_serve_with_the_local_rule_rewards(tmp_path, monkeypatch, capsys, rule):
+    monkeypatch.setenv("RLKIT_CACHE", str(tmp_path / "cache"))
+    monkeypatch.chdir(tmp_path)
+    proc = subprocess.Popen([str(Path(sys.executable).with_name("rlkit")), "serve", "judge=rule", "serve.port=0"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        lines = [proc.stdout.readline() for _ in range(1)]
+        while " at http://127.0.0.1:" not in lines[-1] and lines[-1] and len(lines) < 50:
+            lines.append(proc.stdout.readline())  # warnings may come first
+        line = lines[-1]
+        assert " at http://127.0.0.1:" in line, "".join(lines)
+        url = line.split(" at ")[1].split()[0]
+        run_dir = tmp_path / "run"
+        code = main(["fit", "judge=reward_api", f"judge.params.base_url={url}", "experiment=quick", "logger=csv",
+                     "trainer.max_steps=2", "batch_size=2", "num_generations=4", "log_samples.every=1",
+                     "data.num_prompts=16", f"hydra.run.dir={run_dir}"])
+        assert code == 0, capsys.readouterr().err
+        with next(run_dir.glob("csv/version_0/metrics.csv")).open() as fh:
+            rows = [r for r in csv.DictReader(fh) if r.get("reward/mean")]
+        assert len(rows) == 2 and all(r["judge/request_failures"] == "0.0" for r in rows)
+        samples = [json.loads(x) for x in (run_dir / "samples.jsonl").read_text().splitlines()]
+        assert samples
+        for sample in samples:
+            a, b = sample["prompt"].rstrip("=").split("+")
+            local = score_records(replace(rule, records=[{"prompt": sample["prompt"], "reference": str(int(a) + int(b)),
+                                                          "completion": sample["completion"]}]))
+            assert sample["reward"] == pytest.approx(float(local.rewards[0]), abs=1e-6)
+    finally:
+        proc.send_signal(signal.SIGINT)  # Ctrl-C
+        out, _ = proc.communicate(timeout=20)
+    assert proc.returncode == 0, out
+    assert "Traceback" not in out
