@@ -224,11 +224,14 @@ class TestRewardApiJudgeContract(JudgeContract):
         return RewardApiJudge(RewardApiJudge.Params(base_url=contract_server.url))
 
 
-def test_reward_api_refuses_a_server_judging_another_rubric(contract_server, rule):
+def test_reward_api_refuses_a_server_judging_another_rubric(contract_server, server, rule):
     judge = RewardApiJudge(RewardApiJudge.Params(base_url=contract_server.url))
     with pytest.raises(ConfigError) as info:
         judge.check_rubric(rule.rubric)
     assert info.value.where == "judge.params.base_url" and "correctness [0, 1]" in info.value.message
+    edited = rule.rubric.model_copy(update={"description": "edited"})
+    with pytest.warns(UserWarning, match="the dimensions match, their definitions differ"):
+        RewardApiJudge(RewardApiJudge.Params(base_url=server.url)).check_rubric(edited)
     unreachable = RewardApiJudge(RewardApiJudge.Params(base_url="http://127.0.0.1:9", max_retries=0))
     with pytest.raises(ConfigError, match="cannot reach the reward API"):
         unreachable.check_rubric(rule.rubric)
@@ -268,6 +271,7 @@ def test_reward_api_follows_a_server_judge_that_derives_its_rubric(rule):
 # --- end to end: the command, and fit against it ---------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_fit_trains_against_rlkit_serve_with_the_local_rule_rewards(tmp_path, monkeypatch, capsys, rule):
     monkeypatch.setenv("RLKIT_CACHE", str(tmp_path / "cache"))
     monkeypatch.chdir(tmp_path)

@@ -125,6 +125,11 @@ class RewardApiJudge:
             raise ConfigError(f"the server at {self._base} judges rubric {info.rubric.name} v{info.rubric.version} "
                               f"({show(theirs)}); the local rubric {rubric.name} v{rubric.version} has "
                               f"({show(ours)})", f"{WHERE}.base_url")
+        if info.rubric.hash != rubric.content_hash:
+            # same dimensions, other anchors, checks or templates: the scores may mean something else
+            warnings.warn(f"the server at {self._base} judges rubric {info.rubric.name} v{info.rubric.version} "
+                          f"({info.rubric.hash[:12]}), not the local {rubric.name} v{rubric.version} "
+                          f"({rubric.short_hash}); the dimensions match, their definitions differ", stacklevel=2)
         if info.scored_rubric.hash == info.rubric.hash:
             self._checked[rubric.content_hash] = rubric
             return
