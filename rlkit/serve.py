@@ -10,6 +10,7 @@ per-client rate limit (429 with Retry-After), body size (413); then FastAPI's va
 from __future__ import annotations
 
 import asyncio
+import hmac
 import logging
 import math
 import os
@@ -111,6 +112,8 @@ class _RateLimiter:
             return 0.0
         now, rate = time.monotonic(), self.per_minute / 60.0
         with self._lock:
+            if len(self._buckets) > 10_000:  # memory stays bounded: a bucket idle for a minute is full again
+                self._buckets = {c: b for c, b in self._buckets.items() if now - b[1] < 60.0}
             tokens, last = self._buckets.get(client, (float(self.per_minute), now))
             tokens = min(float(self.per_minute), tokens + (now - last) * rate)
             if tokens >= 1:
@@ -137,8 +140,8 @@ def _guard(app: Any, settings: ServeSettings, token: str | None) -> Any:
             return await app(scope, receive, send)
         headers = dict(scope["headers"])
         if token is not None:
-            given = headers.get(b"authorization", b"").decode("latin-1")
-            if given != f"Bearer {token}":
+            given = headers.get(b"authorization", b"")
+            if not hmac.compare_digest(given, f"Bearer {token}".encode()):  # constant time: no timing oracle
                 log.info("%s %s: 401", scope["method"], scope["path"])
                 return await send_json(send, 401, "missing or wrong bearer token (Authorization: Bearer <token>)",
                                        [(b"www-authenticate", b"Bearer")])
@@ -186,7 +189,7 @@ def create_app(validated: ValidatedConfig, settings: ServeSettings) -> Any:
     judge_name = validated.plugin_names["judge"]
     judge = validated.plugins["judge"]
     lock = threading.Lock()  # judges are not thread-safe: one scoring call at a time
-    token = os.environ.get(settings.api_key_env) if settings.api_key_env else None
+    token = (os.environ.get(settings.api_key_env) if settings.api_key_env else None) or None  # "" is unset
     if not token and settings.host not in ("127.0.0.1", "localhost", "::1"):
         log.warning("serving on %s without auth: set %s to require a bearer token", settings.host,
                     settings.api_key_env or "serve.api_key_env")
