@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import json
 import math
+import random
+import re
 from typing import Any
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from rlkit import JudgeError, Rollout, RubricError, rubric_from_dict
 from rlkit.registry import PluginEntry, bind_params
@@ -295,3 +300,162 @@ def test_registers_as_rule():
     registered: dict[str, Any] = {}
     rule.rlkit_register_judges(lambda name, factory: registered.__setitem__(name, factory))
     assert registered == {"rule": RuleJudge}
+
+
+# --- the batch implementation scores exactly as the plain per-text definition -------------------------
+
+
+def _ref_number(text: str) -> float | None:
+    try:
+        value = float(text.strip().replace(",", ""))
+    except ValueError:
+        return None
+    return value if math.isfinite(value) else None
+
+
+def _ref_check(c: dict[str, Any], text: str, rec: dict[str, Any], tok: int | None, default_cs: bool) -> float:
+    """One check on one text, as the rubric documents it (the rule judge before it scored batches)."""
+    cs = c.get("case_sensitive", default_cs)
+    fold = (lambda s: s) if cs else str.casefold
+    kind = c["type"]
+    if kind == "regex":
+        found = re.search(c["pattern"], text, 0 if cs else re.IGNORECASE) is not None
+        return float(found != c.get("absent", False))
+    if kind == "keywords":
+        mode = next(k for k in ("any", "all", "none") if k in c)
+        hits = [fold(w) in fold(text) for w in c[mode]]
+        return float(any(hits) if mode == "any" else all(hits) if mode == "all" else not any(hits))
+    if kind == "length":
+        unit = c.get("unit", "chars")
+        size = len(text) if unit == "chars" else len(text.split()) if unit == "words" else tok
+        return float(c.get("min", 0) <= size <= c.get("max", math.inf))
+    if kind == "repetition":
+        n, words = c.get("n", 3), text.casefold().split()
+        grams = [tuple(words[i:i + n]) for i in range(len(words) - n + 1)]
+        return float((1 - len(set(grams)) / len(grams) if grams else 0.0) <= c.get("max_ratio", 0.2))
+    if kind == "json":
+        keys, blocks = c.get("required_keys", []), re.findall(r"```json[ \t]*\n(.*?)```", text, re.DOTALL | re.I)
+        for candidate in [text.strip(), *(blocks if len(blocks) == 1 else [])]:
+            try:
+                data = json.loads(candidate)
+            except ValueError:
+                continue
+            return float(not keys or isinstance(data, dict) and all(k in data for k in keys))
+        return 0.0
+    ref = rec.get(c.get("field", "reference"))
+    if ref is None:
+        return math.nan
+    if c.get("mode", "exact") == "exact":
+        return float(fold(text.strip()) == fold(str(ref).strip()))
+    if "extract" in c:
+        found = re.search(c["extract"], text, 0 if cs else re.IGNORECASE)
+        value = _ref_number(found.group(1) or "") if found else None
+    else:
+        numbers = rule.rf._NUMBER.findall(text)
+        value = _ref_number(numbers[-1]) if numbers else None
+    return 0.0 if value is None else float(abs(value - _ref_number(str(ref))) <= c.get("tolerance", 1e-6))
+
+
+def reference_scores(rubric: Any, rollout: Rollout, case_sensitive: bool = False) -> torch.Tensor:
+    """Every check on every completion, one at a time, combined by the same formula over the whole batch."""
+    counts = rollout.completion_token_counts
+    items = [(text, rec, None if counts is None else int(counts[b, g]))
+             for b, (rec, group) in enumerate(zip(rollout.records, rollout.completions, strict=True))
+             for g, text in enumerate(group)]
+    columns = []
+    for dim in rubric.dimensions:
+        if dim.judge not in (None, "rule"):
+            columns.append(torch.full((len(items),), math.nan))
+            continue
+        values = torch.tensor([[_ref_check(c, *item, case_sensitive) for c in dim.checks] for item in items],
+                              dtype=torch.float64).reshape(len(items), len(dim.checks))
+        columns.append(torch.from_numpy(rule._combine(rule._DimPlan("", dim.type == "binary", dim.low, dim.high,
+                                                                      [(c.get("weight", 1.0), None)
+                                                                       for c in dim.checks], False),
+                                                      values.numpy())))
+    return torch.stack(columns, dim=1).reshape(rollout.num_prompts, rollout.group_size, len(rubric.dimensions))
+
+
+# Pieces that exercise the fast paths: runs of characters (equal up to case or only up to bit 0x20), Unicode
+# case folding and whitespace, repeated words, markdown, JSON and numbers.
+PIECES = ["", " ", "\t", "\n", "\r\n", "\x1c", "\x85", "\u3000", "\xa0", "a", "A", "aaaa", "AaAa", "aAAa", "....",
+          "\x00\x00\x00\x00", "@@@@", "@`@`", "[{[{", "ßßßß", "ẞßẞß", "KKkk", "\u212aKkk", "ſſSs", "İİİİ", "iIİı",
+          "ΣΣσς", "😀😀😀😀", "日本日本", "bbbbbbbbbbbbb", "the", "The", "THE", "cat", "a b a b", "please",
+          '{"a": 1, "b": 2}', "[1, 2]", '```json\n{"a": 1}\n```', "**bold**", "# Title", "- item", "```json", "42",
+          "PLEASE", "Thanks", "-7", "1,234.5", "10-20", "answer: 42", "x" * 300]
+CHECKS = [
+    {"type": "regex", "pattern": r"(\S)\1{3,}", "absent": True},
+    {"type": "regex", "pattern": r"(\S)\1{3,}", "case_sensitive": True},
+    {"type": "regex", "pattern": r"(\S)\1+"},
+    {"type": "regex", "pattern": r"(\S)\1{2}", "weight": 0.1},
+    {"type": "regex", "pattern": r"(\S)\1{11,}", "weight": 0.7},
+    {"type": "regex", "pattern": r"^\s*-?\d+"},
+    {"type": "regex", "pattern": r"(.)\1{3,}", "weight": 1 / 3},
+    {"type": "keywords", "any": ["please", "thanks", "ß"]},
+    {"type": "keywords", "all": ["the", "SS"], "weight": 0.3},
+    {"type": "keywords", "none": ["σ", "k"], "case_sensitive": True},
+    {"type": "length", "max": 12},
+    {"type": "length", "min": 2, "max": 4.5, "unit": "words", "weight": 0.2},
+    {"type": "length", "min": 3, "unit": "tokens", "weight": 2.5},
+    {"type": "repetition", "n": 2, "max_ratio": 0.3},
+    {"type": "repetition", "n": 1, "max_ratio": 0.1, "weight": 0.7},
+    {"type": "repetition", "max_ratio": 0},
+    {"type": "json", "required_keys": ["a"]},
+    {"type": "match", "case_sensitive": True},
+    {"type": "match", "mode": "numeric", "field": "num", "extract": r"^\s*(-?\d+)"},
+    {"type": "match", "mode": "numeric", "field": "num", "tolerance": 0.5, "weight": 0.1},
+]
+
+
+def random_text(rng: random.Random) -> str:
+    parts = [rng.choice(PIECES) if rng.random() < 0.6 else "".join(rng.choices("abcAB Kkß1 .-\n", k=rng.randint(1, 6)))
+             for _ in range(rng.choice([0, 1, 2, 5, 20, 60]))]
+    return rng.choice(["", " ", "\n"]).join(parts)
+
+
+def random_case(rng: random.Random, prompts: int, group: int) -> tuple[Any, Rollout]:
+    dims = []
+    for i in range(rng.randint(1, 4)):
+        dim = {"name": f"d{i}", "checks": rng.sample(CHECKS, rng.randint(1, 6))}
+        kind = {"type": "binary"} if rng.random() < 0.5 else {"range": rng.choice([[1, 5], [-3, 7.5]])}
+        dims.append({**dim, **kind})
+    records = [{"reference": rng.choice(["42", "the", None]), "num": rng.choice(["42", 7, 3.5, None])}
+               for _ in range(prompts)]
+    texts = [[random_text(rng) for _ in range(group)] for _ in range(prompts)]
+    for row in texts:
+        row[-1] = row[0] if rng.random() < 0.3 else row[-1]  # duplicates are scored once
+    return make_rubric(*dims), Rollout(records=records, completions=texts,
+                                       completion_token_counts=torch.randint(0, 8, (prompts, group)))
+
+
+@settings(max_examples=150, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), case_sensitive=st.booleans())
+def test_batch_scores_equal_the_per_text_definition(seed, case_sensitive):
+    rubric, rollout = random_case(random.Random(seed), prompts=3, group=4)
+    out = judge(case_sensitive=case_sensitive).score(rollout, rubric)
+    torch.testing.assert_close(out, reference_scores(rubric, rollout, case_sensitive), rtol=0, atol=0, equal_nan=True)
+
+
+def test_large_batch_scores_equal_the_per_text_definition():
+    # 4,000 completions: the judge combines each distinct pattern of check results once, not each row.
+    rng = random.Random(7)
+    for _ in range(3):
+        rubric, rollout = random_case(rng, prompts=250, group=16)
+        torch.testing.assert_close(judge().score(rollout, rubric), reference_scores(rubric, rollout),
+                                   rtol=0, atol=0, equal_nan=True)
+
+
+def test_character_runs_within_each_text_only():
+    check = [{"type": "regex", "pattern": r"(\S)\1{3,}"}]
+    texts = ["**", "**", "*\n*", "aaa", "a", "AAaa", "@`@`", "\x00\x00\x00\x00", "ßßßß", "    ", "x\tx\tx\tx"]
+    assert scores(check, texts) == [0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 1.0, 1.0, 0.0, 0.0]
+    assert scores(check, ["AAaa", "AAAA"], case_sensitive=True) == [0.0, 1.0]
+
+
+def test_ascii_characters_equal_ignoring_case_are_equal_up_to_bit_0x20():
+    # What lets the numpy scan for character runs stand in for the regex on ASCII texts.
+    pair = re.compile(r"(\S)\1", re.IGNORECASE)
+    for a in range(128):
+        for b in range(128):
+            if pair.fullmatch(chr(a) + chr(b)):
+                assert a | 0x20 == b | 0x20 and a != 32

@@ -1,0 +1,207 @@
+"""Batch implementations of the rule judge's checks: each scores every completion of a batch at once.
+
+Per-text work shared by several checks (case-folded text, lengths, word counts) is computed once per batch,
+and loops run in C (``map`` over bound methods, numpy) rather than one Python call per check per text.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import operator
+import re
+from collections.abc import Callable
+from functools import cached_property
+from itertools import repeat
+from typing import Any
+
+import numpy as np
+
+from rlkit import JudgeError
+
+NAN = float("nan")
+_FENCE = re.compile(r"```json[ \t]*\n(.*?)```", re.DOTALL | re.IGNORECASE)
+# A '-' right after a word character is a range or hyphen ("10-20"), not a sign.
+_NUMBER = re.compile(r"(?:(?<!\w)-)?(?:\d+(?:,\d{3})*(?:\.\d+)?|\.\d+)(?:[eE][-+]?\d+)?")
+# `(\S)\1{k,}` / `(\S)\1{k}` / `(\S)\1+`: a run of k+1 equal non-space characters; numpy finds candidates.
+_CHAR_RUN = re.compile(r"\(\\S\)\\1(?:\{(\d+),?\}|(\+))")
+
+BatchCheck = Callable[["Batch"], np.ndarray]  # batch -> float64 [N] of 1.0 / 0.0 / NaN
+
+
+class Batch:
+    """The distinct (text, record, token count) items of one score call, with features shared by checks."""
+
+    def __init__(self, texts: list[str], records: list[dict[str, Any]], tokens: list[int] | None) -> None:
+        self.texts, self.records, self.tokens = texts, records, tokens
+        self.size = len(texts)
+
+    @cached_property
+    def folded(self) -> list[str]:
+        """Case-folded texts (keywords, repetition and exact match all compare folded)."""
+        return list(map(str.casefold, self.texts))
+
+    @cached_property
+    def chars(self) -> np.ndarray:
+        """Length in characters, float64 so a comparison with any number is exact."""
+        return np.fromiter(map(len, self.texts), dtype=np.float64, count=self.size)
+
+    @cached_property
+    def words(self) -> np.ndarray:
+        """Number of whitespace-separated words, float64."""
+        return np.fromiter((len(t.split()) for t in self.texts), dtype=np.float64, count=self.size)
+
+    @cached_property
+    def ascii(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(indices of the all-ASCII texts, their start offsets, their bytes joined by newlines)."""
+        which = np.fromiter(map(str.isascii, self.texts), dtype=bool, count=self.size).nonzero()[0]
+        chosen = [self.texts[i] for i in which]
+        starts = np.cumsum([0] + [len(t) + 1 for t in chosen[:-1]], dtype=np.int64)
+        codes = np.frombuffer("\n".join(chosen).encode("ascii"), dtype=np.uint8)
+        return which, starts, codes
+
+    def flags(self, values: Any) -> np.ndarray:
+        """A bool array of the batch's size from an iterable of truth values."""
+        return np.fromiter(values, dtype=bool, count=self.size)
+
+
+def _char_runs(batch: Batch, pat: re.Pattern[str], run: int) -> np.ndarray:
+    """Where ``pat``, a run of ``run`` equal non-space characters, is found. A numpy scan of the ASCII texts
+    finds candidates, whose own regex search is the answer, so the scan only needs to miss no match: ASCII
+    characters equal up to case are equal up to bit 0x20, and a run of non-spaces does not start with one."""
+    which, starts, codes = batch.ascii
+    maybe = np.ones(batch.size, dtype=bool)
+    maybe[which] = False  # non-ASCII texts are searched as they are
+    if len(codes) >= run:
+        loose = codes | 0x20
+        same = loose[1:] == loose[:-1]  # same[i]: character i+1 repeats character i
+        width = len(same) - run + 2  # positions where a run can start
+        if run <= 9:
+            window = same[:width]
+            for shift in range(1, run - 1):
+                window = window & same[shift:shift + width]
+        else:
+            total = np.concatenate(([0], np.cumsum(same, dtype=np.int64)))
+            window = total[run - 1:] - total[:width] == run - 1
+        hits = (window & (codes[:width] != 32)).nonzero()[0]
+        maybe[which[np.searchsorted(starts, hits, side="right") - 1]] = True
+    found = np.zeros(batch.size, dtype=bool)
+    check = maybe.nonzero()[0]
+    found[check] = [pat.search(batch.texts[i]) is not None for i in check]
+    return found
+
+
+def regex_check(pat: re.Pattern[str], absent: bool) -> BatchCheck:
+    """1.0 where ``pat`` is found (or, with ``absent``, where it is not)."""
+    shape = _CHAR_RUN.fullmatch(pat.pattern)
+    run = 0 if shape is None else 2 if shape.group(2) else int(shape.group(1)) + 1
+    if run >= 2:
+        return lambda batch: (_char_runs(batch, pat, run) != absent).astype(np.float64)
+    return lambda batch: (batch.flags(m is not None for m in map(pat.search, batch.texts)) != absent).astype(
+        np.float64)
+
+
+def keywords_check(mode: str, words: list[str], case_sensitive: bool) -> BatchCheck:
+    """any / all / none of ``words`` occur in the text (both folded unless case-sensitive)."""
+    def run(batch: Batch) -> np.ndarray:
+        texts = batch.texts if case_sensitive else batch.folded
+        hits = [batch.flags(map(operator.contains, texts, repeat(w))) for w in words]
+        out = np.logical_and.reduce(hits) if mode == "all" else np.logical_or.reduce(hits)
+        return (~out if mode == "none" else out).astype(np.float64)
+    return run
+
+
+def length_check(unit: str, lo: float, hi: float) -> BatchCheck:
+    """1.0 where lo <= size <= hi, the size in chars, words or tokens."""
+    def run(batch: Batch) -> np.ndarray:
+        if unit == "tokens":
+            size = np.asarray(batch.tokens, dtype=np.float64).reshape(batch.size)
+        else:
+            size = batch.chars if unit == "chars" else batch.words
+        return ((lo <= size) & (size <= hi)).astype(np.float64)
+    return run
+
+
+def repetition(words: list[str], n: int) -> float:
+    """1 - unique / total word n-grams; 0 when there are fewer than n words."""
+    total = len(words) - n + 1
+    if total <= 0:
+        return 0.0
+    # zip of n shifted views makes the n-grams without slicing a list per position
+    return 1 - len(set(zip(*(words[i:] for i in range(n)), strict=False))) / total
+
+
+def repetition_check(n: int, max_ratio: float) -> BatchCheck:
+    """1.0 where the word n-gram repetition ratio (case-folded: "The" repeats "the") is at most max_ratio."""
+    # Fewer than n words, or no word repeated (so no n-gram is), is a ratio of 0 <= max_ratio: the n-grams
+    # are only built for the few texts where some word repeats.
+    return lambda batch: np.array([len(words) < n or len(set(words)) == len(words)
+                                   or repetition(words, n) <= max_ratio
+                                   for words in map(str.split, batch.folded)], dtype=np.float64)
+
+
+def _is_json(text: str, keys: list[str]) -> bool:
+    """Whether the text, or its single ```json block, parses (as an object holding ``keys``, if any)."""
+    blocks = _FENCE.findall(text)
+    for candidate in [text.strip(), *(blocks if len(blocks) == 1 else [])]:
+        try:
+            data = json.loads(candidate)
+        except ValueError:
+            continue
+        return not keys or (isinstance(data, dict) and all(k in data for k in keys))
+    return False
+
+
+def json_check(keys: list[str]) -> BatchCheck:
+    """1.0 where the text is JSON (holding ``keys``)."""
+    return lambda batch: batch.flags(_is_json(t, keys) for t in batch.texts).astype(np.float64)
+
+
+def _to_float(text: str) -> float | None:
+    try:
+        value = float(text.strip().replace(",", ""))
+    except ValueError:
+        return None
+    return value if math.isfinite(value) else None
+
+
+def match_check(field: str, numeric: bool, case_sensitive: bool, pat: re.Pattern[str] | None, tol: float,
+                where: str) -> BatchCheck:
+    """Compare the text with the record's ``field``: exactly, or its number within ``tol``; NaN without one."""
+    fold: Callable[[str], str] = (lambda s: s) if case_sensitive else str.casefold
+
+    def target(ref: Any) -> Any:
+        if ref is None:
+            return None  # this prompt has nothing to compare against
+        if not numeric:
+            return fold(str(ref).strip())
+        value = None if isinstance(ref, bool) else _to_float(str(ref))
+        if value is None:
+            raise JudgeError(f"field {field!r} of the prompt record is not a number: {ref!r}", where)
+        return value
+
+    def number(text: str) -> float | None:
+        if pat is not None:
+            found = pat.search(text)
+            return _to_float(found.group(1) or "") if found else None
+        numbers = _NUMBER.findall(text)
+        return _to_float(numbers[-1]) if numbers else None
+
+    def run(batch: Batch) -> np.ndarray:
+        targets: dict[int, Any] = {}  # a group's completions share their record: one target per record
+        out = np.empty(batch.size, dtype=np.float64)
+        for i, (text, rec) in enumerate(zip(batch.texts, batch.records, strict=True)):
+            key = id(rec)
+            if key not in targets:
+                targets[key] = target(rec.get(field))
+            ref = targets[key]
+            if ref is None:
+                out[i] = NAN
+            elif not numeric:
+                out[i] = fold(text.strip()) == ref
+            else:
+                value = number(text)
+                out[i] = 0.0 if value is None else float(abs(value - ref) <= tol)
+        return out
+
+    return run
