@@ -23,6 +23,7 @@ commands:
   score       score prompt/completion records (data.path=...) with the configured judge
   calibrate   agreement of the configured judge with human labels (calibrate.labels=...), per dimension
   fit         train the policy with the configured judge, aggregator and estimator (-m for sweeps)
+  train-grm   train a generative reward model on preference pairs or rankings (grm.data.train=...)
   serve       serve the configured judge as an HTTP reward API (serve.port=..., Ctrl-C stops it)
   data        data tools: `rlkit data pairs in=ranked.jsonl out=pairs.jsonl` (rlkit data for help)
 
@@ -196,47 +197,37 @@ def cmd_serve(overrides: Sequence[str]) -> int:
 RELAUNCHED_COMMAND = "RLKIT_RELAUNCHED_COMMAND"
 
 
-def cmd_fit(overrides: Sequence[str]) -> int:
+def _run_hydra(command: str, config_name: str, overrides: Sequence[str], body) -> int:
+    """Run ``body(cfg, run_dir) -> float`` as a Hydra app on ``config_name`` (run dirs, multirun, sweepers); an
+    rlkit error inside a job is one line and its exit code. The float is what a sweeper optimises."""
     import hydra
 
-    from rlkit.config import search_path_override, validate_config
+    from rlkit.config import search_path_override
     from rlkit.registry import load_registry
 
-    registry = load_registry()
-    relaunched = os.environ.get(RELAUNCHED_COMMAND) == "fit"
-    if not relaunched and not any(o in ("-m", "--multirun") for o in overrides):
-        # Fail in milliseconds with one line, before Hydra sets up a run directory.
-        _validated(overrides)
+    relaunched = os.environ.get(RELAUNCHED_COMMAND) == command
 
-    @hydra.main(config_path="pkg://rlkit.conf", config_name="fit", version_base="1.3")
+    @hydra.main(config_path="pkg://rlkit.conf", config_name=config_name, version_base="1.3")
     def task(cfg) -> float:
         from hydra.core.hydra_config import HydraConfig
 
-        from rlkit.fit import fit, print_summary
-
         try:
-            # A launcher that runs jobs in other processes (submitit) pickles this function: it carries no
-            # registry and builds one where it runs.
-            validated = validate_config(cfg, load_registry())
-            summary = fit(validated, Path(HydraConfig.get().runtime.output_dir))
+            return body(cfg, Path(HydraConfig.get().runtime.output_dir))
         except RlkitError as exc:
             if os.environ.get("HYDRA_FULL_ERROR") == "1":
                 raise
             print(f"rlkit: error: {exc}", file=sys.stderr)
             sys.exit(exc.exit_code)
-        if summary["global_zero"]:
-            print_summary(summary, validated)
-        return summary["end"]["reward"]  # what a sweeper optimises
 
     argv = sys.argv
     # Hydra's parser takes its flags (-m, --cfg job, ...) before the positional overrides.
     flags = [o for o in overrides if o.startswith("-")]
     positional = [o for o in overrides if not o.startswith("-")]
-    search = [] if relaunched else search_path_override(registry)  # a relaunched rank has it already
+    search = [] if relaunched else search_path_override(load_registry())  # a relaunched rank has it already
     # argv[0] stays this program: Lightning's DDP launcher starts the other ranks with it and these arguments.
     sys.argv = [argv[0], *flags, *search, *positional]
     previous = os.environ.get(RELAUNCHED_COMMAND)
-    os.environ[RELAUNCHED_COMMAND] = "fit"
+    os.environ[RELAUNCHED_COMMAND] = command
     try:
         task()
     finally:
@@ -244,6 +235,47 @@ def cmd_fit(overrides: Sequence[str]) -> int:
         if previous is None:
             os.environ.pop(RELAUNCHED_COMMAND, None)
     return 0
+
+
+def _fit_job(cfg, run_dir: Path) -> float:
+    from rlkit.config import validate_config
+    from rlkit.fit import fit, print_summary
+    from rlkit.registry import load_registry
+
+    # A launcher that runs jobs in other processes (submitit) pickles this function: it carries no registry
+    # and builds one where it runs.
+    validated = validate_config(cfg, load_registry())
+    summary = fit(validated, run_dir)
+    if summary["global_zero"]:
+        print_summary(summary, validated)
+    return summary["end"]["reward"]
+
+
+def cmd_fit(overrides: Sequence[str]) -> int:
+    relaunched = os.environ.get(RELAUNCHED_COMMAND) == "fit"
+    if not relaunched and not any(o in ("-m", "--multirun") for o in overrides):
+        # Fail in milliseconds with one line, before Hydra sets up a run directory.
+        _validated(overrides)
+    return _run_hydra("fit", "fit", overrides, _fit_job)
+
+
+def _train_grm_job(cfg, run_dir: Path) -> float:
+    from rlkit.grm_training import print_grm_summary, train_grm
+
+    summary = train_grm(cfg, run_dir)
+    print_grm_summary(summary)
+    return summary["end"]["accuracy"]
+
+
+def cmd_train_grm(overrides: Sequence[str]) -> int:
+    if not any(o in ("-m", "--multirun") for o in overrides):
+        from rlkit.config import compose_config
+        from rlkit.grm_training import check_grm_config
+        from rlkit.registry import load_registry
+
+        # Fail in milliseconds with one line, before Hydra sets up a run directory.
+        check_grm_config(compose_config(load_registry(), list(overrides), config_name="train_grm"))
+    return _run_hydra("train-grm", "train_grm", overrides, _train_grm_job)
 
 
 DATA_USAGE = """rlkit data <tool> [key=value ...]
@@ -343,7 +375,7 @@ def cmd_data(overrides: Sequence[str]) -> int:
 
 
 COMMANDS = {"plugins": cmd_plugins, "validate": cmd_validate, "score": cmd_score, "calibrate": cmd_calibrate,
-            "fit": cmd_fit, "data": cmd_data, "serve": cmd_serve}
+            "fit": cmd_fit, "data": cmd_data, "serve": cmd_serve, "train-grm": cmd_train_grm}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -48,12 +48,15 @@ class PreferencePair:
     rejected: str
     domain: str | None = None
     line: int | None = field(default=None, compare=False)  # where it came from, for messages
+    reference: str | None = None  # a reference answer, when the data has one (a judge may be shown it)
 
     def to_json(self) -> dict[str, Any]:
-        """The pairwise JSONL record (``domain`` only when set)."""
+        """The pairwise JSONL record (``domain`` and ``reference`` only when set)."""
         out: dict[str, Any] = {"prompt": self.prompt, "chosen": self.chosen, "rejected": self.rejected}
         if self.domain is not None:
             out["domain"] = self.domain
+        if self.reference is not None:
+            out["reference"] = self.reference
         return out
 
 
@@ -71,6 +74,7 @@ class ListwiseRecord:
     responses: tuple[RankedResponse, ...]
     domain: str | None = None
     line: int | None = field(default=None, compare=False)
+    reference: str | None = None
 
 
 PreferenceRecord = ListwiseRecord | PreferencePair
@@ -104,6 +108,10 @@ def _parse_record(record: Any, line: int) -> PreferenceRecord | str:
     domain = record.get("domain")
     if domain is not None and not isinstance(domain, str):
         return f'"domain" must be a string, got {type(domain).__name__}'
+    reference = record.get("reference")
+    if reference is not None and (isinstance(reference, bool) or not isinstance(reference, str | int | float)):
+        return f'"reference" must be a string or a number, got {type(reference).__name__}'
+    reference = None if reference is None else str(reference)
     if "responses" in record:
         responses = record["responses"]
         if not isinstance(responses, list):
@@ -121,14 +129,14 @@ def _parse_record(record: Any, line: int) -> PreferenceRecord | str:
             if not _int(r["rank"]) or r["rank"] < 1:
                 return f"responses[{i}].rank must be a positive integer (1 = best), got {json.dumps(r['rank'])}"
             parsed.append(RankedResponse(r["text"], r["rank"]))
-        return ListwiseRecord(record["prompt"], tuple(parsed), domain, line)
+        return ListwiseRecord(record["prompt"], tuple(parsed), domain, line, reference)
     if "chosen" in record or "rejected" in record:
         for key in ("chosen", "rejected"):
             if key not in record:
                 return f'missing "{key}"'
             if not isinstance(record[key], str):
                 return f'"{key}" must be a string, got {type(record[key]).__name__}'
-        return PreferencePair(record["prompt"], record["chosen"], record["rejected"], domain, line)
+        return PreferencePair(record["prompt"], record["chosen"], record["rejected"], domain, line, reference)
     return 'expected "responses" (listwise) or "chosen" and "rejected" (pairwise)'
 
 
@@ -204,7 +212,7 @@ def _candidates(record: ListwiseRecord, mode: PairMode, dropped: Counter[str]) -
     # adjacent: each rank level against the next one present (gaps in the numbering do not matter)
     level_pairs = [(a, b) for i, a in enumerate(levels) for b in levels[i + 1:]] if mode == "all" else \
         list(zip(levels, levels[1:], strict=False))
-    return [PreferencePair(record.prompt, better, worse, record.domain, record.line)
+    return [PreferencePair(record.prompt, better, worse, record.domain, record.line, record.reference)
             for hi, lo in level_pairs for better in by_rank[hi] for worse in by_rank[lo]]
 
 

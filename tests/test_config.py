@@ -47,7 +47,8 @@ def records_file(tmp_path: Path) -> Path:
 
 
 # Validating judge=reward_api asks its server what it judges: tests/test_serve.py validates it against a live one.
-NEEDS_SERVER = {("judge", "reward_api")}
+# judge=grm names the folder rlkit train-grm saved: tests/test_grm.py validates it with one it trained.
+NEEDS_SERVER = {("judge", "reward_api"), ("judge", "grm")}
 
 
 @pytest.mark.parametrize(("group", "option"), [o for o in OPTIONS if o not in NEEDS_SERVER],

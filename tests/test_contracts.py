@@ -27,12 +27,15 @@ def _build(kind: str, name: str):
 # A model judge needs a model trained for the rubric it scores: tests/test_llm_judge.py runs this suite on
 # the llm judge with the offline tiny judge and its rubric.
 _MODEL_JUDGES = {"llm"}
+# A GRM is a model trained by rlkit train-grm: tests/test_grm.py trains one and runs this suite on judge=grm.
+_TRAINED_JUDGES = {"grm"}
 # A remote judge needs a live server judging the suite's rubric: tests/test_serve.py runs the suite on reward_api.
 _REMOTE_JUDGES = {"reward_api"}
 
 
 class TestJudges(JudgeContract):
-    @pytest.fixture(params=[n for n in _REGISTRY.names("judge") if n not in _MODEL_JUDGES | _REMOTE_JUDGES])
+    @pytest.fixture(params=[n for n in _REGISTRY.names("judge")
+                            if n not in _MODEL_JUDGES | _REMOTE_JUDGES | _TRAINED_JUDGES])
     def judge(self, request):
         return _build("judge", request.param)
 

@@ -41,16 +41,29 @@ def template_hash(name: str | Path) -> str:
     return hashlib.sha256(_source(template_path(name)).encode()).hexdigest()
 
 
-def render_template(name: str, *, rubric: Any, prompt: str, completion: str = "", dimensions: Any = None,
-                    **extra: Any) -> str:
-    """Render with the rubric, its dimensions (in the given order, for permutations), prompt and completion."""
+@functools.lru_cache(maxsize=32)
+def _compiled(path: Path) -> Any:
     import jinja2
 
     env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=False, autoescape=False)
+    return env.from_string(_source(path))
+
+
+def render_file(name: str | Path, where: str = "judge.params.template", **variables: Any) -> str:
+    """Render a shipped template or the user's file with ``variables``; a template error names ``where``."""
+    import jinja2
+
+    path = template_path(name, where)
+    try:
+        return _compiled(path).render(**variables)
+    except jinja2.TemplateError as exc:
+        raise ConfigError(f"template {name}: {exc}", where) from None
+
+
+def render_template(name: str, *, rubric: Any, prompt: str, completion: str = "", dimensions: Any = None,
+                    **extra: Any) -> str:
+    """Render with the rubric, its dimensions (in the given order, for permutations), prompt and completion."""
     dims = list(dimensions if dimensions is not None else rubric.dimensions)
     example = "{" + ", ".join(f'"{d.name}": {int(d.high)}' for d in dims) + "}"
-    try:
-        return env.from_string(_source(template_path(name))).render(
-            rubric=rubric, dimensions=dims, prompt=prompt, completion=completion, example=example, **extra)
-    except jinja2.TemplateError as exc:
-        raise ConfigError(f"template {name}: {exc}", "judge.params.template") from None
+    return render_file(name, rubric=rubric, dimensions=dims, prompt=prompt, completion=completion, example=example,
+                       **extra)

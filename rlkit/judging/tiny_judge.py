@@ -54,7 +54,9 @@ RANKING_SPEC = TinyJudgeSpec(task="ranking", max_position_embeddings=512, num_hi
                              curriculum=1.0)
 
 
-def _variants(a: int, b: int, rng: random.Random, alphabet: str) -> str:
+def default_task_answer(a: int, b: int, rng: random.Random, alphabet: str) -> str:
+    """One answer to ``a+b=`` of the kinds a policy on the default task gives: right, off by a little, in words,
+    repeated, empty or random characters."""
     s = a + b
     kind = rng.random()
     if kind < 0.22:
@@ -97,7 +99,8 @@ def distillation_records(spec: TinyJudgeSpec) -> list[dict[str, Any]]:
     records = []
     for _ in range(spec.examples):
         a, b = rng.randint(0, 20), rng.randint(0, 20)
-        records.append({"prompt": f"{a}+{b}=", "reference": str(a + b), "completion": _variants(a, b, rng, alphabet)})
+        records.append({"prompt": f"{a}+{b}=", "reference": str(a + b),
+                        "completion": default_task_answer(a, b, rng, alphabet)})
     judge = load_registry().create("judge", "rule")
     rollout = Rollout(records=records, completions=[[r["completion"]] for r in records])
     raw = judge.score(rollout, rubric)[:, 0]
@@ -168,7 +171,7 @@ def ranking_records(spec: TinyJudgeSpec) -> list[dict[str, Any]]:
     for _ in range(spec.examples):
         a, b = rng.randint(0, 20), rng.randint(0, 20)
         record = {"prompt": f"{a}+{b}=", "reference": str(a + b)}
-        group = [_variants(a, b, rng, alphabet) for _ in range(rng.randint(lo, hi))]
+        group = [default_task_answer(a, b, rng, alphabet) for _ in range(rng.randint(lo, hi))]
         raw = judge.score(Rollout(records=[record], completions=[group]), rubric)[0]
         if torch.isnan(raw).any():
             continue

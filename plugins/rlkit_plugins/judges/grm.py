@@ -1,0 +1,99 @@
+"""The ``grm`` judge: a generative reward model trained with ``rlkit train-grm`` scores each group.
+
+Every two completions of a group are put to the model in both label orders (``rlkit.grm``); a completion's
+score is its mean preference over the others of its group, a soft win rate in [0, 1]. The scores follow a
+derived one-dimension rubric, ``preference`` (:meth:`GrmJudge.scored_rubric`); the rubric the GRM was trained
+to apply lives in the model, not in this config. ``group_confidence`` is the model's order consistency per
+group: 1 when asking A-then-B and B-then-A always agree, lower as position decides more of its answer.
+
+The model is loaded on the first ``score`` call, so ``rlkit validate`` stays light; its folder is checked at
+once.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from rlkit import ConfigError, JudgeError, Rollout, Rubric, hookimpl
+from rlkit.rubric import Anchor, Dimension
+
+WHERE = "judge.params.model"
+
+
+def preference_rubric(rubric: Rubric) -> Rubric:
+    """The one-dimension rubric a GRM's scores follow: ``preference`` in [0, 1], a win rate within the group."""
+    dim = Dimension(name="preference", description="mean preference of a generative reward model over the "
+                    "other completions of its group", type="scale", range=(0.0, 1.0),
+                    anchors={0.0: Anchor(text="every other completion preferred"),
+                             1.0: Anchor(text="preferred over every other completion")})
+    return Rubric(name=f"{rubric.name}-grm", version=rubric.version,
+                  description=f"GRM win rates, judged for {rubric.name} v{rubric.version}", dimensions=[dim])
+
+
+class GrmJudge:
+    """Scores groups with a trained GRM (see the module doc)."""
+
+    @dataclass
+    class Params:
+        model: str | None = None  # the folder rlkit train-grm saved (<run dir>/grm) or any GRM in HF format
+        dtype: str = "float32"
+        device: str = "cpu"  # cpu | cuda | cuda:N
+        batch_size: int = 64  # questions per forward pass
+
+    def __init__(self, params: GrmJudge.Params | None = None) -> None:
+        from rlkit.models import check_model_directory
+
+        p = params or GrmJudge.Params()
+        if p.model is None:
+            raise ConfigError("name the trained GRM's folder (rlkit train-grm saves it as <run dir>/grm)", WHERE)
+        try:
+            check_model_directory(p.model)
+        except ConfigError as exc:
+            raise ConfigError(exc.message, WHERE) from None
+        if p.batch_size < 1:
+            raise ConfigError(f"must be >= 1, got {p.batch_size}", "judge.params.batch_size")
+        self.params = p
+        self._grm: Any = None
+        self._confidence: torch.Tensor | None = None
+        self._metrics: dict[str, float] = {}
+
+    def _load(self) -> Any:
+        if self._grm is None:
+            from rlkit.grm import GenerativeRewardModel
+            from rlkit.grm_training import read_grm_format
+
+            grm = GenerativeRewardModel.load(self.params.model, self.params.dtype, read_grm_format(self.params.model))
+            grm.model.to(self.params.device)
+            self._grm = grm
+        return self._grm
+
+    def scored_rubric(self, rubric: Rubric) -> Rubric:
+        return preference_rubric(rubric)
+
+    def group_confidence(self) -> torch.Tensor | None:
+        return self._confidence
+
+    def metrics(self) -> dict[str, float]:
+        return dict(self._metrics)
+
+    def score(self, rollout: Rollout, rubric: Rubric) -> torch.Tensor:
+        b, g = rollout.num_prompts, rollout.group_size
+        if g < 2:
+            raise JudgeError(f"compares the completions of a group and needs at least 2 per prompt, got {g}",
+                             "judge 'grm'")
+        start = time.perf_counter()
+        wins, consistency = self._load().group_rewards(rollout.records, rollout.completions, self.params.batch_size,
+                                                       with_consistency=True)
+        self._confidence = consistency
+        self._metrics = {"judge/grm_questions": float(b * g * (g - 1)), "judge/grm_seconds":
+                         time.perf_counter() - start, "judge/swap_consistency": float(consistency.mean())}
+        return wins.unsqueeze(-1)
+
+
+@hookimpl
+def rlkit_register_judges(register):
+    register("grm", GrmJudge)
