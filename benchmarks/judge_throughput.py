@@ -4,6 +4,8 @@ rubric plus a keyword dimension), with unique 200-character completions, in batc
 Usage::
 
     python benchmarks/judge_throughput.py [--completions 50000] [--group 8] [--repeats 3]
+
+The goal is 50,000 completions/s.
 """
 
 from __future__ import annotations
@@ -57,15 +59,18 @@ def main() -> int:
                                                     for i in range(prompts)])
     n = prompts * args.group
     judge.score(Rollout(records=records[:2], completions=rollout.completions[:2]), rubric)  # plan built once
-    rates = []
+    rates, cpu_rates = [], []
     for _ in range(args.repeats):
-        start = time.perf_counter()
+        start, cpu_start = time.perf_counter(), time.process_time()
         scores = judge.score(rollout, rubric)
         rates.append(n / (time.perf_counter() - start))
+        cpu_rates.append(n / max(time.process_time() - cpu_start, 1e-9))
     assert scores.shape == (prompts, args.group, len(rubric.dimensions))
+    # Per CPU-second too: on a shared machine the wall-clock rate mostly measures the other work.
     print(f"rule judge, {len(rubric.dimensions)} dimensions ({', '.join(rubric.dimension_names)}), {n} unique "
           f"{len(texts[0])}-character completions in groups of {args.group}: median {statistics.median(rates):,.0f} "
-          f"completions/s (runs: {', '.join(f'{r:,.0f}' for r in rates)})")
+          f"completions/s (runs: {', '.join(f'{r:,.0f}' for r in rates)}); per CPU-second: median "
+          f"{statistics.median(cpu_rates):,.0f}")
     return 0
 
 

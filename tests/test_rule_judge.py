@@ -428,7 +428,7 @@ def random_case(rng: random.Random, prompts: int, group: int) -> tuple[Any, Roll
                                        completion_token_counts=torch.randint(0, 8, (prompts, group)))
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(seed=st.integers(0, 2**32 - 1), case_sensitive=st.booleans())
 def test_batch_scores_equal_the_per_text_definition(seed, case_sensitive):
     rubric, rollout = random_case(random.Random(seed), prompts=3, group=4)
@@ -439,7 +439,7 @@ def test_batch_scores_equal_the_per_text_definition(seed, case_sensitive):
 def test_large_batch_scores_equal_the_per_text_definition():
     # 4,000 completions: the judge combines each distinct pattern of check results once, not each row.
     rng = random.Random(7)
-    for _ in range(3):
+    for _ in range(2):
         rubric, rollout = random_case(rng, prompts=250, group=16)
         torch.testing.assert_close(judge().score(rollout, rubric), reference_scores(rubric, rollout),
                                    rtol=0, atol=0, equal_nan=True)
@@ -450,12 +450,21 @@ def test_character_runs_within_each_text_only():
     texts = ["**", "**", "*\n*", "aaa", "a", "AAaa", "@`@`", "\x00\x00\x00\x00", "ßßßß", "    ", "x\tx\tx\tx"]
     assert scores(check, texts) == [0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 1.0, 1.0, 0.0, 0.0]
     assert scores(check, ["AAaa", "AAAA"], case_sensitive=True) == [0.0, 1.0]
+    mixed = ["é \u212aKkk", "é kK\u212ak", "é İiIi", "é ſsSs", "é \u3000\u3000\u3000\u3000", "é ééÉé"]
+    assert scores(check, mixed) == [1.0, 1.0, float(re.search(r"(\S)\1{3,}", "İiIi", re.I) is not None),
+                                    float(re.search(r"(\S)\1{3,}", "ſsSs", re.I) is not None), 0.0, 1.0]
 
 
-def test_ascii_characters_equal_ignoring_case_are_equal_up_to_bit_0x20():
-    # What lets the numpy scan for character runs stand in for the regex on ASCII texts.
+def test_characters_equal_ignoring_case_share_the_run_scan_key():
+    # What lets the numpy scan for character runs stand in for the regex: ASCII characters equal ignoring case
+    # are equal up to bit 0x20, and the only non-ASCII characters equal to an ASCII one are partners of i, k, s.
     pair = re.compile(r"(\S)\1", re.IGNORECASE)
     for a in range(128):
         for b in range(128):
             if pair.fullmatch(chr(a) + chr(b)):
                 assert a | 0x20 == b | 0x20 and a != 32
+    any_ascii = re.compile(r"[\x00-\x7f]", re.IGNORECASE)  # matches whatever is equal to some ASCII character
+    for u in range(0x80, 0x10000):  # case mappings to ASCII lie in the BMP
+        if any_ascii.match(chr(u)):
+            partners = {chr(a).lower() for a in range(128) if pair.fullmatch(chr(u) + chr(a))}
+            assert partners <= {"i", "k", "s"}, (hex(u), partners)

@@ -52,13 +52,17 @@ class Batch:
         return np.fromiter((len(t.split()) for t in self.texts), dtype=np.float64, count=self.size)
 
     @cached_property
-    def ascii(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(indices of the all-ASCII texts, their start offsets, their bytes joined by newlines)."""
-        which = np.fromiter(map(str.isascii, self.texts), dtype=bool, count=self.size).nonzero()[0]
-        chosen = [self.texts[i] for i in which]
-        starts = np.cumsum([0] + [len(t) + 1 for t in chosen[:-1]], dtype=np.int64)
-        codes = np.frombuffer("\n".join(chosen).encode("ascii"), dtype=np.uint8)
-        return which, starts, codes
+    def joined(self) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """(indices, start offsets, characters joined by newlines) of the all-ASCII texts, as uint8, and of the
+        others, as uint32 code points: numpy scans the characters of the whole batch at once."""
+        ascii = np.fromiter(map(str.isascii, self.texts), dtype=bool, count=self.size)
+        out = []
+        for which, codec, dtype in ((ascii.nonzero()[0], "ascii", np.uint8),
+                                    ((~ascii).nonzero()[0], "utf-32-le", np.uint32)):
+            chosen = [self.texts[i] for i in which]
+            starts = np.cumsum([0] + [len(t) + 1 for t in chosen[:-1]], dtype=np.int64)
+            out.append((which, starts, np.frombuffer("\n".join(chosen).encode(codec), dtype=dtype)))
+        return out
 
     def flags(self, values: Any) -> np.ndarray:
         """A bool array of the batch's size from an iterable of truth values."""
@@ -66,15 +70,18 @@ class Batch:
 
 
 def _char_runs(batch: Batch, pat: re.Pattern[str], run: int) -> np.ndarray:
-    """Where ``pat``, a run of ``run`` equal non-space characters, is found. A numpy scan of the ASCII texts
-    finds candidates, whose own regex search is the answer, so the scan only needs to miss no match: ASCII
-    characters equal up to case are equal up to bit 0x20, and a run of non-spaces does not start with one."""
-    which, starts, codes = batch.ascii
-    maybe = np.ones(batch.size, dtype=bool)
-    maybe[which] = False  # non-ASCII texts are searched as they are
-    if len(codes) >= run:
-        loose = codes | 0x20
-        same = loose[1:] == loose[:-1]  # same[i]: character i+1 repeats character i
+    """Where ``pat``, a run of ``run`` equal non-space characters, is found. A numpy scan finds candidate texts,
+    whose own regex search is the answer, so the scan only needs to miss no match: it looks for runs of one
+    key, and characters equal up to case share their key (ASCII ones are equal up to bit 0x20; the ASCII
+    letters with non-ASCII case partners, K for k, İ for i, ſ for s, share one key with all non-ASCII ones)."""
+    maybe = np.zeros(batch.size, dtype=bool)
+    for which, starts, codes in batch.joined:
+        if len(codes) < run:
+            continue
+        key = codes | 0x20
+        if codes.dtype != np.uint8:
+            key[(codes >= 0x80) | (key == ord("i")) | (key == ord("k")) | (key == ord("s"))] = 0x80
+        same = key[1:] == key[:-1]  # same[i]: character i+1 repeats character i
         width = len(same) - run + 2  # positions where a run can start
         if run <= 9:
             window = same[:width]
@@ -83,7 +90,7 @@ def _char_runs(batch: Batch, pat: re.Pattern[str], run: int) -> np.ndarray:
         else:
             total = np.concatenate(([0], np.cumsum(same, dtype=np.int64)))
             window = total[run - 1:] - total[:width] == run - 1
-        hits = (window & (codes[:width] != 32)).nonzero()[0]
+        hits = (window & (codes[:width] != 32)).nonzero()[0]  # a run of non-spaces starts with one
         maybe[which[np.searchsorted(starts, hits, side="right") - 1]] = True
     found = np.zeros(batch.size, dtype=bool)
     check = maybe.nonzero()[0]
@@ -180,28 +187,24 @@ def match_check(field: str, numeric: bool, case_sensitive: bool, pat: re.Pattern
             raise JudgeError(f"field {field!r} of the prompt record is not a number: {ref!r}", where)
         return value
 
-    def number(text: str) -> float | None:
+    def number(found: re.Match[str] | None, text: str) -> float | None:
         if pat is not None:
-            found = pat.search(text)
             return _to_float(found.group(1) or "") if found else None
         numbers = _NUMBER.findall(text)
         return _to_float(numbers[-1]) if numbers else None
 
     def run(batch: Batch) -> np.ndarray:
+        keys = list(map(id, batch.records))
         targets: dict[int, Any] = {}  # a group's completions share their record: one target per record
-        out = np.empty(batch.size, dtype=np.float64)
-        for i, (text, rec) in enumerate(zip(batch.texts, batch.records, strict=True)):
-            key = id(rec)
+        for key, rec in zip(keys, batch.records, strict=True):
             if key not in targets:
                 targets[key] = target(rec.get(field))
-            ref = targets[key]
-            if ref is None:
-                out[i] = NAN
-            elif not numeric:
-                out[i] = fold(text.strip()) == ref
-            else:
-                value = number(text)
-                out[i] = 0.0 if value is None else float(abs(value - ref) <= tol)
-        return out
+        refs = [targets[key] for key in keys]
+        if not numeric:
+            return np.array([NAN if ref is None else fold(text.strip()) == ref
+                             for text, ref in zip(batch.texts, refs, strict=True)], dtype=np.float64)
+        found = map(pat.search, batch.texts) if pat is not None else repeat(None)
+        return np.array([NAN if ref is None else 0.0 if (value := number(m, text)) is None else abs(value - ref) <= tol
+                         for text, m, ref in zip(batch.texts, found, refs, strict=False)], dtype=np.float64)
 
     return run
