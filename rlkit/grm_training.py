@@ -71,7 +71,7 @@ class GrmTrainConfig(_Schema):
     objective: Literal["pairwise", "listwise"] = "pairwise"
     model: GrmModelConfig = pydantic.Field(default_factory=GrmModelConfig)
     data: GrmDataConfig = pydantic.Field(default_factory=GrmDataConfig)
-    epochs: int = pydantic.Field(default=3, gt=0)
+    epochs: int = pydantic.Field(default=1, gt=0)
     batch_size: int = pydantic.Field(default=32, gt=0)
     eval_batch_size: int = pydantic.Field(default=128, gt=0)
     lr: float = pydantic.Field(default=2e-3, gt=0)
@@ -100,6 +100,10 @@ def check_grm_config(cfg: DictConfig) -> GrmTrainConfig:
     from rlkit.models import locate_model
 
     settings = grm_settings(cfg)
+    threads = cfg.get("torch_threads")
+    if threads is not None and (not isinstance(threads, int) or isinstance(threads, bool) or threads < 1):
+        raise ConfigError(f"must be a positive number of threads or null (torch's default), got {threads!r}",
+                          "torch_threads")
     for field_name in ("train", "val"):
         path = getattr(settings.data, field_name)
         if path is not None:
@@ -322,11 +326,15 @@ def train_grm(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     except (TypeError, ValueError) as exc:
         finish_logger(logger)
         raise ConfigError(str(exc).split("\n")[0], "trainer (passed to lightning.Trainer)") from None
+    threads = torch.get_num_threads()
+    if cfg.get("torch_threads"):
+        torch.set_num_threads(int(cfg.torch_threads))
     try:
         trainer.validate(module, val_loader, verbose=False)  # before training: the chance level of this data
         start = dict(module.last_metrics)
         trainer.fit(module, train_loader, val_loader, ckpt_path=cfg.get("ckpt_path"))
     finally:
+        torch.set_num_threads(threads)
         finish_logger(logger)
     out = run_dir / "grm"
     model.eval()
