@@ -26,6 +26,7 @@ commands:
   train-grm   train a generative reward model on preference pairs or rankings (grm.data.train=...)
   serve       serve the configured judge as an HTTP reward API (serve.port=..., Ctrl-C stops it)
   data        data tools: `rlkit data pairs in=ranked.jsonl out=pairs.jsonl` (rlkit data for help)
+  rubric      rubric versions: `rlkit rubric diff old.yaml new.yaml`, `rlkit rubric hash rubric.yaml`
 
 Overrides are Hydra's: judge=rule rubric.path=/abs/rubric.yaml data.path=/abs/records.jsonl
 Set --debug or HYDRA_FULL_ERROR=1 to see tracebacks."""
@@ -374,8 +375,42 @@ def cmd_data(overrides: Sequence[str]) -> int:
     return DATA_COMMANDS[overrides[0]](overrides[1:])
 
 
+RUBRIC_USAGE = """rlkit rubric <tool> ...
+
+tools:
+  diff OLD.yaml NEW.yaml   dimensions added, removed and changed (each field, anchors level by level), versions
+                           and content hashes, and what the changelog still needs
+  hash RUBRIC.yaml         the content hash to store as `hash:` in the changelog entry for the rubric's version"""
+
+
+def cmd_rubric(args: Sequence[str]) -> int:
+    from rlkit.rubric import load_rubric
+    from rlkit.rubric_diff import diff_rubrics, render_diff
+
+    tool, files = (args[0], list(args[1:])) if args else (None, [])
+    if (tool, len(files)) not in (("diff", 2), ("hash", 1)):
+        print(RUBRIC_USAGE, file=sys.stderr)
+        return 2
+    # a stale changelog hash is what these tools help to fix, so they read the file without checking it
+    rubrics = [load_rubric(f, verify_changelog=False) for f in files]
+    if tool == "hash":
+        rubric = rubrics[0]
+        print(rubric.content_hash)
+        entry = next((e for e in rubric.changelog if e.version == rubric.version), None)
+        if entry is None or entry.hash is None:
+            print(f"rlkit: store it as `hash: {rubric.content_hash}` in the changelog entry for version "
+                  f"{rubric.version} of {files[0]}", file=sys.stderr)
+        elif not rubric.content_hash.startswith(entry.hash):
+            print(f"rlkit: the changelog entry for version {rubric.version} stores {entry.hash}: the content "
+                  "changed since; bump `version` and add a changelog entry with this hash", file=sys.stderr)
+        return 0
+    _console().print(render_diff(diff_rubrics(*rubrics), *files))
+    return 0
+
+
 COMMANDS = {"plugins": cmd_plugins, "validate": cmd_validate, "score": cmd_score, "calibrate": cmd_calibrate,
-            "fit": cmd_fit, "data": cmd_data, "serve": cmd_serve, "train-grm": cmd_train_grm}
+            "fit": cmd_fit, "data": cmd_data, "serve": cmd_serve, "train-grm": cmd_train_grm,
+            "rubric": cmd_rubric}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -226,7 +226,7 @@ def _field_path(loc: tuple[Any, ...], data: Any) -> str:
     return "".join(parts)
 
 
-def rubric_from_dict(data: Any, source: str = "<rubric>") -> Rubric:
+def rubric_from_dict(data: Any, source: str = "<rubric>", *, verify_changelog: bool = True) -> Rubric:
     """Validate a parsed rubric; errors name ``source`` and the field."""
     if not isinstance(data, dict):
         raise RubricError(f"a rubric is a mapping with name, version and dimensions, got {type(data).__name__}",
@@ -247,6 +247,8 @@ def rubric_from_dict(data: Any, source: str = "<rubric>") -> Rubric:
         raise RubricError(msg, where) from None
     for judge in rubric.templates:
         rubric.template_path(judge)  # a missing template fails here, naming the rubric file and field
+    if verify_changelog:  # off only for tools that inspect a stale changelog (`rlkit rubric hash/diff`)
+        check_changelog(rubric, source)
     if len(rubric.dimensions) > MAX_DIMENSIONS_BEFORE_WARNING:
         warnings.warn(
             f"{source}: {len(rubric.dimensions)} dimensions; judges agree less as dimensions grow, "
@@ -257,7 +259,29 @@ def rubric_from_dict(data: Any, source: str = "<rubric>") -> Rubric:
     return rubric
 
 
-def load_rubric(path: str | Path) -> Rubric:
+MIN_CHANGELOG_HASH_CHARS = 12  # the short hash rlkit prints everywhere; shorter prefixes could collide
+
+
+def check_changelog(rubric: Rubric, source: str = "<rubric>") -> None:
+    """The changelog entry for the rubric's ``version``, if it stores a ``hash``, must describe this content."""
+    for index, entry in enumerate(rubric.changelog):
+        if entry.hash is None:
+            continue
+        where = f"{source}: changelog[{index}].hash"
+        if len(entry.hash) < MIN_CHANGELOG_HASH_CHARS or any(c not in "0123456789abcdef" for c in entry.hash):
+            raise RubricError(f"expected the rubric's content hash (at least {MIN_CHANGELOG_HASH_CHARS} lowercase "
+                              f"hex characters; `rlkit rubric hash {source}` prints it), got {entry.hash!r}", where)
+    current = [entry for entry in rubric.changelog if entry.version == rubric.version and entry.hash is not None]
+    actual = rubric.content_hash
+    for entry in current:
+        # a prefix is enough: people paste the 12-character short hash as often as the full one
+        if not actual.startswith(entry.hash or ""):
+            raise RubricError(
+                f"content changed without a version bump (changelog entry for version {rubric.version} stores hash "
+                f"{entry.hash}, content is {actual}): bump `version` and add a changelog entry", source)
+
+
+def load_rubric(path: str | Path, *, verify_changelog: bool = True) -> Rubric:
     """Read and validate a rubric YAML file."""
     path = Path(path)
     if not path.is_file():
@@ -273,4 +297,4 @@ def load_rubric(path: str | Path) -> Rubric:
         problem = getattr(exc, "problem", None) or str(exc)
         where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
         raise RubricError(f"YAML syntax error: {problem}", where) from None
-    return rubric_from_dict(data, str(path))
+    return rubric_from_dict(data, str(path), verify_changelog=verify_changelog)

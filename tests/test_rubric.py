@@ -406,7 +406,7 @@ LAYOUT_B = """\
 # Same rubric, different layout, key order and changelog.
 changelog:
   - {version: "0.9", date: "2025-01-01", note: draft}
-  - {version: "1.0", date: "2026-11-29", note: "rewritten", hash: abc}
+  - {version: "1.0", date: "2026-11-29", note: "rewritten"}
 version: '1.0'
 dimensions:
 - anchors:
