@@ -75,11 +75,14 @@ class SentenceEmbedder:
         max_length: int = 256,
     ) -> None:
         from transformers import AutoModel, AutoTokenizer  # imported here: building the CLI must not pay for it
+        from transformers.utils import logging as hf_logging
 
         self.model_dir = resolve_model_dir(model)
         self.device = torch.device(device)
         self.batch_size = batch_size
         self.max_length = max_length
+        bars = hf_logging.is_progress_bar_enabled()
+        hf_logging.disable_progress_bar()  # a weight-loading bar per load is noise in a command's output
         try:
             self.tokenizer = AutoTokenizer.from_pretrained(self.model_dir, local_files_only=True)
             self.model = AutoModel.from_pretrained(self.model_dir, local_files_only=True).to(self.device).eval()
@@ -87,6 +90,9 @@ class SentenceEmbedder:
             raise ConfigError(
                 f"cannot load the embedding model from {self.model_dir}: {exc}", where="embedder"
             ) from None
+        finally:
+            if bars:
+                hf_logging.enable_progress_bar()
 
     @property
     def dim(self) -> int:
