@@ -22,7 +22,9 @@ commands:
   validate    compose the config and check every part (plugins, params, rubric, data, model path)
   score       score prompt/completion records (data.path=...) with the configured judge
   calibrate   agreement of the configured judge with human labels (calibrate.labels=...), per dimension
+  eval        golden-set evaluation of a checkpoint (eval.checkpoint=..., eval.prompts=...), per dimension
   fit         train the policy with the configured judge, aggregator and estimator (-m for sweeps)
+  report      (re)build a run's report: `rlkit report outputs/<date>/<time>` (plots + report.md)
   train-grm   train a generative reward model on preference pairs or rankings (grm.data.train=...)
   serve       serve the configured judge as an HTTP reward API (serve.port=..., Ctrl-C stops it)
   data        data tools: `rlkit data pairs in=ranked.jsonl out=pairs.jsonl` (rlkit data for help)
@@ -190,6 +192,41 @@ def cmd_serve(overrides: Sequence[str]) -> int:
     print(f"serving judge {validated.plugin_names['judge']} on rubric {rubric.name} v{rubric.version} "
           f"({rubric.short_hash}) at {server.url} (OpenAPI: {server.url}/openapi.json); Ctrl-C stops", flush=True)
     server.serve_forever()
+    return 0
+
+
+def cmd_eval(overrides: Sequence[str]) -> int:
+    from rlkit.golden import checkpoint_label, eval_options, run_eval
+
+    validated = _validated(overrides)  # data is read: its prompts are what the golden set must not contain
+    options = eval_options(validated.cfg)
+    result, rows, no_embedding = run_eval(validated)
+    rubric = result.rubric
+    table = Table(title=f"golden set {options.prompts.name} ({len(result.completions)} prompts) — "
+                        f"{checkpoint_label(result.checkpoint)}, rubric {rubric['name']} v{rubric['version']} "
+                        f"({rubric['hash'][:12]}), judge {result.judge}")
+    for column in ("dimension", "kind", "mean", "std", "n"):
+        table.add_column(column, justify="left" if column in ("dimension", "kind") else "right")
+    for row in result.summary():
+        table.add_row(row["dimension"], row["kind"], _fmt(row["mean"] if row["mean"] is not None else math.nan),
+                      _fmt(row["std"] if row["std"] is not None else math.nan), str(row["n"]))
+    console = _console()
+    console.print(table)
+    if no_embedding:
+        console.print(f"embedding_similarity left out: {no_embedding}", markup=False)
+    console.print(f"appended {len(result.rows())} rows to {options.output} ({len(rows)} in all); "
+                  f"table by checkpoint and rubric version in {options.markdown}", markup=False)
+    return 0
+
+
+def cmd_report(args: Sequence[str]) -> int:
+    from rlkit.errors import ConfigError
+    from rlkit.report import write_report
+
+    if len(args) != 1 or "=" in args[0]:
+        raise ConfigError("usage: rlkit report <run dir>", "rlkit report")
+    report = write_report(Path(args[0]))
+    _console().print(f"wrote {report.markdown} and {len(report.images)} plots", markup=False)
     return 0
 
 
@@ -410,6 +447,7 @@ def cmd_rubric(args: Sequence[str]) -> int:
 
 COMMANDS = {"plugins": cmd_plugins, "validate": cmd_validate, "score": cmd_score, "calibrate": cmd_calibrate,
             "fit": cmd_fit, "data": cmd_data, "serve": cmd_serve, "train-grm": cmd_train_grm,
+            "eval": cmd_eval, "report": cmd_report,
             "rubric": cmd_rubric}
 
 

@@ -13,7 +13,8 @@ from omegaconf import OmegaConf
 from rlkit.callbacks import SampleLogger
 from rlkit.config import ValidatedConfig
 from rlkit.debias import LengthFormatDebias
-from rlkit.errors import ConfigError
+from rlkit.errors import ConfigError, RlkitError
+from rlkit.history import METRICS_FILE, MetricsHistory
 from rlkit.loggers import finish_logger, make_logger
 from rlkit.module import HeldoutScoring, RewardParts, RubricRLModule, TrainingSettings
 
@@ -108,13 +109,16 @@ def build_trainer(validated: ValidatedConfig, run_dir: Path) -> tuple[L.Trainer,
     trainer_kwargs = OmegaConf.to_container(cfg.trainer, resolve=True)
     # rlkit's sampler splits each global batch between processes itself (PromptDataModule)
     trainer_kwargs.setdefault("use_distributed_sampler", False)
+    from rlkit.golden import golden_callbacks
+
     checkpoints = ModelCheckpoint(dirpath=str(run_dir / "checkpoints"), save_last=True, save_top_k=0,
                                   every_n_train_steps=int(cfg.checkpoint_every))
     samples = SampleLogger(int(cfg.log_samples.every), int(cfg.log_samples.rows), run_dir / "samples.jsonl",
                            validated.reward_rubric)
     try:
         trainer = L.Trainer(default_root_dir=str(run_dir), logger=logger, num_sanity_val_steps=0,
-                            callbacks=[checkpoints, samples], check_val_every_n_epoch=None,
+                            callbacks=[checkpoints, samples, *golden_callbacks(validated, run_dir)],
+                            check_val_every_n_epoch=None,
                             val_check_interval=None, enable_model_summary=False, **trainer_kwargs)
     except (TypeError, ValueError) as exc:  # Lightning's MisconfigurationException is a ValueError
         finish_logger(logger)
@@ -150,6 +154,25 @@ def build_module(validated: ValidatedConfig) -> RubricRLModule:
                           judged_rubric=validated.rubric, generator=validated.plugins.get("generator"))
 
 
+def record_heldout(history: MetricsHistory | None, step: int, heldout: dict[str, float]) -> None:
+    """Held-out means into the metric history as ``heldout/<dimension>``, for the run report's start/end columns."""
+    if history is not None and heldout:
+        history.append(step, {f"heldout/{k}": v for k, v in heldout.items()})
+
+
+def end_of_run_report(run_dir: Path, logger: Any) -> None:
+    """Write ``run_dir/report/`` and log its plots and tables to W&B; a report that cannot be built warns, since
+    the trained policy is still worth saving."""
+    from rlkit.report import log_run_report, write_report
+
+    try:
+        report = write_report(run_dir)
+    except RlkitError as exc:
+        print(f"rlkit: warning: no run report: {exc}", file=sys.stderr)
+        return
+    log_run_report(logger, report)
+
+
 def fit(validated: ValidatedConfig, run_dir: Path) -> dict[str, Any]:
     """Train, evaluate the held-out split before and after, and return the summary."""
     from rlkit.datamodule import PromptDataModule
@@ -165,10 +188,15 @@ def fit(validated: ValidatedConfig, run_dir: Path) -> dict[str, Any]:
         datamodule = PromptDataModule(validated.data, batch_size=int(cfg.batch_size), seed=int(cfg.seed))
         trainer.validate(module, datamodule=datamodule, verbose=False)
         start = dict(module.heldout)
+        module.history = MetricsHistory(run_dir / METRICS_FILE) if trainer.is_global_zero else None
+        record_heldout(module.history, 0, start)
         trainer.fit(module, datamodule=datamodule, ckpt_path=cfg.get("ckpt_path"))
         replicas = check_replicas_agree(module.policy, module.device)
         trainer.validate(module, datamodule=datamodule, verbose=False)
         end = dict(module.heldout)
+        record_heldout(module.history, trainer.global_step, end)
+        if trainer.is_global_zero:
+            end_of_run_report(run_dir, logger)
     finally:
         finish_logger(logger)
         if module is not None:

@@ -23,6 +23,7 @@ from rlkit.diagnostics import (
     unique_counts,
 )
 from rlkit.distributed import Spread
+from rlkit.history import MetricsHistory, record_step
 from rlkit.losses import policy_gradient_loss
 from rlkit.preference_losses import preference_loss, sequence_logp_sums, sft_loss
 from rlkit.preferences import chosen_win_share, confidence_weighted, drop_close_pairs, ordering_batch
@@ -137,6 +138,7 @@ class RubricRLModule(L.LightningModule):
         self._data_position = (0, 0)
         self._rng_to_restore: dict[str, Any] | None = None
         self.last_rollout: RolloutSnapshot | None = None  # read by callbacks (sample tables)
+        self.history: MetricsHistory | None = None  # run_dir/metrics.jsonl, set by fit; the run report reads it
         self.conflict_watch = ConflictWatch()
         objective = settings.objective
         self.preference_watch = ConflictWatch(getattr(objective, "conflict_window", 50),
@@ -253,6 +255,7 @@ class RubricRLModule(L.LightningModule):
         ~60 floats a step that are already global and reduced: measured at ~30% of a tiny-policy step."""
         trainer = self.trainer
         step = trainer.fit_loop.epoch_loop._batches_that_stepped  # the step Lightning's own logging records
+        record_step(self, step, metrics)  # every step, whatever the logger and its cadence
         if not trainer.loggers or step % max(trainer.log_every_n_steps, 1):
             return
         row = {**metrics, "epoch": float(self.current_epoch)}
