@@ -29,6 +29,7 @@ commands:
   serve       serve the configured judge as an HTTP reward API (serve.port=..., Ctrl-C stops it)
   data        data tools: `rlkit data pairs in=ranked.jsonl out=pairs.jsonl` (rlkit data for help)
   rubric      rubric versions: `rlkit rubric diff old.yaml new.yaml`, `rlkit rubric hash rubric.yaml`
+  new         scaffold a plugin package: `rlkit new plugin NAME --kind judge` (rlkit new for help)
 
 Overrides are Hydra's: judge=rule rubric.path=/abs/rubric.yaml data.path=/abs/records.jsonl
 Set --debug or HYDRA_FULL_ERROR=1 to see tracebacks."""
@@ -445,10 +446,16 @@ def cmd_rubric(args: Sequence[str]) -> int:
     return 0
 
 
+def cmd_new(args: Sequence[str]) -> int:
+    from rlkit.scaffold import main as scaffold_main
+
+    return scaffold_main(args)
+
+
 COMMANDS = {"plugins": cmd_plugins, "validate": cmd_validate, "score": cmd_score, "calibrate": cmd_calibrate,
             "fit": cmd_fit, "data": cmd_data, "serve": cmd_serve, "train-grm": cmd_train_grm,
             "eval": cmd_eval, "report": cmd_report,
-            "rubric": cmd_rubric}
+            "rubric": cmd_rubric, "new": cmd_new}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
