@@ -164,7 +164,7 @@ def test_report_on_a_missing_or_empty_history_is_one_clear_error(tmp_path, capsy
 def test_fit_with_golden_callback_writes_history_and_report(tmp_path, capsys):
     run_dir = tmp_path / "run"
     code = main(["fit", "logger=csv", "trainer.max_steps=3", "batch_size=4", "num_generations=4", "eval.every=2",
-                 "eval.embedding=null", "eval.batch_size=24", f"hydra.run.dir={run_dir}"])
+                 "eval.embedding=null", "eval.batch_size=24", "checkpoint_every=3", f"hydra.run.dir={run_dir}"])
     assert code == 0, capsys.readouterr().err
     # the periodic golden-set evaluation: logged at step 2, and its rows in the run's eval folder
     (csv_path,) = run_dir.glob("csv/version_0/metrics.csv")
@@ -200,3 +200,12 @@ def test_fit_with_golden_callback_writes_history_and_report(tmp_path, capsys):
     assert "| 2 | length_drift | warning | completions grew 3x since step 0 |" in md
     assert (report_dir / "rewards.png").read_bytes().startswith(PNG_MAGIC)
     assert (report_dir / "probes.png").read_bytes().startswith(PNG_MAGIC)
+    # rlkit eval on the run's Lightning checkpoint and on its saved policy: one column each, same greedy policy
+    out = tmp_path / "results.jsonl"
+    for checkpoint in (run_dir / "checkpoints" / "last.ckpt", run_dir / "policy"):
+        assert main(["eval", f"eval.checkpoint={checkpoint}", f"eval.output={out}", "eval.embedding=null"]) == 0
+    rows = read_results(out)
+    by_checkpoint = {(r["checkpoint"], r["step"]): r for r in rows if r["dimension"] == "reward"}
+    assert set(by_checkpoint) == {(str(run_dir / "checkpoints" / "last.ckpt"), 3), (str(run_dir / "policy"), None)}
+    assert len({r["mean"] for r in by_checkpoint.values()}) == 1
+    assert "| dimension | checkpoints/last.ckpt@3 | run/policy |" in out.with_suffix(".md").read_text()
