@@ -72,7 +72,8 @@ def _one_line(exc: BaseException) -> str:
     return " ".join(ln for ln in lines if not ln.startswith(("Config search path", "provider=")))[:500]
 
 
-_MISSING_OPTION = re.compile(r"Could not find '([^']+)/([^'/]+)'")
+# "load" is what Hydra says for an option inside a list (monitors=[nope])
+_MISSING_OPTION = re.compile(r"Could not (?:find|load) '([^']+)/([^'/]+)'")
 _NOT_IN_STRUCT = re.compile(r"Could not override '([^']+)'.\s*To append to your config use")
 
 
@@ -427,6 +428,8 @@ def validate_config(cfg: DictConfig, registry: Registry, *, read_data: bool = Tr
     result = ValidatedConfig(cfg=cfg, rubric=rubric, model=parts["model"], data=parts["data"],
                              objective=parts["objective"], debias=parts["debias"], reward_rubric=rubric)
     for kind in KINDS:
+        if kind.many:
+            continue  # lists of plugins (monitors) are validated below
         selected = _plugin_node(registry, cfg, kind.group)
         if selected is None:
             continue
@@ -445,6 +448,11 @@ def validate_config(cfg: DictConfig, registry: Registry, *, read_data: bool = Tr
             result.reward_rubric = derive(rubric) if callable(derive) else rubric
         result.plugins[kind.key] = plugin
         result.plugin_names[kind.key] = entry.name
+    from rlkit.monitoring import validate_monitors
+
+    result.plugins["monitor"] = validate_monitors(registry, cfg, result.reward_rubric)  # {key: monitor}
+    if result.plugins["monitor"]:
+        result.plugin_names["monitor"] = ", ".join(result.plugins["monitor"])
     _check_debias(parts["debias"], result.reward_rubric)
     _check_heldout_judge(registry, cfg, result)
     check_model_path(parts["model"])

@@ -17,6 +17,7 @@ from rlkit.errors import ConfigError, RlkitError
 from rlkit.history import METRICS_FILE, MetricsHistory
 from rlkit.loggers import finish_logger, make_logger
 from rlkit.module import HeldoutScoring, RewardParts, RubricRLModule, TrainingSettings
+from rlkit.monitoring import monitor_host, summary_lines
 
 
 def _quiet_lightning() -> None:
@@ -185,12 +186,14 @@ def fit(validated: ValidatedConfig, run_dir: Path) -> dict[str, Any]:
     module = None
     try:
         module = build_module(validated)
+        module.monitors = monitor_host(validated, run_dir)
         datamodule = PromptDataModule(validated.data, batch_size=int(cfg.batch_size), seed=int(cfg.seed))
         trainer.validate(module, datamodule=datamodule, verbose=False)
         start = dict(module.heldout)
         module.history = MetricsHistory(run_dir / METRICS_FILE) if trainer.is_global_zero else None
         record_heldout(module.history, 0, start)
         trainer.fit(module, datamodule=datamodule, ckpt_path=cfg.get("ckpt_path"))
+        monitors = module.monitors.summary() if module.monitors is not None else {}  # writes monitors.json
         replicas = check_replicas_agree(module.policy, module.device)
         trainer.validate(module, datamodule=datamodule, verbose=False)
         end = dict(module.heldout)
@@ -206,7 +209,8 @@ def fit(validated: ValidatedConfig, run_dir: Path) -> dict[str, Any]:
         final_dir = save_policy(module.policy, module.tokenizer, final_dir, validated.model.lora.save)
     trainer.strategy.barrier("rlkit-policy-saved")
     return {"start": start, "end": end, "policy_dir": str(final_dir), "steps": trainer.global_step,
-            "diagnostics": module.diagnostics, "global_zero": trainer.is_global_zero, "replicas": replicas}
+            "diagnostics": module.diagnostics, "global_zero": trainer.is_global_zero, "replicas": replicas,
+            "monitors": monitors, "alerts": module.monitors.alerts if module.monitors is not None else []}
 
 
 def diagnostics_table(diagnostics: Any, dimensions: list[str]) -> Any:
@@ -250,6 +254,8 @@ def print_summary(summary: dict[str, Any], validated: ValidatedConfig) -> None:
                       f"dropped by gap {diagnostics.mean('pairs/dropped_by_gap'):.3f}",
                       f"implicit-reward accuracy {diagnostics.mean('rewards/accuracies'):.3f}"]
         console.print(" · ".join(parts) + " (means over the run)")
+    for line in summary_lines(summary.get("monitors") or {}, summary.get("alerts") or []):
+        console.print(line)
     if summary.get("replicas", 1) > 1:
         console.print(f"{summary['replicas']} processes hold the same parameters after training")
     console.print(f"final held-out mean normalised reward: {summary['end']['reward']:.4f}")

@@ -144,6 +144,25 @@ def rlkit_register_generators(register: Register) -> None:
 
 
 @hookspec
+def rlkit_register_monitors(register: Register) -> None:
+    """Register monitor factories: reward-hacking and health checks run during ``rlkit fit``.
+
+    Selected as a list (``monitors=[template_phrases,length_drift]``, ``monitors=[]`` for none); each sits under
+    its own key ``monitors.<key>`` with ``name`` and ``params``. A monitor has:
+
+    * ``observe(step: int, view: rlkit.monitoring.MonitorView) -> dict[str, float]``, called every training step;
+      it keeps its own cadence (cheap when not due) and returns finite metrics, logged as
+      ``monitors/<key>/<metric>``.
+    * ``alerts() -> list[rlkit.monitoring.Alert]``: the alerts raised since the last call (the host prints each
+      once, and appends it to ``run_dir/alerts.jsonl``).
+    * ``summary() -> dict``: JSON-serialisable, at the end of the run (``run_dir/monitors.json``).
+    * optional ``state_dict()`` / ``load_state_dict(state)``: baselines that travel in checkpoints.
+
+    ``rlkit.testing.MonitorContract`` checks these on hand-made views.
+    """
+
+
+@hookspec
 def rlkit_register_judge_backends(register: Register) -> None:
     """Register judge-backend factories: where a model-based judge sends its prompts.
 

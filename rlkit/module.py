@@ -114,7 +114,7 @@ class RubricRLModule(L.LightningModule):
 
     def __init__(self, policy: Any, tokenizer: Any, rubric: Rubric, parts: RewardParts,
                  settings: TrainingSettings, reference: ReferencePolicy | None = None,
-                 judged_rubric: Rubric | None = None, generator: Any = None) -> None:
+                 judged_rubric: Rubric | None = None, generator: Any = None, monitors: Any = None) -> None:
         super().__init__()
         self.automatic_optimization = False
         self.policy = policy
@@ -147,6 +147,7 @@ class RubricRLModule(L.LightningModule):
         self._initial_scheduler = copy.deepcopy(parts.scheduler)
         self.diagnostics = RunningMeans()
         self._step_started: float | None = None
+        self.monitors = monitors  # rlkit.monitoring.MonitorHost, or None (monitors=[])
 
     # --- pipeline pieces -----------------------------------------------------------------------
 
@@ -232,6 +233,10 @@ class RubricRLModule(L.LightningModule):
             metrics.update({k: float(v) for k, v in judge_metrics().items()})
         if self.parts.debias is not None:
             metrics.update(self.parts.debias.metrics(self.rubric.dimension_names))
+        if self.monitors is not None:  # after the judge's metrics: a monitor may call the judge again
+            from rlkit.monitoring import step_view
+
+            metrics.update(self.monitors.observe(step_view(self, step, records, sampled, batch)))
         n_tokens = float(lengths.sum())
         metrics.update({
             "loss": float(loss),
@@ -576,6 +581,8 @@ class RubricRLModule(L.LightningModule):
             checkpoint["rlkit"]["debias"] = self.parts.debias.state_dict()
         if len(rng_by_rank) > 1:
             checkpoint["rlkit"]["rng_by_rank"] = rng_by_rank
+        if self.monitors is not None:
+            checkpoint["rlkit"]["monitors"] = self.monitors.state_dict()
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         state = checkpoint.get("rlkit", {})
@@ -589,6 +596,8 @@ class RubricRLModule(L.LightningModule):
                               f"({self.judged_rubric.short_hash})", "ckpt_path")
         if "weight_scheduler" in state:
             self.parts.scheduler.load_state_dict(state["weight_scheduler"])
+        if "monitors" in state and self.monitors is not None:
+            self.monitors.load_state_dict(state["monitors"])
         if "debias" in state and self.parts.debias is not None:
             try:
                 self.parts.debias.load_state_dict(state["debias"])

@@ -42,6 +42,7 @@ class PluginKind:
     group: str
     label: str
     selected_by: str | None = None  # a kind chosen inside another plugin's params, not by a config group
+    many: bool = False  # the group selects a list of plugins, each under ``<group>.<name>`` (monitors)
 
 
 KINDS: tuple[PluginKind, ...] = (
@@ -60,6 +61,7 @@ KINDS: tuple[PluginKind, ...] = (
     PluginKind("generator", "rlkit_register_generators", "generator", "generators"),
     PluginKind("judge_backend", "rlkit_register_judge_backends", "judge_backend", "judge backends",
                selected_by="judge.params.backend"),
+    PluginKind("monitor", "rlkit_register_monitors", "monitors", "monitors", many=True),
 )
 KINDS_BY_KEY = {k.key: k for k in KINDS}
 KINDS_BY_GROUP = {k.group: k for k in KINDS}

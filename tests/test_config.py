@@ -58,7 +58,7 @@ def test_every_option_composes_and_validates(registry, group, option, records_fi
     validated = validate_config(cfg, registry)
     kind = KINDS_BY_GROUP.get(group)
     if kind is not None:
-        node = cfg[group]
+        node = cfg[group][option] if kind.many else cfg[group]  # a list group holds each under its name
         assert validated.plugin_names[kind.key] == node.name
         # the YAML's params bound against the plugin's schema
         entry = registry.get(kind.key, node.name)

@@ -15,6 +15,7 @@ from rlkit.testing import (
     PreferenceConstructorContract,
     WeightSchedulerContract,
 )
+from rlkit.testing.monitor_contract import MonitorContract
 from rlkit.testing.properties import AdvantageEstimatorProperties, AggregatorProperties
 
 _REGISTRY = Registry(create_plugin_manager())
@@ -126,7 +127,7 @@ def test_builtin_judge_backends_are_all_tested():
 def test_every_kind_is_covered_by_a_suite():
     assert {k.key for k in _REGISTRY.kinds()} == {
         "judge", "aggregator", "advantage_estimator", "preference_constructor", "weight_scheduler", "judge_backend",
-        "generator"}
+        "generator", "monitor"}
 
 
 def test_contract_catches_a_broken_estimator():
@@ -211,3 +212,21 @@ def test_contract_catches_a_generator_that_never_syncs_and_a_misaligned_mask():
     policy[0].get_output_embeddings().weight.data[policy[1].eos_token_id] += 5.0  # EOS early: padding follows
     with pytest.raises(AssertionError):
         suite.test_shapes_masks_and_texts_line_up(MaskPastEos(HFGenerator.Params()), policy, records)
+
+
+class TestMonitors(MonitorContract):
+    @pytest.fixture(params=_REGISTRY.names("monitor"))
+    def monitor(self, request):
+        # every measurement due on the suite's steps (judge_drift and probes default to rarer cadences)
+        every = {"judge_drift": {"every": 2}, "probes": {"every": 2}}.get(request.param, {})
+        return _build_with("monitor", request.param, every)
+
+
+def _build_with(kind: str, name: str, params: dict):
+    plugin = _REGISTRY.create(kind, name, params)
+    check = getattr(plugin, "check_rubric", None)
+    if check is not None:
+        from rlkit.testing.monitor_contract import arithmetic_rubric
+
+        check(arithmetic_rubric())
+    return plugin

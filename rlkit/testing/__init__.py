@@ -26,6 +26,7 @@ from rlkit.testing.contracts import (
     example_rollout,
     example_rubric,
 )
+from rlkit.testing.monitor_contract import MonitorContract, example_monitor_views
 
 __all__ = [
     "AdvantageEstimatorContract",
@@ -33,9 +34,11 @@ __all__ = [
     "GeneratorContract",
     "JudgeBackendContract",
     "JudgeContract",
+    "MonitorContract",
     "PreferenceConstructorContract",
     "WeightSchedulerContract",
     "example_chats",
+    "example_monitor_views",
     "example_prompts",
     "example_reward_batch",
     "example_rollout",

@@ -1,0 +1,121 @@
+"""The monitor contract suite: finite metrics, well-formed alerts, a JSON summary, determinism, resumable state.
+
+The suite's views follow rlkit's default task (the shipped arithmetic rubric and its rule judge), so monitors
+that read labelled files for that task (``judge_drift``) run on them unchanged; override ``monitor_views`` for
+a monitor that needs another rubric.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+import torch
+
+from rlkit.monitoring import SEVERITIES, MonitorView, make_view
+from rlkit.rubric import Rubric, load_rubric
+
+ARITHMETIC_RUBRIC = "pkg://rlkit.conf/rubrics/arithmetic.yaml"
+
+
+def arithmetic_rubric() -> Rubric:
+    """The rubric of rlkit's default task."""
+    from rlkit.config import resolve_path
+
+    return load_rubric(resolve_path(ARITHMETIC_RUBRIC))
+
+
+def example_monitor_views(steps: int = 8) -> list[MonitorView]:
+    """Steps 0..steps-1 of a run that drifts: answers start short and right, then grow long, templated,
+    repetitive, and all score the same. The views carry the rule judge and a deterministic fake generator."""
+    from rlkit.registry import load_registry
+
+    rubric = arithmetic_rubric()
+    judge = load_registry().create("judge", "rule")
+    records = [{"prompt": f"{i}+{i}=", "reference": str(2 * i)} for i in range(1, 4)]
+
+    def judge_scores(recs: Sequence[dict[str, Any]], completions: Sequence[Sequence[str]]) -> torch.Tensor:
+        from rlkit.types import Rollout
+
+        return judge.score(Rollout(records=list(recs), completions=[list(c) for c in completions]), rubric)
+
+    def generate(recs: Sequence[dict[str, Any]], num_generations: int) -> list[list[str]]:
+        return [[f"{len(str(r['prompt'])) + j}" for j in range(num_generations)] for r in recs]
+
+    views = []
+    for step in range(steps):
+        late = step >= steps // 2
+        texts = [[(f"First, add. Second, check. Finally, {2 * i} " + "the answer is the answer is " * step)
+                  if late else (str(2 * i) if j % 2 else str(2 * i + j)) for j in range(4)]
+                 for i in range(1, 4)]
+        raw = judge_scores(records, texts)
+        views.append(make_view(step, records, texts, raw, rubric, judge_scores=judge_scores, generate=generate))
+    return views
+
+
+class MonitorContract:
+    """Metrics are finite floats, alerts well-formed and only for observed steps, summaries JSON, runs repeatable.
+
+    Provide a ``monitor`` fixture (a freshly built monitor); ``monitor_views`` may be overridden.
+    """
+
+    @pytest.fixture
+    def monitor_views(self) -> list[MonitorView]:
+        return example_monitor_views()
+
+    @staticmethod
+    def _run(monitor: Any, views: Sequence[MonitorView]) -> tuple[list[dict[str, float]], list[Any]]:
+        metrics, alerts = [], []
+        for view in views:
+            metrics.append(monitor.observe(view.step, view))
+            alerts.extend(monitor.alerts())
+        return metrics, alerts
+
+    def test_metrics_are_finite_floats(self, monitor: Any, monitor_views: list[MonitorView]) -> None:
+        metrics, _ = self._run(monitor, monitor_views)
+        assert any(metrics), "a monitor that never measures anything on eight steps is broken"
+        for step_metrics in metrics:
+            assert isinstance(step_metrics, dict)
+            for key, value in step_metrics.items():
+                assert isinstance(key, str) and key and not key.startswith("/"), key
+                assert isinstance(value, float | int) and not isinstance(value, bool), (key, value)
+                assert math.isfinite(value), (key, value)
+
+    def test_alerts_are_well_formed(self, monitor: Any, monitor_views: list[MonitorView]) -> None:
+        _, alerts = self._run(monitor, monitor_views)
+        steps = {v.step for v in monitor_views}
+        for alert in alerts:
+            assert isinstance(alert.monitor, str) and alert.monitor
+            assert isinstance(alert.step, int) and alert.step in steps
+            assert isinstance(alert.message, str) and alert.message.strip()
+            assert alert.severity in SEVERITIES
+        assert monitor.alerts() == [], "alerts() returns each alert once"
+
+    def test_summary_is_json(self, monitor: Any, monitor_views: list[MonitorView]) -> None:
+        json.dumps(copy.deepcopy(monitor).summary(), allow_nan=False)  # before any step too
+        self._run(monitor, monitor_views)
+        summary = monitor.summary()
+        assert isinstance(summary, dict)
+        json.dumps(summary, allow_nan=False)
+
+    def test_deterministic(self, monitor: Any, monitor_views: list[MonitorView]) -> None:
+        twin = copy.deepcopy(monitor)
+        first, second = self._run(monitor, monitor_views), self._run(twin, monitor_views)
+        assert first[0] == second[0]
+        assert [a.__dict__ for a in first[1]] == [a.__dict__ for a in second[1]]
+        assert monitor.summary() == twin.summary()
+
+    def test_state_round_trip(self, monitor: Any, monitor_views: list[MonitorView]) -> None:
+        if not callable(getattr(monitor, "state_dict", None)):
+            return
+        half = len(monitor_views) // 2
+        resumed = copy.deepcopy(monitor)
+        self._run(monitor, monitor_views[:half])
+        # through JSON: a checkpoint must not need the monitor's classes to load
+        resumed.load_state_dict(json.loads(json.dumps(monitor.state_dict())))
+        assert self._run(monitor, monitor_views[half:])[0] == self._run(resumed, monitor_views[half:])[0]
+        assert monitor.summary() == resumed.summary()
