@@ -13,15 +13,16 @@ from rlkit.errors import DataError
 MAX_REPORTED_LINES = 10
 
 
-def _prompt_problem(prompt: Any) -> str | None:
+def _prompt_problem(prompt: Any, field: str = "prompt") -> str | None:
+    """Why ``prompt`` (the record's ``field``) is not non-empty text or chat messages; None when it is."""
     if isinstance(prompt, str):
-        return None if prompt.strip() else '"prompt" is empty'
+        return None if prompt.strip() else f'"{field}" is empty'
     if isinstance(prompt, list) and prompt and all(
         isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
         for m in prompt
     ):
         return None
-    return '"prompt" must be text or a list of chat messages {role, content}'
+    return f'"{field}" must be text or a list of chat messages {{role, content}}'
 
 
 def _completion_problem(record: dict[str, Any]) -> str | None:

@@ -19,8 +19,12 @@ from typing import Any, Literal
 import pydantic
 
 from rlkit.data import _prompt_problem, prompt_text
+from rlkit.data_files import Reject, read_jsonl_records, sidecar_paths, write_data_files
+from rlkit.dedup import SimilarityMethod, pair_similarities
 from rlkit.errors import DataError
-from rlkit.text_similarity import char_ngram_jaccard, normalize_whitespace
+from rlkit.text_similarity import normalize_whitespace
+
+__all__ = ["Reject", "sidecar_paths"]  # re-exported: they were defined here before the other data tools shared them
 
 PairMode = Literal["all", "adjacent"]
 DROP_REASONS = ("tie", "identical", "near_duplicate", "duplicate", "conflict")
@@ -29,7 +33,8 @@ MAX_LISTED_CONFLICTS = 5
 
 
 class PairsOptions(pydantic.BaseModel):
-    """``rlkit data pairs`` arguments: ``in=`` and ``out=`` files, pairing ``mode``, ``near_duplicate`` threshold."""
+    """``rlkit data pairs`` arguments: ``in=`` and ``out=`` files, pairing ``mode``, ``near_duplicate`` threshold
+    and the similarity it applies to (``near_duplicate_method``)."""
 
     model_config = pydantic.ConfigDict(extra="forbid", populate_by_name=True)
 
@@ -37,6 +42,7 @@ class PairsOptions(pydantic.BaseModel):
     out: Path
     mode: PairMode = "all"
     near_duplicate: float = pydantic.Field(default=0.9, gt=0, le=1)
+    near_duplicate_method: SimilarityMethod = "ngram"
 
 
 @dataclass(frozen=True)
@@ -78,18 +84,6 @@ class ListwiseRecord:
 
 
 PreferenceRecord = ListwiseRecord | PreferencePair
-
-
-@dataclass(frozen=True)
-class Reject:
-    """A line that could not be used: its number, why, and the line itself as read (without the newline)."""
-
-    line: int
-    reason: str
-    raw: str
-
-    def to_json(self) -> dict[str, Any]:
-        return {"line": self.line, "reason": self.reason, "raw": self.raw}
 
 
 def _int(v: Any) -> bool:
@@ -145,32 +139,7 @@ def read_preference_records(path: str | Path) -> tuple[list[PreferenceRecord], l
 
     Raises ``DataError`` only when the file is missing or unreadable; bad lines never stop the good ones.
     """
-    path = Path(path)
-    if not path.is_file():
-        raise DataError("no such data file", str(path))
-    records: list[PreferenceRecord] = []
-    rejects: list[Reject] = []
-    with path.open("rb") as fh:
-        for line_no, raw in enumerate(fh, start=1):
-            raw = raw.rstrip(b"\r\n")
-            try:
-                # Some editors start a UTF-8 file with a byte-order mark; it is not part of the JSON.
-                text = raw.decode("utf-8-sig" if line_no == 1 else "utf-8")
-            except UnicodeDecodeError as exc:
-                rejects.append(Reject(line_no, f"not UTF-8 (byte {exc.start})",
-                                      raw.decode("utf-8", errors="backslashreplace")))
-                continue
-            if not text.strip():
-                continue
-            try:
-                parsed = _parse_record(json.loads(text), line_no)
-            except json.JSONDecodeError as exc:
-                parsed = f"invalid JSON ({exc.msg} at column {exc.colno})"
-            if isinstance(parsed, str):
-                rejects.append(Reject(line_no, parsed, text))
-            else:
-                records.append(parsed)
-    return records, rejects
+    return read_jsonl_records(path, _parse_record)
 
 
 def read_pairs(path: str | Path) -> list[PreferencePair]:
@@ -220,14 +189,15 @@ def _prompt_key(prompt: str | list[dict[str, str]]) -> str:
     return normalize_whitespace(prompt_text(prompt))
 
 
-def listwise_to_pairs(records: list[PreferenceRecord], mode: PairMode = "all",
-                      near_duplicate: float = 0.9) -> PairsResult:
+def listwise_to_pairs(records: list[PreferenceRecord], mode: PairMode = "all", near_duplicate: float = 0.9,
+                      near_duplicate_method: SimilarityMethod = "ngram") -> PairsResult:
     """Pairs from listwise records (pairwise ones pass through), with ties, identical texts, near-duplicates,
     repeated pairs and conflicting labels dropped and counted.
 
     ``mode="all"``: every two responses with different ranks; ``"adjacent"``: only neighbouring rank levels.
-    Identical means equal after whitespace normalisation; near-duplicate means character 3-gram Jaccard
-    similarity >= ``near_duplicate``. A pair of texts ordered both ways for the same prompt (anywhere in the
+    Identical means equal after whitespace normalisation; near-duplicate means a similarity >= ``near_duplicate``
+    under ``near_duplicate_method`` (``rlkit.dedup``: ``"ngram"``, character 3-gram Jaccard, or ``"embedding"``,
+    sentence-embedding cosine). A pair of texts ordered both ways for the same prompt (anywhere in the
     input) is a conflict: every copy of it is dropped, since the labels cannot both be right.
     """
     if mode not in ("all", "adjacent"):
@@ -236,23 +206,29 @@ def listwise_to_pairs(records: list[PreferenceRecord], mode: PairMode = "all",
     kept: list[tuple[tuple[str, str, str], PreferencePair]] = []
     seen: set[tuple[str, str, str]] = set()
     lines_by_order: dict[tuple[str, str, str], list[int | None]] = defaultdict(list)
+    distinct = []
     for record in records:
         candidates = [record] if isinstance(record, PreferencePair) else _candidates(record, mode, dropped)
         for pair in candidates:
             chosen, rejected = normalize_whitespace(pair.chosen), normalize_whitespace(pair.rejected)
             if chosen == rejected:
                 dropped["identical"] += 1
-                continue
-            if char_ngram_jaccard(pair.chosen, pair.rejected) >= near_duplicate:
-                dropped["near_duplicate"] += 1
-                continue
-            key = (_prompt_key(pair.prompt), chosen, rejected)
-            lines_by_order[key].append(pair.line)
-            if key in seen:
-                dropped["duplicate"] += 1
-                continue
-            seen.add(key)
-            kept.append((key, pair))
+            else:
+                distinct.append((pair, chosen, rejected))
+    # all at once: an embedding similarity encodes every text in one batch
+    similarities = pair_similarities([p.chosen for p, _, _ in distinct], [p.rejected for p, _, _ in distinct],
+                                     near_duplicate_method)
+    for (pair, chosen, rejected), similarity in zip(distinct, similarities, strict=True):
+        if similarity >= near_duplicate:
+            dropped["near_duplicate"] += 1
+            continue
+        key = (_prompt_key(pair.prompt), chosen, rejected)
+        lines_by_order[key].append(pair.line)
+        if key in seen:
+            dropped["duplicate"] += 1
+            continue
+        seen.add(key)
+        kept.append((key, pair))
     conflicts = []
     conflicting: set[tuple[str, str, str]] = set()
     for key, pair in kept:
@@ -301,26 +277,10 @@ def pair_report(records: list[PreferenceRecord], rejects: list[Reject], result: 
     return report
 
 
-def sidecar_paths(out: Path) -> tuple[Path, Path]:
-    """Where the report and the rejected lines go, beside ``out``: ``pairs.report.json``, ``pairs.rejects.jsonl``."""
-    stem = out.name[:-len(".jsonl")] if out.name.endswith(".jsonl") else out.name
-    return out.with_name(f"{stem}.report.json"), out.with_name(f"{stem}.rejects.jsonl")
-
-
 def write_pair_files(out: Path, result: PairsResult | None, rejects: list[Reject],
                      report: dict[str, Any]) -> dict[str, Path]:
     """Write the pairs (unless ``result`` is None), the report and the rejects, each atomically."""
-    from rlkit.atomic import atomic_write_text
-
-    report_path, rejects_path = sidecar_paths(out)
-    written = {}
-    if result is not None:
-        text = "".join(json.dumps(p.to_json(), ensure_ascii=False) + "\n" for p in result.pairs)
-        written["pairs"] = atomic_write_text(out, text)
-    if rejects:
-        text = "".join(json.dumps(r.to_json(), ensure_ascii=False) + "\n" for r in rejects)
-        written["rejects"] = atomic_write_text(rejects_path, text)
-    else:
-        rejects_path.unlink(missing_ok=True)  # a previous run's rejects would describe another input
-    written["report"] = atomic_write_text(report_path, json.dumps(report, indent=2, ensure_ascii=False) + "\n")
+    written = write_data_files(out, None if result is None else [p.to_json() for p in result.pairs], rejects, report)
+    if "records" in written:
+        written["pairs"] = written.pop("records")
     return written
