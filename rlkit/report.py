@@ -274,9 +274,9 @@ def alerts_table(alerts: list[dict[str, Any]]) -> tuple[list[str], list[list[Any
 
 def render_markdown(run_dir: Path, history: History, dims: list[str], alerts: list[dict[str, Any]],
                     summaries: dict[str, Any], pngs: dict[str, str]) -> str:
-    steps = [s for s, _ in history]
+    steps = series(history, "reward/mean")[0] or [s for s, _ in history]  # training steps, not eval-only lines
     lines = [f"# Run report: `{_md(run_dir.name)}`", "",
-             f"{len(steps)} logged steps ({steps[0]}–{steps[-1]}), from `{METRICS_FILE}`; "
+             f"{len(steps)} training steps logged ({steps[0]}–{steps[-1]}), from `{METRICS_FILE}`; "
              f"{len(alerts)} alert(s) from {len(summaries)} monitor(s).", "",
              "## Final per-dimension table", "",
              "Batch scores are the training samples' mean in the dimension's own units (the reward normalised to "
