@@ -57,6 +57,10 @@ def cmd_plugins(overrides: Sequence[str]) -> int:
             selector = f"{kind.group}={entry.name}" if entry.name in options else f"{kind.group}.name={entry.name}"
             if kind.selected_by:
                 selector = f"{kind.selected_by}={entry.name}"
+            elif kind.many:  # a list group: several may be selected together
+                # "\[": rich would read [name] as markup
+                selector = (f"{kind.group}=\\[{entry.name}]" if entry.name in options
+                            else f"+{kind.group}.{entry.name}=…")
             table.add_row(kind.key, entry.name, entry.provider, selector)
     _console().print(table)
     return 0

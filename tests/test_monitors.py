@@ -220,7 +220,7 @@ def test_plugins_command_lists_monitors(capsys):
 
     assert main(["plugins"]) == 0
     out = capsys.readouterr().out
-    assert "template_phrases" in out and "reward_collapse" in out
+    assert "monitors=[template_phrases]" in out and "monitors=[reward_collapse]" in out
 
 
 # --- end to end ----------------------------------------------------------------------------------
