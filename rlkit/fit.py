@@ -105,20 +105,21 @@ def check_replicas_agree(policy: Any, device: Any) -> int:
 
 def build_trainer(validated: ValidatedConfig, run_dir: Path) -> tuple[L.Trainer, Any]:
     """The Lightning trainer of ``trainer.*`` with rlkit's checkpoints, sample log and logger."""
+    from rlkit.golden import golden_callbacks
+
     cfg = validated.cfg
+    golden = golden_callbacks(validated, run_dir)  # before the logger: a bad golden set leaves no W&B run open
     logger = make_logger(cfg, run_dir)
     trainer_kwargs = OmegaConf.to_container(cfg.trainer, resolve=True)
     # rlkit's sampler splits each global batch between processes itself (PromptDataModule)
     trainer_kwargs.setdefault("use_distributed_sampler", False)
-    from rlkit.golden import golden_callbacks
-
     checkpoints = ModelCheckpoint(dirpath=str(run_dir / "checkpoints"), save_last=True, save_top_k=0,
                                   every_n_train_steps=int(cfg.checkpoint_every))
     samples = SampleLogger(int(cfg.log_samples.every), int(cfg.log_samples.rows), run_dir / "samples.jsonl",
                            validated.reward_rubric)
     try:
         trainer = L.Trainer(default_root_dir=str(run_dir), logger=logger, num_sanity_val_steps=0,
-                            callbacks=[checkpoints, samples, *golden_callbacks(validated, run_dir)],
+                            callbacks=[checkpoints, samples, *golden],
                             check_val_every_n_epoch=None,
                             val_check_interval=None, enable_model_summary=False, **trainer_kwargs)
     except (TypeError, ValueError) as exc:  # Lightning's MisconfigurationException is a ValueError
