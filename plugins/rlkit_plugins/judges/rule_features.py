@@ -1,7 +1,7 @@
 """Batch implementations of the rule judge's checks: each scores every completion of a batch at once.
 
-Per-text work shared by several checks (case-folded text, lengths, word counts) is computed once per batch,
-and loops run in C (``map`` over bound methods, numpy) rather than one Python call per check per text.
+Per-text work shared by several checks (case-folded text, lengths, the joined characters) is computed once per
+batch, and loops run in C (``map``, comprehensions, numpy) rather than one Python call per check per text.
 """
 
 from __future__ import annotations
@@ -38,12 +38,12 @@ class Batch:
 
     @cached_property
     def folded(self) -> list[str]:
-        """Case-folded texts (keywords, repetition and exact match all compare folded)."""
+        """Case-folded texts (keywords and repetition compare folded)."""
         return list(map(str.casefold, self.texts))
 
     @cached_property
     def chars(self) -> np.ndarray:
-        """Length in characters, float64 so a comparison with any number is exact."""
+        """Length in characters, as float64 (exact: lengths are far below 2**53)."""
         return np.fromiter(map(len, self.texts), dtype=np.float64, count=self.size)
 
     @cached_property
@@ -83,14 +83,14 @@ def _char_runs(batch: Batch, pat: re.Pattern[str], run: int) -> np.ndarray:
             key[(codes >= 0x80) | (key == ord("i")) | (key == ord("k")) | (key == ord("s"))] = 0x80
         same = key[1:] == key[:-1]  # same[i]: character i+1 repeats character i
         width = len(same) - run + 2  # positions where a run can start
-        if run <= 9:
+        if run <= 9:  # short runs: AND a few shifted views; long ones: a sliding sum
             window = same[:width]
             for shift in range(1, run - 1):
                 window = window & same[shift:shift + width]
         else:
             total = np.concatenate(([0], np.cumsum(same, dtype=np.int64)))
             window = total[run - 1:] - total[:width] == run - 1
-        hits = (window & (codes[:width] != 32)).nonzero()[0]  # a run of non-spaces starts with one
+        hits = (window & (codes[:width] != 32)).nonzero()[0]  # a match starts with a non-space
         maybe[which[np.searchsorted(starts, hits, side="right") - 1]] = True
     found = np.zeros(batch.size, dtype=bool)
     check = maybe.nonzero()[0]
