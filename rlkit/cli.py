@@ -281,9 +281,14 @@ def _run_hydra(command: str, config_name: str, overrides: Sequence[str], body) -
 
 
 def _fit_job(cfg, run_dir: Path) -> float:
+    import time
+
     from rlkit.config import validate_config
     from rlkit.fit import fit, print_summary
     from rlkit.registry import load_registry
+    from rlkit.sweep import write_job_summary
+
+    started = time.monotonic()
 
     # A launcher that runs jobs in other processes (submitit) pickles this function: it carries no registry
     # and builds one where it runs.
@@ -291,6 +296,7 @@ def _fit_job(cfg, run_dir: Path) -> float:
     summary = fit(validated, run_dir)
     if summary["global_zero"]:
         print_summary(summary, validated)
+        write_job_summary(run_dir, summary, time.monotonic() - started)  # a sweep's summary table reads it
     return summary["end"]["reward"]
 
 

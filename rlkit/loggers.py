@@ -29,8 +29,12 @@ def make_logger(cfg: DictConfig, run_dir: Path, job_type: str | None = None) -> 
     if name == "wandb":
         from lightning.pytorch.loggers import WandbLogger
 
+        from rlkit.sweep import sweep_identity
+
         mode = cfg.logger.get("mode", "offline")
+        # a multirun's jobs: each run named from its overrides, grouped by the sweep
         extra = {"job_type": job_type} if job_type else {}
+        extra.update(sweep_identity())
         return WandbLogger(project=cfg.logger.get("project", "rlkit"), save_dir=str(run_dir),
                            offline=mode == "offline", config=run_config(cfg), **extra)
     if name == "csv":
