@@ -42,7 +42,7 @@ NAME = re.compile(r"[a-z][a-z0-9_]*")
 USAGE = """rlkit new plugin NAME --kind {kinds} [--dir DIR] [--package PACKAGE]
 
 Writes an installable package (default folder ./rlkit-NAME, package rlkit_NAME): pyproject.toml with its
-`rlkit` entry point, PACKAGE/__init__.py with a working {{kind}} registered as NAME, PACKAGE/conf/<group>/NAME.yaml
+`rlkit` entry point, PACKAGE/__init__.py with a working plugin registered as NAME, PACKAGE/conf/<group>/NAME.yaml
 (so `<group>=NAME` selects it once installed) and tests/test_NAME.py running rlkit's contract suite for the kind.
 Then: pip install -e DIR && pytest DIR/tests && rlkit validate <group>=NAME"""
 
