@@ -18,10 +18,21 @@ def competition_ranks(rewards: list[float]) -> list[int]:
     return [1 + sum(other > r for other in rewards) for r in rewards]
 
 
+def near_miss_answer(a: int, b: int, rng: random.Random) -> str:
+    """An answer that starts with a number, right or close to it: the comparisons a policy's late training turns
+    on, and the rarest in :func:`~rlkit.judging.tiny_judge.default_task_answer`'s mix."""
+    s = a + b
+    if rng.random() < 0.4:
+        return rng.choice([str(s), f"{s}.", f" {s}", f"{s} ok"])
+    wrong = rng.choice([s + d for d in (-10, -3, -2, -1, 1, 2, 3, 10, 11)] + [int(str(s)[::-1]), s * 10 + s % 10])
+    return rng.choice([str(wrong), f"{wrong}.", f"{wrong} ok"])
+
+
 def synthetic_preferences(num_records: int, seed: int = 0, group_size: tuple[int, int] = (3, 6),
-                          max_operand: int = 20) -> list[dict[str, Any]]:
+                          operands: tuple[int, int] = (0, 20), near_miss: float = 0.5) -> list[dict[str, Any]]:
     """Listwise records ``{prompt, reference, domain, responses: [{text, rank}]}`` ranked by the rule judge.
 
+    Answers come from the default task's mix, or with probability ``near_miss`` from :func:`near_miss_answer`.
     Each record's answers are distinct; a record whose answers all tie is skipped (it teaches no order).
     ``domain`` is ``one-digit`` when both operands are below 10, else ``two-digit``.
     """
@@ -39,11 +50,11 @@ def synthetic_preferences(num_records: int, seed: int = 0, group_size: tuple[int
     alphabet = "".join(c for c in TinyPolicySpec().alphabet if c != "\n")
     out: list[dict[str, Any]] = []
     while len(out) < num_records:
-        a, b = rng.randint(0, max_operand), rng.randint(0, max_operand)
+        a, b = rng.randint(*operands), rng.randint(*operands)
         size = rng.randint(*group_size)
         texts: list[str] = []
         for _ in range(size * 4):  # distinct answers; the generator repeats itself now and then
-            text = default_task_answer(a, b, rng, alphabet)
+            text = near_miss_answer(a, b, rng) if rng.random() < near_miss else default_task_answer(a, b, rng, alphabet)
             if text not in texts:
                 texts.append(text)
             if len(texts) == size:
