@@ -153,6 +153,14 @@ def cmd_calibrate(overrides: Sequence[str]) -> int:
 
     validated = _validated(overrides, read_data=False)  # the records are the labelled lines, not data.path
     cfg, rubric = validated.cfg, validated.rubric
+    if validated.reward_rubric is not rubric:
+        from rlkit.errors import ConfigError
+
+        # the labels are per rubric dimension; such a judge's scores follow its own derived rubric
+        raise ConfigError(f"judge={validated.plugin_names['judge']} scores completions against the others of their "
+                          f"group ({', '.join(validated.reward_rubric.dimension_names)}), not the rubric's "
+                          "dimensions one by one; calibrate needs a judge that does (rule, llm, hybrid, ensemble)",
+                          "judge")
     options = calibrate_options(cfg)
     labelled = read_labels(options.labels, rubric)
     judge = validated.plugin_names["judge"]

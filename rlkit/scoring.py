@@ -14,7 +14,7 @@ import torch
 
 from rlkit.atomic import atomic_write_text
 from rlkit.config import ValidatedConfig
-from rlkit.errors import ConfigError, JudgeError
+from rlkit.errors import DataError, JudgeError
 from rlkit.rewards import aggregate_rewards, check_judge_output
 from rlkit.stats import nan_mean_std
 from rlkit.types import Rollout
@@ -57,37 +57,72 @@ class JudgeRetriesExhausted(JudgeError):
 
 def score_records(validated: ValidatedConfig, batch_size: int = 64, *, retries: int = 0,
                   retry_backoff: float = 1.0, on_batch: Callable[[int], None] | None = None) -> ScoreResult:
-    """Score every completion of every record; each completion is its own group of one.
+    """Score every completion of every record.
 
-    A judge call that fails transiently (``is_transient``) is asked again up to ``retries`` times, waiting
-    ``retry_backoff`` seconds, doubled each time; ``on_batch(n)`` is called after each batch of n completions.
+    A judge that scores the rubric's dimensions sees each completion as its own group of one. A judge that
+    scores completions against the others of their group (its own derived rubric: ``ranking``, ``grm``) sees
+    each record's ``completions`` as one group, and the scores follow its derived rubric; a record with fewer
+    than two completions is a ``DataError``. A judge call that fails transiently (``is_transient``) is asked
+    again up to ``retries`` times, waiting ``retry_backoff`` seconds, doubled each time; ``on_batch(n)`` is called
+    after each batch of n completions.
     """
     assert validated.records is not None
-    rubric = validated.rubric
-    if validated.reward_rubric is not rubric:
-        # scores per completion on the rubric's dimensions are what score and calibrate write and compare
-        raise ConfigError(f"judge={validated.plugin_names['judge']} scores completions against the others of their "
-                          f"group ({', '.join(validated.reward_rubric.dimension_names)}), not the rubric's dimensions "
-                          "one by one; score and calibrate need a judge that does (rule, llm, hybrid, ensemble)",
-                          "judge")
-    judge = validated.plugins["judge"]
+    records = validated.records
+    grouped = validated.reward_rubric is not validated.rubric
+    rubric = validated.reward_rubric  # what the scores follow
+    judge, name = validated.plugins["judge"], validated.plugin_names["judge"]
     aggregator = validated.plugins["aggregator"]
     scheduler = validated.plugins["weight_scheduler"]
-    pairs = _flatten(validated.records)
     raw_parts, reward_parts = [], []
-    for start in range(0, len(pairs), batch_size):
-        chunk = pairs[start:start + batch_size]
-        rollout = Rollout(records=[validated.records[i] for i, _ in chunk], completions=[[c] for _, c in chunk])
-        scores = _judge_with_retries(judge, rollout, rubric, retries, retry_backoff,
-                                     (chunk[0][0], chunk[-1][0]), validated.plugin_names["judge"])
-        raw = check_judge_output(scores, rollout, rubric, validated.plugin_names["judge"])
+    for chunk, groups in (_record_groups(records, batch_size, name) if grouped else _single_groups(records,
+                                                                                                   batch_size)):
+        rollout = Rollout(records=[records[i] for i in chunk], completions=groups)
+        scores = _judge_with_retries(judge, rollout, validated.rubric, retries, retry_backoff, (chunk[0], chunk[-1]),
+                                     name)
+        raw = check_judge_output(scores, rollout, rubric, name)
         batch = aggregate_rewards(raw, rubric, scheduler, aggregator,
                                   normalization=validated.cfg.get("score_normalization", "range"))
-        raw_parts.append(batch.raw_scores[:, 0])
-        reward_parts.append(batch.rewards[:, 0])
+        raw_parts.append(batch.raw_scores.reshape(-1, batch.raw_scores.shape[-1]))
+        reward_parts.append(batch.rewards.reshape(-1))
         if on_batch is not None:
-            on_batch(len(chunk))
-    return ScoreResult(rubric.dimension_names, torch.cat(raw_parts), torch.cat(reward_parts), validated.records)
+            on_batch(sum(len(g) for g in groups))
+    if not grouped:
+        return ScoreResult(rubric.dimension_names, torch.cat(raw_parts), torch.cat(reward_parts), records)
+    # judged in batches of equal group size: back to record order
+    order = [i for chunk, _ in _record_groups(records, batch_size, name) for i in chunk]
+    starts, row = {}, 0
+    for i in order:
+        starts[i] = row
+        row += len(records[i]["completions"])
+    raw_all, reward_all = torch.cat(raw_parts), torch.cat(reward_parts)
+    index = torch.tensor([starts[i] + k for i in range(len(records)) for k in range(len(records[i]["completions"]))],
+                         dtype=torch.long)
+    return ScoreResult(rubric.dimension_names, raw_all[index], reward_all[index], records)
+
+
+def _single_groups(records: list[dict[str, Any]], batch_size: int) -> list[tuple[list[int], list[list[str]]]]:
+    pairs = _flatten(records)
+    return [([i for i, _ in pairs[s:s + batch_size]], [[c] for _, c in pairs[s:s + batch_size]])
+            for s in range(0, len(pairs), batch_size)]
+
+
+def _record_groups(records: list[dict[str, Any]], batch_size: int,
+                   judge: str) -> list[tuple[list[int], list[list[str]]]]:
+    """Batches of whole records of one group size each (a rollout's groups are all the same size)."""
+    by_size: dict[int, list[int]] = {}
+    for i, record in enumerate(records):
+        completions = record.get("completions")
+        if not isinstance(completions, list) or len(completions) < 2:
+            raise DataError(f"judge {judge} ranks a record's completions against each other: give each record a "
+                            f"\"completions\" list of at least 2", f"record {i + 1}")
+        by_size.setdefault(len(completions), []).append(i)
+    out = []
+    for size, indices in sorted(by_size.items()):
+        per_batch = max(1, batch_size // size)
+        for s in range(0, len(indices), per_batch):
+            chunk = indices[s:s + per_batch]
+            out.append((chunk, [list(records[i]["completions"]) for i in chunk]))
+    return out
 
 
 def _judge_with_retries(judge: Any, rollout: Rollout, rubric: Any, retries: int, backoff: float,

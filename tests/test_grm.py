@@ -182,15 +182,18 @@ def test_train_grm_logs_checkpoints_and_saves_a_loadable_grm(trained_grm):
     assert grm.prefer_first([("1+1=", "2", "x", "2")]).shape == (1,)
 
 
-def test_listwise_objective_trains_from_a_pairwise_file(tmp_path):
+def test_listwise_objective_with_lora_trains_from_a_pairwise_file(tmp_path):
     pairs = tmp_path / "pairs.jsonl"
     rows = [{"prompt": f"{a}+1=", "chosen": str(a + 1), "rejected": "zz" * a, "reference": str(a + 1),
              "domain": "x"} for a in range(1, 30)]
     pairs.write_text("".join(json.dumps(r) + "\n" for r in rows))
     run = tmp_path / "run"
     assert main(["train-grm", *MICRO, "grm.objective=listwise", f"grm.data.train={pairs}", "grm.data.val_fraction=0.3",
-                 "grm.epochs=1", f"hydra.run.dir={run}"]) == 0
+                 "grm.epochs=1", "grm.model.lora.r=4", f"hydra.run.dir={run}"]) == 0
     assert json.loads((run / "grm" / "grm.json").read_text())["objective"] == "listwise"
+    saved = json.loads((run / "grm" / "config.json").read_text())
+    assert "lora" not in json.dumps(saved).lower(), "the LoRA adapters are merged into a plain model"
+    assert GenerativeRewardModel.load(run / "grm").prefer_first([("2+1=", "3", "zz", "3")]).shape == (1,)
 
 
 def test_train_grm_bad_input_is_one_line(tmp_path, capsys):
@@ -230,3 +233,20 @@ def test_fit_trains_a_policy_against_the_grm(trained_grm, tmp_path):
     rows = _metrics(run)
     assert any(r.get("rewards/preference/mean") for r in rows)
     assert any(r.get("judge/swap_consistency") for r in rows)
+
+
+def test_score_ranks_each_records_completions_with_the_grm(trained_grm, tmp_path):
+    records = [{"prompt": "3+4=", "reference": "7", "completions": ["7", "x"]},
+               {"prompt": "5+5=", "reference": "10", "completions": ["10", "zzzz", "1"]},
+               {"prompt": "1+2=", "reference": "3", "completions": ["3", "33"]}]
+    data, out = tmp_path / "records.jsonl", tmp_path / "scored.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in records))
+    assert main(["score", "judge=grm", f"judge.params.model={trained_grm / 'grm'}", f"data.path={data}",
+                 f"score.output={out}", "score.batch_size=4", "score.progress=false"]) == 0
+    lines = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [(r["prompt"], r["completion"]) for r in lines] == [(r["prompt"], c) for r in records
+                                                                for c in r["completions"]]
+    assert all(set(r["scores"]) == {"preference"} and 0 <= r["reward"] <= 1 for r in lines)
+    first = [r["scores"]["preference"] for r in lines[:2]]
+    assert first[0] + first[1] == pytest.approx(1.0, abs=1e-5), "a group of two splits one preference"
+    assert sorted(r["rank"] for r in lines[2:5]) in ([1, 2, 3], [1, 1, 3], [1, 2, 2], [1, 1, 1])

@@ -267,13 +267,17 @@ def test_confidence_scales_advantages_and_pair_weights():
         with_group_confidence(batch, torch.tensor([1.5, 0.0]), "j")
 
 
-def test_score_and_calibrate_refuse_a_ranking_judge(tmp_path):
+def test_score_needs_groups_and_calibrate_refuses_a_ranking_judge(tmp_path, capsys):
+    from rlkit.cli import main
+    from rlkit.errors import DataError
     from rlkit.scoring import score_records
 
     validated = _validate("judge=ranking")
-    validated.records = [{"prompt": "1+1=", "completions": ["2", "3"]}]
-    with pytest.raises(ConfigError, match="not the rubric's dimensions"):
-        score_records(validated)
+    validated.records = [{"prompt": "1+1=", "completions": ["2", "3"]}, {"prompt": "2+2=", "completion": "4"}]
+    with pytest.raises(DataError, match=r"record 2: judge ranking ranks a record's completions against each other"):
+        score_records(validated)  # before any model is built
+    assert main(["calibrate", "judge=ranking"]) == 2
+    assert "calibrate needs a judge that does" in capsys.readouterr().err
 
 
 def test_the_tiny_ranking_recipe_teaches_rule_judge_levels_and_grows_groups():
