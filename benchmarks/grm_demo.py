@@ -15,7 +15,7 @@ Targets (issue 7): training under 15 minutes, ≥ 80% held-out pairwise accuracy
 
 Usage::
 
-    python benchmarks/grm_demo.py [--records 3000] [--epochs 1] [--fit-steps 40] [--out /tmp/grm-demo]
+    python benchmarks/grm_demo.py [--records 3000] [--epochs 3] [--fit-steps 40] [--out /tmp/grm-demo]
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ def _post(url: str, body: dict) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--records", type=int, default=3000, help="synthetic training records (ranked groups)")
-    parser.add_argument("--epochs", type=int, default=1)
+    parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--test-records", type=int, default=600)
     parser.add_argument("--fit-steps", type=int, default=40)
     parser.add_argument("--out", type=Path, default=None)

@@ -71,7 +71,7 @@ class GrmTrainConfig(_Schema):
     objective: Literal["pairwise", "listwise"] = "pairwise"
     model: GrmModelConfig = pydantic.Field(default_factory=GrmModelConfig)
     data: GrmDataConfig = pydantic.Field(default_factory=GrmDataConfig)
-    epochs: int = pydantic.Field(default=1, gt=0)
+    epochs: int = pydantic.Field(default=3, gt=0)
     batch_size: int = pydantic.Field(default=32, gt=0)
     eval_batch_size: int = pydantic.Field(default=128, gt=0)
     lr: float = pydantic.Field(default=2e-3, gt=0)
