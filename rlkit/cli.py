@@ -1,4 +1,4 @@
-"""The ``rlkit`` command: plugins, validate, score, calibrate, fit, serve; Hydra overrides follow."""
+"""The ``rlkit`` command and its subcommands (see ``USAGE``); Hydra overrides follow the command word."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ commands:
   report      (re)build a run's report: `rlkit report outputs/<date>/<time>` (plots + report.md)
   train-grm   train a generative reward model on preference pairs or rankings (grm.data.train=...)
   serve       serve the configured judge as an HTTP reward API (serve.port=..., Ctrl-C stops it)
-  data        data tools: `rlkit data pairs in=ranked.jsonl out=pairs.jsonl` (rlkit data for help)
+  data        data tools: pairs (rankings -> preference pairs), prepare (PII, de-dup, mix); `rlkit data` for help
   rubric      rubric versions: `rlkit rubric diff old.yaml new.yaml`, `rlkit rubric hash rubric.yaml`
   new         scaffold a plugin package: `rlkit new plugin NAME --kind judge` (rlkit new for help)
 
