@@ -132,6 +132,10 @@ class OpenAICompatibleServer:
         self.garbage_rate = self.fail_rate = self.delay = 0.0
         self._fail_left = 0
         self._in_flight = 0
+        # requests received but not yet in the log: a request is recorded just before its answer is sent and
+        # leaves the in-flight count only after, so counting both would count it twice in between
+        self._unrecorded = 0
+        self._request = threading.local()
         self.set_faults(garbage_rate=garbage_rate, fail_rate=fail_rate, fail_first=fail_first, delay=delay, seed=seed)
         self.reset_stats()
 
@@ -170,7 +174,7 @@ class OpenAICompatibleServer:
     def request_count(self) -> int:
         """Requests received (any method and path) since the last :meth:`reset_stats`."""
         with self._lock:
-            return len(self.log) + self._in_flight
+            return len(self.log) + self._unrecorded
 
     @property
     def authorizations(self) -> list[str | None]:
@@ -227,16 +231,23 @@ class OpenAICompatibleServer:
     def _track(self) -> Iterator[None]:
         with self._lock:
             self._in_flight += 1
+            self._unrecorded += 1
             self.max_in_flight = max(self.max_in_flight, self._in_flight)
+        self._request.recorded = False  # one handler thread serves its connection's requests one at a time
         try:
             yield
         finally:
             with self._lock:
                 self._in_flight -= 1
+                if not self._request.recorded:
+                    self._unrecorded -= 1
 
     def _record(self, record: RequestRecord) -> None:
         with self._lock:
             self.log.append(record)
+            if getattr(self._request, "recorded", True) is False:
+                self._request.recorded = True
+                self._unrecorded -= 1
 
     def _draw_fault(self) -> tuple[str | None, int]:
         """(``fail``/``garbage``/None, status or garbage index) for the next chat request."""
