@@ -17,7 +17,7 @@ from rlkit.config import ValidatedConfig
 from rlkit.errors import DataError, JudgeError
 from rlkit.rewards import aggregate_rewards, check_judge_output
 from rlkit.stats import nan_mean_std
-from rlkit.types import Rollout
+from rlkit.types import RewardBatch, Rollout
 
 
 @dataclass
@@ -71,17 +71,13 @@ def score_records(validated: ValidatedConfig, batch_size: int = 64, *, retries: 
     grouped = validated.reward_rubric is not validated.rubric
     rubric = validated.reward_rubric  # what the scores follow
     judge, name = validated.plugins["judge"], validated.plugin_names["judge"]
-    aggregator = validated.plugins["aggregator"]
-    scheduler = validated.plugins["weight_scheduler"]
     raw_parts, reward_parts = [], []
     for chunk, groups in (_record_groups(records, batch_size, name) if grouped else _single_groups(records,
                                                                                                    batch_size)):
         rollout = Rollout(records=[records[i] for i in chunk], completions=groups)
         scores = _judge_with_retries(judge, rollout, validated.rubric, retries, retry_backoff, (chunk[0], chunk[-1]),
                                      name)
-        raw = check_judge_output(scores, rollout, rubric, name)
-        batch = aggregate_rewards(raw, rubric, scheduler, aggregator,
-                                  normalization=validated.cfg.get("score_normalization", "range"))
+        batch = aggregate_judged(validated, rollout, scores)
         raw_parts.append(batch.raw_scores.reshape(-1, batch.raw_scores.shape[-1]))
         reward_parts.append(batch.rewards.reshape(-1))
         if on_batch is not None:
@@ -98,6 +94,15 @@ def score_records(validated: ValidatedConfig, batch_size: int = 64, *, retries: 
     index = torch.tensor([starts[i] + k for i in range(len(records)) for k in range(len(records[i]["completions"]))],
                          dtype=torch.long)
     return ScoreResult(rubric.dimension_names, raw_all[index], reward_all[index], records)
+
+
+def aggregate_judged(validated: ValidatedConfig, rollout: Rollout, raw: torch.Tensor) -> RewardBatch:
+    """A judge's raw scores for ``rollout`` checked against the rubric they follow, then weighted and aggregated
+    as the config says: what ``rlkit score`` does per batch and ``rlkit serve`` per request."""
+    scored = validated.reward_rubric
+    checked = check_judge_output(raw, rollout, scored, validated.plugin_names["judge"])
+    return aggregate_rewards(checked, scored, validated.plugins["weight_scheduler"], validated.plugins["aggregator"],
+                             normalization=validated.cfg.get("score_normalization", "range"))
 
 
 def _single_groups(records: list[dict[str, Any]], batch_size: int) -> list[tuple[list[int], list[list[str]]]]:

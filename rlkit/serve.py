@@ -25,9 +25,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from rlkit.config import ValidatedConfig
 from rlkit.errors import ConfigError, RlkitError
-from rlkit.rewards import aggregate_rewards, check_judge_output
 from rlkit.rubric import Rubric
-from rlkit.scoring import completion_ranks
+from rlkit.scoring import aggregate_judged, completion_ranks
 from rlkit.serve_models import (
     ChatRequest,
     ChatResponse,
@@ -87,11 +86,7 @@ def _rubric_info(rubric: Rubric, definition: bool = False) -> RubricInfo:
 def score_group(validated: ValidatedConfig, record: dict[str, Any], responses: list[str]) -> RewardBatch:
     """One group through the judge, the output checks and aggregation, as ``rlkit score`` does per batch."""
     rollout = Rollout(records=[record], completions=[list(responses)])
-    rubric, scored = validated.rubric, validated.reward_rubric
-    raw = validated.plugins["judge"].score(rollout, rubric)
-    raw = check_judge_output(raw, rollout, scored, validated.plugin_names["judge"])
-    return aggregate_rewards(raw, scored, validated.plugins["weight_scheduler"], validated.plugins["aggregator"],
-                             normalization=validated.cfg.get("score_normalization", "range"))
+    return aggregate_judged(validated, rollout, validated.plugins["judge"].score(rollout, validated.rubric))
 
 
 def _finite(x: float) -> float | None:
