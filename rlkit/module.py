@@ -31,7 +31,7 @@ from rlkit.reference import ReferencePolicy
 from rlkit.rewards import aggregate_rewards, check_judge_output, confidence_scaled, with_group_confidence
 from rlkit.rng import capture_rng_state, restore_rng_state
 from rlkit.rubric import Rubric
-from rlkit.sampling import GenerationRequest, SampledBatch, micro_batches, sequence_log_probs
+from rlkit.sampling import GenerationRequest, SampledBatch, length_buckets, micro_batches, sequence_log_probs
 from rlkit.stats import nan_mean_std
 from rlkit.types import PreferencePairs, RewardBatch, Rollout
 
@@ -197,6 +197,13 @@ class RubricRLModule(L.LightningModule):
         if spread.distributed:
             # The same seed on every process would draw the same sampling noise for different prompts.
             torch.manual_seed(self.settings.seed + 7919 * spread.rank)
+
+    def on_train_start(self) -> None:
+        # from_pretrained returns the policy in eval mode and Lightning (>= 2.2) keeps modules in the mode it
+        # finds them, so without this the policy trained in eval mode: gradient checkpointing (active only in
+        # training mode) silently did nothing and the model's dropout was off, while under LoRA the peft
+        # wrapper's own train mode turned both on after the first generate. The reference stays in eval.
+        self.policy.train()
 
     def training_step(self, records: list[dict[str, Any]], batch_idx: int) -> torch.Tensor:
         if self._rng_to_restore is not None:
@@ -431,11 +438,13 @@ class RubricRLModule(L.LightningModule):
         mask = sampled.completion_mask.float()
         if o.mask_truncated_completions:
             mask = mask * (~sampled.truncated).float().unsqueeze(1)
-        # Rows sorted by completion length, then split: each pass is cut to its own longest completion
-        # (sequence_log_probs). Losses are sums over rows, so any split gives the same gradient.
-        by_length = torch.argsort(sampled.completion_token_counts, stable=True)
-        chunks = [by_length[c] for c in micro_batches(len(by_length), max(s.gradient_accumulation_steps,
-                                                                            s.length_buckets))]
+        # Rows sorted by completion length, then split where it saves the most padding: each pass is cut to its
+        # own longest completion (sequence_log_probs). Accumulation bounds a pass's rows (its memory); losses
+        # are sums over rows, so any split gives the same gradient.
+        n_rows = sampled.completion_mask.shape[0]
+        chunks = length_buckets(sampled.completion_token_counts, max(s.gradient_accumulation_steps, s.length_buckets),
+                                width=sampled.prompt_length,
+                                max_rows=-(-n_rows // max(s.gradient_accumulation_steps, 1)))
 
         def all_rows(log_probs: Any) -> torch.Tensor:
             out = torch.zeros(sampled.completion_mask.shape, device=self.device)

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 
 from rlkit.data import prompt_text
@@ -50,6 +51,51 @@ def micro_batches(num_rows: int, num_chunks: int, *, exact: bool = False) -> lis
     if exact:
         chunks += [slice(num_rows, num_rows)] * (max(1, num_chunks) - len(chunks))
     return chunks
+
+
+def length_buckets(lengths: torch.Tensor, num_buckets: int, *, width: int = 0,
+                   max_rows: int | None = None) -> list[torch.Tensor]:
+    """Row indices of ``lengths`` (completion token counts) in ``min(num_buckets, len(lengths))`` non-empty
+    passes of rows of similar length, shortest first, each at most ``max_rows`` rows (on ``lengths``' device).
+
+    A pass is cut to its longest completion (``sequence_log_probs``), so it costs about rows × (``width`` +
+    its longest length) token positions. The cuts between the sorted rows are the ones that minimise that sum
+    (dynamic programming, O(buckets · rows²) on small integer arrays); among equally cheap cuts, the most even.
+    Equal-row cuts let a few long completions set the width of a whole slice: on a long-tailed 64-row rollout
+    (benchmarks/length_buckets.py) they paid for 12–33% more positions than these with 8–2 buckets. The number
+    of passes depends on the row count only, never on the lengths, so every process of a DDP run makes as many
+    backward passes.
+    """
+    order = torch.argsort(lengths.cpu(), stable=True)
+    n = len(order)
+    m = min(max(num_buckets, 1), n)
+    if m <= 1:
+        return [order.to(lengths.device)] if n else []
+    cap = n if max_rows is None else max(max_rows, -(-n // m))
+    # numpy, not torch: these are a few dozen tiny ops, and torch's thread pool costs milliseconds per op on a
+    # busy machine (measured: 87 ms for 64 rows in 8 buckets with 2 threads, 0.5 ms single-threaded).
+    longest = lengths.cpu().numpy()[order.numpy()].astype(np.int64) + width  # bucket (s, i] is this wide at i-1
+    # A bucket of sorted rows s..i-1 costs area × tie + rows²: the area decides, and the square sum (smallest
+    # for even buckets) only breaks ties; exact in int64 for any realistic batch.
+    tie = n * n + 1
+    rows = np.arange(n + 1)[None, :] - np.arange(n + 1)[:, None]
+    never = np.iinfo(np.int64).max // 4  # "impossible", small enough that two of them still add up
+    step_cost = np.where((rows >= 1) & (rows <= cap),
+                         rows * longest[np.clip(np.arange(n + 1) - 1, 0, None)][None, :] * tie + rows * rows, never)
+    best = np.full(n + 1, never)
+    best[0] = 0
+    cut_at = []
+    for _ in range(m):  # best[i]: cheapest split of the first i sorted rows into the buckets so far
+        total = best[:, None] + step_cost
+        start = total.argmin(axis=0)
+        best = np.minimum(total[start, np.arange(n + 1)], never)
+        cut_at.append(start)
+    bounds, end = [], n
+    for start in reversed(cut_at):
+        begin = int(start[end])
+        bounds.append((begin, end))
+        end = begin
+    return [order[a:b].to(lengths.device) for a, b in reversed(bounds)]
 
 
 def render_prompt(prompt: str | Sequence[dict[str, str]], tokenizer: Any) -> str:

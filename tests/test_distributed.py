@@ -82,7 +82,9 @@ _COMPARED = ("loss", "grad_norm", "kl", "reward/mean", "reward/std", "advantages
 
 @pytest.mark.slow
 @pytest.mark.parametrize("objective", [
-    ["advantage=gdpo", "weights=variance"],
+    # 3 length buckets of 8 rows on each process, of 16 in one: the processes cut their rows differently from
+    # the single process and must still make as many backward passes as each other
+    ["advantage=gdpo", "weights=variance", "optim.length_buckets=3"],
     ["objective=group_dpo", "preference=winrate", "optim.gradient_accumulation_steps=2"],
 ], ids=["gdpo", "group_dpo"])
 def test_two_gloo_processes_match_one_process_on_the_same_global_batch(tmp_path, objective):

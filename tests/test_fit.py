@@ -172,20 +172,22 @@ def test_fit_with_lora_trains_adapters_only_against_the_adapter_off_reference(tm
     assert not any(k.startswith("reference.") for k in ckpt["state_dict"]), "no second copy under LoRA"
 
 
-def test_gradient_accumulation_gives_the_same_update(tmp_path):
+def test_gradient_accumulation_and_length_buckets_give_the_same_update(tmp_path):
     from rlkit.models import load_policy
 
     policies, losses = [], []
-    for steps in (1, 3):
-        run_dir = tmp_path / f"accumulate{steps}"
+    for steps, buckets in ((1, 1), (3, 1), (2, 5)):
+        run_dir = tmp_path / f"accumulate{steps}-buckets{buckets}"
         assert main(["fit", "logger=csv", "trainer.max_steps=2", "batch_size=4", "num_generations=4",
-                     f"optim.gradient_accumulation_steps={steps}", f"hydra.run.dir={run_dir}"]) == 0
+                     f"optim.gradient_accumulation_steps={steps}", f"optim.length_buckets={buckets}",
+                     f"hydra.run.dir={run_dir}"]) == 0
         policies.append(load_policy(run_dir / "policy")[0])
         losses.append([float(r["loss"]) for r in _metrics(run_dir)])
     # Adam hides a gradient scale error in the parameters; the logged loss does not.
-    assert losses[0] == pytest.approx(losses[1], rel=1e-4, abs=1e-7)
-    for (name, a), (_, b) in zip(policies[0].named_parameters(), policies[1].named_parameters(), strict=True):
-        assert torch.allclose(a, b, atol=1e-5), name
+    for other, policy in zip(losses[1:], policies[1:], strict=True):
+        assert other == pytest.approx(losses[0], rel=1e-4, abs=1e-7)
+        for (name, a), (_, b) in zip(policies[0].named_parameters(), policy.named_parameters(), strict=True):
+            assert torch.allclose(a, b, atol=1e-5), name
 
 
 @pytest.mark.parametrize(("aggregator", "advantage", "weights"), [

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import itertools
+
 import torch
 
 from rlkit.losses import selective_log_softmax
 from rlkit.models import build_tiny_policy, load_policy
-from rlkit.sampling import GenerationRequest, sequence_log_probs
+from rlkit.sampling import GenerationRequest, length_buckets, sequence_log_probs
 from rlkit_plugins.generators.hf import HFGenerator
 
 
@@ -46,3 +48,39 @@ def test_trimmed_passes_match_the_full_forward_and_cut_padding():
     width = sampled.input_ids.shape[1]
     assert seen[0][1] == sampled.prompt_length + int(lengths.max())
     assert seen[1][1] < width, "a pass over short completions must not run the full width"
+
+
+def _least_padding(lengths: list[int], buckets: int, width: int, max_rows: int) -> int:
+    """Every way to cut the sorted rows into ``buckets`` non-empty runs, the cheapest (rows × widest)."""
+    ordered, n = sorted(lengths), len(lengths)
+    costs = []
+    for cuts in itertools.combinations(range(1, n), buckets - 1):
+        bounds = [0, *cuts, n]
+        runs = list(itertools.pairwise(bounds))
+        if max(b - a for a, b in runs) <= max_rows:
+            costs.append(sum((b - a) * (ordered[b - 1] + width) for a, b in runs))
+    return min(costs)
+
+
+def test_length_buckets_cut_where_padding_is_least():
+    g = torch.Generator().manual_seed(0)
+    for _ in range(200):
+        n, buckets = int(torch.randint(1, 10, (1,), generator=g)), int(torch.randint(1, 5, (1,), generator=g))
+        lengths = torch.randint(1, 40, (n,), generator=g)
+        width, max_rows = int(torch.randint(0, 5, (1,), generator=g)), int(torch.randint(1, n + 1, (1,), generator=g))
+        out = length_buckets(lengths, buckets, width=width, max_rows=max_rows)
+        passes = min(buckets, n)
+        cap = max(max_rows, -(-n // passes))  # a cap too small for the passes is raised to the least that fits
+        # as many passes as asked (capped by the rows), whatever the lengths: DDP processes stay in step
+        assert len(out) == passes and all(1 <= len(rows) <= cap for rows in out)
+        assert sorted(torch.cat(out).tolist()) == list(range(n))
+        cost = sum(len(rows) * (int(lengths[rows].max()) + width) for rows in out)
+        assert cost == _least_padding(lengths.tolist(), passes, width, cap)
+
+
+def test_length_buckets_put_the_long_tail_apart_and_split_equal_lengths_evenly():
+    lengths = torch.tensor([3] * 12 + [40, 128, 5, 6])
+    out = length_buckets(lengths, 2)
+    assert [sorted(lengths[rows].tolist()) for rows in out][1] == [40, 128]  # not 8 rows as wide as 128
+    assert [len(rows) for rows in length_buckets(torch.full((64,), 16), 4)] == [16, 16, 16, 16]
+    assert length_buckets(torch.tensor([], dtype=torch.long), 4) == []
