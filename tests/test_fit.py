@@ -190,6 +190,37 @@ def test_gradient_accumulation_and_length_buckets_give_the_same_update(tmp_path)
             assert torch.allclose(a, b, atol=1e-5), name
 
 
+def test_full_fine_tuning_trains_in_train_mode_and_checkpointing_recomputes_without_changing_the_update(tmp_path):
+    """A loaded policy is in eval mode and Lightning leaves it there; checkpointing then did nothing at all."""
+    from rlkit.models import load_policy
+
+    policies, losses, passes = [], [], []
+    for checkpointing in ("false", "true"):
+        mlp_calls: list[bool] = []  # module.training of each decoder MLP call that records a graph
+
+        def count(module: torch.nn.Module, _args: object, calls: list[bool] = mlp_calls) -> None:
+            if type(module).__name__.endswith("MLP") and torch.is_grad_enabled():
+                calls.append(module.training)
+
+        handle = torch.nn.modules.module.register_module_forward_pre_hook(count)
+        run_dir = tmp_path / f"checkpointing-{checkpointing}"
+        try:
+            assert main(["fit", "logger=csv", "trainer.max_steps=2", "batch_size=2", "num_generations=2",
+                         "data.num_prompts=16", "max_completion_length=8",
+                         f"model.gradient_checkpointing={checkpointing}", f"hydra.run.dir={run_dir}"]) == 0
+        finally:
+            handle.remove()
+        assert mlp_calls and all(mlp_calls), "the policy must be in train mode while it trains"
+        passes.append(len(mlp_calls))
+        policies.append(load_policy(run_dir / "policy")[0])
+        losses.append([float(r["loss"]) for r in _metrics(run_dir)])
+    # checkpointing recomputes every layer in backward: each MLP runs twice per gradient pass
+    assert passes[1] == 2 * passes[0]
+    assert losses[1] == pytest.approx(losses[0], rel=1e-5, abs=1e-7)
+    for (name, a), (_, b) in zip(policies[0].named_parameters(), policies[1].named_parameters(), strict=True):
+        assert torch.allclose(a, b, atol=1e-6), name
+
+
 @pytest.mark.parametrize(("aggregator", "advantage", "weights"), [
     ("geometric", "gdpo", "schedule"),
     ("min_first", "rank", "variance"),
