@@ -157,6 +157,7 @@ def sequence_log_probs(model: Any, sampled: SampledBatch) -> torch.Tensor:
     completion columns past the longest completion are cut (so a micro-batch of short completions pays for
     its own length, not the batch's), and the vocabulary projection runs for completion positions only
     (``logits_to_keep``). Cutting left padding shifts absolute positions, which rotary embeddings do not see.
+    No KV cache: a single pass never reads one back.
     """
     p, c = sampled.prompt_length, sampled.completion_mask.shape[1]
     keep = max(int(sampled.completion_mask.sum(dim=1).max()), 1) if sampled.completion_mask.numel() else c
@@ -164,7 +165,7 @@ def sequence_log_probs(model: Any, sampled: SampledBatch) -> torch.Tensor:
     start = min(int(used[0]) if len(used) else p - 1, p - 1)  # keep at least the token predicting the first one
     ids = sampled.input_ids[:, start:p + keep]
     logits = model(input_ids=ids, attention_mask=sampled.attention_mask[:, start:p + keep],
-                   logits_to_keep=keep + 1).logits[:, :-1, :]
+                   logits_to_keep=keep + 1, use_cache=False).logits[:, :-1, :]
     # position t predicts token t+1: the kept logits predict exactly the completion tokens
     logp = selective_log_softmax(logits.float(), sampled.completion_ids[:, :keep])
     return torch.nn.functional.pad(logp, (0, c - keep)) if keep < c else logp

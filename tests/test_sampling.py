@@ -50,6 +50,20 @@ def test_trimmed_passes_match_the_full_forward_and_cut_padding():
     assert seen[1][1] < width, "a pass over short completions must not run the full width"
 
 
+def test_log_prob_passes_build_no_kv_cache():
+    # models default to use_cache=True: a pass would build a cache it never reads, and under gradient
+    # checkpointing transformers warns that it turns it off
+    model, tokenizer = load_policy(build_tiny_policy())
+    request = GenerationRequest([{"prompt": "1+1="}], 2, 6)
+    sampled = HFGenerator(HFGenerator.Params()).generate(model, tokenizer, request)
+    outputs = []
+    model.register_forward_hook(lambda _module, _args, out: outputs.append(out))
+    with torch.no_grad():
+        sequence_log_probs(model, sampled)
+    assert outputs
+    assert getattr(outputs[0], "past_key_values", None) is None and getattr(outputs[0], "cache", None) is None
+
+
 def _least_padding(lengths: list[int], buckets: int, width: int, max_rows: int) -> int:
     """Every way to cut the sorted rows into ``buckets`` non-empty runs, the cheapest (rows × widest)."""
     ordered, n = sorted(lengths), len(lengths)
