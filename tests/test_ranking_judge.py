@@ -30,8 +30,9 @@ from rlkit_plugins.judges.ranking import (
 )
 
 RUBRIC = Path(__file__).parents[1] / "conf" / "rubrics" / "arithmetic.yaml"
-# a line of the compact template: the reference, the candidate, its label
-LINE = re.compile(r"^\d+\|(.*) @([A-Z]+)$", re.M)
+# a line of the compact template: the reference, then the candidate cut and padded to 6 characters; the
+# lines are in label order
+LINE = re.compile(r"^[^|\n]+\|(.{6})$", re.M)
 
 
 class AnsweringBackend:
@@ -50,7 +51,8 @@ class AnsweringBackend:
         for chat in prompts:
             text = chat[0]["content"]
             self.asked.append(text)
-            candidates = {m.group(2): m.group(1) for m in LINE.finditer(text.rsplit("Order:", 1)[0])}
+            texts = [m.group(1).rstrip() for m in LINE.finditer(text.rsplit("Order:", 1)[0])]
+            candidates = dict(zip(group_labels(len(texts)), texts, strict=True))
             out.append(Completion(text=self.answer(candidates)))
         return out
 
@@ -61,7 +63,7 @@ class AnsweringBackend:
 def _judge(answer, **params):
     judge = load_registry().create("judge", "ranking", {"template": "judge/rank_group_compact.jinja", **params})
     backend = AnsweringBackend(answer)
-    judge.backend.get = lambda: backend  # the handle would build the offline tiny judge otherwise
+    judge.backend.get = lambda *size: backend  # the handle would build the offline tiny judge otherwise
     return judge, backend
 
 
@@ -280,14 +282,14 @@ def test_score_needs_groups_and_calibrate_refuses_a_ranking_judge(tmp_path, caps
     assert "calibrate needs a judge that does" in capsys.readouterr().err
 
 
-def test_the_tiny_ranking_recipe_teaches_rule_judge_levels_and_grows_groups():
+def test_the_tiny_ranking_recipe_teaches_rule_judge_levels_for_one_group_size():
     import dataclasses
 
-    from rlkit.judging.tiny_judge import RANKING_SPEC, _largest_group, ranking_records
+    from rlkit.judging.tiny_judge import ranking_records, ranking_spec, render_ranking_compact
 
-    spec = dataclasses.replace(RANKING_SPEC, examples=40)
+    spec = dataclasses.replace(ranking_spec(5), examples=40)
     records = ranking_records(spec)
-    assert len(records) == 40 and {len(r["completions"]) for r in records} <= set(range(1, 9))
+    assert len(records) == 40 and {len(r["completions"]) for r in records} == {5}
     for r in records:
         labels = group_labels(len(r["completions"]))
         parsed = parse_ranking(r["answer"], labels) if len(labels) > 1 else None
@@ -297,8 +299,8 @@ def test_the_tiny_ranking_recipe_teaches_rule_judge_levels_and_grows_groups():
                              1 if starts_with_sum else 0)
         if parsed is not None and len(set(r["levels"])) > 1:
             assert parsed.complete and parsed.method == "scores"
-    sizes = [_largest_group(spec, step) for step in range(0, spec.steps, 50)]
-    assert sizes[0] == 1 and sizes[-1] == 8 and sizes == sorted(sizes), "from lone answers up to full groups"
+    lines = render_ranking_compact(load_rubric(RUBRIC), "3+4=", ["7", "abcdefgh", "7\nx", ""], "7").splitlines()
+    assert lines[1:-1] == ["7 |7     ", "7 |abcdef", "7 |7 x   ", "7 |      "], "fixed width, in label order"
 
 
 def test_the_tiny_judge_trains_inside_inference_mode(tmp_path):

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from scipy.stats import kendalltau
 
 from rlkit import Rollout
 from rlkit.cli import main
@@ -23,11 +24,12 @@ RUBRIC = Path(__file__).parents[1] / "conf" / "rubrics" / "arithmetic.yaml"
 
 @pytest.fixture(scope="session")
 def ranking_cache(tmp_path_factory) -> Path:
-    """One build of the offline tiny ranking judge for the session (a few minutes of CPU)."""
-    from rlkit.judging.tiny_judge import RANKING_SPEC, build_tiny_judge
+    """One build of the offline tiny ranking judge for groups of 4 (every test here ranks groups of 4), for
+    the session (a few minutes of CPU)."""
+    from rlkit.judging.tiny_judge import build_tiny_judge, ranking_spec
 
     cache = tmp_path_factory.mktemp("ranking-cache")
-    build_tiny_judge(RANKING_SPEC, cache_dir=cache)
+    build_tiny_judge(ranking_spec(4), cache_dir=cache)
     return cache
 
 
@@ -48,6 +50,11 @@ def _groups(n: int = 6) -> Rollout:
     return Rollout(records=records, completions=groups)
 
 
+def _sum(group: list[str]) -> str:
+    """The right answer among a group of :func:`_groups` (the smaller of its two numbers)."""
+    return min((c for c in group if c.isdigit()), key=int)
+
+
 def _rows(run_dir: Path) -> list[dict[str, str]]:
     (path,) = run_dir.glob("csv/version_0/metrics.csv")
     with path.open() as fh:
@@ -63,24 +70,27 @@ def test_the_offline_ranking_judge_answers_orders_that_parse(cache_env):
     m = judge.metrics()
     assert m["judge/parse_failure_rate"] < 0.1 and m["judge/requests"] == 18, "6 groups x 3 repetitions"
     assert not torch.isnan(scores).any() and ((scores >= 0) & (scores <= 1)).all()
-    # how well it orders is measured, not asserted: the tiny ranking judge is weak (see the README)
+    # it orders as its teacher does: the sum first, then a wrong number, then text (levels 2, 1, 0, 0)
+    taus = [kendalltau(row, [2 if c == _sum(group) else 1 if c.isdigit() else 0 for c in group]).statistic
+            for group, row in zip(rollout.completions, scores[..., 0].tolist(), strict=True)]
+    assert sum(taus) / len(taus) > 0.5, (taus, scores[..., 0])
     assert 0 <= m["judge/confidence_mean"] <= 1 and 0 <= m["judge/swap_consistency"] <= 1
     again = judge.score(rollout, rubric)
     assert torch.equal(again, scores) and judge.metrics()["judge/requests"] == 0, "answers come from the cache"
 
 
 def test_ranking_over_http_with_a_server_that_answers_garbage(cache_env):
-    from rlkit.judging.tiny_judge import RANKING_SPEC, build_tiny_judge
+    from rlkit.judging.tiny_judge import build_tiny_judge, ranking_spec
     from rlkit.testing.openai_server import OpenAICompatibleServer
 
     rubric = load_rubric(RUBRIC)
-    with OpenAICompatibleServer(build_tiny_judge(RANKING_SPEC)) as server:
+    with OpenAICompatibleServer(build_tiny_judge(ranking_spec(4))) as server:
         params = {"backend": "openai", "template": "judge/rank_group_compact.jinja",
                   "backend_params": {"base_url": server.url, "max_tokens": 64}}
         clean = load_registry().create("judge", "ranking", params).score(_groups(), rubric)
     hf = load_registry().create("judge", "ranking", {}).score(_groups(), rubric)
     assert torch.equal(clean.nan_to_num(-1), hf.nan_to_num(-1)), "the same model answers the same over HTTP"
-    with OpenAICompatibleServer(build_tiny_judge(RANKING_SPEC), garbage_rate=0.5, seed=3) as server:
+    with OpenAICompatibleServer(build_tiny_judge(ranking_spec(4)), garbage_rate=0.5, seed=3) as server:
         params = {"backend": "openai", "template": "judge/rank_group_compact.jinja", "parse_retries": 0,
                   "repetitions": 1, "backend_params": {"base_url": server.url, "max_retries": 0, "max_tokens": 64}}
         judge = load_registry().create("judge", "ranking", params)

@@ -26,23 +26,28 @@ WHERE = "judge.params.backend_params"
 class JudgeBackend:
     """A judge's backend, built from its params at validate time (so a bad name or param fails in
     ``rlkit validate``); with backend ``hf`` and no model, the offline tiny judge that ``build_offline``
-    returns (trained on first use, cached) is swapped in on the first request."""
+    returns (trained on first use, cached) is swapped in on the first request.
 
-    def __init__(self, name: str, params: dict[str, Any], build_offline: Callable[[], Path]) -> None:
+    ``get(variant)`` serves judges whose offline model depends on the request (the ranking judge's is
+    trained for one group size): each distinct ``variant`` is passed to ``build_offline`` and built once."""
+
+    def __init__(self, name: str, params: dict[str, Any], build_offline: Callable[..., Path]) -> None:
         from rlkit.registry import load_registry
 
         self.offline = name == "hf" and params.get("model") is None
         self._params, self._build_offline = dict(params), build_offline
         self._registry = load_registry()
         self._backend = self._registry.create("judge_backend", name, dict(params), where=WHERE)
-        self._ready = not self.offline
+        self._offline: dict[Hashable, Any] = {}
 
-    def get(self) -> Any:
-        if not self._ready:
-            params = {**self._params, "model": str(self._build_offline())}
-            self._backend = self._registry.create("judge_backend", "hf", params, where=WHERE)
-            self._ready = True
-        return self._backend
+    def get(self, variant: Hashable | None = None) -> Any:
+        if not self.offline:
+            return self._backend
+        if variant not in self._offline:
+            folder = self._build_offline() if variant is None else self._build_offline(variant)
+            params = {**self._params, "model": str(folder)}
+            self._offline[variant] = self._registry.create("judge_backend", "hf", params, where=WHERE)
+        return self._offline[variant]
 
 
 @dataclass

@@ -21,7 +21,7 @@ from rlkit.models import TinyPolicySpec, build_cached, build_model, build_tokeni
 
 COMPACT_TEMPLATE = "judge/rubric_scores_compact.jinja"
 RANKING_COMPACT_TEMPLATE = "judge/rank_group_compact.jinja"
-_FORMAT = 3  # bump when the recipe (data, training, chat template) changes
+_FORMAT = 4  # bump when the recipe (data, training, chat template) changes
 # The judge answers the rendered prompt as it is: its chat template passes message contents through, so
 # any backend that applies the tokenizer's chat template (hf, the OpenAI-compatible server) asks it exactly
 # what it was trained on.
@@ -44,14 +44,22 @@ class TinyJudgeSpec:
     seed: int = 0
     rubric: str = "arithmetic"
     task: str = "scores"  # scores: one completion -> JSON scores; ranking: a group -> an order of its labels
-    group_sizes: tuple[int, ...] = (1, 8)  # ranking: groups of this many completions, smallest to largest
-    curriculum: float = 0.0  # ranking: share of the steps over which the largest group size grows to its max
+    group_size: int = 8  # ranking: the judge ranks groups of exactly this many completions
 
 
-# The ranking judge reads a whole group and answers a level per label: a longer prompt and a harder job
-# (find each label's line) than scoring one answer, learnt with a curriculum from lone answers up.
-RANKING_SPEC = TinyJudgeSpec(task="ranking", max_position_embeddings=512, num_hidden_layers=3, steps=600, lr=3e-3,
-                             curriculum=1.0)
+# The ranking judge reads a whole group and answers a level per label. It is trained for one group size:
+# in fixed-width lines each label's candidate then sits at one fixed distance back from where the answer
+# names it, which 600 steps teach (Kendall tau ~0.9 against the taught levels on groups of 8), while a mix
+# of sizes 2-8 in the same steps reached 0.05-0.35, and labels in variable-width lines ~0.0-0.2 even with a
+# curriculum from lone answers up (measured 2026-11-29, /tmp experiments summarised in the README).
+RANKING_SPEC = TinyJudgeSpec(task="ranking", max_position_embeddings=512, num_hidden_layers=3, steps=600, lr=3e-3)
+
+
+def ranking_spec(group_size: int) -> TinyJudgeSpec:
+    """The offline tiny ranking judge's recipe for groups of ``group_size`` completions."""
+    from dataclasses import replace
+
+    return replace(RANKING_SPEC, group_size=group_size)
 
 
 def default_task_answer(a: int, b: int, rng: random.Random, alphabet: str) -> str:
@@ -165,13 +173,12 @@ def ranking_records(spec: TinyJudgeSpec) -> list[dict[str, Any]]:
     rubric = shipped_rubric(spec.rubric)
     rng = random.Random(spec.seed)
     alphabet = "".join(c for c in TinyPolicySpec().alphabet if c != "\n")
-    lo, hi = spec.group_sizes
     judge = load_registry().create("judge", "rule")
     out = []
     for _ in range(spec.examples):
         a, b = rng.randint(0, 20), rng.randint(0, 20)
         record = {"prompt": f"{a}+{b}=", "reference": str(a + b)}
-        group = [default_task_answer(a, b, rng, alphabet) for _ in range(rng.randint(lo, hi))]
+        group = [default_task_answer(a, b, rng, alphabet) for _ in range(spec.group_size)]
         raw = judge.score(Rollout(records=[record], completions=[group]), rubric)[0]
         if torch.isnan(raw).any():
             continue
@@ -181,20 +188,12 @@ def ranking_records(spec: TinyJudgeSpec) -> list[dict[str, Any]]:
     return out
 
 
-def _training_texts(spec: TinyJudgeSpec, rubric: Any) -> list[tuple[str, str, int]]:
-    """(prompt the judge is asked, answer it should give, group size) for the spec's task."""
+def _training_texts(spec: TinyJudgeSpec, rubric: Any) -> list[tuple[str, str]]:
+    """(prompt the judge is asked, answer it should give) for the spec's task."""
     if spec.task == "ranking":
-        return [(render_ranking_compact(rubric, r["prompt"], r["completions"], r["reference"]), r["answer"],
-                 len(r["completions"])) for r in ranking_records(spec)]
-    return [(render_compact(rubric, r["prompt"], r["completion"]), r["answer"], 1) for r in distillation_records(spec)]
-
-
-def _largest_group(spec: TinyJudgeSpec, step: int) -> int:
-    """The curriculum: groups up to this size are drawn at ``step`` (all of them once it has grown)."""
-    lo, hi = spec.group_sizes if spec.task == "ranking" else (1, 1)
-    if spec.curriculum <= 0:
-        return hi
-    return min(hi, lo + int((hi - lo + 1) * step / (spec.curriculum * spec.steps)))
+        return [(render_ranking_compact(rubric, r["prompt"], r["completions"], r["reference"]), r["answer"])
+                for r in ranking_records(spec)]
+    return [(render_compact(rubric, r["prompt"], r["completion"]), r["answer"]) for r in distillation_records(spec)]
 
 
 def tiny_judge_hash(spec: TinyJudgeSpec) -> str:
@@ -228,9 +227,7 @@ def _train(spec: TinyJudgeSpec, out_dir: Path, log: Any) -> dict[str, float]:
     tokenizer.chat_template = CHAT_TEMPLATE
     eos = tokenizer.eos_token_id
     encoded = []
-    sizes = []
-    for question, answer, size in _training_texts(spec, rubric):
-        sizes.append(size)
+    for question, answer in _training_texts(spec, rubric):
         chat = [{"role": "user", "content": question}]
         rendered = tokenizer.apply_chat_template(chat, tokenize=False, add_generation_prompt=True)
         prompt_ids = tokenizer(rendered, add_special_tokens=False)["input_ids"]
@@ -247,9 +244,7 @@ def _train(spec: TinyJudgeSpec, out_dir: Path, log: Any) -> dict[str, float]:
         model.train()
         start = time.perf_counter()
         for step in range(spec.steps):
-            # one thing at a time: judge a lone answer first, then find each label's answer among more
-            allowed = torch.tensor([i for i, n in enumerate(sizes) if n <= _largest_group(spec, step)])
-            idx = allowed[torch.randint(len(allowed), (spec.batch_size,), generator=gen)].tolist()
+            idx = torch.randint(len(encoded), (spec.batch_size,), generator=gen).tolist()
             seqs = [encoded[i][0] + encoded[i][1] for i in idx]
             width = max(len(s) for s in seqs)
             input_ids = torch.full((len(seqs), width), tokenizer.pad_token_id)

@@ -195,7 +195,7 @@ class RankingJudge:
         seed: int = 0
 
     def __init__(self, params: Params) -> None:
-        from rlkit.judging.tiny_judge import RANKING_SPEC, build_tiny_judge
+        from rlkit.judging.tiny_judge import RANKING_SPEC, build_tiny_judge, ranking_spec
 
         if params.repetitions < 1:
             raise ConfigError("must be >= 1", "judge.params.repetitions")
@@ -207,7 +207,9 @@ class RankingJudge:
         if not params.temperature > 0:
             raise ConfigError(f"must be > 0, got {params.temperature}", "judge.params.temperature")
         self.params = params
-        self.backend = JudgeBackend(params.backend, params.backend_params, lambda: build_tiny_judge(RANKING_SPEC))
+        # offline, one tiny judge per group size: it learns where each label's line is for one size
+        self.backend = JudgeBackend(params.backend, params.backend_params,
+                                    lambda size=RANKING_SPEC.group_size: build_tiny_judge(ranking_spec(size)))
         self.default_template = RANKING_COMPACT_TEMPLATE if self.backend.offline else FULL_TEMPLATE
         if params.template is not None:
             template_path(params.template)  # fail at validate time on a missing template
@@ -230,7 +232,7 @@ class RankingJudge:
         if g < 2:
             raise JudgeError(f"ranks the completions of a group against each other and needs at least 2 per "
                              f"prompt, got {g} (num_generations)", "judge 'ranking'")
-        backend = self.backend.get()
+        backend = self.backend.get(g)
         template = chosen_template(self.params.template, rubric, "ranking", self.default_template)
         # once per call: the rubric hash serialises the rubric and reads the templates it names
         identity, t_hash, r_hash = backend.identity(), template_hash(template), rubric.content_hash
