@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 
 def atomic_write_text(path: str | Path, text: str, *, temp_dir: str | Path | None = None) -> Path:
@@ -13,15 +15,28 @@ def atomic_write_text(path: str | Path, text: str, *, temp_dir: str | Path | Non
     ``temp_dir`` (same file system as ``path``) holds the temp file, so a killed writer's leftover lands
     where its owner cleans up; by default the target's own folder.
     """
+    return _write_atomically(path, lambda fh: fh.write(text), temp_dir, text=True)
+
+
+def atomic_torch_save(obj: Any, path: str | Path) -> Path:
+    """``torch.save(obj)`` to ``path`` atomically, streamed to the temp file: tensors go from their own memory to
+    the file, never through an in-memory copy of the whole archive (Lightning's own save buffers one)."""
+    import torch
+
+    return _write_atomically(path, lambda fh: torch.save(obj, fh))
+
+
+def _write_atomically(path: str | Path, write: Callable[[Any], object], temp_dir: str | Path | None = None, *,
+                      text: bool = False) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=temp_dir or path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        with os.fdopen(fd, "w", encoding="utf-8") if text else os.fdopen(fd, "wb") as fh:
             umask = os.umask(0)
             os.umask(umask)
             os.fchmod(fh.fileno(), 0o666 & ~umask)  # mkstemp creates 0600; outputs are ordinary files
-            fh.write(text)
+            write(fh)
             fh.flush()
             # without fsync a power cut after the rename can leave an empty file under the final name
             os.fsync(fh.fileno())

@@ -8,6 +8,7 @@ from typing import Any
 
 import lightning as L
 from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.plugins import TorchCheckpointIO
 from omegaconf import OmegaConf
 
 from rlkit.callbacks import SampleLogger
@@ -103,6 +104,22 @@ def check_replicas_agree(policy: Any, device: Any) -> int:
     return spread.world_size
 
 
+class StreamingCheckpointIO(TorchCheckpointIO):
+    """Lightning's checkpoint IO, except that a local checkpoint streams to its file (still atomically).
+
+    Lightning serialises the whole checkpoint into a BytesIO before writing it: policy, reference copy and AdamW
+    state held a second time, ~1.75x the file's size of extra RSS at every save (measured: +449 MB for a 256 MB
+    checkpoint, +10 MB streamed), which set the peak of a gradient-checkpointed run."""
+
+    def save_checkpoint(self, checkpoint: dict[str, Any], path: Any, storage_options: Any | None = None) -> None:
+        if storage_options is not None or "://" in str(path):  # remote file systems: Lightning's own way
+            super().save_checkpoint(checkpoint, path, storage_options)
+            return
+        from rlkit.atomic import atomic_torch_save
+
+        atomic_torch_save(checkpoint, path)
+
+
 def build_trainer(validated: ValidatedConfig, run_dir: Path) -> tuple[L.Trainer, Any]:
     """The Lightning trainer of ``trainer.*`` with rlkit's checkpoints, sample log and logger."""
     from rlkit.golden import golden_callbacks
@@ -113,6 +130,7 @@ def build_trainer(validated: ValidatedConfig, run_dir: Path) -> tuple[L.Trainer,
     trainer_kwargs = OmegaConf.to_container(cfg.trainer, resolve=True)
     # rlkit's sampler splits each global batch between processes itself (PromptDataModule)
     trainer_kwargs.setdefault("use_distributed_sampler", False)
+    trainer_kwargs.setdefault("plugins", [StreamingCheckpointIO()])
     checkpoints = ModelCheckpoint(dirpath=str(run_dir / "checkpoints"), save_last=True, save_top_k=0,
                                   every_n_train_steps=int(cfg.checkpoint_every))
     samples = SampleLogger(int(cfg.log_samples.every), int(cfg.log_samples.rows), run_dir / "samples.jsonl",

@@ -221,6 +221,42 @@ def test_full_fine_tuning_trains_in_train_mode_and_checkpointing_recomputes_with
         assert torch.allclose(a, b, atol=1e-6), name
 
 
+def _save_peak_mb(io, checkpoint: dict, path: Path) -> float:
+    """The RSS a save adds over what was resident before it (Linux: VmHWM reset through clear_refs)."""
+    status = Path("/proc/self/status")
+
+    def read(field: str) -> int:
+        return next(int(line.split()[1]) for line in status.read_text().splitlines() if line.startswith(field))
+
+    before = read("VmRSS:")
+    Path("/proc/self/clear_refs").write_text("5")
+    io.save_checkpoint(checkpoint, path)
+    return (read("VmHWM:") - before) / 1024
+
+
+def test_checkpoints_stream_to_their_file_instead_of_through_a_copy_in_memory(tmp_path, registry):
+    from lightning.pytorch.plugins import TorchCheckpointIO
+
+    from rlkit.config import compose_config, validate_config
+    from rlkit.fit import build_trainer
+    from rlkit.loggers import finish_logger
+
+    if not Path("/proc/self/clear_refs").exists():
+        pytest.skip("peak RSS is reset through Linux's /proc/self/clear_refs")
+    trainer, logger = build_trainer(validate_config(compose_config(registry, ["logger=csv"]), registry), tmp_path)
+    finish_logger(logger)
+    io = trainer.strategy.checkpoint_io
+    checkpoint = {"state_dict": {f"w{i}": torch.randn(2_000_000) for i in range(8)}, "step": 3}  # 64 MB
+    streamed = _save_peak_mb(io, checkpoint, tmp_path / "checkpoints" / "last.ckpt")
+    buffered = _save_peak_mb(TorchCheckpointIO(), checkpoint, tmp_path / "lightning.ckpt")
+    assert buffered > 48, "Lightning's own save holds the serialised checkpoint in memory (what this avoids)"
+    assert streamed < 16, f"{streamed:.0f} MB"
+    loaded = torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=True)
+    assert loaded["step"] == 3 and all(torch.equal(v, loaded["state_dict"][k])
+                                       for k, v in checkpoint["state_dict"].items())
+    assert [p.name for p in (tmp_path / "checkpoints").iterdir()] == ["last.ckpt"], "no temp file left behind"
+
+
 @pytest.mark.parametrize(("aggregator", "advantage", "weights"), [
     ("geometric", "gdpo", "schedule"),
     ("min_first", "rank", "variance"),
