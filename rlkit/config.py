@@ -343,6 +343,12 @@ def _check_reward_path(cfg: DictConfig, result: ValidatedConfig) -> None:
                       f"dimensions directly; aggregator={aggregator} only feeds the logged reward", stacklevel=2)
 
 
+def _check_torch_threads(cfg: DictConfig) -> None:
+    threads = cfg.get("torch_threads")
+    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
+        raise ConfigError(f"must be null (torch's default) or an integer >= 1, got {threads!r}", "torch_threads")
+
+
 def _check_heldout_judge(registry: Registry, cfg: DictConfig, result: ValidatedConfig) -> None:
     """A training judge that only ranks within groups cannot score a lone held-out completion: build the
     ``heldout_judge`` that will, on the user's rubric."""
@@ -455,6 +461,7 @@ def validate_config(cfg: DictConfig, registry: Registry, *, read_data: bool = Tr
         result.plugin_names["monitor"] = ", ".join(result.plugins["monitor"])
     _check_debias(parts["debias"], result.reward_rubric)
     _check_heldout_judge(registry, cfg, result)
+    _check_torch_threads(cfg)
     check_model_path(parts["model"])
     _check_reference(registry, cfg, parts["model"], parts["objective"])
     _check_objective_parts(registry, cfg, parts["objective"], result)

@@ -195,11 +195,15 @@ def end_of_run_report(run_dir: Path, logger: Any) -> None:
 
 def fit(validated: ValidatedConfig, run_dir: Path) -> dict[str, Any]:
     """Train, evaluate the held-out split before and after, and return the summary."""
+    import torch
+
     from rlkit.datamodule import PromptDataModule
     from rlkit.models import save_policy
 
     cfg = validated.cfg
     _quiet_lightning()
+    if cfg.get("torch_threads"):
+        torch.set_num_threads(int(cfg.torch_threads))
     L.seed_everything(int(cfg.seed), workers=True, verbose=False)
     trainer, logger = build_trainer(validated, run_dir)  # first: a trainer setting Lightning refuses fails fast
     module = None

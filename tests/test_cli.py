@@ -63,6 +63,13 @@ def test_unknown_judge(capsys):
     assert "llm (rlkit)" in line and "rule (rlkit)" in line
 
 
+@pytest.mark.parametrize("value", ["0", "two", "true"])
+def test_torch_threads_must_be_null_or_a_positive_integer(capsys, value):
+    line = _one_error_line(*_run(capsys, "validate", f"torch_threads={value}")[::2])
+    assert "torch_threads" in line and "integer >= 1" in line
+    assert _run(capsys, "validate", "torch_threads=1")[0] == 0
+
+
 def test_bad_param(capsys):
     line = _one_error_line(*_run(capsys, "validate", "+aggregator.params.scale=2")[::2])
     assert "aggregator.params" in line and "weighted_sum.yaml" in line and "'scale'" in line
