@@ -8,7 +8,7 @@
 
 Usage::
 
-    python benchmarks/judge_learning.py [--steps 60] [--seed 1] [--only ranking]
+    python benchmarks/judge_learning.py [--steps 60] [--seed 1] [--only ranking] [--override torch_threads=1]
 """
 
 from __future__ import annotations
@@ -53,10 +53,11 @@ def yardstick(policy_dir: Path | None, seed: int, prompts: int = 64, samples: in
     return float(batch.rewards.nan_to_num(0.0).mean())
 
 
-def run(name: str, overrides: list[str], steps: int, seed: int, root: Path) -> dict[str, float]:
+def run(name: str, overrides: list[str], steps: int, seed: int, root: Path,
+        extra: tuple[str, ...] = ()) -> dict[str, float]:
     run_dir = root / name
     cmd = ["rlkit", "fit", "logger=csv", f"seed={seed}", f"trainer.max_steps={steps}", f"hydra.run.dir={run_dir}",
-           *overrides]
+           *overrides, *extra]
     done = subprocess.run(cmd, capture_output=True, text=True)
     if done.returncode:
         print(done.stdout[-2000:], done.stderr[-4000:], sep="\n")
@@ -82,7 +83,13 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=60)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--only", nargs="*", default=list(CONFIGS), choices=list(CONFIGS))
+    parser.add_argument("--override", nargs="*", default=[], help="extra overrides for every run")
     args = parser.parse_args()
+    threads = next((o.split("=", 1)[1] for o in args.override if o.startswith("torch_threads=")), None)
+    if threads not in (None, "null"):
+        import torch
+
+        torch.set_num_threads(int(threads))  # the yardstick's sampling too
     before = yardstick(None, args.seed)
     print(f"rule-judged held-out reward of the initial policy: {before:.3f}", flush=True)
     print(f"{'config':<24}{'judge s/step':>13}{'latency ms':>11}{'cache hit':>10}{'parse fail':>11}"
@@ -90,7 +97,7 @@ def main() -> int:
     ok = True
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.only:
-            r = run(name, CONFIGS[name], args.steps, args.seed, Path(tmp))
+            r = run(name, CONFIGS[name], args.steps, args.seed, Path(tmp), tuple(args.override))
             ok &= r["parse_fail_mean"] < 0.1 and r["after"] > before
             print(f"{name:<24}{r['judge_s_per_step']:>13.2f}{r['latency_ms']:>11.1f}{r['cache_hit']:>10.1%}"
                   f"{r['parse_fail_mean']:>11.2%}{r['parse_fail_max']:>7.1%}"
