@@ -13,7 +13,7 @@ import hashlib
 import json
 import random
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -57,8 +57,6 @@ RANKING_SPEC = TinyJudgeSpec(task="ranking", max_position_embeddings=512, num_hi
 
 def ranking_spec(group_size: int) -> TinyJudgeSpec:
     """The offline tiny ranking judge's recipe for groups of ``group_size`` completions."""
-    from dataclasses import replace
-
     return replace(RANKING_SPEC, group_size=group_size)
 
 
