@@ -18,6 +18,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -30,11 +31,13 @@ sys.exit(code)
 """
 _PHASES = ("generation", "judge", "logprob", "optim")
 
-def measure(overrides: list[str], steps: int, warmup: int, root: Path) -> dict[str, float]:
+def measure(overrides: list[str], steps: int, warmup: int, root: Path, child: str = _CHILD) -> dict[str, Any]:
+    """One `rlkit fit` in its own process. ``child`` is the code it runs (it prints ``PEAK_RSS_KB``); its
+    whole stdout comes back as ``stdout``, for a child that reports more."""
     run_dir = root / "run"
     args = ["fit", "logger=csv", f"trainer.max_steps={steps}", "log_samples.every=0", f"hydra.run.dir={run_dir}",
             *overrides]
-    done = subprocess.run([sys.executable, "-c", _CHILD, json.dumps(args)], capture_output=True, text=True)
+    done = subprocess.run([sys.executable, "-c", child, json.dumps(args)], capture_output=True, text=True)
     if done.returncode != 0:
         raise SystemExit(f"rlkit fit failed:\n{done.stderr[-3000:]}")
     peak_kb = next(int(line.split()[1]) for line in done.stdout.splitlines() if line.startswith("PEAK_RSS_KB"))
@@ -51,7 +54,7 @@ def measure(overrides: list[str], steps: int, warmup: int, root: Path) -> dict[s
     samples = composed["batch_size"] * composed["num_generations"]
     tokens = statistics.median(float(r["completion_length"]) for r in rows) * samples
     out = {"step_s": step, "samples_per_s": samples / step, "tokens_per_s": tokens / step,
-           "peak_rss_mb": peak_kb / 1024, "samples_per_step": samples}
+           "peak_rss_mb": peak_kb / 1024, "samples_per_step": samples, "stdout": done.stdout}
     for phase in _PHASES:
         out[phase] = statistics.median(float(r[f"time/{phase}"]) for r in rows)
     return out
