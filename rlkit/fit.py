@@ -109,7 +109,7 @@ class StreamingCheckpointIO(TorchCheckpointIO):
 
     Lightning serialises the whole checkpoint into a BytesIO before writing it: policy, reference copy and AdamW
     state held a second time, ~1.75x the file's size of extra RSS at every save (measured: +449 MB for a 256 MB
-    checkpoint, +10 MB streamed), which set the peak of a gradient-checkpointed run."""
+    checkpoint, +0.3 MB streamed), which set the peak of a gradient-checkpointed run."""
 
     def save_checkpoint(self, checkpoint: dict[str, Any], path: Any, storage_options: Any | None = None) -> None:
         if storage_options is not None or "://" in str(path):  # remote file systems: Lightning's own way

@@ -66,7 +66,8 @@ def length_buckets(lengths: torch.Tensor, num_buckets: int, *, width: int = 0,
     of passes depends on the row count only, never on the lengths, so every process of a DDP run makes as many
     backward passes.
     """
-    order = torch.argsort(lengths.cpu(), stable=True)
+    counts = lengths.cpu()
+    order = torch.argsort(counts, stable=True)
     n = len(order)
     m = min(max(num_buckets, 1), n)
     if m <= 1:
@@ -74,7 +75,7 @@ def length_buckets(lengths: torch.Tensor, num_buckets: int, *, width: int = 0,
     cap = n if max_rows is None else max(max_rows, -(-n // m))
     # numpy, not torch: these are a few dozen tiny ops, and torch's thread pool costs milliseconds per op on a
     # busy machine (measured: 87 ms for 64 rows in 8 buckets with 2 threads, 0.5 ms single-threaded).
-    longest = lengths.cpu().numpy()[order.numpy()].astype(np.int64) + width  # bucket (s, i] is this wide at i-1
+    longest = counts.numpy()[order.numpy()].astype(np.int64) + width  # bucket (s, i] is this wide at i-1
     # A bucket of sorted rows s..i-1 costs area × tie + rows²: the area decides, and the square sum (smallest
     # for even buckets) only breaks ties; exact in int64 for any realistic batch.
     tie = n * n + 1

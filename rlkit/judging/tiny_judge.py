@@ -51,7 +51,8 @@ class TinyJudgeSpec:
 # in fixed-width lines each label's candidate then sits at one fixed distance back from where the answer
 # names it, which 600 steps teach (Kendall tau ~0.9 against the taught levels on groups of 8), while a mix
 # of sizes 2-8 in the same steps reached 0.05-0.35, and labels in variable-width lines ~0.0-0.2 even with a
-# curriculum from lone answers up (measured 2026-11-29, /tmp experiments summarised in the README).
+# curriculum from lone answers up (one-off experiments, 2026-11-29; benchmarks/tiny_ranking_judge.py
+# measures the adopted recipe through the ranking judge).
 RANKING_SPEC = TinyJudgeSpec(task="ranking", max_position_embeddings=512, num_hidden_layers=3, steps=600, lr=3e-3)
 
 
