@@ -1,10 +1,12 @@
-"""Does a static KV cache, or a static cache with a ``torch.compile``d forward, make rlkit's sampling faster?
+"""Does rlkit's own decoding loop, a static KV cache, or a static cache with a ``torch.compile``d forward make
+rlkit's sampling faster than ``generate``?
 
-Each trial samples 8 prompts × 8 completions with rlkit's ``hf`` generator (one batched, left-padded
-``generate`` with the KV cache, as ``rlkit fit`` does), EOS suppressed with ``min_new_tokens`` so every completion
-has exactly the asked number of tokens. The variants differ only in ``generator.params.generation_kwargs``:
+Each trial samples 8 prompts × 8 completions with rlkit's ``hf`` generator (one batched, left-padded pass with
+the KV cache, as ``rlkit fit`` does), EOS suppressed with ``min_new_tokens`` so every completion has exactly the
+asked number of tokens. The variants differ only in ``generator.params``:
 
-- ``dynamic``: transformers' default ``DynamicCache`` (rlkit's default);
+- ``generate``: the model's ``generate`` with transformers' default ``DynamicCache`` (``decode_loop=false``);
+- ``loop``: rlkit's KV-cache decoding loop, the same ``DynamicCache`` (rlkit's default);
 - ``static``: ``cache_implementation="static"`` (a pre-allocated cache of prompt + new tokens);
 - ``static+compile``: the same, plus a ``CompileConfig`` that lets transformers ``torch.compile`` the decoding
   forward. transformers compiles only on accelerators unless the config's ``_compile_all_devices`` is set (its
@@ -13,9 +15,9 @@ has exactly the asked number of tokens. The variants differ only in ``generator.
 
 Per policy size and completion length, every variant runs twice to warm up, on two prompt batches (the compiled
 variant compiles there, and recompiles once if a shape changed: the two calls less twice the variant's median are
-reported as compile time), then the variants are timed alternately (dynamic, static, compiled, dynamic, ...) on a
-new prompt batch each round (prompt widths vary as in training), and medians are reported. A greedy batch checks
-that the variants produce the same tokens.
+reported as compile time), then the variants are timed alternately (generate, loop, static, compiled, generate,
+...) on a new prompt batch each round (prompt widths vary as in training), and medians are reported. A greedy
+batch checks that the variants produce the same tokens.
 
 Usage::
 
@@ -47,24 +49,26 @@ PROMPTS, GROUP = 8, 8
 
 
 def variants(tokens: int) -> dict[str, dict[str, Any]]:
-    """``generation_kwargs`` of each variant for completions of exactly ``tokens`` tokens."""
+    """``HFGenerator.Params`` of each variant for completions of exactly ``tokens`` tokens."""
     from transformers import CompileConfig
 
     compile_config = CompileConfig(mode="default", fullgraph=False)
     compile_config._compile_all_devices = True  # transformers compiles on CPU only when asked this way
     fixed = {"min_new_tokens": tokens}
-    return {"dynamic": fixed,
-            "static": {**fixed, "cache_implementation": "static"},
-            "static+compile": {**fixed, "cache_implementation": "static", "compile_config": compile_config}}
+    return {"generate": {"generation_kwargs": fixed, "decode_loop": False},
+            "loop": {"generation_kwargs": fixed},
+            "static": {"generation_kwargs": {**fixed, "cache_implementation": "static"}},
+            "static+compile": {"generation_kwargs": {**fixed, "cache_implementation": "static",
+                                                     "compile_config": compile_config}}}
 
 
-def sample(policy: Any, tokenizer: Any, records: list[dict[str, Any]], tokens: int, kwargs: dict[str, Any],
+def sample(policy: Any, tokenizer: Any, records: list[dict[str, Any]], tokens: int, params: dict[str, Any],
            greedy: bool = False) -> tuple[float, torch.Tensor]:
     """Seconds for one ``HFGenerator.generate`` call of ``PROMPTS`` × ``GROUP`` completions, and their ids."""
     from rlkit.sampling import GenerationRequest
     from rlkit_plugins.generators.hf import HFGenerator
 
-    generator = HFGenerator(HFGenerator.Params(generation_kwargs=kwargs))
+    generator = HFGenerator(HFGenerator.Params(**params))
     request = GenerationRequest(records, 1 if greedy else GROUP, tokens, 1.0, greedy)
     start = time.perf_counter()
     out = generator.generate(policy, tokenizer, request)
@@ -111,13 +115,13 @@ def timed_variants(size: str, tokens: int, repeats: int) -> list[dict[str, Any]]
               file=sys.stderr, flush=True)
     # after the timed rounds: a batch of another size may make the compiled forward recompile
     greedy = {name: sample(policy, tokenizer, batches[0], tokens, kw, greedy=True)[1] for name, kw in kinds.items()}
-    base = statistics.median(times["dynamic"])
+    base = statistics.median(times["generate"])
     rows = []
     for name in kinds:
         med = statistics.median(times[name])
         rows.append({"size": size, "tokens": tokens, "variant": name, "median": med, "min": min(times[name]),
                      "max": max(times[name]), "first": warm[name][0], "compile": max(sum(warm[name]) - 2 * med, 0.0),
-                     "speedup": base / med, "same_greedy": bool(torch.equal(greedy[name], greedy["dynamic"]))})
+                     "speedup": base / med, "same_greedy": bool(torch.equal(greedy[name], greedy["generate"]))})
     return rows
 
 
@@ -135,8 +139,8 @@ def main() -> int:
 
     print(f"torch {torch.__version__}, transformers {transformers.__version__}, threads {args.threads}; "
           f"{PROMPTS} prompts × {GROUP} completions, medians of {args.repeats} alternating rounds")
-    print("| policy | new tokens | variant | s/generate (median) | min–max | vs dynamic | first call "
-          "| compile (2 warm-ups − 2 medians) | greedy tokens = dynamic |")
+    print("| policy | new tokens | variant | s/generate (median) | min–max | vs generate | first call "
+          "| compile (2 warm-ups − 2 medians) | greedy tokens = generate |")
     print("|---|--:|---|--:|--:|--:|--:|--:|---|")
     for size in args.sizes:
         for tokens in args.tokens:

@@ -13,12 +13,19 @@ forward under ``inference_mode``, and ``num_iterations`` × (policy forward + ba
 Usage (TRL is the ``bench`` extra, pinned: ``pip install -e .[bench]``)::
 
     python benchmarks/vs_trl.py [--steps 8] [--warmup 2] [--sizes tiny small] [--precisions fp32 bf16]
+                                [--threads 1] [--repeats 3]
+
+``--threads`` pins every side to the same number of torch threads (``OMP_NUM_THREADS`` and
+``torch.set_num_threads``): on a busy 2-core machine two threads made one tiny ``generate`` 27x slower than one
+thread, which swamped the comparison. ``--repeats`` runs the three sides in turn that many times and reports
+each side's median and the median of the per-repeat ratios, so a load spike skews one repeat, not the table.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import statistics
 import subprocess
@@ -85,9 +92,12 @@ def run_rlkit(size: str, precision: str, steps: int, warmup: int, workdir: Path)
     (metrics,) = run_dir.glob("csv/version_0/metrics.csv")
     with metrics.open() as fh:
         rows = [r for r in csv.DictReader(fh) if r.get("time/step")]
-    # time/iteration (from one step's start to the next's) covers Lightning's loop too, like TRL's step times
+    # time/iteration (from one step's start to the next's) covers Lightning's loop too, like TRL's step times.
+    # Step k logs step k-1's, so the list starts at step 1's and its first `warmup` entries are the warm-up
+    # steps' (earlier versions dropped one warm-up step too few here and for TRL: with --warmup 1 the cold
+    # first step was half of a 3-step median).
     iterations = [float(r["time/iteration"]) for r in rows if r.get("time/iteration")]
-    out = {"step_s": _median_after(iterations, max(warmup - 1, 0)),
+    out = {"step_s": _median_after(iterations, warmup),
            "tokens_per_completion": _median_after([float(r["completion_length"]) for r in rows], warmup)}
     for phase in ("generation", "judge", "logprob", "optim"):
         out[phase] = _median_after([float(r[f"time/{phase}"]) for r in rows], warmup)
@@ -148,7 +158,7 @@ def run_trl(size: str, precision: str, steps: int, warmup: int, workdir: Path) -
     trainer = GRPOTrainer(model=str(path), reward_funcs=rubric_reward, args=args, train_dataset=dataset,
                           processing_class=AutoTokenizer.from_pretrained(path), callbacks=[StepTimes()])
     trainer.train()
-    return {"step_s": _median_after(times, max(warmup - 1, 0)),
+    return {"step_s": _median_after(times, warmup),
             "tokens_per_completion": statistics.median(lengths) if lengths else float("nan")}
 
 
@@ -172,7 +182,8 @@ def run_bound(size: str, precision: str, steps: int, warmup: int, workdir: Path)
     def autocast() -> Any:
         return torch.autocast("cpu", dtype=torch.bfloat16) if precision == "bf16" else contextlib.nullcontext()
 
-    times = []
+    times: list[float] = []
+    phases: dict[str, list[float]] = {"generation": [], "logprob": [], "optim": []}
     for step in range(steps):
         batch = records[step * shape["prompts"]:(step + 1) * shape["prompts"]]
         start = time.perf_counter()
@@ -182,11 +193,13 @@ def run_bound(size: str, precision: str, steps: int, warmup: int, workdir: Path)
             out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=n_new, min_new_tokens=n_new,
                                  do_sample=True, top_k=None, top_p=None, pad_token_id=tokenizer.pad_token_id,
                                  eos_token_id=tokenizer.eos_token_id)
+        generated = time.perf_counter()
         full_mask = torch.cat([mask, torch.ones_like(out[:, ids.shape[1]:])], dim=1)
         p = ids.shape[1]
         with torch.inference_mode(), autocast():
             ref_logits = reference(input_ids=out, attention_mask=full_mask).logits[:, p - 1:-1]
             ref_logp = selective_log_softmax(ref_logits.float(), out[:, p:])
+        referenced = time.perf_counter()
         advantages = torch.randn(out.shape[0], 1)
         for _ in range(NUM_ITERATIONS):
             with autocast():
@@ -198,18 +211,26 @@ def run_bound(size: str, precision: str, steps: int, warmup: int, workdir: Path)
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
         times.append(time.perf_counter() - start)
-    return {"step_s": _median_after(times, warmup), "tokens_per_completion": float(n_new)}
+        for phase, began, ended in (("generation", start, generated), ("logprob", generated, referenced),
+                                    ("optim", referenced, start + times[-1])):
+            phases[phase].append(ended - began)
+    return {"step_s": _median_after(times, warmup), "tokens_per_completion": float(n_new),
+            **{phase: _median_after(values, warmup) for phase, values in phases.items()}}
 
 
 SIDES = {"rlkit": run_rlkit, "trl": run_trl, "bound": run_bound}
 
 
-def measure(side: str, size: str, precision: str, steps: int, warmup: int) -> dict[str, Any]:
+def measure(side: str, size: str, precision: str, steps: int, warmup: int, threads: int | None) -> dict[str, Any]:
     """One side in a fresh Python process; its JSON result plus derived throughput."""
+    env = dict(os.environ)
+    if threads:
+        env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = str(threads)
     with tempfile.TemporaryDirectory() as tmp:
         done = subprocess.run([sys.executable, __file__, "--side", side, "--sizes", size, "--precisions", precision,
-                               "--steps", str(steps), "--warmup", str(warmup), "--workdir", tmp],
-                              capture_output=True, text=True, cwd=tmp)
+                               "--steps", str(steps), "--warmup", str(warmup), "--workdir", tmp,
+                               *(["--threads", str(threads)] if threads else [])],
+                              capture_output=True, text=True, cwd=tmp, env=env)
     lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
     if done.returncode != 0 or not lines:
         raise SystemExit(f"{side} ({size}, {precision}) failed:\n{done.stderr[-4000:]}")
@@ -221,35 +242,57 @@ def measure(side: str, size: str, precision: str, steps: int, warmup: int) -> di
     return result
 
 
+def _median_result(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per field, the median over repeats."""
+    return {key: statistics.median(run[key] for run in runs) for key in runs[0]}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--sizes", nargs="+", default=list(SIZES), choices=list(SIZES))
     parser.add_argument("--precisions", nargs="+", default=["fp32", "bf16"], choices=["fp32", "bf16"])
+    parser.add_argument("--threads", type=int, default=None, help="torch threads on every side (default: torch's)")
+    parser.add_argument("--repeats", type=int, default=1, help="run the three sides in turn this many times")
     parser.add_argument("--side", choices=list(SIDES), help=argparse.SUPPRESS)
     parser.add_argument("--workdir", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.side:  # a child: one side, one size, one precision
+        if args.threads:
+            import torch
+
+            torch.set_num_threads(args.threads)
         result = SIDES[args.side](args.sizes[0], args.precisions[0], args.steps, args.warmup, Path(args.workdir))
         result["peak_rss_mb"] = peak_rss_mb()
         print("RESULT " + json.dumps(result), flush=True)
         return 0
     print(f"{args.steps} steps each, medians after {args.warmup} warm-up steps; beta={BETA} epsilon={EPSILON} "
-          f"loss_type={LOSS_TYPE} num_iterations={NUM_ITERATIONS}; EOS suppressed (min_new_tokens)")
+          f"loss_type={LOSS_TYPE} num_iterations={NUM_ITERATIONS}; EOS suppressed (min_new_tokens); "
+          f"torch threads {args.threads or 'default'}; {args.repeats} repeat(s), medians over repeats")
     header = (f"{'size':6} {'prec':5} {'side':6} {'s/step':>8} {'samples/s':>10} {'tokens/s':>9} {'peak MB':>8}  "
               "notes")
     print(header)
     for size in args.sizes:
         for precision in args.precisions:
-            results = {side: measure(side, size, precision, args.steps, args.warmup) for side in SIDES}
-            r, t, b = results["rlkit"], results["trl"], results["bound"]
+            runs: dict[str, list[dict[str, Any]]] = {side: [] for side in SIDES}
+            ratios, of_bounds = [], []
+            for _ in range(args.repeats):
+                for side in SIDES:
+                    runs[side].append(measure(side, size, precision, args.steps, args.warmup, args.threads))
+                ratios.append(runs["rlkit"][-1]["samples_per_s"] / runs["trl"][-1]["samples_per_s"])
+                of_bounds.append(100 * runs["rlkit"][-1]["step_s"] / runs["bound"][-1]["step_s"])
+            results = {side: _median_result(side_runs) for side, side_runs in runs.items()}
+            r = results["rlkit"]
             for side, res in results.items():
                 note = ""
+                if side == "bound":
+                    note = (f"gen {res['generation']:.2f} logprob {res['logprob']:.2f} optim {res['optim']:.2f} s")
                 if side == "rlkit":
-                    speedup, of_bound = r["samples_per_s"] / t["samples_per_s"], 100 * r["step_s"] / b["step_s"]
-                    note = (f"{speedup:.2f}x TRL, {of_bound:.0f}% of bound; gen {r['generation']:.2f} "
-                            f"judge {r['judge']:.3f} logprob {r['logprob']:.2f} optim {r['optim']:.2f} s")
+                    spread = (f" (repeats {min(ratios):.2f}-{max(ratios):.2f}x)" if len(ratios) > 1 else "")
+                    note = (f"{statistics.median(ratios):.2f}x TRL{spread}, {statistics.median(of_bounds):.0f}% of "
+                            f"bound; gen {r['generation']:.2f} judge {r['judge']:.3f} logprob {r['logprob']:.2f} "
+                            f"optim {r['optim']:.2f} s")
                 print(f"{size:6} {precision:5} {side:6} {res['step_s']:8.3f} {res['samples_per_s']:10.1f} "
                       f"{res['tokens_per_s']:9.0f} {res['peak_rss_mb']:8.0f}  {note}", flush=True)
     return 0

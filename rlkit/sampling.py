@@ -54,9 +54,11 @@ def micro_batches(num_rows: int, num_chunks: int, *, exact: bool = False) -> lis
 
 
 def length_buckets(lengths: torch.Tensor, num_buckets: int, *, width: int = 0,
-                   max_rows: int | None = None) -> list[torch.Tensor]:
+                   max_rows: int | None = None, slack: float | None = None) -> list[torch.Tensor]:
     """Row indices of ``lengths`` (completion token counts) in ``min(num_buckets, len(lengths))`` non-empty
     passes of rows of similar length, shortest first, each at most ``max_rows`` rows (on ``lengths``' device).
+    With ``slack`` (a single process), fewer passes where they cost little more: the fewest whose token
+    positions are within ``slack`` (a fraction) of the least that ``num_buckets`` passes reach.
 
     A pass is cut to its longest completion (``sequence_log_probs``), so it costs about rows × (``width`` +
     its longest length) token positions. The cuts between the sorted rows are the ones that minimise that sum
@@ -64,7 +66,8 @@ def length_buckets(lengths: torch.Tensor, num_buckets: int, *, width: int = 0,
     Equal-row cuts let a few long completions set the width of a whole slice: on a long-tailed 64-row rollout
     (benchmarks/length_buckets.py) they paid for 12–33% more positions than these with 8–2 buckets. The number
     of passes depends on the row count only, never on the lengths, so every process of a DDP run makes as many
-    backward passes.
+    backward passes; a single process need not, and every pass has a fixed cost: on equal lengths two passes
+    made a tiny-policy step 7% slower than one (benchmarks/length_buckets.py).
     """
     counts = lengths.cpu()
     order = torch.argsort(counts, stable=True)
@@ -85,12 +88,16 @@ def length_buckets(lengths: torch.Tensor, num_buckets: int, *, width: int = 0,
                          rows * longest[np.clip(np.arange(n + 1) - 1, 0, None)][None, :] * tie + rows * rows, never)
     best = np.full(n + 1, never)
     best[0] = 0
-    cut_at = []
+    cut_at, areas = [], []
     for _ in range(m):  # best[i]: cheapest split of the first i sorted rows into the buckets so far
         total = best[:, None] + step_cost
         start = total.argmin(axis=0)
         best = np.minimum(total[start, np.arange(n + 1)], never)
         cut_at.append(start)
+        areas.append(best[n] // tie if best[n] < never else never)
+    if slack is not None:  # the fewest passes (that fit under the row cap) within the slack of the least area
+        within = [k for k, area in enumerate(areas) if area <= areas[-1] * (1 + slack)]
+        cut_at = cut_at[:within[0] + 1]
     bounds, end = [], n
     for start in reversed(cut_at):
         begin = int(start[end])

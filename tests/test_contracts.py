@@ -102,10 +102,12 @@ def built_judge_backend(request, tiny_policy_path):
 
 
 class TestGenerators(GeneratorContract):
-    """Every registered generator, and hf once more with per-prompt seeds (the seeded-sampling test)."""
+    """Every registered generator, and hf once more with per-prompt seeds (the seeded-sampling test) and once
+    through `generate` instead of its decoding loop."""
 
-    @pytest.fixture(params=[*((n, {}) for n in _REGISTRY.names("generator")), ("hf", {"per_prompt_seed": True})],
-                    ids=lambda p: p[0] + ("-seeded" if p[1] else ""))
+    @pytest.fixture(params=[*((n, {}) for n in _REGISTRY.names("generator")), ("hf", {"per_prompt_seed": True}),
+                            ("hf", {"decode_loop": False})],
+                    ids=lambda p: p[0] + "".join(f"-{k}={v}" for k, v in p[1].items()))
     def generator(self, request):
         name, params = request.param
         generator = _REGISTRY.create("generator", name, params)

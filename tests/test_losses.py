@@ -46,6 +46,22 @@ def test_selective_log_softmax_equals_log_softmax_gather(dtype):
     assert torch.allclose(out, expected)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_selective_log_softmax_gives_the_same_values_in_chunks_of_rows(monkeypatch, dtype):
+    import rlkit.losses as losses
+
+    g = torch.Generator().manual_seed(2)
+    logits = (torch.randn(5, 3, 13, generator=g) * 4).to(dtype).requires_grad_()
+    tokens = torch.randint(0, 13, (5, 3), generator=g)
+    whole = selective_log_softmax(logits, tokens)
+    (grad_whole,) = torch.autograd.grad(whole.float().sum(), logits)
+    monkeypatch.setattr(losses, "LOG_SOFTMAX_CHUNK_ELEMENTS", 2 * 3 * 13)  # chunks of 2, 2 and 1 rows
+    chunked = selective_log_softmax(logits, tokens)
+    (grad_chunked,) = torch.autograd.grad(chunked.float().sum(), logits)
+    assert torch.equal(whole, chunked) and torch.equal(grad_whole, grad_chunked)
+    assert selective_log_softmax(logits[:0], tokens[:0]).shape == (0, 3)
+
+
 def test_selective_log_softmax_bf16_path_close_to_fp32():
     g = torch.Generator().manual_seed(1)
     logits = torch.randn(2, 4, 7, generator=g)

@@ -98,3 +98,15 @@ def test_length_buckets_put_the_long_tail_apart_and_split_equal_lengths_evenly()
     assert [sorted(lengths[rows].tolist()) for rows in out][1] == [40, 128]  # not 8 rows as wide as 128
     assert [len(rows) for rows in length_buckets(torch.full((64,), 16), 4)] == [16, 16, 16, 16]
     assert length_buckets(torch.tensor([], dtype=torch.long), 4) == []
+
+
+def test_length_buckets_with_slack_make_fewer_passes_only_where_they_cost_little():
+    equal = torch.full((64,), 16)
+    assert [len(rows) for rows in length_buckets(equal, 4, width=6, slack=0.05)] == [64]
+    # rows capped at 16 (gradient accumulation): the fewest passes that fit, not one
+    assert [len(rows) for rows in length_buckets(equal, 4, width=6, max_rows=16, slack=0.05)] == [16] * 4
+    long_tail = torch.tensor([3] * 12 + [40, 128, 5, 6])
+    assert len(length_buckets(long_tail, 4, slack=0.05)) == len(length_buckets(long_tail, 4))
+    nearly_equal = torch.tensor([16] * 63 + [15])  # a second pass would save one position in 1,024
+    assert len(length_buckets(nearly_equal, 2, slack=0.05)) == 1
+    assert len(length_buckets(nearly_equal, 2, slack=0.0)) == 2

@@ -1,6 +1,12 @@
-"""``hf``: sampling with the policy's own Hugging Face ``generate``, one batched, left-padded call per step.
+"""``hf``: sampling with the policy's own Hugging Face model, one batched, left-padded pass per step.
 
-The policy being trained is the model that samples, so there are no weights to synchronise. With
+The policy being trained is the model that samples, so there are no weights to synchronise. By default the
+tokens come from ``decode_with_kv_cache``, rlkit's own decoding loop over the model's KV cache, which draws
+exactly what ``generate`` draws (the same logits, the same random numbers; a test checks it token for token)
+without ``generate``'s per-token bookkeeping: on the default tiny policy ``generate`` spent about a third of
+its time outside the model (benchmarks/README.md). Settings the loop does not implement (a ``generation_kwargs``
+entry other than ``min_new_tokens``, a non-default field of the model's generation config such as
+``repetition_penalty``, an encoder-decoder model, FSDP over several processes) go through ``generate``. With
 ``per_prompt_seed`` each completion is drawn by the Gumbel-max trick from noise that is a hash of its record's
 seed, its position in the group and the decoding step: a record's completions then depend on its seed alone,
 not on the other prompts in the batch or on how many processes share the batch.
@@ -8,6 +14,7 @@ not on the other prompts in the batch or on how many processes share the batch.
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -54,6 +61,91 @@ class SeededSampling:
         return scores.float() / self.temperature + noise
 
 
+# Fields of a model's generation config that the decoding loop honours or that do not change the tokens drawn;
+# any other non-default field (repetition_penalty, no_repeat_ngram_size, ...) sends sampling to `generate`.
+_LOOP_CONFIG_FIELDS = frozenset({"bos_token_id", "eos_token_id", "pad_token_id", "transformers_version",
+                                 "_from_model_config", "use_cache", "max_length", "max_new_tokens", "do_sample",
+                                 "temperature", "top_k", "top_p"})
+_LOOP_KWARGS = frozenset({"min_new_tokens"})
+
+
+def _base_model(model: Any) -> Any:
+    get_base = getattr(model, "get_base_model", None)  # a peft wrapper passes everything through
+    return get_base() if callable(get_base) else model
+
+
+def _sharded_across_processes(model: Any) -> bool:
+    """FSDP (1 or 2) over several processes: every forward gathers parameters from all of them, so a process
+    whose rows have all ended must keep calling the model (``generate``'s ``synced_gpus``); the loop stops."""
+    if not (torch.distributed.is_available() and torch.distributed.is_initialized()
+            and torch.distributed.get_world_size() > 1):
+        return False
+    return any(getattr(m, "_is_fsdp_managed_module", False)
+               or type(m).__name__.startswith(("FullyShardedDataParallel", "FSDP")) for m in model.modules())
+
+
+def loop_can_decode(model: Any, generation_kwargs: dict[str, Any]) -> bool:
+    """Whether ``decode_with_kv_cache`` draws what ``generate`` would for this model and these kwargs."""
+    base = _base_model(model)
+    config = getattr(base, "config", None)
+    if config is None or getattr(config, "is_encoder_decoder", False) or set(generation_kwargs) - _LOOP_KWARGS:
+        return False
+    if _sharded_across_processes(model):
+        return False
+    gen_config = getattr(base, "generation_config", None)
+    diff = gen_config.to_diff_dict() if gen_config is not None else {}
+    if diff.get("top_k") not in (None, 0) or diff.get("top_p") not in (None, 1.0):
+        return False  # a model default the loop would have to switch off exactly as `generate` is told to
+    return not set(diff) - _LOOP_CONFIG_FIELDS
+
+
+def decode_with_kv_cache(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, *, max_new_tokens: int,
+                         eos_token_id: int | None, pad_token_id: int | None, temperature: float = 1.0,
+                         greedy: bool = False, min_new_tokens: int = 0, logits_processor: Any = None) -> torch.Tensor:
+    """New tokens ``[N, <= max_new_tokens]`` after left-padded prompts, one KV-cached model call per token.
+
+    It follows ``generate``'s sampling loop step for step, so that it draws the same tokens from the same random
+    numbers: positions from the attention mask (0 under padding), float32 logits of the last position, EOS masked
+    while fewer than ``min_new_tokens`` are out, ``logits_processor(ids, scores)`` (rlkit's seeded sampling),
+    then argmax or ``multinomial(softmax(scores / temperature))``; rows past their EOS get ``pad_token_id``, and
+    the loop stops once every row has ended.
+    """
+    from transformers import DynamicCache
+
+    if pad_token_id is None:  # as `generate` does
+        pad_token_id = eos_token_id if eos_token_id is not None else 0
+    base = _base_model(model)
+    cache = DynamicCache(config=base.config)
+    cache_kwarg = "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"
+    mask = attention_mask.long()
+    positions = (mask.cumsum(-1) - 1).masked_fill(mask == 0, 0)
+    step_ids, ids, new = input_ids, input_ids, []
+    unfinished = torch.ones(input_ids.shape[0], dtype=torch.long, device=input_ids.device)
+    for step in range(max_new_tokens):
+        logits = model(input_ids=step_ids, attention_mask=mask, position_ids=positions, use_cache=True,
+                       logits_to_keep=1, **{cache_kwarg: cache}).logits
+        scores = logits[:, -1].to(copy=True, dtype=torch.float32)
+        if step < min_new_tokens and eos_token_id is not None:
+            scores[:, eos_token_id] = -float("inf")
+        if logits_processor is not None:
+            ids = torch.cat([input_ids, *new], dim=1) if new else input_ids
+            scores = logits_processor(ids, scores)
+        if greedy:
+            tokens = scores.argmax(dim=-1)
+        else:
+            tokens = torch.multinomial(torch.softmax(scores / temperature, dim=-1), num_samples=1).squeeze(1)
+        tokens = tokens * unfinished + pad_token_id * (1 - unfinished)
+        new.append(tokens[:, None])
+        if eos_token_id is not None:
+            unfinished = unfinished & (tokens != eos_token_id).long()
+            if not bool(unfinished.any()):
+                break
+        step_ids = tokens[:, None]
+        mask = torch.cat([mask, mask.new_ones(mask.shape[0], 1)], dim=1)
+        positions = positions[:, -1:] + 1
+    return torch.cat(new, dim=1) if new else input_ids.new_zeros(input_ids.shape[0], 0)
+
+
 class HFGenerator:
     """``model.generate`` with the KV cache; greedy for held-out evaluation, sampling otherwise."""
 
@@ -65,6 +157,9 @@ class HFGenerator:
         # Passed on to `generate` (as TRL's `generation_kwargs`), e.g. {min_new_tokens: 64} for fixed-length
         # completions in a benchmark, or {repetition_penalty: 1.1}. They override rlkit's own settings.
         generation_kwargs: dict[str, Any] = field(default_factory=dict)
+        # Decode with rlkit's KV-cache loop where it draws what `generate` would (see the module docstring);
+        # false: always `generate`.
+        decode_loop: bool = True
 
     def __init__(self, params: Params) -> None:
         self.params = params
@@ -95,14 +190,23 @@ class HFGenerator:
         was_training = policy.training
         policy.eval()
         try:
-            out = policy.generate(
-                input_ids=ids, attention_mask=attn, max_new_tokens=request.max_new_tokens, do_sample=sample,
-                temperature=request.temperature if sample else None, top_k=None, top_p=None,
-                pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id, use_cache=True,
-                **{**kwargs, **self.params.generation_kwargs})
+            if self.params.decode_loop and loop_can_decode(policy, self.params.generation_kwargs):
+                processors = kwargs.get("logits_processor")
+                completion = decode_with_kv_cache(
+                    policy, ids, attn, max_new_tokens=request.max_new_tokens, eos_token_id=tokenizer.eos_token_id,
+                    pad_token_id=tokenizer.pad_token_id, temperature=request.temperature, greedy=not sample,
+                    min_new_tokens=int(self.params.generation_kwargs.get("min_new_tokens", 0)),
+                    logits_processor=processors)
+            else:
+                out = policy.generate(
+                    input_ids=ids, attention_mask=attn, max_new_tokens=request.max_new_tokens, do_sample=sample,
+                    temperature=request.temperature if sample else None, top_k=None, top_p=None,
+                    pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id, use_cache=True,
+                    **{**kwargs, **self.params.generation_kwargs})
+                completion = out[:, ids.shape[1]:]
         finally:
             policy.train(was_training)
-        return assemble_sampled_batch(ids, attn, out[:, ids.shape[1]:], tokenizer, g)
+        return assemble_sampled_batch(ids, attn, completion, tokenizer, g)
 
     def sync_weights(self, policy: Any) -> None:
         """Nothing to copy: the next ``generate`` uses the updated policy itself."""
