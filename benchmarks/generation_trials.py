@@ -22,7 +22,7 @@ batch checks that the variants produce the same tokens.
 Usage::
 
     python benchmarks/generation_trials.py [--sizes tiny small] [--tokens 16 64] [--repeats 5] [--threads 1]
-        [--warm-cache]
+        [--variants loop static static+compile] [--warm-cache]
 
 Compile times are cold by default: each size and length compiles into a fresh temporary inductor cache
 (``TORCHINDUCTOR_CACHE_DIR``), removed afterwards.
@@ -77,16 +77,16 @@ def sample(policy: Any, tokenizer: Any, records: list[dict[str, Any]], tokens: i
     return seconds, out.completion_ids
 
 
-def trial(size: str, tokens: int, repeats: int, cold: bool) -> list[dict[str, Any]]:
+def trial(size: str, tokens: int, repeats: int, cold: bool, only: list[str] | None = None) -> list[dict[str, Any]]:
     """Warm-up (compile) and alternating timed rounds of every variant for one policy size and length."""
     torch._dynamo.reset()  # each (size, length) compiles afresh, as a new run would
     if not cold:
-        return timed_variants(size, tokens, repeats)
+        return timed_variants(size, tokens, repeats, only)
     # an empty on-disk inductor cache, as on a new machine (torch reads the variable at each compile)
     saved = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = folder = tempfile.mkdtemp(prefix="rlkit-inductor-")
     try:
-        return timed_variants(size, tokens, repeats)
+        return timed_variants(size, tokens, repeats, only)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
         if saved is None:
@@ -95,7 +95,7 @@ def trial(size: str, tokens: int, repeats: int, cold: bool) -> list[dict[str, An
             os.environ["TORCHINDUCTOR_CACHE_DIR"] = saved
 
 
-def timed_variants(size: str, tokens: int, repeats: int) -> list[dict[str, Any]]:
+def timed_variants(size: str, tokens: int, repeats: int, only: list[str] | None = None) -> list[dict[str, Any]]:
     """The warm-ups, alternating rounds and greedy check of :func:`trial`."""
     from rlkit.data import arithmetic_task
     from rlkit.models import TinyPolicySpec, build_tiny_policy, load_policy
@@ -104,7 +104,7 @@ def timed_variants(size: str, tokens: int, repeats: int) -> list[dict[str, Any]]
     policy.train()  # as in training: the generator switches to eval and back
     records = arithmetic_task(PROMPTS * (repeats + 3), seed=1)
     batches = [records[i * PROMPTS:(i + 1) * PROMPTS] for i in range(repeats + 3)]
-    kinds = variants(tokens)
+    kinds = {name: params for name, params in variants(tokens).items() if not only or name in only}
     # two warm-up calls on different prompts: a compiled forward recompiles once for shapes that changed
     warm = {name: [sample(policy, tokenizer, batches[i], tokens, kw)[0] for i in (0, 1)] for name, kw in kinds.items()}
     times: dict[str, list[float]] = {name: [] for name in kinds}
@@ -131,6 +131,8 @@ def main() -> int:
     parser.add_argument("--tokens", nargs="+", type=int, default=[16, 64])
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--variants", nargs="+", choices=["generate", "loop", "static", "static+compile"],
+                        help="only these (generate is always timed: the others are compared with it)")
     parser.add_argument("--warm-cache", action="store_true",
                         help="keep torch's on-disk inductor cache (compile time then is a warm start's)")
     args = parser.parse_args()
@@ -144,7 +146,8 @@ def main() -> int:
     print("|---|--:|---|--:|--:|--:|--:|--:|---|")
     for size in args.sizes:
         for tokens in args.tokens:
-            for r in trial(size, tokens, args.repeats, cold=not args.warm_cache):
+            only = sorted({"generate", *args.variants}) if args.variants else None
+            for r in trial(size, tokens, args.repeats, cold=not args.warm_cache, only=only):
                 print(f"| {r['size']} | {r['tokens']} | {r['variant']} | {r['median']:.3f} | "
                       f"{r['min']:.3f}–{r['max']:.3f} | {r['speedup']:.2f}× | {r['first']:.2f} | "
                       f"{r['compile']:.2f} | {'yes' if r['same_greedy'] else 'NO'} |", flush=True)

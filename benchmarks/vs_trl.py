@@ -8,7 +8,7 @@ rule judge on the shipped arithmetic rubric, weighted sum (TRL calls it as a rew
 in its own process, so its peak RSS is its own.
 
 The bound is plain torch outside both frameworks at the same shapes: one batched ``generate``, one reference
-forward under ``inference_mode``, and ``num_iterations`` × (policy forward + backward + AdamW step).
+forward under ``inference_mode``, and ``num_iterations`` × (policy forward + backward + fused AdamW step).
 
 Usage (TRL is the ``bench`` extra, pinned: ``pip install -e .[bench]``)::
 
@@ -175,7 +175,7 @@ def run_bound(size: str, precision: str, steps: int, warmup: int, workdir: Path)
     shape = SIZES[size]
     model, tokenizer = load_policy(policy_path(size))
     reference = copy.deepcopy(model).eval().requires_grad_(False)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=LR)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=LR, fused=True)  # TRL's default (adamw_torch_fused)
     g, n_new = shape["group"], shape["tokens"]
     records = prompt_records(shape["prompts"] * (steps + 2))
 

@@ -29,6 +29,7 @@ from rlkit.data import prompt_text
 from rlkit.errors import ConfigError, DataError
 from rlkit.grm import GenerativeRewardModel, GrmFormat
 from rlkit.grm_metrics import PairOutcome, pair_accuracy
+from rlkit.models import make_adamw
 from rlkit.preference_data import ListwiseRecord, PreferencePair, listwise_to_pairs, read_preference_records
 
 GRM_INFO = "grm.json"
@@ -201,6 +202,11 @@ class GrmModule(L.LightningModule):
         self._outcomes: list[PairOutcome] = []
         self.last_metrics: dict[str, float] = {}
 
+    def on_train_start(self) -> None:
+        # from_pretrained hands the model over in eval mode and Lightning keeps the mode it finds (see
+        # RubricRLModule.on_train_start): without this the GRM trained with its dropout off.
+        self.model.train()
+
     def transfer_batch_to_device(self, batch: Any, device: torch.device, dataloader_idx: int) -> Any:
         return batch  # texts: the questions are tokenised, and moved, in the step
 
@@ -252,7 +258,8 @@ class GrmModule(L.LightningModule):
     def configure_optimizers(self) -> Any:
         s = self.settings
         params = [p for p in self.model.parameters() if p.requires_grad]
-        opt = torch.optim.AdamW(params, lr=s.lr, weight_decay=s.weight_decay)
+        opt = make_adamw(params, lr=s.lr, weight_decay=s.weight_decay, precision=str(self.trainer.precision),
+                         clips_gradients=bool(self.trainer.gradient_clip_val))
         warmup = int(s.warmup_ratio * self.total_steps)
 
         def factor(step: int) -> float:  # linear warm-up, then linear decay to zero

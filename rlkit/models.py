@@ -232,6 +232,22 @@ def enable_gradient_checkpointing(model: Any) -> None:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
 
 
+def make_adamw(params: list[Any], *, lr: float, weight_decay: float, precision: str = "32-true",
+               clips_gradients: bool = False) -> Any:
+    """AdamW, fused where every parameter is a floating tensor on one CPU or CUDA device.
+
+    torch picks its per-tensor loop for CPU parameters unless asked; the fused kernel took 16 ms instead of
+    107 ms per step on a 14M policy here, and is what transformers' Trainer (hence TRL) uses by default on
+    torch >= 2.8 (its ``adamw_torch_fused``). Lightning's mixed-precision plugins refuse to clip the gradients
+    of an optimiser that unscales them itself, as a fused one may, so clipped mixed-precision runs keep the loop.
+    """
+    import torch
+
+    fused = bool(params) and all(p.is_floating_point() and p.device.type in ("cpu", "cuda") for p in params) \
+        and len({p.device for p in params}) == 1 and not ("mixed" in str(precision) and clips_gradients)
+    return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay, fused=fused or None)
+
+
 def apply_lora(model: Any, lora: Any) -> Any:
     """Wrap ``model`` in peft LoRA adapters per ``model.lora`` (``rlkit.config.LoraConfig``); base weights frozen."""
     from peft import LoraConfig, get_peft_model

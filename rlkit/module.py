@@ -25,6 +25,7 @@ from rlkit.diagnostics import (
 from rlkit.distributed import Spread
 from rlkit.history import MetricsHistory, record_step
 from rlkit.losses import policy_gradient_loss
+from rlkit.models import make_adamw
 from rlkit.preference_losses import preference_loss, sequence_logp_sums, sft_loss
 from rlkit.preferences import chosen_win_share, confidence_weighted, drop_close_pairs, ordering_batch
 from rlkit.reference import ReferencePolicy
@@ -573,7 +574,8 @@ class RubricRLModule(L.LightningModule):
     def configure_optimizers(self) -> Any:
         s = self.settings
         params = [p for p in self.policy.parameters() if p.requires_grad]
-        opt = torch.optim.AdamW(params, lr=s.lr, weight_decay=s.weight_decay)
+        opt = make_adamw(params, lr=s.lr, weight_decay=s.weight_decay, precision=str(self.trainer.precision),
+                         clips_gradients=bool(s.gradient_clip_val))
         warmup = max(s.warmup_steps, 0)
         sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: min(1.0, (step + 1) / (warmup + 1)))
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}

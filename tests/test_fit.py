@@ -190,6 +190,15 @@ def test_gradient_accumulation_and_length_buckets_give_the_same_update(tmp_path)
             assert torch.allclose(a, b, atol=1e-5), name
 
 
+def test_bf16_mixed_precision_trains_with_gradient_clipping(tmp_path):
+    # the fused AdamW used in full precision cannot be clipped under Lightning's mixed-precision plugins
+    run_dir = tmp_path / "run"
+    assert main(["fit", "logger=csv", "trainer.max_steps=2", "batch_size=4", "num_generations=4",
+                 "trainer.precision=bf16-mixed", "optim.gradient_clip_val=1.0", f"hydra.run.dir={run_dir}"]) == 0
+    rows = _metrics(run_dir)
+    assert len(rows) == 2 and all(math.isfinite(float(r["loss"])) for r in rows)
+
+
 def test_full_fine_tuning_trains_in_train_mode_and_checkpointing_recomputes_without_changing_the_update(tmp_path):
     """A loaded policy is in eval mode and Lightning leaves it there; checkpointing then did nothing at all."""
     from rlkit.models import load_policy

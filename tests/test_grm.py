@@ -182,6 +182,18 @@ def test_train_grm_logs_checkpoints_and_saves_a_loadable_grm(trained_grm):
     assert grm.prefer_first([("1+1=", "2", "x", "2")]).shape == (1,)
 
 
+def test_the_grm_trains_in_training_mode(untrained):
+    from rlkit.grm_training import GrmModule, GrmTrainConfig
+
+    module = GrmModule(untrained, GrmTrainConfig(), total_steps=1)
+    untrained.model.eval()  # as from_pretrained returns it
+    try:
+        module.on_train_start()
+        assert untrained.model.training
+    finally:
+        untrained.model.eval()
+
+
 def test_listwise_objective_with_lora_trains_from_a_pairwise_file(tmp_path):
     pairs = tmp_path / "pairs.jsonl"
     rows = [{"prompt": f"{a}+1=", "chosen": str(a + 1), "rejected": "zz" * a, "reference": str(a + 1),

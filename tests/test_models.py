@@ -205,3 +205,16 @@ def test_chat_prompts_use_the_tokenizer_chat_template(policy) -> None:
     request = GenerationRequest([{"prompt": messages}, {"prompt": "1+1="}], 2, 4)
     sampled = HFGenerator(HFGenerator.Params()).generate(policy[0], tokenizer, request)
     assert len(sampled.texts) == 2 and all(len(t) == 2 for t in sampled.texts)
+
+
+def test_adamw_is_fused_unless_a_mixed_precision_run_clips_gradients():
+    from rlkit.models import make_adamw
+
+    params = [torch.nn.Parameter(torch.randn(3, 2))]
+    assert make_adamw(params, lr=1e-3, weight_decay=0.0).defaults["fused"]
+    assert make_adamw(params, lr=1e-3, weight_decay=0.0, precision="bf16-mixed").defaults["fused"]
+    # Lightning's mixed-precision plugins refuse to clip for an optimiser that unscales gradients itself
+    assert not make_adamw(params, lr=1e-3, weight_decay=0.0, precision="bf16-mixed",
+                          clips_gradients=True).defaults["fused"]
+    assert not make_adamw([torch.nn.Parameter(torch.zeros(2, dtype=torch.float64).to("meta"))], lr=1e-3,
+                          weight_decay=0.0).defaults["fused"]
