@@ -58,6 +58,12 @@ def test_settings_the_loop_does_not_implement_go_through_generate(policy):
     model, _ = policy
     assert loop_can_decode(model, {}) and loop_can_decode(model, {"min_new_tokens": 4})
     assert not loop_can_decode(model, {"repetition_penalty": 1.1})
+    top_k = model.generation_config.top_k
+    model.generation_config.top_k = 20  # switched off by the generator's top_k=None, in `generate` as in the loop
+    try:
+        assert loop_can_decode(model, {})
+    finally:
+        model.generation_config.top_k = top_k
     before = model.generation_config.repetition_penalty
     model.generation_config.repetition_penalty = 1.2
     try:
@@ -65,3 +71,15 @@ def test_settings_the_loop_does_not_implement_go_through_generate(policy):
     finally:
         model.generation_config.repetition_penalty = before
     assert loop_can_decode(model, {})
+
+
+def test_a_models_own_top_k_is_switched_off_on_both_paths(policy):
+    model, _ = policy
+    top_k = model.generation_config.top_k
+    model.generation_config.top_k = 1  # would make sampling greedy if either path applied it
+    try:
+        by_loop, by_generate = (_sample(policy, decode_loop=loop, seed=0) for loop in (True, False))
+        assert by_loop.texts == by_generate.texts
+    finally:
+        model.generation_config.top_k = top_k
+    assert _sample(policy, decode_loop=False, seed=0).texts == by_generate.texts

@@ -61,8 +61,10 @@ class SeededSampling:
         return scores.float() / self.temperature + noise
 
 
-# Fields of a model's generation config that the decoding loop honours or that do not change the tokens drawn;
-# any other non-default field (repetition_penalty, no_repeat_ngram_size, ...) sends sampling to `generate`.
+# Fields of a model's generation config that do not change what the loop must draw: ids, lengths, and the
+# sampling settings rlkit's `generate` call overrides (top_k=None and top_p=None switch a model's defaults off,
+# and the loop applies neither); any other non-default field (repetition_penalty, min_p, no_repeat_ngram_size,
+# ...) sends sampling to `generate`.
 _LOOP_CONFIG_FIELDS = frozenset({"bos_token_id", "eos_token_id", "pad_token_id", "transformers_version",
                                  "_from_model_config", "use_cache", "max_length", "max_new_tokens", "do_sample",
                                  "temperature", "top_k", "top_p"})
@@ -94,8 +96,6 @@ def loop_can_decode(model: Any, generation_kwargs: dict[str, Any]) -> bool:
         return False
     gen_config = getattr(base, "generation_config", None)
     diff = gen_config.to_diff_dict() if gen_config is not None else {}
-    if diff.get("top_k") not in (None, 0) or diff.get("top_p") not in (None, 1.0):
-        return False  # a model default the loop would have to switch off exactly as `generate` is told to
     return not set(diff) - _LOOP_CONFIG_FIELDS
 
 
