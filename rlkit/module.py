@@ -94,6 +94,12 @@ class StepOutcome:
     logprob_at: float         # when the no-grad log-prob passes were done
 
 
+def outside_inference(t: torch.Tensor | None) -> torch.Tensor | None:
+    """A normal copy of a tensor made under ``torch.inference_mode`` (the no-grad passes run there, which skips
+    autograd's version counting): autograd may save it for backward, which it refuses for an inference tensor."""
+    return None if t is None else t.clone()
+
+
 def as_rollout(records: list[dict[str, Any]], sampled: SampledBatch) -> Rollout:
     """What a judge scores: the records, their sampled completions and the completions' token counts."""
     g = len(sampled.texts[0])
@@ -380,7 +386,7 @@ class RubricRLModule(L.LightningModule):
             return sums[inverse], lengths[inverse]
 
         refs: list[tuple[torch.Tensor, torch.Tensor] | None] = []
-        with torch.no_grad():
+        with torch.inference_mode():
             for rows in chunks:
                 if self.reference is None or rows.start == rows.stop:
                     refs.append(None)
@@ -388,6 +394,7 @@ class RubricRLModule(L.LightningModule):
                 both = torch.cat([chosen_rows[rows], rejected_rows[rows]])
                 sums, _ = logp_sums(lambda sub: self.reference.log_probs(self.policy, sub), both)
                 refs.append((sums[:len(both) // 2], sums[len(both) // 2:]))
+        refs = [None if r is None else (outside_inference(r[0]), outside_inference(r[1])) for r in refs]
         logprob_at = time.perf_counter()
         for _ in range(o.num_iterations):
             opt.zero_grad()
@@ -455,10 +462,11 @@ class RubricRLModule(L.LightningModule):
                 out[rows] = log_probs(sampled.rows(rows)).to(out.dtype)
             return out
 
-        with torch.no_grad():
+        with torch.inference_mode():
             old_logp = all_rows(lambda sub: sequence_log_probs(self.policy, sub)) if o.num_iterations > 1 else None
             ref_logp = (all_rows(lambda sub: self.reference.log_probs(self.policy, sub))
                         if self.reference is not None else None)
+        old_logp, ref_logp = outside_inference(old_logp), outside_inference(ref_logp)
         t_logprob = time.perf_counter()
         # Micro-batch losses are normalised by the global batch's counts (every process's), so they sum to
         # its loss and the accumulated gradient equals the one-pass, one-process gradient; DDP averages over

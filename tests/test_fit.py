@@ -199,6 +199,16 @@ def test_bf16_mixed_precision_trains_with_gradient_clipping(tmp_path):
     assert len(rows) == 2 and all(math.isfinite(float(r["loss"])) for r in rows)
 
 
+def test_several_iterations_per_rollout_train_on_log_probs_from_inference_mode(tmp_path):
+    # old and reference log-probs come from torch.inference_mode; autograd refuses to save inference tensors
+    run_dir = tmp_path / "run"
+    # Lightning counts optimiser steps: 4 of them are 2 rollouts of 2 iterations each
+    assert main(["fit", "logger=csv", "trainer.max_steps=4", "batch_size=4", "num_generations=4",
+                 "objective.num_iterations=2", "model.reference=ema", f"hydra.run.dir={run_dir}"]) == 0
+    rows = _metrics(run_dir)
+    assert len(rows) == 2 and all(math.isfinite(float(r["loss"])) and float(r["kl"]) >= 0 for r in rows)
+
+
 def test_full_fine_tuning_trains_in_train_mode_and_checkpointing_recomputes_without_changing_the_update(tmp_path):
     """A loaded policy is in eval mode and Lightning leaves it there; checkpointing then did nothing at all."""
     from rlkit.models import load_policy
