@@ -198,13 +198,13 @@ def run_bound(size: str, precision: str, steps: int, warmup: int, workdir: Path)
         p = ids.shape[1]
         with torch.inference_mode(), autocast():
             ref_logits = reference(input_ids=out, attention_mask=full_mask).logits[:, p - 1:-1]
-            ref_logp = selective_log_softmax(ref_logits.float(), out[:, p:])
+            ref_logp = selective_log_softmax(ref_logits, out[:, p:])
         referenced = time.perf_counter()
         advantages = torch.randn(out.shape[0], 1)
         for _ in range(NUM_ITERATIONS):
             with autocast():
                 logits = model(input_ids=out, attention_mask=full_mask).logits[:, p - 1:-1]
-            logp = selective_log_softmax(logits.float(), out[:, p:])
+            logp = selective_log_softmax(logits, out[:, p:])
             loss = (-(logp * advantages) + BETA * (torch.exp(ref_logp - logp) - (ref_logp - logp) - 1)).mean()
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)

@@ -10,32 +10,33 @@ from __future__ import annotations
 from typing import Literal
 
 import torch
-import torch.nn.functional as F
 
 LossType = Literal["grpo", "dr_grpo", "dapo", "bnpo"]
 
 
 # Elements of logits a chunk of rows may hold (64 MiB in float32): a real vocabulary (~150k) at a few hundred
-# tokens gets one row per chunk as before, while a small one gets the whole batch in one call instead of a
-# Python loop of one kernel (and one autograd node) per row.
+# tokens gets one row per chunk, while a small one gets the whole batch in one call instead of a Python loop of
+# one kernel (and one autograd node) per row.
 LOG_SOFTMAX_CHUNK_ELEMENTS = 1 << 24
 
 
 def selective_log_softmax(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
-    """``logits [N, T, V]``, ``tokens [N, T]`` → ``log softmax(logits)[n, t, tokens[n, t]]`` as ``[N, T]``."""
+    """``logits [N, T, V]``, ``tokens [N, T]`` → ``log softmax(logits)[n, t, tokens[n, t]]`` as ``[N, T]``,
+    in float32 for half-precision logits (float64 stays float64)."""
     # TRL trainer/utils.py selective_log_softmax: log_softmax(x)_i = x_i - logsumexp(x), a few rows at a time so
-    # no second [N, T, V] tensor is materialised. logsumexp loses precision in bf16/fp16, so those dtypes
-    # fall back to log_softmax (still only a chunk's worth extra at a time).
-    per_row = max(logits[0].numel(), 1) if len(logits) else 1
-    rows = max(1, LOG_SOFTMAX_CHUNK_ELEMENTS // per_row)
-    if logits.dtype in (torch.float32, torch.float64):
-        chosen = torch.gather(logits, dim=-1, index=tokens.unsqueeze(-1)).squeeze(-1)
-        lse = torch.cat([torch.logsumexp(chunk, dim=-1) for chunk in logits.split(rows)]) if len(logits) else chosen
-        return chosen - lse
-    return torch.cat([
-        F.log_softmax(chunk, dim=-1).gather(dim=-1, index=idx.unsqueeze(-1)).squeeze(-1)
-        for chunk, idx in zip(logits.split(rows), tokens.split(rows), strict=True)
-    ]) if len(logits) else torch.zeros(tokens.shape, dtype=logits.dtype, device=logits.device)
+    # no second [N, T, V] tensor is materialised. logsumexp loses precision in bf16/fp16, so half-precision
+    # chunks are upcast one at a time: float32 accuracy without a float32 copy of all the logits (a no-grad
+    # pass holds one chunk's copy at a time).
+    out_dtype = logits.dtype if logits.dtype == torch.float64 else torch.float32
+    if not len(logits):
+        return torch.zeros(tokens.shape, dtype=out_dtype, device=logits.device)
+    rows = max(1, LOG_SOFTMAX_CHUNK_ELEMENTS // max(logits[0].numel(), 1))
+    parts = []
+    for chunk, idx in zip(logits.split(rows), tokens.split(rows), strict=True):
+        chunk = chunk.to(out_dtype)
+        chosen = torch.gather(chunk, dim=-1, index=idx.unsqueeze(-1)).squeeze(-1)
+        parts.append(chosen - torch.logsumexp(chunk, dim=-1))
+    return torch.cat(parts)
 
 
 def k3_kl(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:

@@ -175,5 +175,5 @@ def sequence_log_probs(model: Any, sampled: SampledBatch) -> torch.Tensor:
     logits = model(input_ids=ids, attention_mask=sampled.attention_mask[:, start:p + keep],
                    logits_to_keep=keep + 1, use_cache=False).logits[:, :-1, :]
     # position t predicts token t+1: the kept logits predict exactly the completion tokens
-    logp = selective_log_softmax(logits.float(), sampled.completion_ids[:, :keep])
+    logp = selective_log_softmax(logits, sampled.completion_ids[:, :keep])  # float32, upcast a chunk at a time
     return torch.nn.functional.pad(logp, (0, c - keep)) if keep < c else logp
