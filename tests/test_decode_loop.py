@@ -38,9 +38,8 @@ def _sample(policy, *, decode_loop: bool, seed: int, **params):
 ], ids=["sample", "temperature", "greedy", "min_new_tokens", "seeded"])
 def test_the_loop_draws_what_generate_draws(policy, case):
     for seed in range(3):
-        by_loop = _sample(policy, decode_loop=True, seed=seed, **{**case, "request": dict(case.get("request", {}))})
-        by_generate = _sample(policy, decode_loop=False, seed=seed, **{**case,
-                                                                        "request": dict(case.get("request", {}))})
+        by_loop = _sample(policy, decode_loop=True, seed=seed, **case)
+        by_generate = _sample(policy, decode_loop=False, seed=seed, **case)
         assert by_loop.texts == by_generate.texts
         assert torch.equal(by_loop.input_ids, by_generate.input_ids)
         assert torch.equal(by_loop.completion_mask, by_generate.completion_mask)

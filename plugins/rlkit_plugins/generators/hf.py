@@ -119,7 +119,7 @@ def decode_with_kv_cache(model: Any, input_ids: torch.Tensor, attention_mask: to
     cache_kwarg = "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"
     mask = attention_mask.long()
     positions = (mask.cumsum(-1) - 1).masked_fill(mask == 0, 0)
-    step_ids, ids, new = input_ids, input_ids, []
+    step_ids, new = input_ids, []
     unfinished = torch.ones(input_ids.shape[0], dtype=torch.long, device=input_ids.device)
     for step in range(max_new_tokens):
         logits = model(input_ids=step_ids, attention_mask=mask, position_ids=positions, use_cache=True,
