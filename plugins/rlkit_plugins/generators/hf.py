@@ -147,7 +147,8 @@ def decode_with_kv_cache(model: Any, input_ids: torch.Tensor, attention_mask: to
 
 
 class HFGenerator:
-    """``model.generate`` with the KV cache; greedy for held-out evaluation, sampling otherwise."""
+    """The policy's own KV-cached sampling (rlkit's decoding loop, or ``generate`` where the loop would differ);
+    greedy for held-out evaluation, sampling otherwise."""
 
     @dataclass
     class Params:
@@ -191,12 +192,11 @@ class HFGenerator:
         policy.eval()
         try:
             if self.params.decode_loop and loop_can_decode(policy, self.params.generation_kwargs):
-                processors = kwargs.get("logits_processor")
                 completion = decode_with_kv_cache(
                     policy, ids, attn, max_new_tokens=request.max_new_tokens, eos_token_id=tokenizer.eos_token_id,
                     pad_token_id=tokenizer.pad_token_id, temperature=request.temperature, greedy=not sample,
                     min_new_tokens=int(self.params.generation_kwargs.get("min_new_tokens", 0)),
-                    logits_processor=processors)
+                    logits_processor=kwargs.get("logits_processor"))
             else:
                 out = policy.generate(
                     input_ids=ids, attention_mask=attn, max_new_tokens=request.max_new_tokens, do_sample=sample,
