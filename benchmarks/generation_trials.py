@@ -65,7 +65,7 @@ def variants(tokens: int) -> dict[str, dict[str, Any]]:
 def sample(policy: Any, tokenizer: Any, records: list[dict[str, Any]], tokens: int, params: dict[str, Any],
            greedy: bool = False) -> tuple[float, torch.Tensor]:
     """Seconds for one ``HFGenerator.generate`` call of ``PROMPTS`` × ``GROUP`` completions, and their ids."""
-    from rlkit.sampling import GenerationRequest
+    from rlkit.lm.sampling import GenerationRequest
     from rlkit_plugins.generators.hf import HFGenerator
 
     generator = HFGenerator(HFGenerator.Params(**params))
@@ -97,8 +97,8 @@ def trial(size: str, tokens: int, repeats: int, cold: bool, only: list[str] | No
 
 def timed_variants(size: str, tokens: int, repeats: int, only: list[str] | None = None) -> list[dict[str, Any]]:
     """The warm-ups, alternating rounds and greedy check of :func:`trial`."""
-    from rlkit.data import arithmetic_task
-    from rlkit.models import TinyPolicySpec, build_tiny_policy, load_policy
+    from rlkit.data.records import arithmetic_task
+    from rlkit.lm.models import TinyPolicySpec, build_tiny_policy, load_policy
 
     policy, tokenizer = load_policy(build_tiny_policy(TinyPolicySpec(**SIZES[size]["spec"])))
     policy.train()  # as in training: the generator switches to eval and back

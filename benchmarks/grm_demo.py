@@ -78,11 +78,10 @@ def main() -> None:
           f"{m['accuracy/chosen_longer']:.3f})")
 
     # 2. fresh test set
-    from rlkit.grm import GenerativeRewardModel
-    from rlkit.grm_data import synthetic_preferences
-    from rlkit.grm_metrics import PairOutcome, pair_accuracy
-    from rlkit.grm_training import read_grm_format
-    from rlkit.preference_data import listwise_to_pairs, read_preference_records
+    from rlkit.data.pairs import listwise_to_pairs, read_preference_records
+    from rlkit.grm.data import synthetic_preferences
+    from rlkit.grm.metrics import PairOutcome, pair_accuracy
+    from rlkit.grm.model import GenerativeRewardModel, read_grm_format
 
     grm = GenerativeRewardModel.load(run / "grm", fmt=read_grm_format(run / "grm"))
     train_prompts = {json.loads(line)["prompt"] for line in (run / "data" / "synthetic_preferences.jsonl").open()}

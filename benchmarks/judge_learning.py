@@ -33,13 +33,13 @@ def yardstick(policy_dir: Path | None, seed: int, prompts: int = 64, samples: in
     """Mean rule-judged weighted reward of `samples` completions per held-out prompt."""
     import torch
 
-    from rlkit.data import arithmetic_task
+    from rlkit.core.registry import load_registry
+    from rlkit.core.types import Rollout
+    from rlkit.data.records import arithmetic_task
     from rlkit.judging.tiny_judge import shipped_rubric
-    from rlkit.models import build_tiny_policy, load_policy
-    from rlkit.registry import load_registry
-    from rlkit.rewards import aggregate_rewards
-    from rlkit.sampling import GenerationRequest
-    from rlkit.types import Rollout
+    from rlkit.lm.models import build_tiny_policy, load_policy
+    from rlkit.lm.sampling import GenerationRequest
+    from rlkit.reward.pipeline import aggregate_rewards
 
     torch.manual_seed(seed)
     model, tokenizer = load_policy(policy_dir or build_tiny_policy())

@@ -31,11 +31,11 @@ def unique_completions(n: int, length: int = 200, seed: int = 0) -> list[str]:
 
 
 def main() -> int:
-    from rlkit.data import arithmetic_task
+    from rlkit.core.registry import load_registry
+    from rlkit.core.rubric import rubric_from_dict
+    from rlkit.core.types import Rollout
+    from rlkit.data.records import arithmetic_task
     from rlkit.judging.tiny_judge import shipped_rubric
-    from rlkit.registry import load_registry
-    from rlkit.rubric import rubric_from_dict
-    from rlkit.types import Rollout
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--completions", type=int, default=50_000)

@@ -66,8 +66,8 @@ def varied_rollout(tokenizer: Any, prompts: int, group: int, lengths: torch.Tens
     """A ``SampledBatch`` as the ``hf`` generator would hand it over: left-padded prompts, random completion
     tokens, EOS at each row's chosen length (rows at ``max_len`` are truncated), built by rlkit's own
     ``assemble_sampled_batch`` so masks, truncation flags and texts follow the generator's rule."""
-    from rlkit.data import arithmetic_task
-    from rlkit.sampling import assemble_sampled_batch, tokenize_prompts
+    from rlkit.data.records import arithmetic_task
+    from rlkit.lm.sampling import assemble_sampled_batch, tokenize_prompts
 
     ids, mask = tokenize_prompts(tokenizer, arithmetic_task(prompts, seed=seed))
     ids, mask = ids.repeat_interleave(group, 0), mask.repeat_interleave(group, 0)
@@ -86,8 +86,8 @@ def bench_module(policy: Any, tokenizer: Any, loss_type: str, max_len: int, grou
     """A ``RubricRLModule`` around ``policy`` with a frozen reference, its Lightning hooks swapped for plain
     torch so ``policy_update`` runs without a Trainer; the caller sets ``settings.length_buckets``."""
     from rlkit.config import PolicyGradientObjective
-    from rlkit.module import RewardParts, RubricRLModule, TrainingSettings
-    from rlkit.reference import FrozenCopyReference
+    from rlkit.lm.reference import FrozenCopyReference
+    from rlkit.train.module import RewardParts, RubricRLModule, TrainingSettings
 
     objective = PolicyGradientObjective(name="policy_gradient", beta=0.04, loss_type=loss_type)
     settings = TrainingSettings(num_generations=group, max_completion_length=max_len, temperature=1.0,
@@ -111,7 +111,7 @@ def equal_row_buckets(lengths: torch.Tensor, num_buckets: int, *, width: int = 0
                       max_rows: int | None = None) -> list[torch.Tensor]:
     """The split rlkit made before cutting where padding is least: rows sorted by length, cut into nearly equal
     slices (``micro_batches``)."""
-    from rlkit.sampling import micro_batches
+    from rlkit.lm.sampling import micro_batches
 
     order = torch.argsort(lengths, stable=True)
     return [order[c] for c in micro_batches(len(order), num_buckets)]
@@ -120,11 +120,11 @@ def equal_row_buckets(lengths: torch.Tensor, num_buckets: int, *, width: int = 0
 def one_update(module: Any, sampled: Any, advantages: torch.Tensor, buckets: int, split: str) -> dict[str, Any]:
     """Time ``policy_update`` at ``buckets`` with the ``split`` rule: the reference pass (start to the
     module's ``logprob_at``) and the policy's forward + backward (the rest, less the AdamW step, timed apart)."""
-    import rlkit.module
-    from rlkit.sampling import length_buckets
+    import rlkit.train.module
+    from rlkit.lm.sampling import length_buckets
 
     module.settings.length_buckets = buckets
-    rlkit.module.length_buckets = length_buckets if split == "least-padding" else equal_row_buckets
+    rlkit.train.module.length_buckets = length_buckets if split == "least-padding" else equal_row_buckets
     opt = module.bench_opt
     opt.step_seconds = 0.0
     try:
@@ -132,7 +132,7 @@ def one_update(module: Any, sampled: Any, advantages: torch.Tensor, buckets: int
         loss, metrics, logprob_at = module.policy_update(sampled, advantages)
         end = time.perf_counter()
     finally:
-        rlkit.module.length_buckets = length_buckets
+        rlkit.train.module.length_buckets = length_buckets
     grad = torch.cat([p.grad.reshape(-1) for p in module.policy.parameters() if p.grad is not None]).clone()
     return {"reference": logprob_at - start, "policy": end - logprob_at - opt.step_seconds,
             "optim": opt.step_seconds, "total": end - start, "loss": float(loss),
@@ -141,7 +141,7 @@ def one_update(module: Any, sampled: Any, advantages: torch.Tensor, buckets: int
 
 def padded_tokens(lengths: torch.Tensor, prompt_width: int, buckets: int, split: str) -> int:
     """Token positions the passes run over: each bucket as wide as the prompt plus its longest completion."""
-    from rlkit.sampling import length_buckets
+    from rlkit.lm.sampling import length_buckets
 
     rule = length_buckets if split == "least-padding" else equal_row_buckets
     return sum(len(rows) * (prompt_width + int(lengths[rows].max()))
@@ -164,7 +164,7 @@ def main() -> int:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
 
-    from rlkit.models import TinyPolicySpec, build_tiny_policy, load_policy
+    from rlkit.lm.models import TinyPolicySpec, build_tiny_policy, load_policy
 
     shape = SIZES[args.size]
     policy, tokenizer = load_policy(build_tiny_policy(TinyPolicySpec(**shape["spec"])))

@@ -108,8 +108,8 @@ def install() -> PhasePeaks:
     import torch
     from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
-    import rlkit.module as module
-    from rlkit.reference import AdapterOffReference, FrozenCopyReference
+    import rlkit.train.module as module
+    from rlkit.lm.reference import AdapterOffReference, FrozenCopyReference
     from rlkit_plugins.generators.hf import HFGenerator
 
     tracker = PhasePeaks()
@@ -121,7 +121,7 @@ def install() -> PhasePeaks:
     tracker.wrap(mod, "score", "judging")
     for ref in (FrozenCopyReference, AdapterOffReference):
         tracker.wrap(ref, "log_probs", "reference log-probs")
-    # module.sequence_log_probs is the policy's own pass (the reference's goes through rlkit.reference's name)
+    # module.sequence_log_probs is the policy's own pass (the reference's goes through rlkit.lm.reference's name)
     tracker.wrap(module, "sequence_log_probs",
                  lambda *_: "policy forward" if torch.is_grad_enabled() else "old log-probs")
     tracker.wrap(module, "policy_gradient_loss", "loss")

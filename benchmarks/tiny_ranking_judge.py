@@ -27,9 +27,9 @@ def evaluate(size: int, groups: int, cache: Path) -> dict[str, float]:
 
     from scipy.stats import kendalltau
 
+    from rlkit.core.registry import load_registry
+    from rlkit.core.types import Rollout
     from rlkit.judging.tiny_judge import build_tiny_judge, ranking_records, ranking_spec, shipped_rubric
-    from rlkit.registry import load_registry
-    from rlkit.types import Rollout
 
     spec = ranking_spec(size)
     start = time.perf_counter()

@@ -47,13 +47,13 @@ BETA, EPSILON, LOSS_TYPE, NUM_ITERATIONS, LR = 0.04, 0.2, "dapo", 1, 1e-5
 
 
 def policy_path(size: str) -> Path:
-    from rlkit.models import TinyPolicySpec, build_tiny_policy
+    from rlkit.lm.models import TinyPolicySpec, build_tiny_policy
 
     return build_tiny_policy(TinyPolicySpec(**SIZES[size]["spec"]))
 
 
 def prompt_records(n: int) -> list[dict[str, str]]:
-    from rlkit.data import arithmetic_task
+    from rlkit.data.records import arithmetic_task
 
     return arithmetic_task(n, seed=0)
 
@@ -109,10 +109,10 @@ def run_trl(size: str, precision: str, steps: int, warmup: int, workdir: Path) -
     from transformers import AutoTokenizer, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
+    from rlkit.core.registry import load_registry
+    from rlkit.core.types import Rollout
     from rlkit.judging.tiny_judge import shipped_rubric
-    from rlkit.registry import load_registry
-    from rlkit.rewards import aggregate_rewards
-    from rlkit.types import Rollout
+    from rlkit.reward.pipeline import aggregate_rewards
 
     shape = SIZES[size]
     path = policy_path(size)
@@ -168,9 +168,9 @@ def run_bound(size: str, precision: str, steps: int, warmup: int, workdir: Path)
 
     import torch
 
-    from rlkit.losses import selective_log_softmax
-    from rlkit.models import load_policy
-    from rlkit.sampling import tokenize_prompts
+    from rlkit.lm.logprobs import selective_log_softmax
+    from rlkit.lm.models import load_policy
+    from rlkit.lm.sampling import tokenize_prompts
 
     shape = SIZES[size]
     model, tokenizer = load_policy(policy_path(size))

@@ -1,9 +1,9 @@
 """rlkit: RL fine-tuning of language models from explicit, inspectable rubric rewards."""
 
-from rlkit.errors import ConfigError, DataError, JudgeError, PluginError, RlkitError, RubricError
-from rlkit.registry import hookimpl
-from rlkit.rubric import Dimension, Rubric, load_rubric, rubric_from_dict
-from rlkit.types import PreferencePairs, RewardBatch, Rollout
+from rlkit.core.errors import ConfigError, DataError, JudgeError, PluginError, RlkitError, RubricError
+from rlkit.core.registry import hookimpl
+from rlkit.core.rubric import Dimension, Rubric, load_rubric, rubric_from_dict
+from rlkit.core.types import PreferencePairs, RewardBatch, Rollout
 
 __version__ = "0.1.0"
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from rlkit.errors import RlkitError
+from rlkit.core.errors import RlkitError
 
 USAGE = """rlkit <command> [--debug] [key=value ...]
 
@@ -42,7 +42,7 @@ def _console() -> Console:
 
 def cmd_plugins(overrides: Sequence[str]) -> int:
     from rlkit.config import group_options
-    from rlkit.registry import load_registry
+    from rlkit.core.registry import load_registry
 
     registry = load_registry()
     table = Table(title="rlkit plugins")
@@ -68,7 +68,7 @@ def cmd_plugins(overrides: Sequence[str]) -> int:
 
 def _validated(overrides: Sequence[str], *, need_completions: bool = False, read_data: bool = True):
     from rlkit.config import compose_config, validate_config
-    from rlkit.registry import load_registry
+    from rlkit.core.registry import load_registry
 
     registry = load_registry()
     cfg = compose_config(registry, list(overrides))
@@ -98,8 +98,8 @@ def _fmt(x: float) -> str:
 
 
 def cmd_score(overrides: Sequence[str]) -> int:
-    from rlkit.scoring import dimension_table, score_records
-    from rlkit.sharded_scoring import score_options, score_progress, score_to_file, shards_dir
+    from rlkit.evaluation.scoring import dimension_table, score_records
+    from rlkit.evaluation.sharded_scoring import score_options, score_progress, score_to_file, shards_dir
 
     validated = _validated(overrides, need_completions=True)
     options = score_options(validated.cfg)
@@ -140,7 +140,7 @@ def cmd_score(overrides: Sequence[str]) -> int:
 def cmd_calibrate(overrides: Sequence[str]) -> int:
     from dataclasses import replace
 
-    from rlkit.calibration import (
+    from rlkit.evaluation.calibration import (
         calibrate,
         calibrate_options,
         judge_records,
@@ -148,13 +148,13 @@ def cmd_calibrate(overrides: Sequence[str]) -> int:
         read_labels,
         write_report,
     )
-    from rlkit.loggers import finish_logger, logger_name, make_logger
-    from rlkit.scoring import score_records
+    from rlkit.evaluation.scoring import score_records
+    from rlkit.runs.loggers import finish_logger, logger_name, make_logger
 
     validated = _validated(overrides, read_data=False)  # the records are the labelled lines, not data.path
     cfg, rubric = validated.cfg, validated.rubric
     if validated.reward_rubric is not rubric:
-        from rlkit.errors import ConfigError
+        from rlkit.core.errors import ConfigError
 
         # the labels are per rubric dimension; such a judge's scores follow its own derived rubric
         raise ConfigError(f"judge={validated.plugin_names['judge']} scores completions against the others of their "
@@ -195,7 +195,7 @@ def cmd_calibrate(overrides: Sequence[str]) -> int:
 def cmd_serve(overrides: Sequence[str]) -> int:
     import logging
 
-    from rlkit.serve import RewardServer, create_app, serve_settings
+    from rlkit.serve.app import RewardServer, create_app, serve_settings
 
     validated = _validated(overrides, read_data=False)  # requests bring the texts; data.path is not read
     settings = serve_settings(validated.cfg)
@@ -209,7 +209,7 @@ def cmd_serve(overrides: Sequence[str]) -> int:
 
 
 def cmd_eval(overrides: Sequence[str]) -> int:
-    from rlkit.golden import checkpoint_label, eval_options, run_eval
+    from rlkit.evaluation.golden import checkpoint_label, eval_options, run_eval
 
     validated = _validated(overrides)  # data is read: its prompts are what the golden set must not contain
     options = eval_options(validated.cfg)
@@ -233,8 +233,8 @@ def cmd_eval(overrides: Sequence[str]) -> int:
 
 
 def cmd_report(args: Sequence[str]) -> int:
-    from rlkit.errors import ConfigError
-    from rlkit.report import write_report
+    from rlkit.core.errors import ConfigError
+    from rlkit.runs.report import write_report
 
     if len(args) != 1 or "=" in args[0]:
         raise ConfigError("usage: rlkit report <run dir>", "rlkit report")
@@ -254,7 +254,7 @@ def _run_hydra(command: str, config_name: str, overrides: Sequence[str], body) -
     import hydra
 
     from rlkit.config import search_path_override
-    from rlkit.registry import load_registry
+    from rlkit.core.registry import load_registry
 
     relaunched = os.environ.get(RELAUNCHED_COMMAND) == command
 
@@ -292,9 +292,9 @@ def _fit_job(cfg, run_dir: Path) -> float:
     import time
 
     from rlkit.config import validate_config
-    from rlkit.fit import fit, print_summary
-    from rlkit.registry import load_registry
-    from rlkit.sweep import write_job_summary
+    from rlkit.core.registry import load_registry
+    from rlkit.runs.sweep import write_job_summary
+    from rlkit.train.fit import fit, print_summary
 
     started = time.monotonic()
 
@@ -317,7 +317,7 @@ def cmd_fit(overrides: Sequence[str]) -> int:
 
 
 def _train_grm_job(cfg, run_dir: Path) -> float:
-    from rlkit.grm_training import print_grm_summary, train_grm
+    from rlkit.grm.training import print_grm_summary, train_grm
 
     summary = train_grm(cfg, run_dir)
     print_grm_summary(summary)
@@ -327,8 +327,8 @@ def _train_grm_job(cfg, run_dir: Path) -> float:
 def cmd_train_grm(overrides: Sequence[str]) -> int:
     if not any(o in ("-m", "--multirun") for o in overrides):
         from rlkit.config import compose_config
-        from rlkit.grm_training import check_grm_config
-        from rlkit.registry import load_registry
+        from rlkit.core.registry import load_registry
+        from rlkit.grm.training import check_grm_config
 
         # Fail in milliseconds with one line, before Hydra sets up a run directory.
         check_grm_config(compose_config(load_registry(), list(overrides), config_name="train_grm"))
@@ -382,7 +382,7 @@ def _key_values(args: Sequence[str], schema: type, usage: str, where: str):
     """Bind ``key=value`` arguments to a pydantic ``schema``; a bad one raises a ``ConfigError`` naming it."""
     import pydantic
 
-    from rlkit.errors import ConfigError
+    from rlkit.core.errors import ConfigError
 
     values = {}
     for arg in args:
@@ -400,8 +400,8 @@ def _key_values(args: Sequence[str], schema: type, usage: str, where: str):
 
 
 def cmd_data_pairs(args: Sequence[str]) -> int:
-    from rlkit.errors import DataError
-    from rlkit.preference_data import (
+    from rlkit.core.errors import DataError
+    from rlkit.data.pairs import (
         PairsOptions,
         listwise_to_pairs,
         pair_report,
@@ -448,9 +448,9 @@ def cmd_data_pairs(args: Sequence[str]) -> int:
 
 
 def cmd_data_prepare(args: Sequence[str]) -> int:
-    from rlkit.data_files import sidecar_paths, write_data_files
-    from rlkit.data_prepare import PrepareOptions, prepare, read_source
-    from rlkit.errors import DataError
+    from rlkit.core.errors import DataError
+    from rlkit.data.files import sidecar_paths, write_data_files
+    from rlkit.data.prepare import PrepareOptions, prepare, read_source
 
     options = _key_values(args, PrepareOptions, _tool_usage("prepare"), "rlkit data prepare")
     source, out = options.input, options.out
@@ -516,8 +516,8 @@ tools:
 
 
 def cmd_rubric(args: Sequence[str]) -> int:
-    from rlkit.rubric import load_rubric
-    from rlkit.rubric_diff import diff_rubrics, render_diff
+    from rlkit.core.rubric import load_rubric
+    from rlkit.core.rubric_diff import diff_rubrics, render_diff
 
     tool, files = (args[0], list(args[1:])) if args else (None, [])
     if (tool, len(files)) not in (("diff", 2), ("hash", 1)):
@@ -541,7 +541,7 @@ def cmd_rubric(args: Sequence[str]) -> int:
 
 
 def cmd_new(args: Sequence[str]) -> int:
-    from rlkit.scaffold import main as scaffold_main
+    from rlkit.commands.scaffold import main as scaffold_main
 
     return scaffold_main(args)
 

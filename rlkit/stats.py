@@ -1,47 +1,13 @@
-"""NaN-aware tensor statistics shared by estimators, aggregators and metrics."""
+"""Deprecated alias of ``rlkit.core.stats``, kept for one minor release (removed in 0.3).
 
-from __future__ import annotations
+Plugins import from ``rlkit.plugin``, the one door whose names stay stable; host code from ``rlkit.core.stats``.
+"""
 
-import torch
+import sys
+import warnings
 
+from rlkit.core import stats as _moved
 
-def nan_mean_std(x: torch.Tensor, dim: int | tuple[int, ...], *, unbiased: bool = True,
-                 keepdim: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Mean, std and count over the non-NaN entries of ``x`` along ``dim``.
-
-    The std is Bessel-corrected when ``unbiased`` (as ``torch.std`` and TRL's GRPO); with fewer
-    than two values it is 0, since one value has no spread. The mean of no values is NaN.
-    """
-    valid = ~torch.isnan(x)
-    count = valid.sum(dim=dim, keepdim=True)
-    filled = torch.where(valid, x, torch.zeros_like(x))
-    mean = filled.sum(dim=dim, keepdim=True) / count.clamp(min=1)
-    mean = torch.where(count > 0, mean, torch.full_like(mean, float("nan")))
-    sq = torch.where(valid, (x - mean) ** 2, torch.zeros_like(x)).sum(dim=dim, keepdim=True)
-    dof = (count - 1) if unbiased else count
-    var = sq / dof.clamp(min=1)
-    std = torch.where(dof > 0, var.sqrt(), torch.zeros_like(var))
-    if not keepdim:
-        mean, std, count = (t.squeeze(dim) if isinstance(dim, int) else _squeeze(t, dim)
-                            for t in (mean, std, count))
-    return mean, std, count
-
-
-def _squeeze(t: torch.Tensor, dims: tuple[int, ...]) -> torch.Tensor:
-    for d in sorted((d % t.ndim for d in dims), reverse=True):
-        t = t.squeeze(d)
-    return t
-
-
-def nan_weighted_sum(scores: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
-    """Weighted mean over the last dim, skipping NaN entries and renormalising the weights left.
-
-    ``scores [..., D]``, ``weights [D]`` → ``[...]``. Where nothing with positive weight was
-    scored the result is NaN: no reward, rather than a silent 0.
-    """
-    valid = ~torch.isnan(scores)
-    w = torch.where(valid, weights.to(scores.dtype).expand_as(scores), torch.zeros_like(scores))
-    total = w.sum(dim=-1)
-    weighted = (torch.where(valid, scores, torch.zeros_like(scores)) * w).sum(dim=-1)
-    return torch.where(total > 0, weighted / total.clamp(min=torch.finfo(scores.dtype).tiny),
-                       torch.full_like(total, float("nan")))
+warnings.warn("rlkit.stats moved to rlkit.core.stats; plugins import from rlkit.plugin. "
+              "The alias goes in rlkit 0.3", DeprecationWarning, stacklevel=2)
+sys.modules[__name__] = _moved

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from rlkit.registry import Registry, create_plugin_manager
+from rlkit.core.registry import Registry, create_plugin_manager
 
 REPO = Path(__file__).resolve().parents[1]
 CONF = REPO / "conf"

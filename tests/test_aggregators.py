@@ -14,8 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rlkit import ConfigError, RewardBatch, Rubric, rubric_from_dict
-from rlkit.rewards import normalize_scores
-from rlkit.rubric import load_rubric
+from rlkit.core.rubric import load_rubric
+from rlkit.reward.pipeline import normalize_scores
 from rlkit.testing import example_reward_batch
 from rlkit_plugins.aggregators.geometric import GeometricAggregator, nan_geometric_mean
 from rlkit_plugins.aggregators.layered import LayeredAggregator

@@ -11,7 +11,10 @@ import numpy as np
 import pytest
 import torch
 
-from rlkit.calibration import (
+from rlkit.cli import main
+from rlkit.core.errors import DataError
+from rlkit.core.rubric import load_rubric
+from rlkit.evaluation.calibration import (
     CalibrationReport,
     average_ranks,
     calibrate,
@@ -26,9 +29,6 @@ from rlkit.calibration import (
     to_levels,
     write_report,
 )
-from rlkit.cli import main
-from rlkit.errors import DataError
-from rlkit.rubric import load_rubric
 
 sklearn_metrics = pytest.importorskip("sklearn.metrics")
 stats = pytest.importorskip("scipy.stats")
@@ -306,13 +306,13 @@ def _offline_history(run: Path, timeout: float = 30.0) -> tuple[dict[str, Any], 
 
 
 def test_cli_calibrate_logs_the_report_to_wandb_offline(tmp_path, capsys, monkeypatch):
-    import rlkit.calibration
+    import rlkit.evaluation.calibration
 
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_SILENT", "true")
     reports = []
-    write = rlkit.calibration.write_report
-    monkeypatch.setattr(rlkit.calibration, "write_report", lambda r, out: reports.append(r) or write(r, out))
+    write = rlkit.evaluation.calibration.write_report
+    monkeypatch.setattr(rlkit.evaluation.calibration, "write_report", lambda r, out: reports.append(r) or write(r, out))
     out = tmp_path / "cal"
     assert main(["calibrate", f"calibrate.output={out}"]) == 0  # logger: wandb is the default
     assert "logged the numbers to wandb" in capsys.readouterr().out

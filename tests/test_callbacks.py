@@ -6,8 +6,8 @@ import math
 
 import torch
 
-from rlkit.callbacks import RolloutSnapshot, sample_rows
 from rlkit.testing.contracts import example_rubric
+from rlkit.train.callbacks import RolloutSnapshot, sample_rows
 
 
 def test_sample_rows_interleave_prompts_and_keep_nan_as_missing():

@@ -9,8 +9,9 @@ import pytest
 from omegaconf import OmegaConf
 
 from rlkit import ConfigError, PluginError
-from rlkit.config import _search_roots, compose_config, config_source, validate_config
-from rlkit.registry import KINDS_BY_GROUP, Registry, create_plugin_manager
+from rlkit.config import compose_config, config_source, validate_config
+from rlkit.config.compose import _search_roots
+from rlkit.core.registry import KINDS_BY_GROUP, Registry, create_plugin_manager
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 

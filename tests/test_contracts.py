@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from rlkit.registry import Registry, create_plugin_manager
+from rlkit.core.registry import Registry, create_plugin_manager
 from rlkit.testing import (
     AdvantageEstimatorContract,
     AggregatorContract,
@@ -67,7 +67,7 @@ class TestPreferenceConstructors(PreferenceConstructorContract):
 
 @pytest.fixture(scope="module")
 def tiny_policy_path():
-    from rlkit.models import build_tiny_policy
+    from rlkit.lm.models import build_tiny_policy
 
     return build_tiny_policy()
 
@@ -189,7 +189,7 @@ def test_contract_catches_a_generator_that_never_syncs_and_a_misaligned_mask():
     one that marks the whole completion as kept (past EOS) fails the alignment test."""
     import copy
 
-    from rlkit.models import build_tiny_policy, load_policy
+    from rlkit.lm.models import build_tiny_policy, load_policy
     from rlkit.testing import example_prompts
     from rlkit_plugins.generators.hf import HFGenerator
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 import rlkit
-from rlkit.data import MAX_REPORTED_LINES, arithmetic_task, prompt_text, read_jsonl
+from rlkit.data.records import MAX_REPORTED_LINES, arithmetic_task, prompt_text, read_jsonl
 
 GOOD = {"prompt": "2+2=", "reference": "4"}
 CHAT = {"prompt": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "2+3="}]}

@@ -10,13 +10,13 @@ from pathlib import Path
 import pytest
 import torch
 
-import rlkit.dedup
+import rlkit.text.dedup
 from rlkit.cli import main
-from rlkit.data_prepare import allocate, largest_size, parse_mix, sample_mix
-from rlkit.dedup import Duplicate, near_duplicates, pair_similarities
-from rlkit.pii import scrub_text, scrub_value
-from rlkit.preference_data import ListwiseRecord, RankedResponse, listwise_to_pairs
-from rlkit.text_similarity import char_ngram_jaccard
+from rlkit.data.pairs import ListwiseRecord, RankedResponse, listwise_to_pairs
+from rlkit.data.prepare import allocate, largest_size, parse_mix, sample_mix
+from rlkit.text.dedup import Duplicate, near_duplicates, pair_similarities
+from rlkit.text.pii import scrub_text, scrub_value
+from rlkit.text.similarity import char_ngram_jaccard
 
 
 def _write(path: Path, *lines: object) -> Path:
@@ -87,8 +87,8 @@ def test_ngram_near_duplicates_are_the_greedy_definition_across_blocks(monkeypat
     texts = [rng.choice(base).replace(" ", "  ", rng.randint(0, 1)) + rng.choice(["", "?", " now", " please x"])
              + (str(i) if rng.random() < 0.3 else "") for i in range(60)]
     # small blocks and kept-chunks so that the cross-block and in-block paths both run many times
-    monkeypatch.setattr(rlkit.dedup, "BLOCK_ROWS", 8)
-    monkeypatch.setattr(rlkit.dedup, "KEPT_CHUNK", 5)
+    monkeypatch.setattr(rlkit.text.dedup, "BLOCK_ROWS", 8)
+    monkeypatch.setattr(rlkit.text.dedup, "KEPT_CHUNK", 5)
     for threshold in (0.6, 0.9, 1.0):
         duplicates = near_duplicates(texts, "ngram", threshold)
         assert [d.index for d in duplicates] == _greedy_by_hand(texts, threshold)
@@ -100,7 +100,7 @@ def test_ngram_near_duplicates_are_the_greedy_definition_across_blocks(monkeypat
 def test_near_duplicates_edge_cases():
     assert near_duplicates(["a b", "A  b", "c"], "ngram", 0.9) == [Duplicate(1, 0, 1.0)]
     assert near_duplicates(["same", "same"], "none", 0.5) == [] and near_duplicates(["x"], "ngram") == []
-    with pytest.raises(rlkit.errors.ConfigError, match="unknown similarity 'fuzzy'; available: ngram, embedding"):
+    with pytest.raises(rlkit.core.errors.ConfigError, match="unknown similarity 'fuzzy'; available: ngram, embedding"):
         near_duplicates(["a", "b"], "fuzzy")  # type: ignore[arg-type]
 
 
@@ -121,7 +121,7 @@ def test_a_similarity_plugs_into_dedup_and_into_data_pairs(monkeypatch):
     assert [d.index for d in near_duplicates(["ab", "cd", "xyz", "uvw", "q"], _LengthSimilarity(), 0.5)] == [1, 3]
     assert pair_similarities(["ab"], ["cd"], _LengthSimilarity()) == [1.0]
     # rlkit data pairs' near-duplicate check goes through the same registry
-    monkeypatch.setitem(rlkit.dedup.SIMILARITIES, "embedding", _LengthSimilarity)
+    monkeypatch.setitem(rlkit.text.dedup.SIMILARITIES, "embedding", _LengthSimilarity)
     record = ListwiseRecord("p", (RankedResponse("four", 1), RankedResponse("five", 2), RankedResponse("sixty", 3)))
     assert listwise_to_pairs([record]).dropped["near_duplicate"] == 0
     result = listwise_to_pairs([record], near_duplicate_method="embedding")
@@ -271,7 +271,7 @@ def test_cli_reads_a_datasets_directory(capsys, tmp_path):
 
 
 def test_embedding_dedup_and_pairs(capsys, tmp_path):
-    from rlkit.embeddings import embedding_available
+    from rlkit.text.embeddings import embedding_available
 
     reason = embedding_available()
     if reason:

@@ -11,16 +11,16 @@ import torch
 
 from rlkit.cli import main
 from rlkit.config import compose_config, validate_config
-from rlkit.debias import (
+from rlkit.core.errors import ConfigError
+from rlkit.core.rubric import load_rubric
+from rlkit.core.types import Rollout
+from rlkit.reward.debias import (
     FEATURES,
     LengthFormatDebias,
     completion_features,
     default_dimensions,
     threshold_dimensions,
 )
-from rlkit.errors import ConfigError
-from rlkit.rubric import load_rubric
-from rlkit.types import Rollout
 
 REPO = Path(__file__).resolve().parents[1]
 RUBRIC = REPO / "conf" / "rubrics" / "arithmetic.yaml"

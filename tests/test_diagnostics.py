@@ -6,7 +6,7 @@ import math
 
 import torch
 
-from rlkit.diagnostics import (
+from rlkit.reward.diagnostics import (
     conflict_rate,
     distinct_values_per_group,
     saturated_groups,
@@ -44,7 +44,7 @@ def test_distinct_values_per_group():
 
 
 def test_conflict_watch_flags_once_after_a_full_window():
-    from rlkit.diagnostics import ConflictWatch
+    from rlkit.reward.diagnostics import ConflictWatch
 
     watch = ConflictWatch(window=3, threshold=0.2)
     assert [watch.update(r) for r in (0.5, 0.5)] == [False, False], "not before a full window"
@@ -55,7 +55,7 @@ def test_conflict_watch_flags_once_after_a_full_window():
 
 
 def test_running_means_over_the_run_and_the_tail():
-    from rlkit.diagnostics import RunningMeans
+    from rlkit.reward.diagnostics import RunningMeans
 
     means = RunningMeans(tail=2)
     for v in (1.0, 2.0, nan, 6.0):

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from rlkit.datamodule import EpochShuffleSampler
-from rlkit.distributed import Spread
-from rlkit.sampling import micro_batches
+from rlkit.lm.sampling import micro_batches
+from rlkit.train.datamodule import EpochShuffleSampler
+from rlkit.train.distributed import Spread
 
 
 def _batches(sampler: EpochShuffleSampler, size: int) -> list[list[int]]:
@@ -88,7 +88,7 @@ _COMPARED = ("loss", "grad_norm", "kl", "reward/mean", "reward/std", "advantages
     ["objective=group_dpo", "preference=winrate", "optim.gradient_accumulation_steps=2"],
 ], ids=["gdpo", "group_dpo"])
 def test_two_gloo_processes_match_one_process_on_the_same_global_batch(tmp_path, objective):
-    from rlkit.models import build_tiny_policy, load_policy
+    from rlkit.lm.models import build_tiny_policy, load_policy
 
     common = ["logger=csv", "trainer.max_steps=3", "batch_size=4", "num_generations=4", "data.num_prompts=24",
               "generator.params.per_prompt_seed=true", "checkpoint_every=100", "log_samples.every=0", *objective]

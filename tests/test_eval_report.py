@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from rlkit.cli import main
-from rlkit.errors import DataError
-from rlkit.golden import (
+from rlkit.core.errors import DataError
+from rlkit.evaluation.golden import (
     check_no_overlap,
     exact_match,
     numeric_match,
@@ -20,7 +20,7 @@ from rlkit.golden import (
     reference_scores,
     results_markdown,
 )
-from rlkit.history import MetricsHistory, read_history
+from rlkit.runs.history import MetricsHistory, read_history
 
 REPO = Path(__file__).resolve().parents[1]
 GOLDEN = REPO / "conf" / "golden" / "arithmetic_golden.jsonl"
@@ -49,7 +49,7 @@ def test_prompt_hash_normalises_case_whitespace_and_unicode():
 
 
 def test_overlap_with_training_data_names_the_golden_file_and_lines(tmp_path, capsys):
-    from rlkit.data import arithmetic_task
+    from rlkit.data.records import arithmetic_task
 
     training = arithmetic_task(256, 0)  # the default data: synthetic task, 256 prompts, seed 0
     golden = _write_jsonl(tmp_path / "golden.jsonl", [
@@ -84,12 +84,12 @@ def test_reference_metrics_exact_and_numeric():
 
 
 def test_embedding_similarity_with_the_bundled_model():
-    from rlkit.embeddings import embedding_available
+    from rlkit.text.embeddings import embedding_available
 
     problem = embedding_available()
     if problem is not None:
         pytest.skip(f"embedding model not installed: {problem}")
-    from rlkit.embeddings import Embedder, shared_embedder
+    from rlkit.text.embeddings import Embedder, shared_embedder
 
     embedder = shared_embedder()
     assert isinstance(embedder, Embedder)

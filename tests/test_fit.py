@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from rlkit.cli import main
-from rlkit.datamodule import split_heldout
+from rlkit.train.datamodule import split_heldout
 
 pytestmark = pytest.mark.slow
 
@@ -52,7 +52,7 @@ def test_fit_runs_logs_checkpoints_and_saves_policy(tmp_path, capsys):
 
 
 def test_fit_from_a_saved_model_path_changes_parameters(tmp_path, capsys):
-    from rlkit.models import build_tiny_policy, load_policy
+    from rlkit.lm.models import build_tiny_policy, load_policy
 
     src = build_tiny_policy(cache_dir=tmp_path / "models")
     before, _ = load_policy(src)
@@ -147,7 +147,7 @@ def test_resume_after_sigkill_reproduces_the_uninterrupted_metrics(tmp_path):
 def test_fit_with_lora_trains_adapters_only_against_the_adapter_off_reference(tmp_path, capsys):
     from peft import PeftModel
 
-    from rlkit.models import build_tiny_policy, load_policy
+    from rlkit.lm.models import build_tiny_policy, load_policy
 
     src = build_tiny_policy(cache_dir=tmp_path / "models")
     run_dir = tmp_path / "run"
@@ -173,7 +173,7 @@ def test_fit_with_lora_trains_adapters_only_against_the_adapter_off_reference(tm
 
 
 def test_gradient_accumulation_and_length_buckets_give_the_same_update(tmp_path):
-    from rlkit.models import load_policy
+    from rlkit.lm.models import load_policy
 
     policies, losses = [], []
     for steps, buckets in ((1, 1), (3, 1), (2, 5)):
@@ -211,7 +211,7 @@ def test_several_iterations_per_rollout_train_on_log_probs_from_inference_mode(t
 
 def test_full_fine_tuning_trains_in_train_mode_and_checkpointing_recomputes_without_changing_the_update(tmp_path):
     """A loaded policy is in eval mode and Lightning leaves it there; checkpointing then did nothing at all."""
-    from rlkit.models import load_policy
+    from rlkit.lm.models import load_policy
 
     policies, losses, passes = [], [], []
     for checkpointing in ("false", "true"):
@@ -257,8 +257,8 @@ def test_checkpoints_stream_to_their_file_instead_of_through_a_copy_in_memory(tm
     from lightning.pytorch.plugins import TorchCheckpointIO
 
     from rlkit.config import compose_config, validate_config
-    from rlkit.fit import build_trainer
-    from rlkit.loggers import finish_logger
+    from rlkit.runs.loggers import finish_logger
+    from rlkit.train.fit import build_trainer
 
     if not Path("/proc/self/clear_refs").exists():
         pytest.skip("peak RSS is reset through Linux's /proc/self/clear_refs")
@@ -296,7 +296,7 @@ def test_every_multi_reward_plugin_trains_by_config_alone(tmp_path, aggregator, 
 
 @pytest.mark.parametrize("preference", ["best_worst", "topk", "adjacent", "all_pairs", "winrate", "pareto"])
 def test_group_dpo_trains_with_every_constructor(tmp_path, preference):
-    from rlkit.models import build_tiny_policy, load_policy
+    from rlkit.lm.models import build_tiny_policy, load_policy
 
     before, _ = load_policy(build_tiny_policy())
     run_dir = tmp_path / "run"
@@ -319,7 +319,7 @@ def test_group_dpo_ema_reference_is_checkpointed_and_follows_the_policy(tmp_path
     ref = {k[len("reference.model."):]: v for k, v in state.items() if k.startswith("reference.model.")}
     policy = {k[len("policy."):]: v for k, v in state.items() if k.startswith("policy.")}
     assert ref and ref.keys() == policy.keys()
-    from rlkit.models import build_tiny_policy, load_policy
+    from rlkit.lm.models import build_tiny_policy, load_policy
 
     initial = dict(load_policy(build_tiny_policy())[0].state_dict())
     moved = [k for k in ref if not torch.equal(ref[k], initial[k])]

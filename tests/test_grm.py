@@ -13,11 +13,11 @@ import pytest
 import torch
 
 from rlkit.cli import main
-from rlkit.errors import ConfigError
-from rlkit.grm import GenerativeRewardModel, GrmFormat, label_token_ids
-from rlkit.grm_data import competition_ranks, synthetic_preferences
-from rlkit.grm_metrics import PairOutcome, pair_accuracy
-from rlkit.grm_training import plackett_luce_loss
+from rlkit.core.errors import ConfigError
+from rlkit.grm.data import competition_ranks, synthetic_preferences
+from rlkit.grm.metrics import PairOutcome, pair_accuracy
+from rlkit.grm.model import GenerativeRewardModel, GrmFormat, label_token_ids
+from rlkit.grm.training import plackett_luce_loss
 from rlkit.testing import JudgeContract
 
 # A GRM small enough to train in seconds: what it learns is not the point here, the path is.
@@ -41,7 +41,7 @@ def _isolated(tmp_path, monkeypatch, cache):
 
 @pytest.fixture(scope="module")
 def untrained(cache) -> GenerativeRewardModel:
-    from rlkit.models import TinyPolicySpec, build_model, build_tokenizer
+    from rlkit.lm.models import TinyPolicySpec, build_model, build_tokenizer
 
     spec = TinyPolicySpec(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
                           num_key_value_heads=1)
@@ -138,10 +138,10 @@ def test_competition_ranks_share_ties():
 
 
 def test_synthetic_preferences_follow_the_rubric_and_repeat_under_a_seed():
+    from rlkit.core.registry import load_registry
+    from rlkit.core.types import Rollout
     from rlkit.judging.tiny_judge import shipped_rubric
-    from rlkit.registry import load_registry
-    from rlkit.rewards import aggregate_rewards
-    from rlkit.types import Rollout
+    from rlkit.reward.pipeline import aggregate_rewards
 
     records = synthetic_preferences(20, seed=3)
     assert records == synthetic_preferences(20, seed=3) and records != synthetic_preferences(20, seed=4)
@@ -183,7 +183,7 @@ def test_train_grm_logs_checkpoints_and_saves_a_loadable_grm(trained_grm):
 
 
 def test_the_grm_trains_in_training_mode(untrained):
-    from rlkit.grm_training import GrmModule, GrmTrainConfig
+    from rlkit.grm.training import GrmModule, GrmTrainConfig
 
     module = GrmModule(untrained, GrmTrainConfig(), total_steps=1)
     untrained.model.eval()  # as from_pretrained returns it
@@ -226,7 +226,7 @@ def test_train_grm_bad_input_is_one_line(tmp_path, capsys):
 class TestGrmJudgeContract(JudgeContract):
     @pytest.fixture
     def judge(self, trained_grm):
-        from rlkit.registry import load_registry
+        from rlkit.core.registry import load_registry
 
         return load_registry().create("judge", "grm", {"model": str(trained_grm / "grm")})
 

@@ -15,7 +15,7 @@ import torch
 
 from rlkit import ConfigError
 from rlkit.judging import Completion, render_chat
-from rlkit.models import build_tiny_policy, load_policy
+from rlkit.lm.models import build_tiny_policy, load_policy
 from rlkit.testing.openai_server import OpenAICompatibleServer
 from rlkit_plugins.backends.hf import HFBackend
 from rlkit_plugins.backends.openai import MAX_BACKOFF_S, OpenAIBackend

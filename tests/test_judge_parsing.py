@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from rlkit.core.rubric import load_rubric, rubric_from_dict
 from rlkit.judging.parsing import RankingParse, ScoreParse, parse_ranking, parse_scores, ranks_from_order
-from rlkit.rubric import load_rubric, rubric_from_dict
 
 REPO = Path(__file__).resolve().parents[1]
 # format and correctness are binary; brevity and repetition are scales 1-5.

@@ -13,8 +13,8 @@ import torch
 
 from rlkit import Rollout
 from rlkit.cli import main
-from rlkit.registry import load_registry
-from rlkit.rubric import load_rubric
+from rlkit.core.registry import load_registry
+from rlkit.core.rubric import load_rubric
 from rlkit.testing import JudgeContract
 
 pytestmark = pytest.mark.slow

@@ -5,7 +5,8 @@ import math
 import pytest
 import torch
 
-from rlkit.losses import k3_kl, mask_after_eos, policy_gradient_loss, selective_log_softmax, truncated_rows
+from rlkit.lm.logprobs import mask_after_eos, selective_log_softmax, truncated_rows
+from rlkit.train.losses import k3_kl, policy_gradient_loss
 
 LN2 = math.log(2.0)
 
@@ -48,14 +49,14 @@ def test_selective_log_softmax_equals_log_softmax_gather(dtype):
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_selective_log_softmax_gives_the_same_values_in_chunks_of_rows(monkeypatch, dtype):
-    import rlkit.losses as losses
+    import rlkit.lm.logprobs as logprobs
 
     g = torch.Generator().manual_seed(2)
     logits = (torch.randn(5, 3, 13, generator=g) * 4).to(dtype).requires_grad_()
     tokens = torch.randint(0, 13, (5, 3), generator=g)
     whole = selective_log_softmax(logits, tokens)
     (grad_whole,) = torch.autograd.grad(whole.float().sum(), logits)
-    monkeypatch.setattr(losses, "LOG_SOFTMAX_CHUNK_ELEMENTS", 2 * 3 * 13)  # chunks of 2, 2 and 1 rows
+    monkeypatch.setattr(logprobs, "LOG_SOFTMAX_CHUNK_ELEMENTS", 2 * 3 * 13)  # chunks of 2, 2 and 1 rows
     chunked = selective_log_softmax(logits, tokens)
     (grad_chunked,) = torch.autograd.grad(chunked.float().sum(), logits)
     assert torch.equal(whole, chunked) and torch.equal(grad_whole, grad_chunked)

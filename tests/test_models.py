@@ -11,8 +11,9 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from rlkit import ConfigError, models
-from rlkit.models import TinyPolicySpec, build_tiny_policy, build_tokenizer, load_policy, resolve_policy_path
+from rlkit import ConfigError
+from rlkit.lm import models
+from rlkit.lm.models import TinyPolicySpec, build_tiny_policy, build_tokenizer, load_policy, resolve_policy_path
 
 
 @pytest.fixture(scope="module")
@@ -192,7 +193,7 @@ def test_hub_id_loads_from_the_local_hf_cache_only(tmp_path: Path, monkeypatch) 
 
 
 def test_chat_prompts_use_the_tokenizer_chat_template(policy) -> None:
-    from rlkit.sampling import GenerationRequest, render_prompt
+    from rlkit.lm.sampling import GenerationRequest, render_prompt
     from rlkit_plugins.generators.hf import HFGenerator
 
     _, tokenizer = policy
@@ -208,7 +209,7 @@ def test_chat_prompts_use_the_tokenizer_chat_template(policy) -> None:
 
 
 def test_adamw_is_fused_unless_a_mixed_precision_run_clips_gradients():
-    from rlkit.models import make_adamw
+    from rlkit.lm.models import make_adamw
 
     params = [torch.nn.Parameter(torch.randn(3, 2))]
     assert make_adamw(params, lr=1e-3, weight_decay=0.0).defaults["fused"]

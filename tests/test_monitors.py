@@ -10,12 +10,13 @@ import pytest
 import torch
 
 from rlkit import ConfigError, PluginError
-from rlkit.calibration import read_labels
 from rlkit.config import compose_config, resolve_path, validate_config
-from rlkit.monitoring import MonitorHost, make_view
-from rlkit.registry import load_registry
+from rlkit.core.registry import load_registry
+from rlkit.evaluation.calibration import read_labels
+from rlkit.reward.monitor_view import make_view
 from rlkit.testing import MonitorContract
 from rlkit.testing.monitor_contract import arithmetic_rubric
+from rlkit.train.monitoring import MonitorHost
 
 REGISTRY = load_registry()
 RUBRIC = arithmetic_rubric()

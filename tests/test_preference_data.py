@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from rlkit.cli import main
-from rlkit.errors import DataError
-from rlkit.preference_data import (
+from rlkit.core.errors import DataError
+from rlkit.data.pairs import (
     PreferencePair,
     listwise_to_pairs,
     pair_report,
@@ -17,7 +17,7 @@ from rlkit.preference_data import (
     read_preference_records,
     write_pair_files,
 )
-from rlkit.text_similarity import char_ngram_jaccard
+from rlkit.text.similarity import char_ngram_jaccard
 
 
 def _write(path: Path, *lines: object) -> Path:
@@ -169,7 +169,7 @@ def test_read_pairs_returns_typed_pairs_or_names_the_bad_line(tmp_path):
 
 
 def test_outputs_are_written_atomically(tmp_path, monkeypatch):
-    import rlkit.atomic
+    import rlkit.core.atomic
 
     out = tmp_path / "pairs.jsonl"
     out.write_text("previous\n")
@@ -178,7 +178,7 @@ def test_outputs_are_written_atomically(tmp_path, monkeypatch):
     def crash(*args, **kwargs):
         raise OSError("disk full")
 
-    monkeypatch.setattr(rlkit.atomic.os, "replace", crash)
+    monkeypatch.setattr(rlkit.core.atomic.os, "replace", crash)
     with pytest.raises(OSError, match="disk full"):
         write_pair_files(out, result, rejects, pair_report(records, rejects, result))
     assert out.read_text() == "previous\n"

@@ -7,8 +7,8 @@ import math
 import torch
 
 from rlkit import PreferencePairs, RewardBatch
-from rlkit.preferences import chosen_win_share, drop_close_pairs, ordering_batch
-from rlkit.rewards import normalize_scores
+from rlkit.reward.pipeline import normalize_scores
+from rlkit.reward.preferences import chosen_win_share, drop_close_pairs, ordering_batch
 from rlkit.testing.contracts import example_rubric
 from rlkit_plugins.aggregators.minimum import MinAggregator
 from rlkit_plugins.aggregators.weighted_sum import nan_weighted_sum

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from rlkit.preference_losses import preference_loss, sequence_logp_sums, sft_loss
+from rlkit.train.preference_losses import preference_loss, sequence_logp_sums, sft_loss
 
 LN2 = math.log(2.0)
 BETA = 0.1

@@ -12,7 +12,7 @@ import yaml
 
 from rlkit import ConfigError, PreferencePairs, RewardBatch, rubric_from_dict
 from rlkit.cli import main
-from rlkit.registry import Registry, create_plugin_manager
+from rlkit.core.registry import Registry, create_plugin_manager
 from rlkit.testing import example_reward_batch
 from rlkit_plugins.preferences.adjacent import adjacent_pairs
 from rlkit_plugins.preferences.all_pairs import all_pairs, reward_order

@@ -15,12 +15,12 @@ import torch
 from scipy.stats import kendalltau
 
 from rlkit import ConfigError, JudgeError, Rollout
+from rlkit.core.registry import load_registry
+from rlkit.core.rubric import load_rubric
+from rlkit.core.types import PreferencePairs, RewardBatch
 from rlkit.judging import Completion
 from rlkit.judging.parsing import parse_ranking
 from rlkit.judging.tiny_judge import answer_level, group_labels, label_levels
-from rlkit.registry import load_registry
-from rlkit.rubric import load_rubric
-from rlkit.types import PreferencePairs, RewardBatch
 from rlkit_plugins.judges.ranking import (
     kendall_tau_b,
     margin_heights,
@@ -251,8 +251,8 @@ def test_held_out_completions_need_a_judge_that_scores_them_alone():
 
 
 def test_confidence_scales_advantages_and_pair_weights():
-    from rlkit.preferences import confidence_weighted
-    from rlkit.rewards import confidence_scaled, with_group_confidence
+    from rlkit.reward.pipeline import confidence_scaled, with_group_confidence
+    from rlkit.reward.preferences import confidence_weighted
 
     rubric = ranking_rubric(load_rubric(RUBRIC))
     scores = torch.tensor([[[1.0], [0.0]], [[0.0], [1.0]]])
@@ -271,8 +271,8 @@ def test_confidence_scales_advantages_and_pair_weights():
 
 def test_score_needs_groups_and_calibrate_refuses_a_ranking_judge(tmp_path, capsys):
     from rlkit.cli import main
-    from rlkit.errors import DataError
-    from rlkit.scoring import score_records
+    from rlkit.core.errors import DataError
+    from rlkit.evaluation.scoring import score_records
 
     validated = _validate("judge=ranking")
     validated.records = [{"prompt": "1+1=", "completions": ["2", "3"]}, {"prompt": "2+2=", "completion": "4"}]

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from rlkit.reference import (
+from rlkit.lm.reference import (
     AdapterOffReference,
     EmaReference,
     FrozenCopyReference,

@@ -7,7 +7,7 @@ import pydantic
 import pytest
 
 from rlkit import ConfigError, PluginError, hookimpl
-from rlkit.registry import KINDS, Registry, create_plugin_manager
+from rlkit.core.registry import KINDS, Registry, create_plugin_manager
 
 
 def _factory(params):
@@ -90,7 +90,7 @@ def test_opt_in_arguments_hook_without_register_is_allowed():
 
 
 def test_kinds_match_hookspecs():
-    from rlkit import hookspecs
+    from rlkit.core import hookspecs
 
     for kind in KINDS:
         assert hasattr(hookspecs, kind.hook), kind.hook

@@ -7,8 +7,8 @@ import random
 import numpy as np
 import torch
 
-from rlkit.datamodule import EpochShuffleSampler
-from rlkit.rng import capture_rng_state, restore_rng_state
+from rlkit.core.rng import capture_rng_state, restore_rng_state
+from rlkit.train.datamodule import EpochShuffleSampler
 
 
 def test_sampler_order_depends_on_seed_and_epoch_only():

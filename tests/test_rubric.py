@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import rlkit
-from rlkit.rubric import MAX_DIMENSIONS_BEFORE_WARNING, RubricWarning
+from rlkit.core.rubric import MAX_DIMENSIONS_BEFORE_WARNING, RubricWarning
 
 REPO_ROOT = Path(__file__).parents[1]
 SHIPPED_RUBRICS = sorted((REPO_ROOT / "conf" / "rubrics").rglob("*.yaml"))
@@ -496,7 +496,7 @@ def test_anchor_plain_string_equals_text_form(tmp_path: Path) -> None:
         "full.yaml",
     )
     assert plain.dimensions[0].anchors == full.dimensions[0].anchors
-    assert plain.dimensions[0].anchors[1.0] == rlkit.rubric.Anchor(text="low")
+    assert plain.dimensions[0].anchors[1.0] == rlkit.core.rubric.Anchor(text="low")
     assert plain.dimensions[0].anchors[1.0].positive == []
     assert plain.content_hash == full.content_hash
 
@@ -560,7 +560,7 @@ def test_quantile_normalisation_ranks_each_dimension_within_the_batch():
 
     import torch
 
-    from rlkit.rewards import quantile_normalize
+    from rlkit.reward.pipeline import quantile_normalize
 
     nan = math.nan
     scores = torch.tensor([[[0.90, 0.1], [0.95, nan]], [[0.95, 0.7], [0.99, 0.7]]])
@@ -599,8 +599,8 @@ def test_a_missing_rubric_template_names_the_field(tmp_path: Path) -> None:
 
 
 def test_the_llm_judge_renders_the_template_its_rubric_names(tmp_path: Path) -> None:
+    from rlkit.core.registry import load_registry
     from rlkit.judging import Completion
-    from rlkit.registry import load_registry
 
     (tmp_path / "mine.jinja").write_text("MINE {{ prompt }} -> {{ completion }}", encoding="utf-8")
     rubric = load_text(tmp_path, VALID + "templates:\n  llm: mine.jinja\n")

@@ -10,9 +10,9 @@ import yaml
 
 import rlkit
 from rlkit.cli import main
-from rlkit.errors import RubricError
-from rlkit.rubric import rubric_from_dict
-from rlkit.rubric_diff import FieldChange, diff_rubrics
+from rlkit.core.errors import RubricError
+from rlkit.core.rubric import rubric_from_dict
+from rlkit.core.rubric_diff import FieldChange, diff_rubrics
 
 REPO_ROOT = Path(__file__).parents[1]
 

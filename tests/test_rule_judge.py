@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rlkit import JudgeError, Rollout, RubricError, rubric_from_dict
-from rlkit.registry import PluginEntry, bind_params
+from rlkit.core.registry import PluginEntry, bind_params
 from rlkit_plugins.judges import rule
 from rlkit_plugins.judges.rule import RuleJudge
 

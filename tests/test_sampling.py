@@ -6,9 +6,9 @@ import itertools
 
 import torch
 
-from rlkit.losses import selective_log_softmax
-from rlkit.models import build_tiny_policy, load_policy
-from rlkit.sampling import GenerationRequest, length_buckets, sequence_log_probs
+from rlkit.lm.logprobs import selective_log_softmax
+from rlkit.lm.models import build_tiny_policy, load_policy
+from rlkit.lm.sampling import GenerationRequest, length_buckets, sequence_log_probs
 from rlkit_plugins.generators.hf import HFGenerator
 
 

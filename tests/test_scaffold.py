@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from rlkit.cli import main
-from rlkit.errors import ConfigError
-from rlkit.scaffold import available_kinds, render_plugin
+from rlkit.commands.scaffold import available_kinds, render_plugin
+from rlkit.core.errors import ConfigError
 
 
 def _run_generated_tests_in_process(root: Path, package: str) -> int:

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-import rlkit.registry
+import rlkit.core.registry
 from rlkit import hookimpl
 from rlkit.cli import main
-from rlkit.scoring import completion_ranks, is_transient
+from rlkit.evaluation.scoring import completion_ranks, is_transient
 from rlkit_plugins.judges.rule import RuleJudge
 
 RUBRIC = """\
@@ -36,7 +36,7 @@ dimensions:
 # per batch, so the test can kill it between shards.
 SLOW_CLI = """\
 import sys, time
-import rlkit.registry
+import rlkit.core.registry
 from rlkit import hookimpl
 from rlkit_plugins.judges.rule import RuleJudge
 
@@ -50,8 +50,8 @@ class Plugin:
     def rlkit_register_judges(self, register):
         register("slow_rule", SlowRule)
 
-real = rlkit.registry.create_plugin_manager
-rlkit.registry.create_plugin_manager = lambda **kw: real(**{**kw, "extra": [*kw.get("extra", ()), Plugin()]})
+real = rlkit.core.registry.create_plugin_manager
+rlkit.core.registry.create_plugin_manager = lambda **kw: real(**{**kw, "extra": [*kw.get("extra", ()), Plugin()]})
 from rlkit.cli import main
 sys.exit(main(sys.argv[2:]))
 """
@@ -87,8 +87,8 @@ class _Judges:
 @pytest.fixture
 def test_judges(monkeypatch):
     """``judge.name=slow_rule`` and ``judge.name=flaky_rule`` for in-process CLI runs."""
-    real = rlkit.registry.create_plugin_manager
-    monkeypatch.setattr(rlkit.registry, "create_plugin_manager",
+    real = rlkit.core.registry.create_plugin_manager
+    monkeypatch.setattr(rlkit.core.registry, "create_plugin_manager",
                         lambda **kw: real(**{**kw, "extra": [*kw.get("extra", ()), _Judges()]}))
     monkeypatch.setattr(FlakyRule, "failing", set())
     monkeypatch.setattr(FlakyRule, "fail_times", -1)
@@ -249,7 +249,7 @@ def test_a_judge_bug_is_not_retried(capsys, tmp_path, inputs, test_judges):
 def test_what_counts_as_transient():
     import httpx
 
-    from rlkit.errors import JudgeError
+    from rlkit.core.errors import JudgeError
 
     marked = JudgeError("rate limited")
     marked.transient = True

@@ -20,9 +20,9 @@ import torch
 import yaml
 
 from rlkit.cli import _validated, main
-from rlkit.errors import ConfigError
-from rlkit.scoring import completion_ranks, score_records
-from rlkit.serve import RewardServer, ServeSettings, create_app, serve_settings
+from rlkit.core.errors import ConfigError
+from rlkit.evaluation.scoring import completion_ranks, score_records
+from rlkit.serve.app import RewardServer, ServeSettings, create_app, serve_settings
 from rlkit.testing import JudgeContract
 from rlkit.testing.contracts import example_rubric
 from rlkit_plugins.judges.ranking import ranking_rubric
@@ -238,7 +238,7 @@ def test_reward_api_refuses_a_server_judging_another_rubric(contract_server, ser
 
 
 def test_reward_api_failed_group_is_nan_and_counted(server, rule):
-    from rlkit.types import Rollout
+    from rlkit.core.types import Rollout
 
     judge = RewardApiJudge(RewardApiJudge.Params(base_url=server.url, max_retries=1, backoff=0))
     rollout = Rollout(records=[{"prompt": "1+1=", "reference": "2"}, {"prompt": "2+2=", "reference": "four"}],
@@ -262,7 +262,7 @@ def test_reward_api_follows_a_server_judge_that_derives_its_rubric(rule):
         judge = RewardApiJudge(RewardApiJudge.Params(base_url=s.url))
         judge.check_rubric(rule.rubric)
         assert judge.scored_rubric(rule.rubric).content_hash == derived.content_hash
-        from rlkit.types import Rollout
+        from rlkit.core.types import Rollout
 
         scores = judge.score(Rollout(records=[{"prompt": "1+1="}], completions=[["a", "b", "c"]]), rule.rubric)
     assert scores.tolist() == [[[0.0], [0.5], [1.0]]]

@@ -12,7 +12,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import OmegaConf, open_dict
 
-from rlkit.sweep import SweepSummary, collect_job_summaries, sweep_identity, write_job_summary
+from rlkit.runs.sweep import SweepSummary, collect_job_summaries, sweep_identity, write_job_summary
 
 
 @pytest.fixture
@@ -46,7 +46,7 @@ def test_multirun_job_is_named_from_its_overrides_and_grouped_by_sweep(hydra_job
             seen.update(kwargs)
 
     monkeypatch.setattr("lightning.pytorch.loggers.WandbLogger", Recorder)
-    from rlkit.loggers import make_logger
+    from rlkit.runs.loggers import make_logger
 
     make_logger(cfg, tmp_path)
     assert seen["name"] == "advantage=gdpo,aggregator=geometric" and seen["group"] == "/sweeps/s1"
@@ -107,7 +107,7 @@ def test_optuna_preset_composes_maximising_the_fit_metric():
     sweeper = cfg.hydra.sweeper
     assert sweeper._target_.endswith("OptunaSweeper") and sweeper.direction == "maximize"
     assert set(sweeper.params) == {"optim.lr", "objective.beta"}
-    assert cfg.hydra.callbacks.sweep_summary._target_ == "rlkit.sweep.SweepSummary"
+    assert cfg.hydra.callbacks.sweep_summary._target_ == "rlkit.runs.sweep.SweepSummary"
 
 
 @pytest.mark.slow

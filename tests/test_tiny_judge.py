@@ -23,7 +23,7 @@ def test_distillation_records_are_rule_judge_json():
 
 
 def test_build_trains_saves_and_reuses(tmp_path):
-    from rlkit.models import load_policy
+    from rlkit.lm.models import load_policy
 
     folder = build_tiny_judge(_QUICK, tmp_path)
     assert folder.name == f"tiny-judge-{tiny_judge_hash(_QUICK)}"

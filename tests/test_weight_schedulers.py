@@ -12,7 +12,7 @@ import torch
 
 from rlkit import ConfigError, Rubric, load_rubric, rubric_from_dict
 from rlkit.cli import main
-from rlkit.registry import Registry, create_plugin_manager
+from rlkit.core.registry import Registry, create_plugin_manager
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 _REGISTRY = Registry(create_plugin_manager())

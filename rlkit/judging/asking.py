@@ -32,7 +32,7 @@ class JudgeBackend:
     trained for one group size): each distinct ``variant`` is passed to ``build_offline`` and built once."""
 
     def __init__(self, name: str, params: dict[str, Any], build_offline: Callable[..., Path]) -> None:
-        from rlkit.registry import load_registry
+        from rlkit.core.registry import load_registry
 
         self.offline = name == "hf" and params.get("model") is None
         self._params, self._build_offline = dict(params), build_offline

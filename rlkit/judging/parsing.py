@@ -2,7 +2,7 @@
 
 Everything here is a pure function of the text and never raises on what a model writes: an answer that
 cannot be read comes back with ``method="none"`` and everything marked missing, so the caller decides
-whether that is a retry, a zero reward or a :class:`rlkit.errors.JudgeError`.
+whether that is a retry, a zero reward or a :class:`rlkit.core.errors.JudgeError`.
 
 Scores (:func:`parse_scores`), tried in this order:
 
@@ -68,7 +68,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
-from rlkit.rubric import Dimension, Rubric
+from rlkit.core.rubric import Dimension, Rubric
 
 __all__ = ["RankingParse", "ScoreParse", "parse_ranking", "parse_scores", "ranks_from_order"]
 

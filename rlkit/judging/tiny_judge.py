@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from rlkit.models import TinyPolicySpec, build_cached, build_model, build_tokenizer, default_cache_dir
+from rlkit.lm.models import TinyPolicySpec, build_cached, build_model, build_tokenizer, default_cache_dir
 
 COMPACT_TEMPLATE = "judge/rubric_scores_compact.jinja"
 RANKING_COMPACT_TEMPLATE = "judge/rank_group_compact.jinja"
@@ -87,7 +87,7 @@ def shipped_rubric(name: str) -> Any:
     """A rubric shipped under ``conf/rubrics/`` (the tiny judge learns the default task's)."""
     import importlib.resources
 
-    from rlkit.rubric import load_rubric
+    from rlkit.core.rubric import load_rubric
 
     return load_rubric(Path(str(importlib.resources.files("rlkit.conf"))) / "rubrics" / f"{name}.yaml")
 
@@ -97,8 +97,8 @@ def distillation_records(spec: TinyJudgeSpec) -> list[dict[str, Any]]:
 
     import torch
 
-    from rlkit.registry import load_registry
-    from rlkit.types import Rollout
+    from rlkit.core.registry import load_registry
+    from rlkit.core.types import Rollout
 
     rubric = shipped_rubric(spec.rubric)
     rng = random.Random(spec.seed)
@@ -121,7 +121,7 @@ def distillation_records(spec: TinyJudgeSpec) -> list[dict[str, Any]]:
 
 
 def render_compact(rubric: Any, prompt: str, completion: str) -> str:
-    from rlkit.judging.templates import render_template
+    from rlkit.core.templates import render_template
 
     return render_template(COMPACT_TEMPLATE, rubric=rubric, prompt=prompt, completion=completion)
 
@@ -153,7 +153,7 @@ def label_levels(labels: list[str], levels: list[int]) -> str:
 
 
 def render_ranking_compact(rubric: Any, prompt: str, completions: list[str], reference: str | None = None) -> str:
-    from rlkit.judging.templates import render_template
+    from rlkit.core.templates import render_template
 
     labels = group_labels(len(completions))
     candidates = [{"label": lab, "text": text} for lab, text in zip(labels, completions, strict=True)]
@@ -166,8 +166,8 @@ def ranking_records(spec: TinyJudgeSpec) -> list[dict[str, Any]]:
     (:func:`answer_level`) from the rule judge's scores on the shipped rubric."""
     import torch
 
-    from rlkit.registry import load_registry
-    from rlkit.types import Rollout
+    from rlkit.core.registry import load_registry
+    from rlkit.core.types import Rollout
 
     rubric = shipped_rubric(spec.rubric)
     rng = random.Random(spec.seed)
@@ -198,7 +198,7 @@ def _training_texts(spec: TinyJudgeSpec, rubric: Any) -> list[tuple[str, str]]:
 def tiny_judge_hash(spec: TinyJudgeSpec) -> str:
     from importlib.metadata import version
 
-    from rlkit.judging.templates import template_hash
+    from rlkit.core.templates import template_hash
 
     template = RANKING_COMPACT_TEMPLATE if spec.task == "ranking" else COMPACT_TEMPLATE
     key = {"spec": asdict(spec), "format": _FORMAT, "template": template_hash(template),

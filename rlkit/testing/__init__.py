@@ -12,6 +12,7 @@ against your plugin exactly as it runs against rlkit's built-ins::
             return MyJudge(MyJudge.Params())
 """
 
+from rlkit.testing.config import plugin_names, validate_overrides
 from rlkit.testing.contracts import (
     AdvantageEstimatorContract,
     AggregatorContract,
@@ -43,4 +44,6 @@ __all__ = [
     "example_reward_batch",
     "example_rollout",
     "example_rubric",
+    "plugin_names",
+    "validate_overrides",
 ]

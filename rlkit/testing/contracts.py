@@ -13,11 +13,11 @@ from typing import Any
 import pytest
 import torch
 
+from rlkit.core.rubric import Rubric, rubric_from_dict
+from rlkit.core.stats import nan_weighted_sum
+from rlkit.core.types import PreferencePairs, RewardBatch, Rollout
 from rlkit.judging import Completion
-from rlkit.rewards import aggregate_rewards, check_judge_output, normalize_scores
-from rlkit.rubric import Rubric, rubric_from_dict
-from rlkit.stats import nan_weighted_sum
-from rlkit.types import PreferencePairs, RewardBatch, Rollout
+from rlkit.reward.pipeline import aggregate_rewards, check_judge_output, normalize_scores
 
 
 def example_rubric() -> Rubric:
@@ -318,7 +318,7 @@ class GeneratorContract:
 
     @pytest.fixture
     def policy(self) -> tuple[Any, Any]:
-        from rlkit.models import build_tiny_policy, load_policy
+        from rlkit.lm.models import build_tiny_policy, load_policy
 
         return load_policy(build_tiny_policy())
 
@@ -328,7 +328,7 @@ class GeneratorContract:
 
     def _generate(self, generator: Any, policy: tuple[Any, Any], records: list[dict[str, Any]], *,
                   greedy: bool = False, num_generations: int | None = None, seeds: list[int] | None = None) -> Any:
-        from rlkit.sampling import GenerationRequest
+        from rlkit.lm.sampling import GenerationRequest
 
         model, tokenizer = policy
         request = GenerationRequest(records, num_generations or self.num_generations, self.max_new_tokens,
@@ -337,7 +337,7 @@ class GeneratorContract:
 
     def test_shapes_masks_and_texts_line_up(self, generator: Any, policy: tuple[Any, Any],
                                             records: list[dict[str, Any]]) -> None:
-        from rlkit.sampling import render_prompt
+        from rlkit.lm.sampling import render_prompt
 
         model, tokenizer = policy
         generator.setup(model, tokenizer)

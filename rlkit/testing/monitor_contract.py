@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 import torch
 
-from rlkit.monitoring import SEVERITIES, MonitorView, make_view
-from rlkit.rubric import Rubric, load_rubric
+from rlkit.core.rubric import Rubric, load_rubric
+from rlkit.reward.monitor_view import SEVERITIES, MonitorView, make_view
 
 ARITHMETIC_RUBRIC = "pkg://rlkit.conf/rubrics/arithmetic.yaml"
 
@@ -32,14 +32,14 @@ def arithmetic_rubric() -> Rubric:
 def example_monitor_views(steps: int = 8) -> list[MonitorView]:
     """Steps 0..steps-1 of a run that drifts: answers start short and right, then grow long, templated,
     repetitive, and all score the same. The views carry the rule judge and a deterministic fake generator."""
-    from rlkit.registry import load_registry
+    from rlkit.core.registry import load_registry
 
     rubric = arithmetic_rubric()
     judge = load_registry().create("judge", "rule")
     records = [{"prompt": f"{i}+{i}=", "reference": str(2 * i)} for i in range(1, 4)]
 
     def judge_scores(recs: Sequence[dict[str, Any]], completions: Sequence[Sequence[str]]) -> torch.Tensor:
-        from rlkit.types import Rollout
+        from rlkit.core.types import Rollout
 
         return judge.score(Rollout(records=list(recs), completions=[list(c) for c in completions]), rubric)
 

@@ -1,7 +1,7 @@
 """A small OpenAI-compatible chat-completions server for tests and local use, serving a local causal LM.
 
 It answers ``POST /v1/chat/completions`` and ``GET /v1/models`` with a real Hugging Face model loaded by
-:func:`rlkit.models.load_policy` (the embedded tiny policy by default), using only the standard library
+:func:`rlkit.lm.models.load_policy` (the embedded tiny policy by default), using only the standard library
 (``http.server`` in a background thread), so it adds no dependency. It binds ``127.0.0.1`` on a free port
 unless told otherwise; :attr:`OpenAICompatibleServer.url` is the base URL a client needs (``.../v1``)::
 
@@ -115,7 +115,7 @@ class OpenAICompatibleServer:
         """``model``: a local model directory or cached hub id (None: the embedded tiny policy); or pass an
         already loaded ``policy=(model, tokenizer)`` to share one between servers."""
         if policy is None:
-            from rlkit.models import build_tiny_policy, load_policy
+            from rlkit.lm.models import build_tiny_policy, load_policy
 
             policy = load_policy(model if model is not None else build_tiny_policy(), dtype=dtype)
         self.model, self.tokenizer = policy

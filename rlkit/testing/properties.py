@@ -20,10 +20,10 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rlkit.rewards import normalize_scores
-from rlkit.stats import nan_weighted_sum
+from rlkit.core.stats import nan_weighted_sum
+from rlkit.core.types import RewardBatch
+from rlkit.reward.pipeline import normalize_scores
 from rlkit.testing.contracts import example_rubric
-from rlkit.types import RewardBatch
 
 _LEVELS = [0.0, 0.25, 0.5, 0.75, 1.0, math.nan]  # few levels: ties and NaN holes are common
 _SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -25,8 +25,7 @@ from dataclasses import dataclass
 
 import torch
 
-from rlkit import ConfigError, RewardBatch, hookimpl
-from rlkit.stats import nan_mean_std
+from rlkit.plugin import ConfigError, RewardBatch, hookimpl, nan_mean_std
 
 
 def gdpo_advantages(scores: torch.Tensor, weights: torch.Tensor, eps: float = 1e-4,

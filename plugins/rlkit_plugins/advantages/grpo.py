@@ -12,8 +12,7 @@ from typing import Literal
 
 import torch
 
-from rlkit import RewardBatch, hookimpl
-from rlkit.stats import nan_mean_std
+from rlkit.plugin import RewardBatch, hookimpl, nan_mean_std
 
 ScaleRewards = Literal["group", "batch", "none"]
 

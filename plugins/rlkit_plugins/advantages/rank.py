@@ -26,7 +26,7 @@ from typing import Literal, get_args
 
 import torch
 
-from rlkit import ConfigError, RewardBatch, hookimpl
+from rlkit.plugin import ConfigError, RewardBatch, hookimpl
 
 RankMethod = Literal["linear", "softmax", "wins"]
 

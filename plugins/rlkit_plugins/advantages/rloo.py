@@ -18,8 +18,7 @@ from typing import Literal, get_args
 
 import torch
 
-from rlkit import ConfigError, RewardBatch, hookimpl
-from rlkit.stats import nan_mean_std
+from rlkit.plugin import ConfigError, RewardBatch, hookimpl, nan_mean_std
 
 RlooScale = Literal["none", "group"]
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import torch
 
-from rlkit import ConfigError, RewardBatch, hookimpl
+from rlkit.plugin import ConfigError, RewardBatch, hookimpl
 
 
 def nan_geometric_mean(scores: torch.Tensor, weights: torch.Tensor, *, floor: float = 0.01,

@@ -9,7 +9,7 @@ from typing import Any, Literal
 
 import torch
 
-from rlkit import ConfigError, RewardBatch, Rubric, hookimpl
+from rlkit.plugin import ConfigError, RewardBatch, Rubric, hookimpl
 from rlkit_plugins.aggregators.geometric import nan_geometric_mean
 from rlkit_plugins.aggregators.minimum import nan_min
 from rlkit_plugins.aggregators.weighted_sum import nan_weighted_sum

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import torch
 
-from rlkit import ConfigError, RewardBatch, Rubric, hookimpl
+from rlkit.plugin import ConfigError, RewardBatch, Rubric, hookimpl
 
 # Float32 scores differ from their decimal spelling by ~1e-7, so a gap of exactly ``tolerance``
 # (0.6 - 0.5 against 0.1) would otherwise fall either side of it by chance. Only added when the

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import torch
 
-from rlkit import ConfigError, RewardBatch, Rubric, hookimpl
+from rlkit.plugin import ConfigError, RewardBatch, Rubric, hookimpl
 from rlkit_plugins.aggregators.weighted_sum import nan_weighted_sum
 
 

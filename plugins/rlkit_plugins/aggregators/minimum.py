@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
-from rlkit import RewardBatch, hookimpl
+from rlkit.plugin import RewardBatch, hookimpl
 
 
 def nan_min(scores: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:

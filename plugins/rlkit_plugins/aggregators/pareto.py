@@ -7,7 +7,7 @@ from typing import Literal
 
 import torch
 
-from rlkit import ConfigError, RewardBatch, hookimpl
+from rlkit.plugin import ConfigError, RewardBatch, hookimpl
 
 
 def dominance(scores: torch.Tensor) -> torch.Tensor:

@@ -6,8 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
-from rlkit import RewardBatch, hookimpl
-from rlkit.stats import nan_weighted_sum
+from rlkit.plugin import RewardBatch, hookimpl, nan_weighted_sum
 
 __all__ = ["WeightedSumAggregator", "nan_weighted_sum"]
 

@@ -1,7 +1,7 @@
 """The built-in ``hf`` judge backend: a local Hugging Face causal LM run in-process.
 
 * ``model`` is a local model directory or a hub id already in the local Hugging Face cache (resolved by
-  :func:`rlkit.models.locate_model`, which never downloads); ``None`` is the embedded tiny policy. A path or
+  :func:`rlkit.lm.models.locate_model`, which never downloads); ``None`` is the embedded tiny policy. A path or
   id that does not resolve fails when the backend is built, so ``rlkit validate`` reports it.
 * The weights load on the first :meth:`HFBackend.complete`, not when the backend is built: ``rlkit validate``
   builds every configured plugin and must stay fast.
@@ -24,8 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rlkit import ConfigError, hookimpl
-from rlkit.judging import Completion, render_chat
+from rlkit.plugin import Completion, ConfigError, hookimpl, render_chat
 
 WHERE = "judge.params.backend_params"
 _DTYPES = ("auto", "float32", "float16", "bfloat16")
@@ -108,7 +107,7 @@ class HFBackend:
 
     def _model_path(self) -> Path:
         if self._path is None:
-            from rlkit.models import build_tiny_policy
+            from rlkit.plugin import build_tiny_policy
 
             self._path = build_tiny_policy()  # reused from the cache once built
             self._ref = str(self._path)
@@ -127,7 +126,7 @@ class HFBackend:
 
     def _load(self) -> tuple[Any, Any]:
         if self._model is None:
-            from rlkit.models import load_policy
+            from rlkit.plugin import load_policy
 
             try:
                 model, tokenizer = load_policy(self._model_path(), dtype=self.params.dtype)
@@ -217,7 +216,7 @@ class HFBackend:
 
 def _locate(model: str) -> tuple[Path, str]:
     """The directory to load and the identity string for a configured model path or hub id."""
-    from rlkit.models import locate_model
+    from rlkit.plugin import locate_model
 
     try:
         path = locate_model(model)

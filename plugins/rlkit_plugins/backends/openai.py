@@ -33,9 +33,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from rlkit import ConfigError, hookimpl
-from rlkit.judging import Completion
-from rlkit.judging.http import MAX_BACKOFF_S, post_with_retries, retry_delay, run_async
+from rlkit.plugin import MAX_BACKOFF_S, Completion, ConfigError, hookimpl, post_with_retries, retry_delay, run_async
 
 __all__ = ["MAX_BACKOFF_S", "OpenAIBackend"]
 

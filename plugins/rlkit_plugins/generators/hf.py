@@ -20,8 +20,7 @@ from typing import Any
 
 import torch
 
-from rlkit import hookimpl
-from rlkit.sampling import GenerationRequest, SampledBatch, assemble_sampled_batch, tokenize_prompts
+from rlkit.plugin import GenerationRequest, SampledBatch, assemble_sampled_batch, hookimpl, tokenize_prompts
 
 _MASK32 = 0xFFFFFFFF
 

@@ -10,33 +10,22 @@ replace the cheap ones for the whole group, so one group is never scored by two 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 import torch
 
-from rlkit import ConfigError, Rollout, Rubric, hookimpl
-from rlkit.judging.members import member_judge
+from rlkit.plugin import ConfigError, JudgeRef, PluginRef, Rollout, Rubric, check_member_judge, hookimpl
 
 
 class CascadeJudge:
     @dataclass
     class Params:
-        cheap: dict[str, Any] = field(default_factory=lambda: {"name": "rule"})
-        expensive: dict[str, Any] = field(default_factory=lambda: {"name": "rule"})
+        cheap: JudgeRef = field(default_factory=lambda: PluginRef.to("judge", "rule"))
+        expensive: JudgeRef = field(default_factory=lambda: PluginRef.to("judge", "rule"))
         span_threshold: float = 0.1
 
     def __init__(self, params: Params) -> None:
-        from rlkit.registry import load_registry
-
-        registry = load_registry()
         self.params = params
-        self.stages = []
-        for stage in ("cheap", "expensive"):
-            spec = getattr(params, stage)
-            if not isinstance(spec, dict) or "name" not in spec or set(spec) - {"name", "params"}:
-                raise ConfigError("must be {name: <judge>, params: {...}}", f"judge.params.{stage}")
-            self.stages.append(member_judge(registry, spec["name"], spec.get("params") or {},
-                                            f"judge.params.{stage}", "cascade"))
+        self.stages = [check_member_judge(params.cheap, "cascade"), check_member_judge(params.expensive, "cascade")]
         if not 0 <= params.span_threshold <= 1:
             raise ConfigError("must lie in [0, 1] (a share of each dimension's range)", "judge.params.span_threshold")
         self._escalated = 0.0

@@ -11,33 +11,24 @@ agreement 1 − (mean absolute pairwise difference / range) over the last batch.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal
 
 import torch
 
-from rlkit import ConfigError, Rollout, Rubric, hookimpl
-from rlkit.judging.members import member_judge
+from rlkit.plugin import ConfigError, JudgeRef, PluginRef, Rollout, Rubric, check_member_judge, hookimpl
 
 
 class EnsembleJudge:
     @dataclass
     class Params:
-        members: list[dict[str, Any]] = field(default_factory=lambda: [{"name": "rule"}])  # {name, params}
+        members: list[JudgeRef] = field(default_factory=lambda: [PluginRef.to("judge", "rule")])
         combine: Literal["mean", "median", "agreement"] = "mean"
 
     def __init__(self, params: Params) -> None:
-        from rlkit.registry import load_registry
-
         if not params.members:
             raise ConfigError("needs at least one member", "judge.params.members")
-        registry = load_registry()
         self.params = params
-        self.members = []
-        for i, member in enumerate(params.members):
-            if not isinstance(member, dict) or "name" not in member or set(member) - {"name", "params"}:
-                raise ConfigError("each member is {name: <judge>, params: {...}}", f"judge.params.members[{i}]")
-            self.members.append(member_judge(registry, member["name"], member.get("params") or {},
-                                             f"judge.params.members[{i}]", "ensemble"))
+        self.members = [check_member_judge(ref, "ensemble") for ref in params.members]
         self._agreement: dict[str, float] = {}
 
     def check_rubric(self, rubric: Rubric) -> None:

@@ -1,6 +1,6 @@
 """The ``grm`` judge: a generative reward model trained with ``rlkit train-grm`` scores each group.
 
-Every two completions of a group are put to the model in both label orders (``rlkit.grm``); a completion's
+Every two completions of a group are put to the model in both label orders (``rlkit.grm.model``); a completion's
 score is its mean preference over the others of its group, a soft win rate in [0, 1]. The scores follow a
 derived one-dimension rubric, ``preference`` (:meth:`GrmJudge.scored_rubric`); the rubric the GRM was trained
 to apply lives in the model, not in this config. ``group_confidence`` is the model's order consistency per
@@ -18,8 +18,7 @@ from typing import Any
 
 import torch
 
-from rlkit import ConfigError, JudgeError, Rollout, Rubric, hookimpl
-from rlkit.rubric import Anchor, Dimension
+from rlkit.plugin import Anchor, ConfigError, Dimension, JudgeError, Rollout, Rubric, hookimpl
 
 WHERE = "judge.params.model"
 
@@ -45,7 +44,7 @@ class GrmJudge:
         batch_size: int = 64  # questions per forward pass
 
     def __init__(self, params: GrmJudge.Params | None = None) -> None:
-        from rlkit.models import check_model_directory
+        from rlkit.plugin import check_model_directory
 
         p = params or GrmJudge.Params()
         if p.model is None:
@@ -63,8 +62,7 @@ class GrmJudge:
 
     def _load(self) -> Any:
         if self._grm is None:
-            from rlkit.grm import GenerativeRewardModel
-            from rlkit.grm_training import read_grm_format
+            from rlkit.plugin import GenerativeRewardModel, read_grm_format
 
             grm = GenerativeRewardModel.load(self.params.model, self.params.dtype, read_grm_format(self.params.model))
             grm.model.to(self.params.device)

@@ -8,32 +8,26 @@ for a model (accuracy, clarity) reach it, while binary safety and format checks 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 import torch
 
-from rlkit import ConfigError, Rollout, Rubric, hookimpl
-from rlkit.judging.members import member_judge
+from rlkit.plugin import ConfigError, JudgeRef, PluginRef, Rollout, Rubric, check_member_judge, hookimpl
 
 
 class HybridJudge:
     @dataclass
     class Params:
-        judges: dict[str, dict[str, Any]] = field(default_factory=lambda: {"rule": {}})  # name -> that judge's params
+        # label -> the judge: a name, or {name, params}; dimensions are routed to labels
+        judges: dict[str, JudgeRef] = field(default_factory=lambda: {"rule": PluginRef.to("judge", "rule")})
         default: str = "rule"
         assign: dict[str, str] = field(default_factory=dict)  # dimension -> judge, for rubrics without `judge`
 
     def __init__(self, params: Params) -> None:
-        from rlkit.registry import load_registry
-
         if params.default not in params.judges:
             raise ConfigError(f"default judge {params.default!r} is not among judges {sorted(params.judges)}",
                               "judge.params.default")
-        registry = load_registry()
         self.params = params
-        self.judges = {name: member_judge(registry, name, p or {}, f"judge.params.judges.{name}", "hybrid",
-                                         params_where=f"judge.params.judges.{name}")
-                       for name, p in params.judges.items()}
+        self.judges = {label: check_member_judge(ref, "hybrid") for label, ref in params.judges.items()}
 
     def routing(self, rubric: Rubric) -> dict[str, list[int]]:
         """Judge name → the indices of the dimensions it scores."""

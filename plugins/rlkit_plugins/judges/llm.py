@@ -30,12 +30,22 @@ from typing import Any, Literal
 
 import torch
 
-from rlkit import ConfigError, Rollout, Rubric, hookimpl
-from rlkit.data import prompt_text
-from rlkit.judging.asking import FailureWarning, JudgeBackend, ask
-from rlkit.judging.cache import ResponseCache
-from rlkit.judging.parsing import parse_scores
-from rlkit.judging.templates import chosen_template, render_template, template_hash, template_path
+from rlkit.plugin import (
+    ConfigError,
+    FailureWarning,
+    JudgeBackend,
+    ResponseCache,
+    Rollout,
+    Rubric,
+    ask,
+    chosen_template,
+    hookimpl,
+    parse_scores,
+    prompt_text,
+    render_template,
+    template_hash,
+    template_path,
+)
 
 FULL_TEMPLATE = "judge/rubric_scores.jinja"
 COMPACT_TEMPLATE = "judge/rubric_scores_compact.jinja"
@@ -53,7 +63,7 @@ class LLMJudge:
         failure_warning: float = 0.05  # warn when the parse-failure rate of a call exceeds this
 
     def __init__(self, params: Params) -> None:
-        from rlkit.judging.tiny_judge import build_tiny_judge
+        from rlkit.plugin import build_tiny_judge
 
         if params.parse_retries < 0:
             raise ConfigError("must be >= 0", "judge.params.parse_retries")

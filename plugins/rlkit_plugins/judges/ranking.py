@@ -44,14 +44,29 @@ from typing import Any, Literal, get_args
 
 import torch
 
-from rlkit import ConfigError, JudgeError, Rollout, Rubric, hookimpl
-from rlkit.data import prompt_text
-from rlkit.judging.asking import FailureWarning, JudgeBackend, ask
-from rlkit.judging.cache import ResponseCache
-from rlkit.judging.parsing import RankingParse, parse_ranking, ranks_from_order
-from rlkit.judging.templates import chosen_template, render_template, template_hash, template_path
-from rlkit.judging.tiny_judge import RANKING_COMPACT_TEMPLATE, group_labels
-from rlkit.rubric import Anchor, Dimension
+from rlkit.plugin import (
+    RANKING_COMPACT_TEMPLATE,
+    Anchor,
+    ConfigError,
+    Dimension,
+    FailureWarning,
+    JudgeBackend,
+    JudgeError,
+    RankingParse,
+    ResponseCache,
+    Rollout,
+    Rubric,
+    ask,
+    chosen_template,
+    group_labels,
+    hookimpl,
+    parse_ranking,
+    prompt_text,
+    ranks_from_order,
+    render_template,
+    template_hash,
+    template_path,
+)
 
 FULL_TEMPLATE = "judge/rank_group.jinja"
 RankReward = Literal["linear", "softmax", "margin", "wins"]
@@ -195,7 +210,7 @@ class RankingJudge:
         seed: int = 0
 
     def __init__(self, params: Params) -> None:
-        from rlkit.judging.tiny_judge import RANKING_SPEC, build_tiny_judge, ranking_spec
+        from rlkit.plugin import RANKING_SPEC, build_tiny_judge, ranking_spec
 
         if params.repetitions < 1:
             raise ConfigError("must be >= 1", "judge.params.repetitions")

@@ -26,10 +26,19 @@ from typing import Any
 
 import torch
 
-from rlkit import ConfigError, Rollout, Rubric, hookimpl
-from rlkit.judging.http import post_with_retries, retry_delay, run_async, snippet
-from rlkit.rubric import rubric_from_dict
-from rlkit.serve_models import InfoResponse, RewardResponse
+from rlkit.plugin import (
+    ConfigError,
+    InfoResponse,
+    RewardResponse,
+    Rollout,
+    Rubric,
+    hookimpl,
+    post_with_retries,
+    retry_delay,
+    rubric_from_dict,
+    run_async,
+    snippet,
+)
 
 WHERE = "judge.params"
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")

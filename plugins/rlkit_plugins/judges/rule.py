@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from rlkit import JudgeError, Rollout, Rubric, RubricError, hookimpl
+from rlkit.plugin import JudgeError, Rollout, Rubric, RubricError, hookimpl
 from rlkit_plugins.judges import rule_features as rf
 from rlkit_plugins.judges.rule_features import Batch, BatchCheck
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from rlkit import JudgeError
+from rlkit.plugin import JudgeError
 
 NAN = float("nan")
 _FENCE = re.compile(r"```json[ \t]*\n(.*?)```", re.DOTALL | re.IGNORECASE)

@@ -8,8 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from rlkit import ConfigError, hookimpl
-from rlkit.monitoring import Alert, BaselineDrift, MonitorView, due
+from rlkit.plugin import Alert, BaselineDrift, ConfigError, MonitorView, due, hookimpl
 
 
 def repetition(text: str, n: int) -> float:

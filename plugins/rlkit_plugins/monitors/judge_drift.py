@@ -8,10 +8,19 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from rlkit import ConfigError, Rubric, hookimpl
-from rlkit.calibration import DEFAULT_LABELS, calibrate, judge_records, read_labels
-from rlkit.config import resolve_path
-from rlkit.monitoring import Alert, MonitorView, due
+from rlkit.plugin import DEFAULT_CALIBRATION_LABELS as DEFAULT_LABELS
+from rlkit.plugin import (
+    Alert,
+    ConfigError,
+    MonitorView,
+    Rubric,
+    calibrate,
+    due,
+    hookimpl,
+    judge_records,
+    read_labels,
+    resolve_path,
+)
 
 
 class JudgeDrift:

@@ -9,9 +9,7 @@ from typing import Any
 
 import torch
 
-from rlkit import ConfigError, hookimpl
-from rlkit.monitoring import MonitorView, due
-from rlkit.rewards import normalize_scores
+from rlkit.plugin import ConfigError, MonitorView, due, hookimpl, normalize_scores
 
 DEFAULT_PROMPTS = [{"prompt": "2+3=", "reference": "5"}, {"prompt": "17+25=", "reference": "42"},
                    {"prompt": "9+9=", "reference": "18"}]

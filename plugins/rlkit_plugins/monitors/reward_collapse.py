@@ -1,7 +1,7 @@
 """``reward_collapse``: learning has stopped because the reward no longer separates completions.
 
 A group whose rewards are all equal gives every completion advantage 0. That happens when most groups
-are saturated in every dimension (the host's saturation detector, :func:`rlkit.diagnostics.saturated_groups`)
+are saturated in every dimension (the host's saturation detector, :func:`rlkit.reward.diagnostics.saturated_groups`)
 or when every completion already gets the maximum score; the alert names the saturated dimensions."""
 
 from __future__ import annotations
@@ -11,9 +11,7 @@ from typing import Any
 
 import torch
 
-from rlkit import ConfigError, hookimpl
-from rlkit.monitoring import Alert, MonitorView, due
-from rlkit.stats import nan_mean_std
+from rlkit.plugin import Alert, ConfigError, MonitorView, due, hookimpl, nan_mean_std
 
 
 class RewardCollapse:

@@ -7,8 +7,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from rlkit import ConfigError, hookimpl
-from rlkit.monitoring import Alert, MonitorView, due
+from rlkit.plugin import Alert, ConfigError, MonitorView, due, hookimpl
 
 DEFAULT_PATTERNS = [
     r"\bfirst(?:ly)?\b.*\bsecond(?:ly)?\b.*\b(?:finally|lastly)\b",

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import torch
 
-from rlkit import PreferencePairs, RewardBatch, hookimpl
+from rlkit.plugin import PreferencePairs, RewardBatch, hookimpl
 
 TIE_TOLERANCE = 1e-6
 """Rewards (or scores) closer than this are equal: float32 rounding must not invent a preference."""

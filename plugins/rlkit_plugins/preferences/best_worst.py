@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
-from rlkit import PreferencePairs, RewardBatch, hookimpl
+from rlkit.plugin import PreferencePairs, RewardBatch, hookimpl
 from rlkit_plugins.preferences.all_pairs import TIE_TOLERANCE, pairs_from_mask, require_rewards, reward_order
 
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import torch
 
-from rlkit import ConfigError, PreferencePairs, RewardBatch, hookimpl
+from rlkit.plugin import ConfigError, PreferencePairs, RewardBatch, hookimpl
 from rlkit_plugins.preferences.all_pairs import (
     TIE_TOLERANCE,
     pairs_from_mask,

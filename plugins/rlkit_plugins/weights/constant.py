@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 
-from rlkit import ConfigError, Rubric, hookimpl
+from rlkit.plugin import ConfigError, Rubric, hookimpl
 
 
 class ConstantWeights:

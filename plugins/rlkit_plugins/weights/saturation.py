@@ -6,7 +6,7 @@ adds a per-group constant that group-relative advantages cancel, while still dil
 dimensions that do separate completions. So, per training step:
 
 * the saturated share of each dimension is the share of the batch's groups that
-  :func:`rlkit.diagnostics.saturated_groups` (the host's one saturation detector, with
+  :func:`rlkit.reward.diagnostics.saturated_groups` (the host's one saturation detector, with
   ``majority_share``) marks; a group with fewer than two scored completions counts as saturated;
 * a dimension is *saturated* this step when that share exceeds ``max_saturated_share``; it is
   removed (weight 0) after ``patience`` consecutive saturated steps, and restored after
@@ -19,7 +19,7 @@ dimensions that do separate completions. So, per training step:
 * if every adjustable dimension with a positive base weight would be removed, the base weights are
   returned (and :attr:`SaturationWeights.removed` is empty).
 
-Repeated steps are handled by :class:`rlkit.weighting.StepRecordScheduler`: the state as of the last
+Repeated steps are handled by :class:`rlkit.reward.weighting.StepRecordScheduler`: the state as of the last
 finished step is kept apart from the current step's record, which a repeated call replaces, so a step
 counts once, with its last batch.
 """
@@ -33,9 +33,7 @@ from typing import Any
 
 import torch
 
-from rlkit import ConfigError, Rubric, hookimpl
-from rlkit.diagnostics import saturation_share
-from rlkit.weighting import StepRecordScheduler
+from rlkit.plugin import ConfigError, Rubric, StepRecordScheduler, hookimpl, saturation_share
 
 
 class SaturationWeights(StepRecordScheduler):

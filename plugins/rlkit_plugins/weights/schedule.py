@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from rlkit import ConfigError, Rubric, hookimpl
+from rlkit.plugin import ConfigError, Rubric, hookimpl
 
 _WHERE = "weights.params.curricula"
 _KEYS = {

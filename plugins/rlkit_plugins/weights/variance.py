@@ -29,7 +29,7 @@ weights ``w`` (``b`` at the start):
    ``max_change`` of its own base weight per step, so weights glide rather than jump, including
    the way back to ``b`` when everything collapsed.
 
-Repeated steps (validation, ``rlkit score``) are handled by :class:`rlkit.weighting.StepRecordScheduler`:
+Repeated steps (validation, ``rlkit score``) are handled by :class:`rlkit.reward.weighting.StepRecordScheduler`:
 a step counts once, with the last batch it saw, and the current batch's variance counts in the current
 weights.
 """
@@ -43,9 +43,7 @@ from typing import Any
 
 import torch
 
-from rlkit import ConfigError, Rubric, hookimpl
-from rlkit.stats import nan_mean_std
-from rlkit.weighting import StepRecordScheduler
+from rlkit.plugin import ConfigError, Rubric, StepRecordScheduler, hookimpl, nan_mean_std
 
 
 def step_variance(scores: torch.Tensor) -> tuple[list[float], list[int]]:

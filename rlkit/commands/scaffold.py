@@ -1,0 +1,160 @@
+"""``rlkit new plugin NAME --kind KIND``: an installable plugin package rendered from ``templates/plugin/``."""
+
+from __future__ import annotations
+
+import argparse
+import keyword
+import re
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+from rlkit.core.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class ScaffoldKind:
+    """What a generated plugin of one kind needs: the registry's kind and the contract suite that tests it."""
+
+    key: str  # the registry's kind key (``rlkit.core.registry.KINDS``)
+    contract: str  # the suite in ``rlkit.testing``
+    fixture: str  # the fixture that suite asks for
+    suffix: str  # of the generated class name
+    selects: tuple[str, ...] = ()  # further overrides its config needs to be used (a constructor needs group_dpo)
+    list_group: bool = False  # the group holds a list of plugins (monitors=[a,b]), not one
+
+
+# --kind names are the config groups users type (judge=..., advantage=...), not the registry's longer keys.
+SCAFFOLD_KINDS: dict[str, ScaffoldKind] = {
+    "judge": ScaffoldKind("judge", "JudgeContract", "judge", "Judge"),
+    "aggregator": ScaffoldKind("aggregator", "AggregatorContract", "aggregator", "Aggregator"),
+    "advantage": ScaffoldKind("advantage_estimator", "AdvantageEstimatorContract", "estimator", "Advantage"),
+    "preference": ScaffoldKind("preference_constructor", "PreferenceConstructorContract", "constructor", "Pairs",
+                               selects=("objective=group_dpo",)),
+    "weights": ScaffoldKind("weight_scheduler", "WeightSchedulerContract", "scheduler", "Weights"),
+    # a list group: selected as monitors=[NAME]
+    "monitor": ScaffoldKind("monitor", "MonitorContract", "monitor", "Monitor", list_group=True),
+}
+NAME = re.compile(r"[a-z][a-z0-9_]*")
+
+USAGE = """rlkit new plugin NAME --kind {kinds} [--dir DIR] [--package PACKAGE]
+
+Writes an installable package (default folder ./rlkit-NAME, package rlkit_NAME): pyproject.toml with its
+`rlkit` entry point, PACKAGE/__init__.py with a working plugin registered as NAME, PACKAGE/conf/<group>/NAME.yaml
+(so `<group>=NAME` selects it once installed) and tests/test_NAME.py running rlkit's contract suite for the kind.
+Then: pip install -e DIR && pytest DIR/tests && rlkit validate <group>=NAME"""
+
+
+def available_kinds() -> dict[str, ScaffoldKind]:
+    """The kinds a plugin can be generated for: those whose registry kind, contract and templates all exist."""
+    import rlkit.testing
+    from rlkit.core.registry import KINDS_BY_KEY
+
+    root = templates_root()
+    return {kind: spec for kind, spec in SCAFFOLD_KINDS.items()
+            if spec.key in KINDS_BY_KEY and hasattr(rlkit.testing, spec.contract)
+            and (root / "kinds" / kind / "module.py.jinja").is_file()}
+
+
+def templates_root() -> Path:
+    """``templates/plugin`` as installed (``rlkit.templates`` in a wheel, the repository's folder when editable)."""
+    return Path(str(resources.files("rlkit.templates"))) / "plugin"
+
+
+def check_name(name: str, what: str) -> str:
+    """A lower-case Python identifier: it is the config name, the entry-point name and part of the package."""
+    if not NAME.fullmatch(name) or keyword.iskeyword(name):
+        raise ConfigError(f"{what} must be a lower-case Python identifier ([a-z][a-z0-9_]*), got {name!r}",
+                          f"rlkit new plugin {what}")
+    return name
+
+
+def _class_name(name: str, suffix: str) -> str:
+    camel = "".join(part.capitalize() for part in name.split("_"))
+    return camel if camel.endswith(suffix) else camel + suffix
+
+
+def selector(name: str, kind: str) -> str:
+    """The override that selects plugin ``name`` of ``kind``: ``judge=NAME``, or ``monitors=[NAME]`` for a list."""
+    from rlkit.core.registry import KINDS_BY_KEY
+
+    spec = SCAFFOLD_KINDS[kind]
+    group = KINDS_BY_KEY[spec.key].group
+    return f"{group}=[{name}]" if spec.list_group else f"{group}={name}"
+
+
+def render_plugin(name: str, kind: str, target: Path, package: str | None = None) -> list[Path]:
+    """Write the plugin package for ``name`` of ``kind`` into ``target`` (new or empty); return the files written."""
+    import jinja2
+
+    import rlkit
+    from rlkit.core.registry import KINDS_BY_KEY
+
+    kinds = available_kinds()
+    if kind not in kinds:
+        raise ConfigError(f"unknown kind {kind!r}; kinds: {', '.join(kinds)}", "rlkit new plugin --kind")
+    check_name(name, "NAME")
+    package = check_name(package or f"rlkit_{name}", "--package")
+    if target.exists() and (not target.is_dir() or any(target.iterdir())):
+        raise ConfigError("exists and is not an empty folder; choose another --dir", str(target))
+    spec = kinds[kind]
+    registry_kind = KINDS_BY_KEY[spec.key]
+    overrides = [*spec.selects, selector(name, kind)]
+    variables = {
+        "name": name, "kind": kind, "package": package, "dist": package.replace("_", "-"),
+        "class_name": _class_name(name, spec.suffix), "group": registry_kind.group, "hook": registry_kind.hook,
+        "kind_key": spec.key, "contract": spec.contract, "fixture": spec.fixture,
+        "overrides": ", ".join(f'"{o}"' for o in overrides), "selector": selector(name, kind),
+        "rlkit_version": rlkit.__version__,
+    }
+    root = templates_root()
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(root)), undefined=jinja2.StrictUndefined,
+                             keep_trailing_newline=True, autoescape=False)
+    files = {
+        "pyproject.toml": "pyproject.toml.jinja",
+        "README.md": "README.md.jinja",
+        f"{package}/__init__.py": f"kinds/{kind}/module.py.jinja",
+        f"{package}/conf/{registry_kind.group}/{name}.yaml": f"kinds/{kind}/config.yaml.jinja",
+        f"tests/test_{name}.py": "test.py.jinja",
+    }
+    written = []
+    for relative, template in files.items():
+        path = target / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(env.get_template(template).render(**variables), encoding="utf-8")
+        written.append(path)
+    # Hydra's pkg:// search path imports the conf folder, so it is a package
+    conf_init = target / package / "conf" / "__init__.py"
+    conf_init.write_text(f'"""Config groups shipped by {variables["dist"]}."""\n', encoding="utf-8")
+    return [*written, conf_init]
+
+
+def main(args: Sequence[str]) -> int:
+    """The ``rlkit new`` command."""
+    kinds = available_kinds()
+    usage = USAGE.format(kinds="|".join(kinds))
+    parser = argparse.ArgumentParser(prog="rlkit new", usage=usage, add_help=False)
+    parser.add_argument("what", nargs="?")
+    parser.add_argument("name", nargs="?")
+    parser.add_argument("--kind")
+    parser.add_argument("--dir", type=Path)
+    parser.add_argument("--package")
+    parser.add_argument("-h", "--help", action="store_true")
+    options, unknown = parser.parse_known_args(list(args))
+    if options.help:
+        print(usage)
+        return 0
+    if unknown or options.what != "plugin" or not options.name or not options.kind:
+        problem = f"unexpected {' '.join(unknown)!r}; " if unknown else ""
+        print(f"rlkit: error: {problem}usage: {usage}", file=sys.stderr)
+        return 2
+    target = options.dir or Path(f"rlkit-{options.name.replace('_', '-')}")
+    files = render_plugin(options.name, options.kind, target, options.package)
+    print(f"wrote {len(files)} files to {target}:")
+    for path in files:
+        print(f"  {path.relative_to(target)}")
+    select = selector(options.name, options.kind)
+    print(f"next: pip install -e {target} && pytest {target}/tests && rlkit validate {select}")
+    return 0

@@ -1,0 +1,34 @@
+"""Composing the Hydra config and validating every part of it before anything heavy is built.
+
+``compose`` finds and composes the YAML, ``schemas`` holds the non-plugin groups' schemas, ``validate`` binds every
+part. The names below are the package's face: ``from rlkit.config import compose_config, validate_config``.
+"""
+
+from rlkit.config.compose import (
+    CONFIG_MODULE,
+    HYDRA_VERSION_BASE,
+    PRIMARY_CONFIG,
+    compose_config,
+    config_source,
+    group_options,
+    plugin_search_paths,
+    resolve_path,
+    search_path_override,
+)
+from rlkit.config.schemas import (
+    GROUP_SCHEMAS,
+    DataConfig,
+    DebiasConfig,
+    LoraConfig,
+    ModelConfig,
+    OptimConfig,
+    RubricConfig,
+)
+from rlkit.config.validate import ValidatedConfig, check_model_path, validate_config
+
+__all__ = [
+    "CONFIG_MODULE", "GROUP_SCHEMAS", "HYDRA_VERSION_BASE", "PRIMARY_CONFIG", "DataConfig", "DebiasConfig",
+    "LoraConfig", "ModelConfig", "OptimConfig", "RubricConfig", "ValidatedConfig", "check_model_path",
+    "compose_config", "config_source", "group_options", "plugin_search_paths", "resolve_path",
+    "search_path_override", "validate_config",
+]

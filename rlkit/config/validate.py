@@ -1,0 +1,282 @@
+"""Validating every part of a composed config without building anything heavy."""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass, field
+from typing import Any
+
+import pydantic
+from omegaconf import DictConfig, OmegaConf
+
+from rlkit.config.compose import config_source, resolve_path
+from rlkit.config.schemas import (
+    GROUP_SCHEMAS,
+    OBJECTIVES,
+    DataConfig,
+    DebiasConfig,
+    ModelConfig,
+)
+from rlkit.core.errors import ConfigError, DataError, RlkitError
+from rlkit.core.registry import KINDS, Registry
+from rlkit.core.rubric import Rubric, load_rubric
+
+
+def _choice(cfg: DictConfig, group: str) -> str | None:
+    choices = OmegaConf.select(cfg, "hydra.runtime.choices", default=None)
+    if choices is None:  # inside @hydra.main the hydra node lives in HydraConfig, not in cfg
+        from hydra.core.hydra_config import HydraConfig
+
+        choices = HydraConfig.get().runtime.choices if HydraConfig.initialized() else {}
+    value = choices.get(group)
+    return None if value in (None, "null") else str(value)
+
+
+def _where(registry: Registry, cfg: DictConfig, group: str, field_name: str = "") -> str:
+    key = f"{group}.{field_name}" if field_name else group
+    return f"{key} ({config_source(registry, group, _choice(cfg, group))})"
+
+
+def _check_schema(registry: Registry, cfg: DictConfig, group: str, schema: type[pydantic.BaseModel]) -> Any:
+    node = OmegaConf.to_container(cfg[group], resolve=True) if cfg.get(group) is not None else {}
+    try:
+        validated = schema.model_validate(node)
+        return validated.root if isinstance(validated, pydantic.RootModel) else validated
+    except pydantic.ValidationError as exc:
+        err = exc.errors()[0]
+        loc = list(err["loc"])
+        if isinstance(node, dict) and loc and loc[0] == node.get("name"):
+            loc = loc[1:]  # a discriminated union puts the variant's name first
+        field_name = ".".join(str(p) for p in loc)
+        if err["type"] == "union_tag_invalid":
+            raise ConfigError(f"unknown objective {node.get('name')!r}; available: {', '.join(OBJECTIVES)}",
+                              _where(registry, cfg, group, "name")) from None
+        msg = "unknown key" if err["type"] == "extra_forbidden" else err["msg"]
+        if err["type"] == "missing":
+            msg = "required value is missing"
+        raise ConfigError(msg, _where(registry, cfg, group, field_name)) from None
+
+
+@dataclass
+class ValidatedConfig:
+    """The outcome of validation: every plugin built (cheaply) and the rubric loaded."""
+
+    cfg: DictConfig
+    rubric: Rubric
+    plugins: dict[str, Any] = field(default_factory=dict)
+    # What the judge's scores follow: the rubric itself, unless the judge derives its own (scored_rubric).
+    reward_rubric: Rubric = None  # type: ignore[assignment]  # set by validate_config
+    plugin_names: dict[str, str] = field(default_factory=dict)
+    records: list[dict[str, Any]] | None = None
+    model: ModelConfig | None = None
+    data: DataConfig | None = None
+    objective: Any = None
+    debias: DebiasConfig | None = None
+
+
+def _plugin_node(registry: Registry, cfg: DictConfig, group: str) -> tuple[str, dict[str, Any]] | None:
+    node = cfg.get(group)
+    if node is None:
+        return None
+    where = _where(registry, cfg, group)
+    container = OmegaConf.to_container(node, resolve=True)
+    if not isinstance(container, dict):
+        raise ConfigError("must be a mapping with `name` and `params`", where)
+    extra = sorted(set(container) - {"name", "params"})
+    if extra:
+        raise ConfigError(f"unknown key {extra[0]!r}; a plugin node has only `name` and `params`", where)
+    name = container.get("name")
+    if not isinstance(name, str) or not name:
+        raise ConfigError("missing plugin `name`", where)
+    params = container.get("params") or {}
+    if not isinstance(params, dict):
+        raise ConfigError("`params` must be a mapping", _where(registry, cfg, group, "params"))
+    return name, params
+
+
+def check_model_path(model: ModelConfig) -> None:
+    """The model must be a local directory with a Hugging Face config, or a hub id in the local HF cache."""
+    from rlkit.lm.models import locate_model
+
+    if model.name_or_path is not None:
+        locate_model(model.name_or_path)
+
+
+def _check_reward_path(cfg: DictConfig, result: ValidatedConfig) -> None:
+    from rlkit.reward.pipeline import SCORE_NORMALIZATIONS
+
+    normalization = cfg.get("score_normalization", "range")
+    if normalization not in SCORE_NORMALIZATIONS:
+        raise ConfigError(f"must be one of {', '.join(SCORE_NORMALIZATIONS)}, got {normalization!r}",
+                          "score_normalization")
+    estimator = result.plugins.get("advantage_estimator")
+    aggregator = result.plugin_names.get("aggregator")
+    if getattr(estimator, "ignores_aggregator", False) and aggregator not in (None, "weighted_sum"):
+        warnings.warn(f"advantage={result.plugin_names['advantage_estimator']} forms advantages from the "
+                      f"dimensions directly; aggregator={aggregator} only feeds the logged reward", stacklevel=2)
+
+
+def _check_torch_threads(cfg: DictConfig) -> None:
+    threads = cfg.get("torch_threads")
+    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
+        raise ConfigError(f"must be null (torch's default) or an integer >= 1, got {threads!r}", "torch_threads")
+
+
+def _check_heldout_judge(registry: Registry, cfg: DictConfig, result: ValidatedConfig) -> None:
+    """A training judge that only ranks within groups cannot score a lone held-out completion: build the
+    ``heldout_judge`` that will, on the user's rubric."""
+    if result.reward_rubric is result.rubric:
+        return
+    name = cfg.get("heldout_judge")
+    if not isinstance(name, str) or not name:
+        raise ConfigError(f"judge={result.plugin_names['judge']} ranks completions within their group and cannot score "
+                          f"held-out completions alone; name a per-dimension judge, e.g. heldout_judge=rule "
+                          f"(available: {registry.available('judge')})", "heldout_judge")
+    try:
+        judge = registry.create("judge", name, {}, where="heldout_judge")
+    except RlkitError as exc:
+        raise ConfigError(exc.message, "heldout_judge") from None
+    if callable(getattr(judge, "scored_rubric", None)):
+        raise ConfigError(f"judge {name!r} cannot score held-out completions alone either; use a per-dimension "
+                          "judge such as rule", "heldout_judge")
+    check = getattr(judge, "check_rubric", None)
+    if check is not None:
+        check(result.rubric)
+    result.plugins["heldout_judge"] = judge
+    result.plugin_names["heldout_judge"] = name
+
+
+def _check_reference(registry: Registry, cfg: DictConfig, model: ModelConfig, objective: Any) -> None:
+    where = _where(registry, cfg, "model", "reference")
+    if model.reference == "none":
+        if objective.name == "policy_gradient" and objective.beta > 0:
+            raise ConfigError(f"model.reference=none leaves no reference for the KL term of objective.beta="
+                              f"{objective.beta}; set objective.beta=0 or a reference (frozen, adapter_off, ema)",
+                              where)
+        if objective.name == "group_dpo" and objective.loss_type != "simpo":
+            raise ConfigError(f"model.reference=none: objective.loss_type={objective.loss_type} compares the policy "
+                              "with a reference; use loss_type=simpo (reference-free) or a reference", where)
+    if model.reference == "adapter_off" and not model.lora.enabled:
+        raise ConfigError("adapter_off needs LoRA adapters to switch off; set model.lora.r > 0 or use frozen", where)
+
+
+def _check_objective_parts(registry: Registry, cfg: DictConfig, objective: Any, result: ValidatedConfig) -> None:
+    if objective.name == "group_dpo" and "preference_constructor" not in result.plugins:
+        raise ConfigError("objective=group_dpo builds preference pairs: select a constructor, e.g. "
+                          f"preference=best_worst (available: {registry.available('preference_constructor')})",
+                          "preference")
+
+
+def _check_debias(debias: DebiasConfig, rubric: Rubric) -> None:
+    from rlkit.reward.debias import FEATURES, default_dimensions, threshold_dimensions
+
+    for key, names, known, what in (("features", debias.features, list(FEATURES), "available:"),
+                                    ("dimensions", debias.dimensions or [], rubric.dimension_names,
+                                     f"rubric {rubric.name} has")):
+        unknown = [n for n in names if n not in known]
+        if unknown:
+            singular = key[:-1]
+            raise ConfigError(f"unknown {singular} {unknown[0]!r}; {what} {', '.join(known)}", f"debias.{key}")
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise ConfigError(f"{twice[0]!r} is listed twice", f"debias.{key}")
+    if not debias.features:
+        raise ConfigError(f"name at least one feature; available: {', '.join(FEATURES)}", "debias.features")
+    # A corrected score is fractional; a gate or a condition threshold compares exact levels.
+    threshold = [n for n in debias.dimensions or [] if n in threshold_dimensions(rubric)]
+    if threshold:
+        raise ConfigError(f"{threshold[0]!r} is a gate or another dimension's condition; its threshold compares "
+                          "exact levels, which a corrected score would miss. Leave it out", "debias.dimensions")
+    if debias.min_samples > debias.window:
+        raise ConfigError(f"{debias.min_samples} exceeds debias.window={debias.window}; the fit would never start",
+                          "debias.min_samples")
+    chosen = default_dimensions(rubric) if debias.dimensions is None else debias.dimensions
+    if debias.enabled and not chosen:
+        why = "the list is empty" if debias.dimensions is not None else \
+            "every dimension of the rubric is a gate or another dimension's condition"
+        raise ConfigError(f"no dimension to correct: {why}", "debias.dimensions")
+
+
+def validate_monitors(registry: Registry, cfg: Any, rubric: Rubric) -> dict[str, Any]:
+    """Build every monitor of the ``monitors`` node (``{key: {name, params}}``), checked against the rubric."""
+    from omegaconf import OmegaConf
+
+    node = cfg.get("monitors")
+    if node is None:
+        return {}
+    container = OmegaConf.to_container(node, resolve=True)
+    if not isinstance(container, dict):
+        raise ConfigError("must be selected as a list, e.g. monitors=[length_drift,reward_collapse]", "monitors")
+    built: dict[str, Any] = {}
+    for key, entry in container.items():
+        name = entry.get("name") if isinstance(entry, dict) else None
+        where = f"monitors.{key} ({config_source(registry, 'monitors', name or str(key))})"
+        if not isinstance(entry, dict) or not isinstance(name, str) or not name:
+            raise ConfigError("must be a mapping with `name` and `params`", where)
+        extra = sorted(set(entry) - {"name", "params"})
+        if extra:
+            raise ConfigError(f"unknown key {extra[0]!r}; a monitor node has only `name` and `params`", where)
+        params = entry.get("params") or {}
+        if not isinstance(params, dict):
+            raise ConfigError("`params` must be a mapping", f"monitors.{key}.params")
+        try:
+            monitor = registry.create("monitor", name, params, where=f"monitors.{key}.params")
+        except (ValueError, TypeError) as exc:
+            raise ConfigError(str(exc), f"monitors.{key}.params") from None
+        check = getattr(monitor, "check_rubric", None)
+        if check is not None:
+            check(rubric)
+        built[str(key)] = monitor
+    return built
+
+
+def validate_config(cfg: DictConfig, registry: Registry, *, read_data: bool = True,
+                    need_completions: bool = False) -> ValidatedConfig:
+    """Check every part of a composed config; the first problem raises a one-line ``RlkitError``."""
+    from rlkit.data.records import SYNTHETIC_TASKS, read_jsonl
+
+    parts = {group: _check_schema(registry, cfg, group, schema) for group, schema in GROUP_SCHEMAS.items()}
+    rubric = load_rubric(resolve_path(parts["rubric"].path))
+    result = ValidatedConfig(cfg=cfg, rubric=rubric, model=parts["model"], data=parts["data"],
+                             objective=parts["objective"], debias=parts["debias"], reward_rubric=rubric)
+    for kind in KINDS:
+        if kind.many:
+            continue  # lists of plugins (monitors) are validated below
+        selected = _plugin_node(registry, cfg, kind.group)
+        if selected is None:
+            continue
+        name, params = selected
+        entry = registry.get(kind.key, name)
+        try:
+            plugin = registry.create(kind.key, name, params, where=_where(registry, cfg, kind.group, "params"))
+        except (ValueError, TypeError) as exc:
+            raise ConfigError(str(exc), _where(registry, cfg, kind.group, "params")) from None
+        check = getattr(plugin, "check_rubric", None)
+        if check is not None:
+            # the judge checks the rubric it is asked with; every later part, what the scores follow
+            check(rubric if kind.key == "judge" else result.reward_rubric)
+        if kind.key == "judge":
+            derive = getattr(plugin, "scored_rubric", None)
+            result.reward_rubric = derive(rubric) if callable(derive) else rubric
+        result.plugins[kind.key] = plugin
+        result.plugin_names[kind.key] = entry.name
+    result.plugins["monitor"] = validate_monitors(registry, cfg, result.reward_rubric)  # {key: monitor}
+    if result.plugins["monitor"]:
+        result.plugin_names["monitor"] = ", ".join(result.plugins["monitor"])
+    _check_debias(parts["debias"], result.reward_rubric)
+    _check_heldout_judge(registry, cfg, result)
+    _check_torch_threads(cfg)
+    check_model_path(parts["model"])
+    _check_reference(registry, cfg, parts["model"], parts["objective"])
+    _check_objective_parts(registry, cfg, parts["objective"], result)
+    _check_reward_path(cfg, result)
+    data: Any = parts["data"]
+    if data.path is not None:
+        if read_data:
+            result.records = read_jsonl(resolve_path(data.path), need_completions=need_completions)
+    elif need_completions:
+        raise DataError("set data.path to a JSONL file of records with completions", "data.path")
+    elif data.task not in SYNTHETIC_TASKS:
+        raise ConfigError(f"unknown synthetic task {data.task!r}; available: {', '.join(SYNTHETIC_TASKS)}",
+                          _where(registry, cfg, "data", "task"))
+    return result

@@ -1,0 +1,180 @@
+"""Every hook rlkit calls, with the contract an implementation must honour.
+
+A plugin is a module or object with functions marked ``@rlkit.hookimpl`` whose names match
+the specs below. Registration hooks receive a ``register(name, factory)`` callback:
+
+* ``name`` is what a config selects (``judge: {name: rule}`` or ``judge=rule`` on the command
+  line). Names are unique within a kind; registering a name twice in one kind is an error that
+  names both providers.
+* ``factory`` is a callable ``factory(params) -> plugin object``. Its ``Params`` attribute, when
+  present, is the schema of ``params`` (a dataclass or a pydantic model; every field needs a
+  default). The host validates the config's ``params:`` against it before anything heavy is
+  built, and passes an instance of it to ``factory``. Without ``Params`` the plugin takes no
+  params and ``factory`` is called with ``None``.
+
+Implementations may accept fewer arguments than a spec lists (pluggy's opt-in arguments), so
+adding an argument to a spec later breaks no plugin. All hooks are broadcasts: every
+implementation is called.
+
+Any plugin object, of any kind, may define ``check_rubric(rubric) -> None`` and raise
+``rlkit.RubricError`` or ``rlkit.ConfigError`` when it cannot work with that rubric;
+``rlkit validate`` and every run call it before anything heavy is built.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pluggy
+
+hookspec = pluggy.HookspecMarker("rlkit")
+
+Register = Callable[..., None]
+"""``register(name: str, factory: Callable[[Any], Any]) -> None``"""
+
+
+# --- set-up: configuration --------------------------------------------------------------------
+
+
+@hookspec
+def rlkit_config_search_path() -> list[str] | str | None:
+    """Return Hydra search-path entries (``pkg://my_plugin.conf`` or ``file:///abs/dir``).
+
+    Their YAML files join rlkit's config groups, so a plugin that ships
+    ``my_plugin/conf/judge/my_judge.yaml`` is selected with ``judge=my_judge`` alone.
+    rlkit's own ``pkg://rlkit.conf`` is always searched first.
+    """
+
+
+# --- set-up: registration, one hook per plugin kind --------------------------------------------
+
+
+@hookspec
+def rlkit_register_judges(register: Register) -> None:
+    """Register judge factories.
+
+    A judge object has ``score(rollout: rlkit.Rollout, rubric: rlkit.Rubric) -> torch.Tensor``
+    returning raw scores ``float32 [B, G, D]``: B prompts, G completions each, D = the
+    rubric's dimensions in rubric order, each value inside that dimension's range, NaN where the
+    judge could not score (never a silent 0). Its ``check_rubric`` rejects dimensions it cannot
+    score. An optional ``metrics() -> dict[str, float]`` (e.g. ``judge/parse_failure_rate``) describes
+    the last ``score`` call; the training loop logs it every step.
+
+    Two optional methods serve judges that do not score dimension by dimension:
+
+    * ``scored_rubric(rubric) -> rlkit.Rubric``: the rubric its scores follow, derived from the one it is
+      asked with (a ranking judge's single ``rank`` dimension in [0, 1]). ``score`` still receives the
+      user's rubric; D, the range checks, aggregation, weights, advantages and logs use the derived one.
+      Composite judges (hybrid, ensemble, cascade) refuse such a judge as a member.
+    * ``group_confidence() -> torch.Tensor | None``: ``float32 [B]`` in [0, 1] for the last ``score`` call,
+      how much the judge trusts each group's order; the training loop multiplies that group's advantages
+      (or its preference-pair weights) by it.
+    """
+
+
+@hookspec
+def rlkit_register_aggregators(register: Register) -> None:
+    """Register aggregator factories.
+
+    An aggregator has ``aggregate(batch: rlkit.RewardBatch) -> torch.Tensor`` returning the
+    reward ``float32 [B, G]`` from ``batch.scores`` (normalised to [0, 1], NaN = not scored) and
+    ``batch.weights``. NaN is allowed in the result and means "no reward could be formed".
+    """
+
+
+@hookspec
+def rlkit_register_advantage_estimators(register: Register) -> None:
+    """Register advantage-estimator factories.
+
+    An estimator has ``advantages(batch: rlkit.RewardBatch) -> torch.Tensor`` returning
+    ``float32 [B, G]`` with no NaN: a completion whose reward is NaN gets advantage 0. It reads
+    the whole batch (raw and normalised scores, weights, reward, rubric), so per-dimension
+    methods need no other contract. An estimator whose groups are zero-mean by construction sets
+    the class attribute ``zero_mean_groups = True`` and the contract suite checks it.
+    """
+
+
+@hookspec
+def rlkit_register_preference_constructors(register: Register) -> None:
+    """Register preference-constructor factories.
+
+    A constructor has ``pairs(batch: rlkit.RewardBatch) -> rlkit.PreferencePairs``: for each
+    pair, the prompt index, the chosen and rejected completion indices within that prompt's
+    group, and a weight or soft label in [0, 1]. A completion with NaN reward is never paired.
+    """
+
+
+@hookspec
+def rlkit_register_weight_schedulers(register: Register) -> None:
+    """Register weight-scheduler factories.
+
+    A scheduler owns the dimension weights once training starts (the rubric's weights are only
+    the initial values, read from ``rubric.initial_weights()``). It has
+    ``weights(step: int, scores: torch.Tensor, rubric: rlkit.Rubric) -> torch.Tensor`` taking the
+    normalised scores ``[B, G, D]`` of the current batch and returning non-negative weights
+    ``float32 [D]``, plus ``state_dict()`` and ``load_state_dict(state)`` so a resumed run
+    continues exactly.
+    """
+
+
+@hookspec
+def rlkit_register_generators(register: Register) -> None:
+    """Register generator factories: what samples the policy's completions (``generator=<name>``).
+
+    The loop calls, in this order:
+
+    * ``setup(policy, tokenizer) -> None`` once, when training starts, with the policy on its device (an
+      inference engine starts here and loads the policy's current weights).
+    * ``generate(policy, tokenizer, request: rlkit.lm.sampling.GenerationRequest) -> rlkit.lm.sampling.SampledBatch``
+      once per training step (and with ``request.greedy`` for held-out evaluation). For B records it returns
+      B × ``request.num_generations`` sequences, record by record, each record's G completions consecutive:
+      ``input_ids`` ``[B*G, P+C]`` = the prompt, left-padded to P, then C completion tokens (C ≤
+      ``request.max_new_tokens``), ``attention_mask`` over both, ``completion_mask`` ``[B*G, C]`` 1 up to and
+      including the first EOS, ``texts`` ``[B][G]`` the decoded completions, ``truncated`` ``[B*G]`` rows without
+      EOS. ``rlkit.lm.sampling.assemble_sampled_batch`` builds all of that from prompt and completion ids. The
+      tokens must be the policy tokenizer's (the loop scores them under the policy). Sampling follows
+      ``request.temperature``; a generator may honour ``request.seeds`` (one per record) to make a record's
+      completions independent of the rest of the batch.
+    * ``sync_weights(policy) -> None`` after every optimiser step: the next ``generate`` must sample from the
+      updated weights (an engine copies them in; a generator that samples with the policy itself does nothing).
+    * ``close() -> None`` when the run ends.
+
+    rlkit's contract suite (``rlkit.testing.GeneratorContract``) checks these shapes and the weight sync.
+    """
+
+
+@hookspec
+def rlkit_register_monitors(register: Register) -> None:
+    """Register monitor factories: reward-hacking and health checks run during ``rlkit fit``.
+
+    Selected as a list (``monitors=[template_phrases,length_drift]``, ``monitors=[]`` for none); each sits under
+    its own key ``monitors.<key>`` with ``name`` and ``params``. A monitor has:
+
+    * ``observe(step: int, view: rlkit.train.monitoring.MonitorView) -> dict[str, float]``, called every training step;
+      it keeps its own cadence (cheap when not due) and returns finite metrics, logged as
+      ``monitors/<key>/<metric>``.
+    * ``alerts() -> list[rlkit.train.monitoring.Alert]``: the alerts raised since the last call (the host prints each
+      once, and appends it to ``run_dir/alerts.jsonl``).
+    * ``summary() -> dict``: JSON-serialisable, at the end of the run (``run_dir/monitors.json``).
+    * optional ``state_dict()`` / ``load_state_dict(state)``: baselines that travel in checkpoints.
+
+    ``rlkit.testing.MonitorContract`` checks these on hand-made views.
+    """
+
+
+@hookspec
+def rlkit_register_judge_backends(register: Register) -> None:
+    """Register judge-backend factories: where a model-based judge sends its prompts.
+
+    Chosen inside a judge's params (``judge.params.backend=<name>``, with ``judge.params.backend_params``),
+    not as a config group. A backend has:
+
+    * ``identity() -> dict``: what determines its answers (backend name, model, decoding settings); part
+      of every response-cache key.
+    * ``complete(prompts: list[list[dict[str, str]]]) -> list[rlkit.judging.Completion]``: one chat
+      (a list of ``{"role", "content"}`` messages) per request, answered in order. A request that still
+      fails after the backend's own retries comes back with ``text=None`` and an ``error`` string; the
+      judge's failure policy decides what that means, never the backend.
+    * ``close() -> None``: release connections, processes or models.
+    """
+

@@ -1,0 +1,238 @@
+"""Plugin kinds, the plugin manager, and the registry that maps config names to factories."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import pluggy
+
+from rlkit.core import hookspecs
+from rlkit.core.errors import ConfigError, PluginError
+from rlkit.core.refs import iter_refs
+
+hookimpl = pluggy.HookimplMarker("rlkit")
+
+ENTRY_POINT_GROUP = "rlkit"
+
+BUILTIN_PACKAGE = "rlkit_plugins"
+
+
+def builtin_plugin_modules() -> tuple[str, ...]:
+    """Every module under ``rlkit_plugins/<kind>/``, sorted: the built-in plugins.
+
+    Found by walking the package, so adding a built-in plugin means adding its module (and YAML), never
+    editing a list here. They use only rlkit's public API, exactly as a third-party plugin would.
+    """
+    import pkgutil
+
+    package = importlib.import_module(BUILTIN_PACKAGE)
+    return tuple(sorted(info.name for info in pkgutil.walk_packages(package.__path__, f"{BUILTIN_PACKAGE}.")
+                        if not info.ispkg))
+
+
+@dataclass(frozen=True)
+class PluginKind:
+    """One kind of plugin: how it registers and which config group selects it."""
+
+    key: str
+    hook: str
+    group: str
+    label: str
+    selected_by: str | None = None  # a kind chosen inside another plugin's params, not by a config group
+    many: bool = False  # the group selects a list of plugins, each under ``<group>.<name>`` (monitors)
+
+
+KINDS: tuple[PluginKind, ...] = (
+    PluginKind("judge", "rlkit_register_judges", "judge", "judges"),
+    PluginKind("aggregator", "rlkit_register_aggregators", "aggregator", "aggregators"),
+    PluginKind(
+        "advantage_estimator", "rlkit_register_advantage_estimators", "advantage", "advantage estimators"
+    ),
+    PluginKind(
+        "preference_constructor",
+        "rlkit_register_preference_constructors",
+        "preference",
+        "preference constructors",
+    ),
+    PluginKind("weight_scheduler", "rlkit_register_weight_schedulers", "weights", "weight schedulers"),
+    PluginKind("generator", "rlkit_register_generators", "generator", "generators"),
+    PluginKind("judge_backend", "rlkit_register_judge_backends", "judge_backend", "judge backends",
+               selected_by="judge.params.backend"),
+    PluginKind("monitor", "rlkit_register_monitors", "monitors", "monitors", many=True),
+)
+KINDS_BY_KEY = {k.key: k for k in KINDS}
+KINDS_BY_GROUP = {k.group: k for k in KINDS}
+
+
+@dataclass(frozen=True)
+class PluginEntry:
+    """A registered factory and who provides it."""
+
+    kind: str
+    name: str
+    factory: Callable[[Any], Any]
+    provider: str
+
+    @property
+    def schema(self) -> type | None:
+        return getattr(self.factory, "Params", None)
+
+
+def create_plugin_manager(*, entry_points: bool = True, extra: Iterable[object] = ()) -> pluggy.PluginManager:
+    """Built-ins from ``rlkit_plugins``, then ``extra`` objects, then the ``rlkit`` entry points."""
+    pm = pluggy.PluginManager("rlkit")
+    pm.add_hookspecs(hookspecs)
+    for module_name in builtin_plugin_modules():
+        pm.register(importlib.import_module(module_name), name=module_name)
+    for plugin in extra:
+        pm.register(plugin)
+    if entry_points:
+        pm.load_setuptools_entrypoints(ENTRY_POINT_GROUP)
+    # A misspelled hook name in any plugin fails here, not silently later.
+    pm.check_pending()
+    return pm
+
+
+def _provider_names(pm: pluggy.PluginManager) -> dict[int, str]:
+    names = {id(plugin): dist.project_name for plugin, dist in pm.list_plugin_distinfo()}
+    for plugin in pm.get_plugins():
+        if id(plugin) in names:
+            continue
+        plugin_name = pm.get_name(plugin) or ""
+        if plugin_name.startswith(f"{BUILTIN_PACKAGE}."):
+            names[id(plugin)] = "rlkit"
+        elif plugin_name and not plugin_name.isdigit():
+            names[id(plugin)] = plugin_name
+        else:  # registered without a name: pluggy uses id(); the class says more
+            cls = type(plugin)
+            names[id(plugin)] = getattr(plugin, "__name__", f"{cls.__module__}.{cls.__qualname__}")
+    return names
+
+
+class Registry:
+    """Every registered plugin by kind and name, collected once from a plugin manager."""
+
+    def __init__(self, pm: pluggy.PluginManager) -> None:
+        self.plugin_manager = pm
+        self._entries: dict[str, dict[str, PluginEntry]] = {k.key: {} for k in KINDS}
+        providers = _provider_names(pm)
+        for kind in KINDS:
+            hook = getattr(pm.hook, kind.hook)
+            # Each implementation is called on its own so every name is tied to its provider.
+            for impl in reversed(hook.get_hookimpls()):
+                provider = providers.get(id(impl.plugin), impl.plugin_name)
+                register = self._register_callback(kind, provider)
+                kwargs = {"register": register}
+                impl.function(**{a: kwargs[a] for a in impl.argnames})
+
+    def _register_callback(self, kind: PluginKind, provider: str) -> Callable[..., None]:
+        def register(name: str, factory: Callable[[Any], Any]) -> None:
+            if not isinstance(name, str) or not name:
+                raise PluginError(f"{provider} registered a {kind.key} with an invalid name {name!r}")
+            if not callable(factory):
+                raise PluginError(f"{provider} registered {kind.key} {name!r} with a non-callable factory")
+            existing = self._entries[kind.key].get(name)
+            if existing is not None:
+                raise PluginError(
+                    f"duplicate {kind.key} name {name!r}: registered by {existing.provider} "
+                    f"and by {provider}"
+                )
+            self._entries[kind.key][name] = PluginEntry(kind.key, name, factory, provider)
+
+        return register
+
+    def kinds(self) -> tuple[PluginKind, ...]:
+        return KINDS
+
+    def entries(self, kind: str) -> list[PluginEntry]:
+        return sorted(self._entries[kind].values(), key=lambda e: e.name)
+
+    def names(self, kind: str) -> list[str]:
+        return [e.name for e in self.entries(kind)]
+
+    def available(self, kind: str) -> str:
+        """``a (dist), b (dist)`` for error messages."""
+        entries = self.entries(kind)
+        return ", ".join(f"{e.name} ({e.provider})" for e in entries) or "none registered"
+
+    def get(self, kind: str, name: str) -> PluginEntry:
+        try:
+            return self._entries[kind][name]
+        except KeyError:
+            label = KINDS_BY_KEY[kind].label
+            raise PluginError(f"unknown {kind.replace('_', ' ')} {name!r}; available {label}: "
+                              f"{self.available(kind)}") from None
+
+    def validate_params(self, kind: str, name: str, params: dict[str, Any] | None, where: str) -> Any:
+        """Bind ``params`` against the plugin's schema without building the plugin (references included)."""
+        return self.bind(self.get(kind, name), params or {}, where)
+
+    def bind(self, entry: PluginEntry, params: dict[str, Any], where: str) -> Any:
+        """``bind_params``, then every ``PluginRef`` in the result looked up here and bound in turn, so a
+        misspelled member or a bad member param fails at validation, naming its path."""
+        bound = bind_params(entry, params, where)
+        for path, ref in iter_refs(bound):
+            ref.where = _within(where, path)
+            try:
+                member = self.get(ref.kind, ref.name)
+            except PluginError as exc:
+                raise ConfigError(exc.message, ref.where) from None
+            ref.bound = self.bind(member, ref.params, _within(where, f"{path}.params"))
+        return bound
+
+    def create(self, kind: str, name: str, params: dict[str, Any] | None = None, where: str = "") -> Any:
+        """Build a plugin: its params bound, each referenced member built first and handed in as ``ref.plugin``."""
+        entry = self.get(kind, name)
+        bound = self.bind(entry, params or {}, where or f"{KINDS_BY_KEY[kind].group}.params")
+        self._build_members(bound)
+        return entry.factory(bound)
+
+    def _build_members(self, bound: Any) -> None:
+        for _, ref in iter_refs(bound):
+            self._build_members(ref.bound)
+            ref.plugin = self.get(ref.kind, ref.name).factory(ref.bound)
+
+
+def _within(where: str, path: str) -> str:
+    """``judge.params (conf/judge/x.yaml)`` + ``.members[1]`` → ``judge.params.members[1] (conf/judge/x.yaml)``."""
+    head, sep, tail = where.partition(" (")
+    return f"{head}{path}{sep}{tail}"
+
+
+def bind_params(entry: PluginEntry, params: dict[str, Any], where: str) -> Any:
+    """Validate ``params`` against ``entry.schema``; unknown keys and bad types name the key."""
+    import pydantic
+
+    schema = entry.schema
+    label = f"{entry.kind.replace('_', ' ')} {entry.name!r}"
+    if schema is None:
+        if params:
+            raise ConfigError(f"{label} takes no params, got: {', '.join(sorted(params))}", where)
+        return None
+    if isinstance(schema, type) and issubclass(schema, pydantic.BaseModel):
+        known = set(schema.model_fields)
+    elif dataclasses.is_dataclass(schema):
+        known = {f.name for f in dataclasses.fields(schema)}
+    else:
+        raise PluginError(f"{label}: Params must be a dataclass or a pydantic model, got {schema!r}")
+    unknown = sorted(set(params) - known)
+    if unknown:
+        raise ConfigError(
+            f"unknown key {unknown[0]!r} for {label}; valid keys: {', '.join(sorted(known)) or 'none'}",
+            where,
+        )
+    try:
+        return pydantic.TypeAdapter(schema).validate_python(dict(params))
+    except pydantic.ValidationError as exc:
+        err = exc.errors()[0]
+        field = ".".join(str(p) for p in err["loc"])
+        raise ConfigError(f"{label}: {field}: {err['msg']}", where) from None
+
+
+def load_registry() -> Registry:
+    """Built-ins plus every installed ``rlkit`` entry point; callers hold on to the result."""
+    return Registry(create_plugin_manager())

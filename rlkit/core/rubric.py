@@ -1,0 +1,300 @@
+"""Rubrics: versioned sets of scoring dimensions, loaded from YAML and validated with clear errors."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import warnings
+from pathlib import Path
+from typing import Any, Literal
+
+import pydantic
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from rlkit.core.errors import RlkitError, RubricError
+
+MAX_DIMENSIONS_BEFORE_WARNING = 7
+
+
+class RubricWarning(UserWarning):
+    """A rubric that is valid but probably unwise (e.g. too many dimensions to judge reliably)."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Anchor(_Strict):
+    """What a level of a dimension looks like, with examples that do and do not reach it."""
+
+    text: str
+    positive: list[str] = Field(default_factory=list)
+    negative: list[str] = Field(default_factory=list)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_text(cls, value: Any) -> Any:
+        return {"text": value} if isinstance(value, str) else value
+
+
+class Condition(_Strict):
+    """The dimension counts only when ``dimension`` reaches ``min`` (in that dimension's range)."""
+
+    dimension: str
+    min: float
+
+
+def _as_text(value: Any) -> Any:
+    # YAML reads `version: 1.0` as a float and `date: 2026-11-29` as a date; a rubric keeps text.
+    # (Quote versions such as "1.10" in YAML: as a float it would read back as 1.1.)
+    return str(value) if isinstance(value, int | float) and not isinstance(value, bool) else value
+
+
+class ChangelogEntry(_Strict):
+    version: str
+    date: str
+    note: str
+    hash: str | None = None
+
+    _version_as_text = field_validator("version", mode="before")(_as_text)
+
+    @field_validator("date", mode="before")
+    @classmethod
+    def _date_as_text(cls, value: Any) -> Any:
+        # YAML turns 2026-11-29 into a date object; a rubric keeps it as written.
+        return str(value) if value is not None else value
+
+
+class Dimension(_Strict):
+    name: str = Field(min_length=1)
+    description: str = ""
+    type: Literal["scale", "binary"] = "scale"
+    range: tuple[float, float] | None = None
+    anchors: dict[float, Anchor] = Field(default_factory=dict)
+    weight: float = 1.0
+    judge: str | None = None
+    priority: int | None = None
+    gate: float | None = None
+    condition: Condition | None = None
+    checks: list[dict[str, Any]] | None = None
+
+    @field_validator("weight")
+    @classmethod
+    def _weight_non_negative(cls, value: float) -> float:
+        if not math.isfinite(value) or value < 0:
+            raise ValueError(f"weight must be >= 0, got {value:g}")
+        return value
+
+    @model_validator(mode="after")
+    def _check(self) -> Dimension:
+        if self.type == "binary":
+            if self.range is not None and tuple(self.range) != (0, 1):
+                raise ValueError(f"a binary dimension has range [0, 1], got {list(self.range)}")
+            object.__setattr__(self, "range", (0.0, 1.0))
+        elif self.range is None:
+            raise ValueError("a scale dimension needs range: [min, max]")
+        lo, hi = self.range
+        if not (math.isfinite(lo) and math.isfinite(hi)) or lo >= hi:
+            raise ValueError(f"range must be [min, max] with min < max, got {list(self.range)}")
+        outside = [level for level in self.anchors if not lo <= level <= hi]
+        if outside:
+            raise ValueError(f"anchors for levels {sorted(outside)} lie outside range [{lo:g}, {hi:g}]")
+        if self.gate is not None and not lo <= self.gate <= hi:
+            raise ValueError(f"gate {self.gate:g} lies outside range [{lo:g}, {hi:g}]")
+        return self
+
+    @property
+    def low(self) -> float:
+        assert self.range is not None
+        return float(self.range[0])
+
+    @property
+    def high(self) -> float:
+        assert self.range is not None
+        return float(self.range[1])
+
+
+class Rubric(_Strict):
+    """A named, versioned list of dimensions. ``source`` is the file it came from, if any."""
+
+    name: str = Field(min_length=1)
+    version: str
+    description: str = ""
+    changelog: list[ChangelogEntry] = Field(default_factory=list)
+    dimensions: list[Dimension] = Field(min_length=1)
+    # judge name -> its prompt template (a shipped name such as judge/rubric_scores.jinja, or a path
+    # relative to this file): the template is part of the rubric, so its text enters the content hash.
+    templates: dict[str, str] = Field(default_factory=dict)
+    source: str | None = Field(default=None, exclude=True)
+
+    _version_as_text = field_validator("version", mode="before")(_as_text)
+
+    @model_validator(mode="after")
+    def _check(self) -> Rubric:
+        names = [d.name for d in self.dimensions]
+        by_name = {d.name: d for d in self.dimensions}
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"duplicate dimension names: {', '.join(dupes)}")
+        if all(d.weight == 0 for d in self.dimensions):
+            raise ValueError("all dimension weights are 0; at least one must be positive")
+        for d in self.dimensions:
+            if d.condition is not None:
+                if d.condition.dimension not in names:
+                    raise ValueError(
+                        f"dimension {d.name!r}: condition refers to unknown dimension "
+                        f"{d.condition.dimension!r}"
+                    )
+                if d.condition.dimension == d.name:
+                    raise ValueError(f"dimension {d.name!r}: condition refers to itself")
+                ref = by_name[d.condition.dimension]
+                if not ref.low < d.condition.min <= ref.high:
+                    raise ValueError(
+                        f"dimension {d.name!r}: condition min {d.condition.min:g} must lie in "
+                        f"({ref.low:g}, {ref.high:g}] of {ref.name!r}, else it is always or never met"
+                    )
+        return self
+
+    @property
+    def dimension_names(self) -> list[str]:
+        return [d.name for d in self.dimensions]
+
+    def initial_weights(self) -> list[float]:
+        return [d.weight for d in self.dimensions]
+
+    def template_path(self, judge: str) -> Path | None:
+        """The template this rubric names for ``judge`` (None: the judge's default)."""
+        from rlkit.core.templates import template_path
+
+        name = self.templates.get(judge)
+        if name is None:
+            return None
+        if self.source is not None and not Path(name).is_absolute():
+            beside = Path(self.source).parent / name
+            if beside.is_file():
+                return beside
+        try:
+            return template_path(name, where=f"{self.source or '<rubric>'}: templates.{judge}")
+        except RlkitError as exc:
+            raise RubricError(exc.message, exc.where) from None
+
+    def canonical(self) -> dict[str, Any]:
+        """The content that defines the rubric; the changelog describes it and is left out. Templates count
+        by their text, so editing one changes the hash as editing an anchor would."""
+        data = self.model_dump(mode="json", exclude={"changelog", "source", "templates"})
+        if self.templates:
+            data["templates"] = {judge: hashlib.sha256(path.read_bytes()).hexdigest()
+                                 for judge in sorted(self.templates) if (path := self.template_path(judge))}
+        return data
+
+    @property
+    def content_hash(self) -> str:
+        """sha256 of the canonical JSON form: same content, same hash, whatever the YAML layout."""
+        text = json.dumps(self.canonical(), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+    @property
+    def short_hash(self) -> str:
+        return self.content_hash[:12]
+
+    def identity(self) -> dict[str, str]:
+        """What travels with every run and checkpoint."""
+        return {"name": self.name, "version": self.version, "hash": self.content_hash}
+
+
+def _field_path(loc: tuple[Any, ...], data: Any) -> str:
+    """``dimensions[2](format).anchors`` from pydantic's ``('dimensions', 2, 'anchors')``."""
+    parts: list[str] = []
+    node = data
+    for item in loc:
+        if isinstance(item, int):
+            label = f"[{item}]"
+            if isinstance(node, list) and item < len(node):
+                node = node[item]
+                if isinstance(node, dict) and isinstance(node.get("name"), str):
+                    label += f"({node['name']})"
+            else:
+                node = None
+            parts.append(label)
+        else:
+            if item in ("function-after", "function-before") or str(item).startswith("function-"):
+                continue
+            parts.append(("." if parts else "") + str(item))
+            node = node.get(item) if isinstance(node, dict) else None
+    return "".join(parts)
+
+
+def rubric_from_dict(data: Any, source: str = "<rubric>", *, verify_changelog: bool = True) -> Rubric:
+    """Validate a parsed rubric; errors name ``source`` and the field."""
+    if not isinstance(data, dict):
+        raise RubricError(f"a rubric is a mapping with name, version and dimensions, got {type(data).__name__}",
+                          source)
+    if "source" in data:
+        raise RubricError("unknown key (the source file is recorded by rlkit)", f"{source}: source")
+    try:
+        rubric = Rubric.model_validate({**data, "source": source})
+    except pydantic.ValidationError as exc:
+        err = exc.errors()[0]
+        field = _field_path(tuple(err["loc"]), data)
+        msg = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "extra_forbidden":
+            msg = "unknown key"
+        elif err["type"] == "missing":
+            msg = "required field is missing"
+        where = f"{source}: {field}" if field else source
+        raise RubricError(msg, where) from None
+    for judge in rubric.templates:
+        rubric.template_path(judge)  # a missing template fails here, naming the rubric file and field
+    if verify_changelog:  # off only for tools that inspect a stale changelog (`rlkit rubric hash/diff`)
+        check_changelog(rubric, source)
+    if len(rubric.dimensions) > MAX_DIMENSIONS_BEFORE_WARNING:
+        warnings.warn(
+            f"{source}: {len(rubric.dimensions)} dimensions; judges agree less as dimensions grow, "
+            f"consider at most {MAX_DIMENSIONS_BEFORE_WARNING}",
+            RubricWarning,
+            stacklevel=2,
+        )
+    return rubric
+
+
+MIN_CHANGELOG_HASH_CHARS = 12  # the short hash rlkit prints everywhere; shorter prefixes could collide
+
+
+def check_changelog(rubric: Rubric, source: str = "<rubric>") -> None:
+    """The changelog entry for the rubric's ``version``, if it stores a ``hash``, must describe this content."""
+    for index, entry in enumerate(rubric.changelog):
+        if entry.hash is None:
+            continue
+        where = f"{source}: changelog[{index}].hash"
+        if len(entry.hash) < MIN_CHANGELOG_HASH_CHARS or any(c not in "0123456789abcdef" for c in entry.hash):
+            raise RubricError(f"expected the rubric's content hash (at least {MIN_CHANGELOG_HASH_CHARS} lowercase "
+                              f"hex characters; `rlkit rubric hash {source}` prints it), got {entry.hash!r}", where)
+    current = [entry for entry in rubric.changelog if entry.version == rubric.version and entry.hash is not None]
+    actual = rubric.content_hash
+    for entry in current:
+        # a prefix is enough: people paste the 12-character short hash as often as the full one
+        if not actual.startswith(entry.hash or ""):
+            raise RubricError(
+                f"content changed without a version bump (changelog entry for version {rubric.version} stores hash "
+                f"{entry.hash}, content is {actual}): bump `version` and add a changelog entry", source)
+
+
+def load_rubric(path: str | Path, *, verify_changelog: bool = True) -> Rubric:
+    """Read and validate a rubric YAML file."""
+    path = Path(path)
+    if not path.is_file():
+        raise RubricError("no such rubric file", str(path))
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise RubricError(f"not UTF-8 text (byte {exc.start})", str(path)) from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        problem = getattr(exc, "problem", None) or str(exc)
+        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
+        raise RubricError(f"YAML syntax error: {problem}", where) from None
+    return rubric_from_dict(data, str(path), verify_changelog=verify_changelog)

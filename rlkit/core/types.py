@@ -1,0 +1,108 @@
+"""The small data objects that travel along the reward pipeline, with their shapes."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+if TYPE_CHECKING:
+    from rlkit.core.rubric import Rubric
+
+
+@dataclass(frozen=True)
+class Rollout:
+    """What a judge scores: B prompt records, each with G completions.
+
+    ``records[b]`` is the prompt's data record (``prompt`` plus any fields such as
+    ``reference``); ``completions[b][g]`` is the text of completion g. The training loop adds
+    ``completion_token_counts`` ``[B, G]`` so judges can bound length in tokens.
+    """
+
+    records: Sequence[dict[str, Any]]
+    completions: Sequence[Sequence[str]]
+    completion_token_counts: torch.Tensor | None = None
+
+    def __post_init__(self) -> None:
+        if len(self.records) != len(self.completions):
+            raise ValueError(f"{len(self.records)} records but {len(self.completions)} completion groups")
+        sizes = {len(group) for group in self.completions}
+        if len(sizes) > 1:
+            raise ValueError(f"every prompt needs the same number of completions, got sizes {sorted(sizes)}")
+
+    @property
+    def num_prompts(self) -> int:
+        return len(self.records)
+
+    @property
+    def group_size(self) -> int:
+        return len(self.completions[0]) if self.completions else 0
+
+
+@dataclass(frozen=True)
+class RewardBatch:
+    """Everything a reward plugin may read, for one batch of B prompts × G completions.
+
+    * ``raw_scores`` ``float32 [B, G, D]``: the judge's scores in each dimension's own range;
+      NaN = not scored.
+    * ``scores`` ``float32 [B, G, D]``: the same mapped to [0, 1] by the host from the rubric's
+      ranges (normalisation happens once, there); NaN kept.
+    * ``weights`` ``float32 [D]``: the current dimension weights, owned by the weight scheduler.
+    * ``rewards`` ``float32 [B, G]`` or None before aggregation; NaN = no reward could be formed.
+    * ``rubric``: the rubric the scores follow (dimension order, ranges, gates, priorities).
+    """
+
+    rubric: Rubric
+    raw_scores: torch.Tensor
+    scores: torch.Tensor
+    weights: torch.Tensor
+    rewards: torch.Tensor | None = None
+    extras: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.raw_scores.ndim != 3 or self.raw_scores.shape != self.scores.shape:
+            raise ValueError(
+                f"scores must be [B, G, D] and match raw_scores, got {tuple(self.scores.shape)} "
+                f"and {tuple(self.raw_scores.shape)}"
+            )
+        dims = self.raw_scores.shape[-1]
+        if self.weights.shape != (dims,):
+            raise ValueError(f"weights must be [{dims}], got {tuple(self.weights.shape)}")
+        if self.rewards is not None and self.rewards.shape != self.raw_scores.shape[:2]:
+            raise ValueError(
+                f"rewards must be {list(self.raw_scores.shape[:2])}, got {list(self.rewards.shape)}"
+            )
+
+    @property
+    def shape(self) -> tuple[int, int, int]:
+        b, g, d = self.raw_scores.shape
+        return b, g, d
+
+    def with_rewards(self, rewards: torch.Tensor) -> RewardBatch:
+        return replace(self, rewards=rewards)
+
+
+@dataclass(frozen=True)
+class PreferencePairs:
+    """Preference pairs drawn from groups; all tensors have one entry per pair.
+
+    ``prompt_index``, ``chosen`` and ``rejected`` are ``int64 [P]`` (chosen/rejected index
+    completions within the prompt's group); ``weight`` is ``float32 [P]`` in [0, 1]: a pair
+    weight, or the soft probability that ``chosen`` beats ``rejected``.
+    """
+
+    prompt_index: torch.Tensor
+    chosen: torch.Tensor
+    rejected: torch.Tensor
+    weight: torch.Tensor
+
+    def __post_init__(self) -> None:
+        n = self.prompt_index.shape
+        for name in ("chosen", "rejected", "weight"):
+            if getattr(self, name).shape != n:
+                raise ValueError(f"{name} must have shape {tuple(n)}, got {tuple(getattr(self, name).shape)}")
+
+    def __len__(self) -> int:
+        return int(self.prompt_index.shape[0])

@@ -1,0 +1,1 @@
+"""Evaluation: golden sets, judge calibration, scoring files of records."""

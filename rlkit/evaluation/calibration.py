@@ -1,0 +1,471 @@
+"""``rlkit calibrate``: how well a judge agrees with human labels, per rubric dimension.
+
+Metric conventions (each checked against scikit-learn / scipy in ``tests/test_calibration.py``):
+
+* Inputs are paired sequences; a pair where either side is NaN (or ``None``) is dropped first.
+* Categories are the integers ``low..high`` of a dimension's range (binary: 0, 1; a 1–5 scale: 1..5).
+  Human labels must already be whole levels inside the range. Judge scores, which a scale dimension
+  may give as any real number, are rounded to the nearest level, halves up (2.5 → 3), and clipped to
+  ``[low, high]``. Rounding applies to κ and the confusion matrix only.
+* ``quadratic_weighted_kappa``: Cohen's κ with weights ``(i − j)² / (k − 1)²``. NaN with no pairs, and
+  when it is 0/0: both sides give one and the same level throughout (no disagreement is possible).
+* ``spearman``: the Pearson correlation of ranks, ties sharing their average rank, on the raw
+  (unrounded) judge scores. NaN with fewer than two pairs or when either side is constant.
+* ``mean_bias``: mean of ``judge − human`` on the raw judge scores (positive: the judge is lenient).
+* ``confusion_matrix``: ``[k, k]`` counts, rows the human level, columns the rounded judge level.
+
+A dimension is *flagged* when κ or ρ is below the threshold, or either is undefined (NaN).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import tempfile
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+import numpy as np
+
+from rlkit.core.errors import ConfigError, DataError
+from rlkit.core.rubric import Dimension, Rubric
+from rlkit.data.records import MAX_REPORTED_LINES, read_jsonl
+
+DEFAULT_THRESHOLD = 0.6
+DEFAULT_LABELS = "pkg://rlkit.conf/calibration/arithmetic_labels.jsonl"
+REPORT_NAME = "calibration.md"
+
+
+# --- metrics -----------------------------------------------------------------------------------
+
+
+def _as_floats(x: Any) -> np.ndarray:
+    """A flat float array from a list (``None`` → NaN), a numpy array or a torch tensor."""
+    if hasattr(x, "detach"):
+        x = x.detach().cpu().numpy()
+    arr = np.asarray(x)
+    if arr.dtype == object:
+        arr = np.array([np.nan if v is None else v for v in arr.ravel()], dtype=float)
+    return arr.astype(float).ravel()
+
+
+def _pairs(human: Any, judge: Any) -> tuple[np.ndarray, np.ndarray]:
+    """Both sides as float arrays, keeping only the pairs where neither is NaN/None."""
+    h, j = _as_floats(human), _as_floats(judge)
+    if h.shape != j.shape:
+        raise ValueError(f"human and judge differ in length: {h.size} vs {j.size}")
+    keep = ~(np.isnan(h) | np.isnan(j))
+    return h[keep], j[keep]
+
+
+def _bounds(low: float, high: float) -> tuple[int, int]:
+    if float(low) != int(low) or float(high) != int(high) or low >= high:
+        raise ValueError(f"categories need whole-number bounds low < high, got [{low}, {high}]")
+    return int(low), int(high)
+
+
+def to_levels(scores: Any, low: float, high: float) -> np.ndarray:
+    """Round scores to the nearest whole level (halves up) and clip to ``[low, high]``; NaN stays NaN."""
+    lo, hi = _bounds(low, high)
+    x = np.asarray(scores, dtype=float)
+    return np.clip(np.floor(x + 0.5), lo, hi)
+
+
+def _human_levels(h: np.ndarray, lo: int, hi: int) -> np.ndarray:
+    if np.any(h != np.round(h)) or np.any((h < lo) | (h > hi)):
+        bad = h[(h != np.round(h)) | (h < lo) | (h > hi)][0]
+        raise ValueError(f"human label {bad:g} is not a whole level in [{lo}, {hi}]")
+    return h.astype(np.int64)
+
+
+def confusion_matrix(human: Any, judge: Any, low: float, high: float) -> np.ndarray:
+    """Counts ``[k, k]`` of (human level, rounded judge level) over the complete pairs."""
+    lo, hi = _bounds(low, high)
+    h, j = _pairs(human, judge)
+    k = hi - lo + 1
+    rows = _human_levels(h, lo, hi) - lo
+    cols = to_levels(j, lo, hi).astype(np.int64) - lo
+    counts = np.zeros((k, k), dtype=np.int64)
+    np.add.at(counts, (rows, cols), 1)
+    return counts
+
+
+def quadratic_weighted_kappa(human: Any, judge: Any, low: float, high: float) -> float:
+    """Cohen's κ with quadratic weights over the levels ``low..high`` (judge scores rounded to a level)."""
+    observed = confusion_matrix(human, judge, low, high).astype(float)
+    n = observed.sum()
+    if n == 0:
+        return math.nan
+    k = observed.shape[0]
+    idx = np.arange(k)
+    weights = (idx[:, None] - idx[None, :]) ** 2 / (k - 1) ** 2
+    expected = np.outer(observed.sum(axis=1), observed.sum(axis=0)) / n
+    disagreement_expected = float((weights * expected).sum())
+    if disagreement_expected == 0:
+        return math.nan
+    return 1.0 - float((weights * observed).sum()) / disagreement_expected
+
+
+def average_ranks(x: Any) -> np.ndarray:
+    """Ranks 1..n; tied values share the mean of the ranks they span (as ``scipy.stats.rankdata``)."""
+    x = np.asarray(x, dtype=float)
+    n = x.size
+    order = np.argsort(x, kind="mergesort")
+    sorted_x = x[order]
+    starts = np.concatenate([[0], np.flatnonzero(sorted_x[1:] != sorted_x[:-1]) + 1])
+    ends = np.concatenate([starts[1:], [n]])
+    ranks = np.empty(n, dtype=float)
+    ranks[order] = np.repeat((starts + ends + 1) / 2.0, ends - starts)
+    return ranks
+
+
+def spearman(human: Any, judge: Any) -> float:
+    """Spearman's ρ with average ranks for ties; NaN with < 2 pairs or when either side is constant."""
+    h, j = _pairs(human, judge)
+    if h.size < 2:
+        return math.nan
+    rh, rj = average_ranks(h), average_ranks(j)
+    rh, rj = rh - rh.mean(), rj - rj.mean()
+    denom = math.sqrt(float((rh**2).sum()) * float((rj**2).sum()))
+    if denom == 0:
+        return math.nan
+    return float(np.clip((rh * rj).sum() / denom, -1.0, 1.0))
+
+
+def mean_bias(human: Any, judge: Any) -> float:
+    """Mean of ``judge − human`` over the complete pairs (raw judge scores); NaN with no pairs."""
+    h, j = _pairs(human, judge)
+    return float((j - h).mean()) if h.size else math.nan
+
+
+# --- labels file -------------------------------------------------------------------------------
+
+
+def _label_problem(key: Any, value: Any, dims: dict[str, Dimension], rubric: Rubric) -> str | None:
+    if key not in dims:
+        return (f'"labels.{key}": unknown dimension; rubric {rubric.name} has {", ".join(dims)}')
+    if value is None:
+        return None  # not labelled: left out of this dimension's agreement
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        return f'"labels.{key}": must be a number or null, got {json.dumps(value)}'
+    dim = dims[key]
+    if not dim.low <= value <= dim.high:
+        return f'"labels.{key}": {value:g} lies outside the range [{dim.low:g}, {dim.high:g}]'
+    if value != int(value):
+        return f'"labels.{key}": {value:g} is not a whole level ({dim.low:g}, {dim.low + 1:g}, …, {dim.high:g})'
+    return None
+
+
+def _record_problem(record: dict[str, Any], dims: dict[str, Dimension], rubric: Rubric) -> str | None:
+    if "completions" in record or not isinstance(record.get("completion"), str):
+        return 'each line needs one "completion" (text); "completions" lists are not labelled'
+    labels = record.get("labels")
+    if not isinstance(labels, dict):
+        return 'missing "labels" ({"<dimension>": <score>, ...})' if labels is None else \
+            f'"labels" must be an object {{"<dimension>": <score>, ...}}, got {type(labels).__name__}'
+    for key, value in labels.items():
+        problem = _label_problem(key, value, dims, rubric)
+        if problem:
+            return problem
+    return None
+
+
+def _line_numbers(path: Path) -> list[int]:
+    """Line numbers of the non-blank lines, i.e. of the records ``read_jsonl`` returned, in order."""
+    numbers = []
+    with path.open("rb") as fh:
+        for line_no, raw in enumerate(fh, start=1):
+            if raw.decode("utf-8-sig" if line_no == 1 else "utf-8").strip():
+                numbers.append(line_no)
+    return numbers
+
+
+def read_labels(path: str | Path, rubric: Rubric) -> list[dict[str, Any]]:
+    """Read a human-labels JSONL file; every bad line is reported with file and line number.
+
+    A line: ``{"prompt": ..., "completion": ..., "reference": ... (optional), "labels": {"<dim>": <score>}}``.
+    A label is a whole level inside the dimension's range, or null (not labelled). JSON, prompt and
+    completion problems are reported as ``read_jsonl`` reports them.
+    """
+    path = Path(path)
+    records = read_jsonl(path, need_completions=True)
+    dims = {d.name: d for d in rubric.dimensions}
+    problems = []
+    for line_no, record in zip(_line_numbers(path), records, strict=True):
+        problem = _record_problem(record, dims, rubric)
+        if problem:
+            problems.append((line_no, problem))
+    if len(problems) == 1:
+        raise DataError(problems[0][1], f"{path}:{problems[0][0]}")
+    if problems:
+        shown = "; ".join(f"line {n}: {p}" for n, p in problems[:MAX_REPORTED_LINES])
+        more = f"; and {len(problems) - MAX_REPORTED_LINES} more" if len(problems) > MAX_REPORTED_LINES else ""
+        raise DataError(f"{len(problems)} bad lines: {shown}{more}", str(path))
+    return records
+
+
+def judge_records(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The records as the judge sees them: without the human labels."""
+    return [{k: v for k, v in record.items() if k != "labels"} for record in records]
+
+
+@dataclass(frozen=True)
+class CalibrateOptions:
+    labels: Path
+    output: Path
+    threshold: float
+
+
+def calibrate_options(cfg: Any) -> CalibrateOptions:
+    """The ``calibrate`` block of a composed config, checked; relative paths are relative to the cwd."""
+    from omegaconf import OmegaConf
+
+    from rlkit.config import resolve_path
+
+    node = OmegaConf.select(cfg, "calibrate", default=None)
+    node = OmegaConf.to_container(node, resolve=True) if node is not None else {}
+    if not isinstance(node, dict):
+        raise ConfigError("must be a mapping with labels, output and threshold", "calibrate")
+    unknown = sorted(set(node) - {"labels", "output", "threshold"})
+    if unknown:
+        raise ConfigError("unknown key; valid keys: labels, output, threshold", f"calibrate.{unknown[0]}")
+    labels, output = node.get("labels") or DEFAULT_LABELS, node.get("output") or "calibration"
+    threshold = node.get("threshold", DEFAULT_THRESHOLD)
+    for key, value in (("labels", labels), ("output", output)):
+        if not isinstance(value, str):
+            raise ConfigError(f"must be a path, got {value!r}", f"calibrate.{key}")
+    if isinstance(threshold, bool) or not isinstance(threshold, int | float) or not -1 <= threshold <= 1:
+        raise ConfigError(f"must be a number in [-1, 1], got {threshold!r}", "calibrate.threshold")
+    return CalibrateOptions(resolve_path(labels), Path(output).expanduser(), float(threshold))
+
+
+# --- agreement ---------------------------------------------------------------------------------
+
+
+@dataclass
+class DimensionAgreement:
+    """Agreement on one dimension over the ``n`` lines with both a human label and a judge score."""
+
+    name: str
+    type: str
+    low: int
+    high: int
+    n: int
+    missing_label: int  # lines without a human label for this dimension
+    missing_score: int  # labelled lines the judge left unscored (NaN)
+    kappa: float
+    spearman: float
+    bias: float
+    confusion: np.ndarray  # [k, k]: rows human level low..high, columns rounded judge level
+    flagged: bool
+
+    @property
+    def levels(self) -> list[int]:
+        return list(range(self.low, self.high + 1))
+
+
+@dataclass
+class CalibrationReport:
+    rows: list[DimensionAgreement]
+    threshold: float
+    total: int
+    rubric: dict[str, str] = field(default_factory=dict)  # name, version, hash
+    judge: str | None = None
+    labels_path: str | None = None
+
+    @property
+    def flagged(self) -> list[str]:
+        return [row.name for row in self.rows if row.flagged]
+
+
+def calibrate(labels_records: Sequence[dict[str, Any]], judge_scores: Any, rubric: Rubric,
+              threshold: float = DEFAULT_THRESHOLD, *, judge: str | None = None,
+              labels_path: str | None = None) -> CalibrationReport:
+    """Compare human ``labels`` with the judge's raw scores ``[N, D]`` (rubric dimension order, NaN unscored)."""
+    if hasattr(judge_scores, "detach"):
+        judge_scores = judge_scores.detach().cpu().numpy()
+    scores = np.asarray(judge_scores, dtype=float)  # [N, D]
+    expected = (len(labels_records), len(rubric.dimensions))
+    if scores.shape != expected:
+        raise ValueError(f"judge_scores must be [records, dimensions] = {list(expected)}, got {list(scores.shape)}")
+    rows = []
+    for d, dim in enumerate(rubric.dimensions):
+        try:
+            low, high = _bounds(dim.low, dim.high)
+        except ValueError:
+            raise DataError(f"calibration needs whole-number range bounds, got [{dim.low:g}, {dim.high:g}]",
+                            f"rubric dimension {dim.name!r}") from None
+        human = np.array([np.nan if (v := (r.get("labels") or {}).get(dim.name)) is None else float(v)
+                          for r in labels_records], dtype=float)
+        judged = scores[:, d]
+        labelled = ~np.isnan(human)
+        kappa = quadratic_weighted_kappa(human, judged, low, high)
+        rho = spearman(human, judged)
+        flagged = math.isnan(kappa) or math.isnan(rho) or kappa < threshold or rho < threshold
+        rows.append(DimensionAgreement(
+            name=dim.name, type=dim.type, low=low, high=high,
+            n=int((labelled & ~np.isnan(judged)).sum()),
+            missing_label=int((~labelled).sum()),
+            missing_score=int((labelled & np.isnan(judged)).sum()),
+            kappa=kappa, spearman=rho, bias=mean_bias(human, judged),
+            confusion=confusion_matrix(human, judged, low, high), flagged=flagged,
+        ))
+    return CalibrationReport(rows=rows, threshold=float(threshold), total=len(labels_records),
+                             rubric=rubric.identity(), judge=judge, labels_path=labels_path)
+
+
+def calibration_metrics(report: CalibrationReport, prefix: str = "calibration/") -> dict[str, float]:
+    """A flat dict of every number in the report, e.g. ``calibration/brevity/kappa``.
+
+    The hook for experiment loggers (``wandb.log(calibration_metrics(report))``); NaN stays NaN.
+    """
+    metrics: dict[str, float] = {f"{prefix}threshold": report.threshold, f"{prefix}total": float(report.total),
+                                 f"{prefix}flagged": float(len(report.flagged))}
+    for row in report.rows:
+        base = f"{prefix}{row.name}/"
+        metrics.update({f"{base}n": float(row.n), f"{base}missing_label": float(row.missing_label),
+                        f"{base}missing_score": float(row.missing_score), f"{base}kappa": row.kappa,
+                        f"{base}spearman": row.spearman, f"{base}bias": row.bias,
+                        f"{base}flagged": float(row.flagged)})
+    return metrics
+
+
+TABLE_COLUMNS = ("dimension", "kappa", "spearman", "bias", "n", "flagged")
+
+
+def calibration_table(report: CalibrationReport) -> tuple[list[str], list[list[Any]]]:
+    """Columns and one row per dimension (``TABLE_COLUMNS``); an undefined number is None, as JSON wants."""
+    def number(x: float) -> float | None:
+        return None if math.isnan(x) else x
+
+    rows = [[row.name, number(row.kappa), number(row.spearman), number(row.bias), row.n, row.flagged]
+            for row in report.rows]
+    return list(TABLE_COLUMNS), rows
+
+
+def log_calibration(report: CalibrationReport, logger: Any, pngs: Sequence[Path]) -> None:
+    """Log the report to an experiment logger: ``calibration_metrics`` to any; to W&B also the table
+    ``calibration/dimensions`` and each confusion matrix as ``calibration/<dimension>/confusion``."""
+    from rlkit.runs.loggers import log_report
+
+    images = {f"calibration/{row.name}/confusion": path for row, path in zip(report.rows, pngs, strict=True)}
+    log_report(logger, calibration_metrics(report), tables={"calibration/dimensions": calibration_table(report)},
+               images=images)
+
+
+# --- report files ------------------------------------------------------------------------------
+
+
+def _atomic_write(path: Path, write: Callable[[IO[bytes]], None]) -> None:
+    """Write through a temp file in the same folder, then ``os.replace``: no partial file is ever seen."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            umask = os.umask(0)
+            os.umask(umask)
+            os.fchmod(fh.fileno(), 0o666 & ~umask)  # mkstemp creates 0600; a report is an ordinary file
+            write(fh)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _num(x: float, digits: int = 3) -> str:
+    return "—" if math.isnan(x) else f"{x:.{digits}f}"
+
+
+def _md(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def _png_names(rows: Sequence[DimensionAgreement]) -> list[str]:
+    names: list[str] = []
+    for row in rows:
+        stem = re.sub(r"[^A-Za-z0-9_.-]+", "_", row.name).strip("._") or "dimension"
+        name, i = f"confusion_{stem}.png", 2
+        while name in names:
+            name, i = f"confusion_{stem}_{i}.png", i + 1
+        names.append(name)
+    return names
+
+
+def _plot_confusion(row: DimensionAgreement, fh: IO[bytes]) -> None:
+    # The object API with the Agg canvas: no pyplot, no global backend switch, no display needed.
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    k = len(row.levels)
+    size = min(2.0 + 0.7 * k, 9.0)
+    fig = Figure(figsize=(size + 1.0, size), layout="constrained")
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    image = ax.imshow(row.confusion, cmap="Blues", vmin=0, vmax=max(int(row.confusion.max()), 1))
+    fig.colorbar(image, ax=ax, label="completions")
+    ax.set_xticks(range(k), [str(v) for v in row.levels])
+    ax.set_yticks(range(k), [str(v) for v in row.levels])
+    ax.set_xlabel("judge (rounded to a level)")
+    ax.set_ylabel("human")
+    ax.set_title(f"{row.name}: κ {_num(row.kappa, 2)}, ρ {_num(row.spearman, 2)}, n {row.n}", fontsize=10)
+    peak = row.confusion.max()
+    for i in range(k):
+        for j in range(k):
+            value = int(row.confusion[i, j])
+            ax.text(j, i, str(value), ha="center", va="center",
+                    color="white" if peak and value > peak / 2 else "black")
+    fig.savefig(fh, format="png", dpi=100)
+
+
+def render_markdown(report: CalibrationReport, png_names: Sequence[str] | None = None) -> str:
+    rubric = report.rubric
+    title = f"{rubric.get('name', 'rubric')} v{rubric.get('version', '?')}"
+    lines = [f"# Judge calibration: {_md(title)}", ""]
+    source = f" from `{report.labels_path}`" if report.labels_path else ""
+    lines += [f"Judge `{report.judge or '?'}` against {report.total} human-labelled completions{source}; "
+              f"rubric hash `{rubric.get('hash', '?')[:12]}`.", "",
+              "κ: quadratic-weighted Cohen's kappa, judge scores rounded to the nearest level (halves up). "
+              "ρ: Spearman rank correlation on raw judge scores, ties at their average rank. "
+              "bias: mean of judge − human (positive: the judge is lenient). "
+              "— : undefined (no pairs, or a constant side).", "",
+              "| dimension | type | levels | n | no label | no score | κ | ρ | bias | flagged |",
+              "|---|---|---|--:|--:|--:|--:|--:|--:|---|"]
+    for row in report.rows:
+        lines.append(f"| {_md(row.name)} | {row.type} | {row.low}–{row.high} | {row.n} | {row.missing_label} | "
+                     f"{row.missing_score} | {_num(row.kappa)} | {_num(row.spearman)} | {_num(row.bias)} | "
+                     f"{'**yes**' if row.flagged else 'no'} |")
+    lines.append("")
+    if report.flagged:
+        lines.append(f"**Flagged** (κ or ρ below {report.threshold:g}, or undefined): "
+                     f"{', '.join(_md(n) for n in report.flagged)} — its anchors need rewriting.")
+    else:
+        lines.append(f"**Flagged:** none — every dimension reaches κ and ρ ≥ {report.threshold:g}.")
+    lines += ["", "## Confusion matrices", "", "Rows: the human level; columns: the judge's score rounded to a level."]
+    for i, row in enumerate(report.rows):
+        lines += ["", f"### {_md(row.name)}", "",
+                  "| human \\ judge | " + " | ".join(str(v) for v in row.levels) + " |",
+                  "|---|" + "--:|" * len(row.levels)]
+        for level, counts in zip(row.levels, row.confusion.tolist(), strict=True):
+            lines.append(f"| **{level}** | " + " | ".join(str(c) for c in counts) + " |")
+        if png_names is not None:
+            lines += ["", f"![{_md(row.name)} confusion matrix]({png_names[i]})"]
+    return "\n".join(lines) + "\n"
+
+
+def write_report(report: CalibrationReport, out_dir: str | Path) -> list[Path]:
+    """Write ``calibration.md`` and one confusion-matrix PNG per dimension, each atomically; return the paths."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    names = _png_names(report.rows)
+    written = []
+    for row, name in zip(report.rows, names, strict=True):
+        path = out / name
+        _atomic_write(path, lambda fh, row=row: _plot_confusion(row, fh))
+        written.append(path)
+    md = out / REPORT_NAME
+    text = render_markdown(report, names)
+    _atomic_write(md, lambda fh: fh.write(text.encode("utf-8")))
+    return [md, *written]

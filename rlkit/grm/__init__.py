@@ -1,0 +1,1 @@
+"""Generative reward models: the model wrapper, ranking data, metrics and training."""

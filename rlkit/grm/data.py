@@ -1,0 +1,70 @@
+"""A synthetic preference dataset whose true order is computable: groups of answers to the default task
+(``a+b=``), ranked by the shipped arithmetic rubric's rule judge and weighted sum.
+
+It is what ``rlkit train-grm`` trains on when no data is given, and the yardstick of the GRM demonstration
+(``benchmarks/grm_demo.py``): a GRM that learnt the rubric orders these groups as the rubric does.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import torch
+
+
+def competition_ranks(rewards: list[float]) -> list[int]:
+    """Rank 1 = best; equal rewards share the best rank of their tie (1, 2, 2, 4)."""
+    return [1 + sum(other > r for other in rewards) for r in rewards]
+
+
+def near_miss_answer(a: int, b: int, rng: random.Random) -> str:
+    """An answer that starts with a number, right or close to it: the comparisons a policy's late training turns
+    on, and the rarest in :func:`~rlkit.judging.tiny_judge.default_task_answer`'s mix."""
+    s = a + b
+    if rng.random() < 0.4:
+        return rng.choice([str(s), f"{s}.", f" {s}", f"{s} ok"])
+    wrong = rng.choice([s + d for d in (-10, -3, -2, -1, 1, 2, 3, 10, 11)] + [int(str(s)[::-1]), s * 10 + s % 10])
+    return rng.choice([str(wrong), f"{wrong}.", f"{wrong} ok"])
+
+
+def synthetic_preferences(num_records: int, seed: int = 0, group_size: tuple[int, int] = (3, 6),
+                          operands: tuple[int, int] = (0, 20), near_miss: float = 0.5) -> list[dict[str, Any]]:
+    """Listwise records ``{prompt, reference, domain, responses: [{text, rank}]}`` ranked by the rule judge.
+
+    Answers come from the default task's mix, or with probability ``near_miss`` from :func:`near_miss_answer`.
+    Each record's answers are distinct; a record whose answers all tie is skipped (it teaches no order).
+    ``domain`` is ``one-digit`` when both operands are below 10, else ``two-digit``.
+    """
+    from rlkit.core.registry import load_registry
+    from rlkit.core.types import Rollout
+    from rlkit.judging.tiny_judge import default_task_answer, shipped_rubric
+    from rlkit.lm.models import TinyPolicySpec
+    from rlkit.reward.pipeline import aggregate_rewards
+
+    rubric = shipped_rubric("arithmetic")
+    registry = load_registry()
+    judge, aggregator = registry.create("judge", "rule"), registry.create("aggregator", "weighted_sum")
+    scheduler = registry.create("weight_scheduler", "constant")
+    rng = random.Random(seed)
+    alphabet = "".join(c for c in TinyPolicySpec().alphabet if c != "\n")
+    out: list[dict[str, Any]] = []
+    while len(out) < num_records:
+        a, b = rng.randint(*operands), rng.randint(*operands)
+        size = rng.randint(*group_size)
+        texts: list[str] = []
+        for _ in range(size * 4):  # distinct answers; the generator repeats itself now and then
+            text = near_miss_answer(a, b, rng) if rng.random() < near_miss else default_task_answer(a, b, rng, alphabet)
+            if text not in texts:
+                texts.append(text)
+            if len(texts) == size:
+                break
+        record = {"prompt": f"{a}+{b}=", "reference": str(a + b)}
+        raw = judge.score(Rollout(records=[record], completions=[texts]), rubric)
+        rewards = aggregate_rewards(raw, rubric, scheduler, aggregator).rewards[0]
+        if torch.isnan(rewards).any() or len(set(rewards.tolist())) < 2:
+            continue
+        ranks = competition_ranks(rewards.tolist())
+        out.append({**record, "domain": "one-digit" if a < 10 and b < 10 else "two-digit",
+                    "responses": [{"text": t, "rank": r} for t, r in zip(texts, ranks, strict=True)]})
+    return out

@@ -1,0 +1,372 @@
+"""``rlkit train-grm``: train a generative reward model on preference data with Lightning.
+
+Pairwise objective: every training pair is asked in both label orders (chosen as A, then as B) and the model
+learns to answer the chosen one's label, so a preference for a position is trained away. Listwise objective:
+a whole ranked group is shown in a fresh random label order each time, and the label-token logits are
+trained as Plackett-Luce utilities of the ranks. Either way the held-out pairs are scored every epoch as the
+judge will score them (both orders, averaged), overall, per domain and controlled for length
+(:mod:`rlkit.grm.metrics`). The trained model is saved with ``save_pretrained`` under ``<run dir>/grm`` with a
+``grm.json`` that tells ``judge=grm`` how it was asked.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import random
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+import lightning as L
+import pydantic
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from rlkit.config import LoraConfig
+from rlkit.core.errors import ConfigError, DataError
+from rlkit.data.pairs import ListwiseRecord, PreferencePair, listwise_to_pairs, read_preference_records
+from rlkit.data.records import prompt_text
+from rlkit.grm.metrics import PairOutcome, pair_accuracy
+from rlkit.grm.model import GRM_INFO, GenerativeRewardModel, GrmFormat
+from rlkit.lm.models import make_adamw
+
+
+class _Schema(pydantic.BaseModel):
+    model_config = pydantic.ConfigDict(extra="forbid")
+
+
+class TinyGrmConfig(_Schema):
+    """The embedded tiny GRM's architecture (the tiny policy's code at this size), used when no model is named."""
+
+    hidden_size: int = pydantic.Field(default=128, gt=0)
+    intermediate_size: int = pydantic.Field(default=256, gt=0)
+    num_hidden_layers: int = pydantic.Field(default=3, gt=0)
+    num_attention_heads: int = pydantic.Field(default=4, gt=0)
+    num_key_value_heads: int = pydantic.Field(default=2, gt=0)
+    max_position_embeddings: int = pydantic.Field(default=256, gt=0)
+    seed: int = 0
+
+
+class GrmModelConfig(_Schema):
+    name_or_path: str | None = None
+    dtype: Literal["auto", "float32", "float16", "bfloat16"] = "float32"
+    lora: LoraConfig = pydantic.Field(default_factory=LoraConfig)
+    tiny: TinyGrmConfig = pydantic.Field(default_factory=TinyGrmConfig)
+
+
+class GrmDataConfig(_Schema):
+    train: str | None = None  # null: the synthetic arithmetic preferences (rlkit.grm.data)
+    val: str | None = None  # null: hold out val_fraction of the training prompts
+    val_fraction: float = pydantic.Field(default=0.1, gt=0, lt=1)
+    pairs: Literal["all", "adjacent"] = "all"
+    near_duplicate: float = pydantic.Field(default=0.9, gt=0, le=1)
+    synthetic_records: int = pydantic.Field(default=3000, gt=0)
+    seed: int = 0
+
+
+class GrmTrainConfig(_Schema):
+    objective: Literal["pairwise", "listwise"] = "pairwise"
+    model: GrmModelConfig = pydantic.Field(default_factory=GrmModelConfig)
+    data: GrmDataConfig = pydantic.Field(default_factory=GrmDataConfig)
+    epochs: int = pydantic.Field(default=3, gt=0)
+    batch_size: int = pydantic.Field(default=32, gt=0)
+    eval_batch_size: int = pydantic.Field(default=128, gt=0)
+    lr: float = pydantic.Field(default=2e-3, gt=0)
+    weight_decay: float = pydantic.Field(default=0.0, ge=0)
+    warmup_ratio: float = pydantic.Field(default=0.1, ge=0, lt=1)
+    max_response_chars: int = pydantic.Field(default=256, gt=0)
+    pairwise_template: str = GrmFormat.pairwise_template
+    listwise_template: str = GrmFormat.listwise_template
+
+
+def grm_settings(cfg: DictConfig) -> GrmTrainConfig:
+    """The ``grm`` node checked against its schema; the first problem names its field."""
+    node = OmegaConf.to_container(cfg.get("grm") or {}, resolve=True)
+    try:
+        return GrmTrainConfig.model_validate(node)
+    except pydantic.ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(["grm", *(str(p) for p in err["loc"])])
+        raise ConfigError(err["msg"], where) from None
+
+
+def check_grm_config(cfg: DictConfig) -> GrmTrainConfig:
+    """Everything ``train-grm`` can check before it builds anything: the schema, the data files, the model path
+    and the templates."""
+    from rlkit.core.templates import template_path
+    from rlkit.lm.models import locate_model
+
+    settings = grm_settings(cfg)
+    threads = cfg.get("torch_threads")
+    if threads is not None and (not isinstance(threads, int) or isinstance(threads, bool) or threads < 1):
+        raise ConfigError(f"must be a positive number of threads or null (torch's default), got {threads!r}",
+                          "torch_threads")
+    for field_name in ("train", "val"):
+        path = getattr(settings.data, field_name)
+        if path is not None:
+            _read(path, f"grm.data.{field_name}")  # every line, so a bad one stops the run before it starts
+    if settings.model.name_or_path is not None:
+        try:
+            locate_model(settings.model.name_or_path)
+        except ConfigError as exc:
+            raise ConfigError(exc.message, "grm.model.name_or_path") from None
+    template_path(settings.pairwise_template, "grm.pairwise_template")
+    template_path(settings.listwise_template, "grm.listwise_template")
+    return settings
+
+
+# --- data -----------------------------------------------------------------------------------------------
+
+def _read(path: str, where: str) -> list[ListwiseRecord | PreferencePair]:
+    if not Path(path).is_file():
+        raise DataError("no such data file", f"{where} ({path})")
+    records, rejects = read_preference_records(path)
+    if rejects:
+        shown = "; ".join(f"line {r.line}: {r.reason}" for r in rejects[:5])
+        raise DataError(f"{len(rejects)} bad lines ({shown}); `rlkit data pairs` lists them all in a rejects file",
+                        f"{where} ({path})")
+    if not records:
+        raise DataError("the file holds no records", f"{where} ({path})")
+    return records
+
+
+def _held_out(record: ListwiseRecord | PreferencePair, fraction: float, seed: int) -> bool:
+    # by prompt, so one prompt's answers never sit on both sides of the split
+    digest = hashlib.sha256(f"{seed}/{prompt_text(record.prompt)}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") / 2**64 < fraction
+
+
+def load_grm_data(settings: GrmTrainConfig, run_dir: Path) -> tuple[list[Any], list[PreferencePair]]:
+    """Training examples (pairs, or ranked groups for the listwise objective) and held-out pairs."""
+    d = settings.data
+    train_path = d.train
+    if train_path is None:
+        from rlkit.grm.data import synthetic_preferences
+
+        # written out, so the run's data is inspectable and takes the same reading path as a user's file
+        target = run_dir / "data" / "synthetic_preferences.jsonl"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        rows = synthetic_preferences(d.synthetic_records, d.seed)
+        target.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+        train_path = str(target)
+    records = _read(train_path, "grm.data.train")
+    if d.val is not None:
+        train_records, val_records = records, _read(d.val, "grm.data.val")
+    else:
+        val_records = [r for r in records if _held_out(r, d.val_fraction, d.seed)]
+        train_records = [r for r in records if not _held_out(r, d.val_fraction, d.seed)]
+    val_pairs = listwise_to_pairs(val_records, "all", d.near_duplicate).pairs
+    if not val_pairs:
+        raise DataError("no held-out pair left (after ties and duplicates); give grm.data.val or more data",
+                        "grm.data.val")
+    if settings.objective == "listwise":
+        train = [r if isinstance(r, ListwiseRecord) else _as_group(r) for r in train_records]
+    else:
+        train = listwise_to_pairs(train_records, d.pairs, d.near_duplicate).pairs
+    if not train:
+        raise DataError("no training example left (after ties and duplicates)", "grm.data.train")
+    return train, val_pairs
+
+
+def _as_group(pair: PreferencePair) -> ListwiseRecord:
+    from rlkit.data.pairs import RankedResponse
+
+    return ListwiseRecord(pair.prompt, (RankedResponse(pair.chosen, 1), RankedResponse(pair.rejected, 2)),
+                          pair.domain, pair.line, reference=pair.reference)
+
+
+# --- the Lightning module -------------------------------------------------------------------------------
+
+def plackett_luce_loss(utilities: torch.Tensor, ranks: Sequence[int]) -> torch.Tensor:
+    """Negative log-likelihood of the order ``ranks`` (1 = best) under Plackett-Luce with ``utilities`` [k]."""
+    order = sorted(range(len(ranks)), key=lambda i: ranks[i])  # stable: ties keep their (shuffled) shown order
+    u = utilities[order]
+    # position t chooses its item among those still left: -u_t + logsumexp(u_t..u_k)
+    tails = torch.logcumsumexp(u.flip(0), dim=0).flip(0)
+    return (tails[:-1] - u[:-1]).sum()
+
+
+class GrmModule(L.LightningModule):
+    """Trains a GRM; validation scores held-out pairs as the judge will and logs :func:`pair_accuracy`."""
+
+    def __init__(self, grm: GenerativeRewardModel, settings: GrmTrainConfig, total_steps: int) -> None:
+        super().__init__()
+        self.grm = grm
+        self.model = grm.model
+        self.settings = settings
+        self.total_steps = total_steps
+        self._outcomes: list[PairOutcome] = []
+        self.last_metrics: dict[str, float] = {}
+
+    def on_train_start(self) -> None:
+        # from_pretrained hands the model over in eval mode and Lightning keeps the mode it finds (see
+        # RubricRLModule.on_train_start): without this the GRM trained with its dropout off.
+        self.model.train()
+
+    def transfer_batch_to_device(self, batch: Any, device: torch.device, dataloader_idx: int) -> Any:
+        return batch  # texts: the questions are tokenised, and moved, in the step
+
+    def _pairwise_loss(self, pairs: Sequence[PreferencePair]) -> torch.Tensor:
+        questions, targets = [], []
+        for p in pairs:
+            prompt = prompt_text(p.prompt)
+            questions += [self.grm.pairwise_question(prompt, p.chosen, p.rejected, p.reference),
+                          self.grm.pairwise_question(prompt, p.rejected, p.chosen, p.reference)]
+            targets += [self.grm.label_id(0), self.grm.label_id(1)]
+        logits = self.grm.next_token_logits(questions)
+        # over the whole vocabulary, so the model also *answers* with the label when asked to generate
+        return torch.nn.functional.cross_entropy(logits, torch.tensor(targets, device=logits.device))
+
+    def _listwise_loss(self, groups: Sequence[ListwiseRecord]) -> torch.Tensor:
+        rng = random.Random(hash((self.settings.data.seed, self.global_step)))
+        questions, shown_ranks = [], []
+        for g in groups:
+            order = list(range(len(g.responses)))
+            rng.shuffle(order)
+            questions.append(self.grm.listwise_question(prompt_text(g.prompt), [g.responses[i].text for i in order],
+                                                        g.reference))
+            shown_ranks.append([g.responses[i].rank for i in order])
+        logits = self.grm.next_token_logits(questions)
+        losses = [plackett_luce_loss(logits[i, [self.grm.label_id(j) for j in range(len(r))]], r)
+                  for i, r in enumerate(shown_ranks)]
+        return torch.stack(losses).mean()
+
+    def training_step(self, batch: list[Any], batch_idx: int) -> torch.Tensor:
+        loss = self._listwise_loss(batch) if self.settings.objective == "listwise" else self._pairwise_loss(batch)
+        self.log("train/loss", loss, batch_size=len(batch), prog_bar=True)
+        return loss
+
+    def validation_step(self, batch: list[PreferencePair], batch_idx: int) -> None:
+        items = [(prompt_text(p.prompt), p.chosen, p.rejected, p.reference) for p in batch]
+        q = self.grm.prefer_first(items, self.settings.eval_batch_size)
+        self._outcomes += [PairOutcome(float(p), len(pair.chosen), len(pair.rejected), pair.domain)
+                           for p, pair in zip(q.tolist(), batch, strict=True)]
+
+    def on_validation_epoch_end(self) -> None:
+        metrics = pair_accuracy(self._outcomes)
+        self._outcomes = []
+        self.last_metrics = metrics
+        shown = {"accuracy", "length_controlled_accuracy"}
+        for key, value in metrics.items():
+            if not math.isnan(value):
+                self.log(f"val/{key}", value, prog_bar=key in shown)
+
+    def configure_optimizers(self) -> Any:
+        s = self.settings
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        opt = make_adamw(params, lr=s.lr, weight_decay=s.weight_decay, precision=str(self.trainer.precision),
+                         clips_gradients=bool(self.trainer.gradient_clip_val))
+        warmup = int(s.warmup_ratio * self.total_steps)
+
+        def factor(step: int) -> float:  # linear warm-up, then linear decay to zero
+            if step < warmup:
+                return (step + 1) / warmup
+            return max(0.0, (self.total_steps - step) / max(1, self.total_steps - warmup))
+
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, factor)
+        return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
+
+
+# --- the run --------------------------------------------------------------------------------------------
+
+def _collate(batch: list[Any]) -> list[Any]:
+    return batch
+
+
+def load_base_model(model_cfg: GrmModelConfig) -> tuple[Any, Any]:
+    """The named model, or the tiny GRM built from ``grm.model.tiny`` and saved to the cache, loaded by path."""
+    from rlkit.lm.models import TinyPolicySpec, build_tiny_policy, load_policy, locate_model
+
+    if model_cfg.name_or_path is not None:
+        path = locate_model(model_cfg.name_or_path)
+    else:
+        path = build_tiny_policy(TinyPolicySpec(**model_cfg.tiny.model_dump()))
+    return load_policy(path, model_cfg.dtype)
+
+
+def grm_format(settings: GrmTrainConfig) -> GrmFormat:
+    return GrmFormat(settings.pairwise_template, settings.listwise_template, settings.max_response_chars)
+
+
+def train_grm(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
+    """Train the GRM of ``cfg.grm`` on the trainer of ``cfg.trainer``; save it to ``run_dir/grm``; return the
+    summary (held-out metrics after every epoch, the saved folder)."""
+    from lightning.pytorch.callbacks import ModelCheckpoint
+    from torch.utils.data import DataLoader
+
+    from rlkit.lm.models import apply_lora, save_policy
+    from rlkit.runs.loggers import finish_logger, make_logger
+    from rlkit.train.fit import _quiet_lightning
+
+    settings = check_grm_config(cfg)
+    _quiet_lightning()
+    L.seed_everything(int(cfg.seed), workers=True, verbose=False)
+    train, val = load_grm_data(settings, run_dir)
+    model, tokenizer = load_base_model(settings.model)
+    if settings.model.lora.enabled:
+        model = apply_lora(model, settings.model.lora)
+    grm = GenerativeRewardModel(model, tokenizer, grm_format(settings))
+    generator = torch.Generator().manual_seed(int(cfg.seed))
+    train_loader = DataLoader(train, batch_size=settings.batch_size, shuffle=True, collate_fn=_collate,
+                              generator=generator)
+    val_loader = DataLoader(val, batch_size=settings.eval_batch_size, shuffle=False, collate_fn=_collate)
+    module = GrmModule(grm, settings, total_steps=settings.epochs * len(train_loader))
+    logger = make_logger(cfg, run_dir, job_type="train-grm")
+    trainer_kwargs = OmegaConf.to_container(cfg.trainer, resolve=True)
+    assert isinstance(trainer_kwargs, dict)
+    trainer_kwargs.setdefault("max_epochs", settings.epochs)
+    checkpoints = ModelCheckpoint(dirpath=str(run_dir / "checkpoints"), save_last=True, save_top_k=0)
+    history: list[dict[str, float]] = []
+
+    class _History(L.Callback):
+        def on_validation_end(self, trainer: L.Trainer, pl_module: GrmModule) -> None:
+            if not trainer.sanity_checking:
+                history.append(dict(pl_module.last_metrics))
+
+    try:
+        trainer = L.Trainer(default_root_dir=str(run_dir), logger=logger, callbacks=[checkpoints, _History()],
+                            num_sanity_val_steps=0, enable_model_summary=False, **trainer_kwargs)
+    except (TypeError, ValueError) as exc:
+        finish_logger(logger)
+        raise ConfigError(str(exc).split("\n")[0], "trainer (passed to lightning.Trainer)") from None
+    threads = torch.get_num_threads()
+    if cfg.get("torch_threads"):
+        torch.set_num_threads(int(cfg.torch_threads))
+    try:
+        trainer.validate(module, val_loader, verbose=False)  # before training: the chance level of this data
+        start = dict(module.last_metrics)
+        trainer.fit(module, train_loader, val_loader, ckpt_path=cfg.get("ckpt_path"))
+    finally:
+        torch.set_num_threads(threads)
+        finish_logger(logger)
+    out = run_dir / "grm"
+    model.eval()
+    save_policy(model, tokenizer, out, "merged")
+    end = history[-1] if history else start
+    info = {"objective": settings.objective, "format": {"pairwise_template": settings.pairwise_template,
+                                                        "listwise_template": settings.listwise_template,
+                                                        "max_response_chars": settings.max_response_chars},
+            "train_examples": len(train), "val_pairs": len(val), "steps": trainer.global_step, "metrics": end}
+    (out / GRM_INFO).write_text(json.dumps(info, indent=2, default=float), encoding="utf-8")
+    return {"start": start, "end": end, "history": history, "grm_dir": str(out), "steps": trainer.global_step,
+            "train_examples": len(train), "val_pairs": len(val)}
+
+
+def print_grm_summary(summary: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"held-out pairs ({summary['val_pairs']}), {summary['steps']} steps on "
+                        f"{summary['train_examples']} examples")
+    for column in ("metric", "before", "after"):
+        table.add_column(column, justify="left" if column == "metric" else "right")
+    keys = ["accuracy", "length_controlled_accuracy", "accuracy/chosen_shorter", "accuracy/chosen_longer"]
+    keys += sorted(k for k in summary["end"] if k.startswith("accuracy/domain/"))
+    for key in keys:
+        a, b = summary["start"].get(key, float("nan")), summary["end"].get(key, float("nan"))
+        table.add_row(key, f"{a:.3f}", f"{b:.3f}")
+    console = Console(highlight=False, width=None if __import__("sys").stdout.isatty() else 120)
+    console.print(table)
+    console.print(f"GRM saved to {summary['grm_dir']} (use it with judge=grm judge.params.model={summary['grm_dir']})")

@@ -1,0 +1,1 @@
+"""Language-model helpers: building and loading policies, sampling batches, log-probs, the KL reference."""

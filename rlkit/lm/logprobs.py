@@ -1,0 +1,47 @@
+"""Token log-probs and completion masks: the tensor pieces every log-prob pass and every sampler shares."""
+
+from __future__ import annotations
+
+import torch
+
+# Elements of logits a chunk of rows may hold (64 MiB in float32): a real vocabulary (~150k) at a few hundred
+# tokens gets one row per chunk, while a small one gets the whole batch in one call instead of a Python loop of
+# one kernel (and one autograd node) per row.
+LOG_SOFTMAX_CHUNK_ELEMENTS = 1 << 24
+
+
+def selective_log_softmax(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+    """``logits [N, T, V]``, ``tokens [N, T]`` → ``log softmax(logits)[n, t, tokens[n, t]]`` as ``[N, T]``,
+    in float32 for half-precision logits (float64 stays float64)."""
+    # TRL trainer/utils.py selective_log_softmax: log_softmax(x)_i = x_i - logsumexp(x), a few rows at a time so
+    # no second [N, T, V] tensor is materialised. logsumexp loses precision in bf16/fp16, so half-precision
+    # chunks are upcast one at a time: float32 accuracy without a float32 copy of all the logits (a no-grad
+    # pass holds one chunk's copy at a time).
+    out_dtype = logits.dtype if logits.dtype == torch.float64 else torch.float32
+    if not len(logits):
+        return torch.zeros(tokens.shape, dtype=out_dtype, device=logits.device)
+    rows = max(1, LOG_SOFTMAX_CHUNK_ELEMENTS // max(logits[0].numel(), 1))
+    parts = []
+    for chunk, idx in zip(logits.split(rows), tokens.split(rows), strict=True):
+        chunk = chunk.to(out_dtype)
+        chosen = torch.gather(chunk, dim=-1, index=idx.unsqueeze(-1)).squeeze(-1)
+        parts.append(chosen - torch.logsumexp(chunk, dim=-1))
+    return torch.cat(parts)
+
+
+def mask_after_eos(completion_ids: torch.Tensor, eos_token_id: int) -> torch.Tensor:
+    """``[N, T]`` long mask: 1 up to and including the first EOS, 0 after (all 1 if a row has no EOS)."""
+    # TRL GRPOTrainer._generate_and_score_completions: eos_idx = first EOS, or T when there is none.
+    is_eos = completion_ids == eos_token_id
+    n, t = is_eos.shape
+    eos_idx = torch.where(is_eos.any(dim=1), is_eos.int().argmax(dim=1),
+                          torch.full((n,), t, device=completion_ids.device))
+    positions = torch.arange(t, device=completion_ids.device).expand(n, -1)
+    return (positions <= eos_idx.unsqueeze(1)).long()
+
+
+def truncated_rows(completion_ids: torch.Tensor, eos_token_id: int) -> torch.Tensor:
+    """``[N]`` bool: rows with no EOS at all (cut at the length limit), for ``mask_truncated_completions``."""
+    # TRL: truncated_completions = ~is_eos.any(dim=1); the trainer zeros these rows' mask (DAPO §3.4 overlong
+    # filtering), so a reward for an unfinished answer never drives the update.
+    return ~(completion_ids == eos_token_id).any(dim=1)

@@ -1,0 +1,103 @@
+"""The reference policy the KL term is measured against.
+
+``model.reference`` picks one: ``frozen`` (a frozen copy of the initial policy), ``ema``, ``adapter_off`` (the
+LoRA policy with its adapters disabled: the base model, no second copy in memory) or ``none``. With LoRA,
+``frozen`` is served by ``adapter_off``, which is the same model at a fraction of the memory. ``ema``
+is a copy that follows the policy slowly (``model.ema_decay``).
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any, Protocol
+
+import torch
+
+from rlkit.lm.sampling import SampledBatch, sequence_log_probs
+
+
+class ReferencePolicy(Protocol):
+    def log_probs(self, policy: Any, sampled: SampledBatch) -> torch.Tensor:
+        """Per-token log-probs ``[N, C]`` of the sampled completions under the reference."""
+
+    def on_optimizer_step(self, policy: Any) -> None:
+        """Called after every optimiser step (an EMA reference updates here)."""
+
+
+class FrozenCopyReference(torch.nn.Module):
+    """A frozen deep copy of the policy taken before training. A submodule of the LightningModule, so it
+    follows the policy's device and precision and is part of the checkpoint."""
+
+    def __init__(self, policy: Any) -> None:
+        super().__init__()
+        self.model = copy.deepcopy(policy).requires_grad_(False)
+        self.eval()
+
+    def log_probs(self, policy: Any, sampled: SampledBatch) -> torch.Tensor:
+        return sequence_log_probs(self.model, sampled)
+
+    def on_optimizer_step(self, policy: Any) -> None:
+        pass
+
+    def train(self, mode: bool = True) -> FrozenCopyReference:
+        # Lightning switches the whole LightningModule to train mode; the reference stays in eval (no dropout).
+        return super().train(False)
+
+
+class AdapterOffReference:
+    """The base model under a peft policy: the same forward with every adapter disabled."""
+
+    def log_probs(self, policy: Any, sampled: SampledBatch) -> torch.Tensor:
+        was_training = policy.training
+        policy.eval()  # no adapter dropout either way; the base model's own dropout off as for a frozen copy
+        try:
+            with policy.disable_adapter():
+                return sequence_log_probs(policy, sampled)
+        finally:
+            policy.train(was_training)
+
+    def on_optimizer_step(self, policy: Any) -> None:
+        pass
+
+
+class EmaReference(FrozenCopyReference):
+    """A copy of the policy that follows it slowly: after every optimiser step
+    ``ref ← decay·ref + (1 − decay)·policy`` (parameters and floating buffers). Part of the checkpoint,
+    so a resumed run continues from the same reference."""
+
+    def __init__(self, policy: Any, decay: float) -> None:
+        super().__init__(policy)
+        self.decay = decay
+
+    @torch.no_grad()
+    def on_optimizer_step(self, policy: Any) -> None:
+        for ref, live in zip(self.model.parameters(), policy.parameters(), strict=True):
+            ref.lerp_(live.detach().to(ref.dtype), 1.0 - self.decay)
+        for ref, live in zip(self.model.buffers(), policy.buffers(), strict=True):
+            if ref.is_floating_point():
+                ref.lerp_(live.to(ref.dtype), 1.0 - self.decay)
+
+
+REFERENCE_KINDS = ("frozen", "adapter_off", "ema", "none")
+
+
+def needs_reference(objective: Any) -> bool:
+    """Whether the objective compares against a reference: a KL term (policy gradient, ``beta > 0``) or a
+    reference-based preference loss (``group_dpo`` other than SimPO)."""
+    if objective.name == "policy_gradient":
+        return objective.beta > 0
+    return objective.loss_type != "simpo"
+
+
+def build_reference(kind: str, policy: Any, *, uses_lora: bool, needed: bool,
+                    ema_decay: float = 0.99) -> ReferencePolicy | None:
+    """The reference for ``model.reference=kind``; None when the objective needs none."""
+    if not needed or kind == "none":
+        return None
+    if kind == "ema":
+        return EmaReference(policy, ema_decay)
+    if kind == "adapter_off" or (kind == "frozen" and uses_lora):
+        return AdapterOffReference()
+    if kind == "frozen":
+        return FrozenCopyReference(policy)
+    raise ValueError(f"unknown reference {kind!r}; expected one of {', '.join(REFERENCE_KINDS)}")

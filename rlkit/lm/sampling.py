@@ -1,0 +1,179 @@
+"""Sampled completions as the loop trains on them, and what a generator plugin is asked for."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from rlkit.data.records import prompt_text
+from rlkit.lm.logprobs import mask_after_eos, selective_log_softmax, truncated_rows
+
+
+@dataclass
+class SampledBatch:
+    """Token tensors of B×G sequences (prompt + completion) and the completion texts ``[B][G]``.
+
+    ``input_ids``/``attention_mask`` are ``[B*G, P+C]`` (prompt left-padded to P); the completion
+    is the last C positions, ``completion_mask`` ``[B*G, C]`` is 1 up to and including EOS.
+    """
+
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    completion_mask: torch.Tensor
+    prompt_length: int
+    texts: list[list[str]]
+    truncated: torch.Tensor
+
+    @property
+    def completion_ids(self) -> torch.Tensor:
+        return self.input_ids[:, self.prompt_length:]
+
+    @property
+    def completion_token_counts(self) -> torch.Tensor:
+        return self.completion_mask.sum(dim=1)
+
+    def rows(self, rows: slice | torch.Tensor) -> SampledBatch:
+        """The sequences ``rows`` (a slice or an index tensor) of the flat ``[B*G]`` axis, for micro-batched
+        passes (texts left out)."""
+        return SampledBatch(self.input_ids[rows], self.attention_mask[rows], self.completion_mask[rows],
+                            self.prompt_length, [], self.truncated[rows])
+
+
+def micro_batches(num_rows: int, num_chunks: int, *, exact: bool = False) -> list[slice]:
+    """``num_rows`` split into at most ``num_chunks`` contiguous, nearly equal slices; with ``exact``, into
+    exactly ``max(1, num_chunks)``, the surplus ones empty (every process of a DDP run makes as many passes)."""
+    size = -(-num_rows // max(1, min(num_chunks, num_rows))) if num_rows else 1
+    chunks = [slice(start, min(start + size, num_rows)) for start in range(0, num_rows, size)]
+    if exact:
+        chunks += [slice(num_rows, num_rows)] * (max(1, num_chunks) - len(chunks))
+    return chunks
+
+
+def length_buckets(lengths: torch.Tensor, num_buckets: int, *, width: int = 0,
+                   max_rows: int | None = None, slack: float | None = None) -> list[torch.Tensor]:
+    """Row indices of ``lengths`` (completion token counts) in ``min(num_buckets, len(lengths))`` non-empty
+    passes of rows of similar length, shortest first, each at most ``max_rows`` rows (on ``lengths``' device).
+    With ``slack`` (a single process), fewer passes where they cost little more: the fewest whose token
+    positions are within ``slack`` (a fraction) of the least that ``num_buckets`` passes reach.
+
+    A pass is cut to its longest completion (``sequence_log_probs``), so it costs about rows × (``width`` +
+    its longest length) token positions. The cuts between the sorted rows are the ones that minimise that sum
+    (dynamic programming, O(buckets · rows²) on small integer arrays); among equally cheap cuts, the most even.
+    Equal-row cuts let a few long completions set the width of a whole slice: on a long-tailed 64-row rollout
+    (benchmarks/length_buckets.py) they paid for 12–33% more positions than these with 8–2 buckets. The number
+    of passes depends on the row count only, never on the lengths, so every process of a DDP run makes as many
+    backward passes; a single process need not, and every pass has a fixed cost: on equal lengths two passes
+    made a tiny-policy step 7% slower than one (benchmarks/length_buckets.py).
+    """
+    counts = lengths.cpu()
+    order = torch.argsort(counts, stable=True)
+    n = len(order)
+    m = min(max(num_buckets, 1), n)
+    if m <= 1:
+        return [order.to(lengths.device)] if n else []
+    cap = n if max_rows is None else max(max_rows, -(-n // m))
+    # numpy, not torch: these are a few dozen tiny ops, and torch's thread pool costs milliseconds per op on a
+    # busy machine (measured: 87 ms for 64 rows in 8 buckets with 2 threads, 0.5 ms single-threaded).
+    longest = counts.numpy()[order.numpy()].astype(np.int64) + width  # bucket (s, i] is this wide at i-1
+    # A bucket of sorted rows s..i-1 costs area × tie + rows²: the area decides, and the square sum (smallest
+    # for even buckets) only breaks ties; exact in int64 for any realistic batch.
+    tie = n * n + 1
+    rows = np.arange(n + 1)[None, :] - np.arange(n + 1)[:, None]
+    never = np.iinfo(np.int64).max // 4  # "impossible", small enough that two of them still add up
+    step_cost = np.where((rows >= 1) & (rows <= cap),
+                         rows * longest[np.clip(np.arange(n + 1) - 1, 0, None)][None, :] * tie + rows * rows, never)
+    best = np.full(n + 1, never)
+    best[0] = 0
+    cut_at, areas = [], []
+    for _ in range(m):  # best[i]: cheapest split of the first i sorted rows into the buckets so far
+        total = best[:, None] + step_cost
+        start = total.argmin(axis=0)
+        best = np.minimum(total[start, np.arange(n + 1)], never)
+        cut_at.append(start)
+        areas.append(best[n] // tie if best[n] < never else never)
+    if slack is not None:  # the fewest passes (that fit under the row cap) within the slack of the least area
+        within = [k for k, area in enumerate(areas) if area <= areas[-1] * (1 + slack)]
+        cut_at = cut_at[:within[0] + 1]
+    bounds, end = [], n
+    for start in reversed(cut_at):
+        begin = int(start[end])
+        bounds.append((begin, end))
+        end = begin
+    return [order[a:b].to(lengths.device) for a, b in reversed(bounds)]
+
+
+def render_prompt(prompt: str | Sequence[dict[str, str]], tokenizer: Any) -> str:
+    """Chat messages go through the tokenizer's chat template when it has one."""
+    if isinstance(prompt, str):
+        return prompt
+    if getattr(tokenizer, "chat_template", None):
+        return tokenizer.apply_chat_template(list(prompt), tokenize=False, add_generation_prompt=True)
+    return prompt_text(prompt)
+
+
+@dataclass(frozen=True)
+class GenerationRequest:
+    """What a generator is asked for: ``num_generations`` completions of each record's prompt.
+
+    ``seeds`` holds one integer per record, derived from the run seed, the step and the record's position
+    in the global batch (not from which process holds it). A generator that honours them samples a record's
+    completions from its seed alone, so they do not depend on the other records in the batch or on how the
+    batch is split across processes.
+    """
+
+    records: Sequence[dict[str, Any]]
+    num_generations: int
+    max_new_tokens: int
+    temperature: float = 1.0
+    greedy: bool = False
+    seeds: Sequence[int] | None = None
+
+
+def tokenize_prompts(tokenizer: Any, records: Sequence[dict[str, Any]]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Left-padded prompt ids and attention mask ``[B, P]`` (chat prompts through the chat template)."""
+    prompts = [render_prompt(r["prompt"], tokenizer) for r in records]
+    enc = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
+    return enc["input_ids"], enc["attention_mask"]
+
+
+def assemble_sampled_batch(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, completion_ids: torch.Tensor,
+                           tokenizer: Any, num_generations: int) -> SampledBatch:
+    """The ``SampledBatch`` the loop trains on, from ``[B*G, P]`` left-padded prompts (each prompt repeated G
+    times, consecutively) and ``[B*G, C]`` completion ids; anything after a row's first EOS is ignored.
+
+    A generator that produces tokens elsewhere (an inference engine) builds its result with this, so the mask,
+    texts and truncation flags follow one rule whichever engine sampled."""
+    completion_mask = mask_after_eos(completion_ids, tokenizer.eos_token_id)
+    attention = torch.cat([prompt_mask, completion_mask.to(prompt_mask.dtype)], dim=1)
+    texts_flat = tokenizer.batch_decode(completion_ids.masked_fill(completion_mask == 0, tokenizer.pad_token_id),
+                                        skip_special_tokens=True)
+    b = len(texts_flat) // num_generations
+    texts = [texts_flat[i * num_generations:(i + 1) * num_generations] for i in range(b)]
+    return SampledBatch(torch.cat([prompt_ids, completion_ids], dim=1), attention, completion_mask,
+                        prompt_ids.shape[1], texts, truncated_rows(completion_ids, tokenizer.eos_token_id))
+
+
+def sequence_log_probs(model: Any, sampled: SampledBatch) -> torch.Tensor:
+    """Per-token log-probs of the completion tokens ``[N, C]`` under ``model``; only positions inside
+    ``completion_mask`` mean anything (columns past the longest completion are 0).
+
+    Only what the rows need goes through the model: prompt columns that are padding in every row and
+    completion columns past the longest completion are cut (so a micro-batch of short completions pays for
+    its own length, not the batch's), and the vocabulary projection runs for completion positions only
+    (``logits_to_keep``). Cutting left padding shifts absolute positions, which rotary embeddings do not see.
+    No KV cache: a single pass never reads one back.
+    """
+    p, c = sampled.prompt_length, sampled.completion_mask.shape[1]
+    keep = max(int(sampled.completion_mask.sum(dim=1).max()), 1) if sampled.completion_mask.numel() else c
+    used = sampled.attention_mask[:, :p].any(dim=0).nonzero()
+    start = min(int(used[0]) if len(used) else p - 1, p - 1)  # keep at least the token predicting the first one
+    ids = sampled.input_ids[:, start:p + keep]
+    logits = model(input_ids=ids, attention_mask=sampled.attention_mask[:, start:p + keep],
+                   logits_to_keep=keep + 1, use_cache=False).logits[:, :-1, :]
+    # position t predicts token t+1: the kept logits predict exactly the completion tokens
+    logp = selective_log_softmax(logits, sampled.completion_ids[:, :keep])  # float32, upcast a chunk at a time
+    return torch.nn.functional.pad(logp, (0, c - keep)) if keep < c else logp

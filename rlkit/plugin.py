@@ -1,0 +1,136 @@
+"""The one door for plugins: everything a plugin, built-in or third-party, may import from rlkit.
+
+A plugin imports from here (and from ``rlkit.testing`` in its tests), never from the host's subpackages: those
+may move between minor releases, these names may not. ``docs/plugin-api.md`` says what each group promises.
+rlkit's own plugins (``rlkit_plugins``) are held to this by the import-layer contract in CI.
+"""
+
+from __future__ import annotations
+
+# --- records, paths, calibration against human labels ----------------------------------------------------
+from rlkit.config.compose import resolve_path
+
+# --- the contract: marking hooks, the register callback, errors -------------------------------------------
+from rlkit.core.errors import ConfigError, DataError, JudgeError, PluginError, RlkitError, RubricError
+from rlkit.core.hookspecs import Register
+from rlkit.core.refs import AggregatorRef, JudgeRef, PluginRef, WeightSchedulerRef
+
+# --- what flows between plugins: rubric, rollouts, scores, pairs ----------------------------------------------
+from rlkit.core.registry import hookimpl
+from rlkit.core.rubric import Anchor, Dimension, Rubric, load_rubric, rubric_from_dict
+from rlkit.core.stats import nan_mean_std, nan_weighted_sum
+from rlkit.core.templates import chosen_template, render_template, template_hash, template_path
+from rlkit.core.types import PreferencePairs, RewardBatch, Rollout
+from rlkit.data.records import prompt_text
+from rlkit.data.records import read_jsonl as read_records
+from rlkit.evaluation.calibration import DEFAULT_LABELS as DEFAULT_CALIBRATION_LABELS
+from rlkit.evaluation.calibration import calibrate, judge_records, read_labels
+
+# --- generative reward models and the reward API's wire format ------------------------------------------------
+from rlkit.grm.model import GenerativeRewardModel, read_grm_format
+
+# --- model-based judging: backends, the response cache, parsing, HTTP ---------------------------------------
+from rlkit.judging.asking import FailureWarning, JudgeBackend, ask
+from rlkit.judging.cache import ResponseCache
+from rlkit.judging.http import MAX_BACKOFF_S, post_with_retries, retry_delay, run_async, snippet
+from rlkit.judging.members import check_member_judge
+from rlkit.judging.parsing import RankingParse, ScoreParse, parse_ranking, parse_scores, ranks_from_order
+from rlkit.judging.tiny_judge import (
+    RANKING_COMPACT_TEMPLATE,
+    RANKING_SPEC,
+    TinyJudgeSpec,
+    build_tiny_judge,
+    group_labels,
+    ranking_spec,
+)
+from rlkit.judging.types import Completion, render_chat
+
+# --- generators: what a sampler is asked for and hands back; models by path ---------------------------------
+from rlkit.lm.models import build_tiny_policy, check_model_directory, load_policy, locate_model
+from rlkit.lm.sampling import GenerationRequest, SampledBatch, assemble_sampled_batch, tokenize_prompts
+
+# --- reward helpers: normalisation, saturation, weight schedulers, monitors -----------------------------------
+from rlkit.reward.diagnostics import saturation_share
+from rlkit.reward.monitor_view import Alert, BaselineDrift, MonitorView, due, make_view
+from rlkit.reward.pipeline import normalize_scores
+from rlkit.reward.weighting import StepRecordScheduler
+from rlkit.serve.protocol import InfoResponse, RewardResponse
+
+__all__ = [
+    "DEFAULT_CALIBRATION_LABELS",
+    "MAX_BACKOFF_S",
+    "RANKING_COMPACT_TEMPLATE",
+    "RANKING_SPEC",
+    "AggregatorRef",
+    "Alert",
+    "Anchor",
+    "BaselineDrift",
+    "Completion",
+    "ConfigError",
+    "DataError",
+    "Dimension",
+    "FailureWarning",
+    "GenerationRequest",
+    "GenerativeRewardModel",
+    "InfoResponse",
+    "JudgeBackend",
+    "JudgeError",
+    "JudgeRef",
+    "MonitorView",
+    "PluginError",
+    "PluginRef",
+    "PreferencePairs",
+    "RankingParse",
+    "Register",
+    "ResponseCache",
+    "RewardBatch",
+    "RewardResponse",
+    "RlkitError",
+    "Rollout",
+    "Rubric",
+    "RubricError",
+    "SampledBatch",
+    "ScoreParse",
+    "StepRecordScheduler",
+    "TinyJudgeSpec",
+    "WeightSchedulerRef",
+    "ask",
+    "assemble_sampled_batch",
+    "build_tiny_judge",
+    "build_tiny_policy",
+    "calibrate",
+    "check_member_judge",
+    "check_model_directory",
+    "chosen_template",
+    "due",
+    "group_labels",
+    "hookimpl",
+    "judge_records",
+    "load_policy",
+    "load_rubric",
+    "locate_model",
+    "make_view",
+    "nan_mean_std",
+    "nan_weighted_sum",
+    "normalize_scores",
+    "parse_ranking",
+    "parse_scores",
+    "post_with_retries",
+    "prompt_text",
+    "ranking_spec",
+    "ranks_from_order",
+    "read_grm_format",
+    "read_labels",
+    "read_records",
+    "render_chat",
+    "render_template",
+    "resolve_path",
+    "retry_delay",
+    "rubric_from_dict",
+    "run_async",
+    "saturation_share",
+    "snippet",
+    "template_hash",
+    "template_path",
+    "tokenize_prompts",
+]

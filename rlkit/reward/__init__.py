@@ -1,0 +1,1 @@
+"""The reward pipeline: judged scores -> normalised -> weights -> aggregate, plus diagnostics, debias, pairs."""

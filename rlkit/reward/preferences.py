@@ -1,0 +1,70 @@
+"""The host's side of the preference objective (``group_dpo``): the ordering batch the constructor sees,
+the confidence-gap filter, and per-dimension statistics of the chosen samples. Constructors (plugins)
+only decide which pairs; these rules apply to all of them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from rlkit.core.stats import nan_weighted_sum
+from rlkit.core.types import PreferencePairs, RewardBatch
+from rlkit.reward.diagnostics import saturated_groups
+
+
+def ordering_batch(batch: RewardBatch, aggregator: Any, *, mask_saturated: bool) -> RewardBatch:
+    """The batch whose ``rewards`` order each group for pairing.
+
+    With ``mask_saturated``, a dimension saturated within a group (the host's detector) is left out of
+    that group's ordering until it varies again: it cannot separate the group, and under non-additive
+    aggregators (min, geometric, gates) a constant can still flatten or distort the order of the rest.
+    """
+    if not mask_saturated and aggregator is None:
+        return batch
+    scores, raw = batch.scores, batch.raw_scores
+    if mask_saturated:
+        saturated = saturated_groups(scores).unsqueeze(1).expand_as(scores)  # [B, G, D]
+        nan = torch.full_like(scores, float("nan"))
+        scores, raw = torch.where(saturated, nan, scores), torch.where(saturated, nan, raw)
+    masked = RewardBatch(rubric=batch.rubric, raw_scores=raw, scores=scores, weights=batch.weights)
+    return masked.with_rewards(aggregator.aggregate(masked).to(torch.float32))
+
+
+def pair_gaps(pairs: PreferencePairs, batch: RewardBatch) -> torch.Tensor:
+    """``[P]``: |weighted-sum(chosen) − weighted-sum(rejected)| of the normalised scores."""
+    summed = nan_weighted_sum(batch.scores, batch.weights)  # [B, G]
+    gap = summed[pairs.prompt_index, pairs.chosen] - summed[pairs.prompt_index, pairs.rejected]
+    return gap.abs().nan_to_num(nan=0.0)
+
+
+def drop_close_pairs(pairs: PreferencePairs, batch: RewardBatch, min_gap: float) -> tuple[PreferencePairs, float]:
+    """Pairs whose weighted-sum gap reaches ``min_gap`` (a smaller gap is more likely judge noise than a
+    preference), and the share dropped (0 when there were no pairs)."""
+    if len(pairs) == 0 or min_gap <= 0:
+        return pairs, 0.0
+    keep = pair_gaps(pairs, batch) >= min_gap - 1e-9
+    kept = PreferencePairs(pairs.prompt_index[keep], pairs.chosen[keep], pairs.rejected[keep], pairs.weight[keep])
+    return kept, 1.0 - float(keep.float().mean())
+
+
+def chosen_win_share(pairs: PreferencePairs, batch: RewardBatch) -> torch.Tensor:
+    """``[D]``: per dimension, the share of pairs (where both sides were scored) in which the chosen
+    completion scores strictly higher. Shows which dimensions the preference signal actually follows."""
+    chosen = batch.scores[pairs.prompt_index, pairs.chosen]      # [P, D]
+    rejected = batch.scores[pairs.prompt_index, pairs.rejected]
+    both = ~(torch.isnan(chosen) | torch.isnan(rejected))
+    wins = ((chosen > rejected) & both).sum(dim=0).float()
+    return wins / both.sum(dim=0).clamp(min=1)
+
+
+def confidence_weighted(pairs: PreferencePairs, batch: RewardBatch, soft_labels: bool) -> PreferencePairs:
+    """Pairs with the judge's per-group confidence folded in (see :func:`rlkit.reward.pipeline.confidence_scaled`):
+    a pair weight is multiplied by it; a soft label (a win probability) is pulled towards 1/2 by it, since
+    scaling a probability towards 0 would turn it into the opposite preference."""
+    confidence = batch.extras.get("group_confidence")
+    if confidence is None or len(pairs) == 0:
+        return pairs
+    c = confidence.to(pairs.weight.device, pairs.weight.dtype)[pairs.prompt_index]
+    weight = 0.5 + c * (pairs.weight - 0.5) if soft_labels else c * pairs.weight
+    return PreferencePairs(pairs.prompt_index, pairs.chosen, pairs.rejected, weight)

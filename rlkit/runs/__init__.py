@@ -1,0 +1,1 @@
+"""Run outputs: loggers, the metric history, the run report, sweep identities, Lightning plumbing."""

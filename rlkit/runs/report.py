@@ -1,0 +1,365 @@
+"""The run report (end of ``rlkit fit``, and ``rlkit report <run dir>``): PNG plots of the metric history and a
+markdown summary with the final per-dimension table and every monitor alert, written to ``run_dir/report/``."""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import os
+import tempfile
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rlkit.core.atomic import atomic_write_text
+from rlkit.core.errors import DataError
+from rlkit.runs.history import METRICS_FILE, read_history
+
+REPORT_DIR = "report"
+REPORT_NAME = "report.md"
+ALERTS_FILE = "alerts.jsonl"     # written by the monitor host (rlkit.train.monitoring); may be absent
+MONITORS_FILE = "monitors.json"  # likewise
+MAX_SUMMARY_CHARS = 400
+
+History = list[tuple[int, dict[str, float]]]
+
+
+@dataclass
+class RunReport:
+    """What was written: the markdown file, PNGs by logger key, and the tables (key → columns, rows)."""
+
+    markdown: Path
+    images: dict[str, Path] = field(default_factory=dict)
+    tables: dict[str, tuple[list[str], list[list[Any]]]] = field(default_factory=dict)
+
+
+# --- inputs ----------------------------------------------------------------------------------------
+
+
+def read_alerts(path: Path) -> list[dict[str, Any]]:
+    """Alerts in file order; none when the run had no monitors. A bad line is a ``DataError`` naming it."""
+    if not path.is_file():
+        return []
+    alerts = []
+    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            alert = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise DataError(f"invalid JSON ({exc.msg} at column {exc.colno})", f"{path}:{n}") from None
+        if not isinstance(alert, dict) or "message" not in alert:
+            raise DataError('expected {"monitor", "step", "severity", "message"}', f"{path}:{n}")
+        alerts.append(alert)
+    return alerts
+
+
+def read_monitor_summaries(path: Path) -> dict[str, Any]:
+    """``{monitor key: summary}`` from ``monitors.json``, or {} when absent."""
+    if not path.is_file():
+        return {}
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise DataError(f"invalid JSON ({exc.msg} at line {exc.lineno})", str(path)) from None
+    if not isinstance(data, dict):
+        raise DataError("expected an object {monitor: summary}", str(path))
+    return data
+
+
+def dimensions_of(history: History) -> list[str]:
+    """Rubric dimensions in logging order, from the ``rewards/<dimension>/mean`` keys."""
+    names: list[str] = []
+    for _, metrics in history:
+        for key in metrics:
+            if key.startswith("rewards/") and key.endswith("/mean"):
+                name = key[len("rewards/"):-len("/mean")]
+                if name not in names:
+                    names.append(name)
+    return names
+
+
+def series(history: History, key: str) -> tuple[list[int], list[float]]:
+    """Steps and values of one metric where it was logged and finite."""
+    points = [(s, m[key]) for s, m in history if key in m and not math.isnan(m[key])]
+    return [p[0] for p in points], [p[1] for p in points]
+
+
+def prefixed_keys(history: History, prefix: str) -> list[str]:
+    keys: list[str] = []
+    for _, metrics in history:
+        keys += [k for k in metrics if k.startswith(prefix) and k not in keys]
+    return keys
+
+
+def probe_history(summaries: dict[str, Any]) -> tuple[list[str], list[dict[str, Any]]] | None:
+    """(prompts, measurements) of a probes monitor's summary (``prompts`` and ``history`` of
+    ``{"step", "scores": [per prompt]}``), or None when no monitor summary has that shape."""
+    for summary in summaries.values():
+        if not isinstance(summary, dict):
+            continue
+        prompts, measured = summary.get("prompts"), summary.get("history")
+        if isinstance(prompts, list) and isinstance(measured, list) and measured and all(
+                isinstance(m, dict) and isinstance(m.get("scores"), list) and "step" in m for m in measured):
+            return [str(p) for p in prompts], measured
+    return None
+
+
+# --- plots -----------------------------------------------------------------------------------------
+
+
+def _figure(rows: int = 1, cols: int = 1, width: float = 7.0, height: float = 3.2) -> tuple[Any, Any]:
+    # The object API with the Agg canvas: no pyplot, no global backend switch, no display needed.
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(width, height * rows), layout="constrained")
+    FigureCanvasAgg(fig)
+    return fig, fig.subplots(rows, cols, squeeze=False)
+
+
+def _png(fig: Any) -> bytes:
+    from matplotlib.ticker import MaxNLocator
+
+    for ax in fig.axes:
+        if ax.get_xlabel() == "step":
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole numbers
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=90)
+    return buf.getvalue()
+
+
+def plot_rewards(history: History, dims: list[str]) -> bytes | None:
+    keys = [("reward/mean", "reward/std", "reward (normalised)")] + [
+        (f"rewards/{d}/mean", f"rewards/{d}/std", d) for d in dims]
+    keys = [k for k in keys if series(history, k[0])[0]]
+    if not keys:
+        return None
+    cols = 2 if len(keys) > 1 else 1
+    rows = -(-len(keys) // cols)
+    fig, axes = _figure(rows, cols, width=10.0 if cols > 1 else 7.0, height=2.6)
+    for ax in axes.flat[len(keys):]:
+        ax.set_visible(False)
+    for ax, (mean_key, std_key, title) in zip(axes.flat, keys, strict=False):
+        steps, means = series(history, mean_key)
+        ax.plot(steps, means, marker="." if len(steps) < 30 else None)
+        std_steps, stds = series(history, std_key)
+        if std_steps == steps:
+            ax.fill_between(steps, [m - s for m, s in zip(means, stds, strict=True)],
+                            [m + s for m, s in zip(means, stds, strict=True)], alpha=0.2)
+        ax.set_title(title, fontsize=10)
+        ax.set_xlabel("step")
+    fig.suptitle("per-dimension reward (mean ± std over the batch)")
+    return _png(fig)
+
+
+def _lines(history: History, keys: Sequence[tuple[str, str]], title: str, ylabel: str,
+           ylim: tuple[float, float] | None = None) -> bytes | None:
+    present = [(k, label) for k, label in keys if series(history, k)[0]]
+    if not present:
+        return None
+    fig, axes = _figure()
+    ax = axes[0, 0]
+    for key, label in present:
+        steps, values = series(history, key)
+        ax.plot(steps, values, label=label, marker="." if len(steps) < 30 else None)
+    ax.set_title(title, fontsize=10)
+    ax.set_xlabel("step")
+    ax.set_ylabel(ylabel)
+    if ylim is not None:
+        ax.set_ylim(*ylim)
+    if len(present) > 1:
+        ax.legend(fontsize=8)
+    return _png(fig)
+
+
+def plot_saturation(history: History, dims: list[str]) -> bytes | None:
+    keys = [f"rewards/{d}/saturated_groups" for d in dims]
+    logged = [(s, m) for s, m in history if any(k in m for k in keys)]  # training steps only
+    if not dims or not logged:
+        return None
+    rows = [[m.get(k, math.nan) for _, m in logged] for k in keys]
+    fig, axes = _figure(height=0.5 * len(dims) + 1.6)
+    ax = axes[0, 0]
+    steps = [s for s, _ in logged]
+    image = ax.imshow(rows, aspect="auto", cmap="magma", vmin=0, vmax=1, interpolation="nearest",
+                      extent=(steps[0] - 0.5, steps[-1] + 0.5, len(dims) - 0.5, -0.5))
+    fig.colorbar(image, ax=ax, label="share of saturated groups")
+    ax.set_yticks(range(len(dims)), dims)
+    ax.set_xlabel("step")
+    ax.set_title("saturation timeline: groups whose completions all score the same on a dimension", fontsize=10)
+    return _png(fig)
+
+
+def plot_probes(probes: tuple[list[str], list[dict[str, Any]]]) -> bytes | None:
+    prompts, measured = probes
+    fig, axes = _figure()
+    ax = axes[0, 0]
+    for i, prompt in enumerate(prompts):
+        points = [(m["step"], m["scores"][i]) for m in measured if i < len(m["scores"]) and m["scores"][i] is not None]
+        if points:
+            ax.scatter([p[0] for p in points], [p[1] for p in points], label=prompt[:30], s=18)
+    ax.set_xlabel("step")
+    ax.set_ylabel("group mean score [0, 1]")
+    ax.set_title("probe prompts: group score over training", fontsize=10)
+    ax.legend(fontsize=7)
+    return _png(fig)
+
+
+def plots(history: History, dims: list[str], summaries: dict[str, Any]) -> dict[str, Callable[[], bytes | None]]:
+    """File stem → a function drawing that PNG (None when the run logged nothing for it)."""
+    golden = prefixed_keys(history, "eval/")
+    probes = probe_history(summaries)
+    return {
+        "rewards": lambda: plot_rewards(history, dims),
+        "weights": lambda: _lines(history, [(f"weights/{d}", d) for d in dims], "dimension weights", "weight"),
+        "saturation": lambda: plot_saturation(history, dims),
+        "zero_advantage": lambda: _lines(
+            history, [("advantages/frac_zero_groups", "groups with all advantages zero"),
+                      ("frac_zero_std_groups", "groups with zero reward spread")],
+            "zero-advantage share", "share of groups", (-0.02, 1.02)),
+        "kl": lambda: _lines(history, [("kl", "KL(policy ‖ reference)")], "KL to the reference", "kl"),
+        "length": lambda: _lines(history, [("completion_length", "mean completion length (tokens)")],
+                                 "completion length", "tokens"),
+        "golden": lambda: _lines(history, [(k, k[len("eval/"):]) for k in golden], "golden-set evaluation",
+                                 "mean") if golden else None,
+        "probes": lambda: plot_probes(probes) if probes else None,
+    }
+
+
+# --- markdown --------------------------------------------------------------------------------------
+
+
+def _num(x: float | None) -> str:
+    return "—" if x is None or math.isnan(x) else f"{x:.3f}"
+
+
+def _md(text: Any) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def _first_last(history: History, key: str) -> tuple[float, float, float]:
+    """First, last and mean of a metric over the run (NaN when never logged)."""
+    _, values = series(history, key)
+    if not values:
+        return math.nan, math.nan, math.nan
+    return values[0], values[-1], sum(values) / len(values)
+
+
+def dimension_table(history: History, dims: list[str]) -> tuple[list[str], list[list[Any]]]:
+    """Per dimension (and the reward): first, last and run-mean batch score, last weight, last saturation,
+    held-out start and end (greedy), and the last golden-set value when the run evaluated one."""
+    columns = ["dimension", "first", "last", "run mean", "weight (last)", "saturated (last)", "held-out start",
+               "held-out end", "golden (last)"]
+    rows = []
+    for name in [*dims, "reward"]:
+        mean_key = "reward/mean" if name == "reward" else f"rewards/{name}/mean"
+        first, last, run_mean = _first_last(history, mean_key)
+        weight = _first_last(history, f"weights/{name}")[1]
+        saturated = _first_last(history, f"rewards/{name}/saturated_groups")[1]
+        held_start, held_end, _ = _first_last(history, f"heldout/{name}")
+        golden = _first_last(history, f"eval/{name}")[1]
+        rows.append([name, *(None if math.isnan(v) else round(v, 6) for v in
+                             (first, last, run_mean, weight, saturated, held_start, held_end, golden))])
+    return columns, rows
+
+
+def alerts_table(alerts: list[dict[str, Any]]) -> tuple[list[str], list[list[Any]]]:
+    columns = ["step", "monitor", "severity", "message"]
+    return columns, [[a.get("step"), a.get("monitor"), a.get("severity", "warning"), a.get("message")]
+                     for a in alerts]
+
+
+def render_markdown(run_dir: Path, history: History, dims: list[str], alerts: list[dict[str, Any]],
+                    summaries: dict[str, Any], pngs: dict[str, str]) -> str:
+    steps = series(history, "reward/mean")[0] or [s for s, _ in history]  # training steps, not eval-only lines
+    lines = [f"# Run report: `{_md(run_dir.name)}`", "",
+             f"{len(steps)} training steps logged ({steps[0]}–{steps[-1]}), from `{METRICS_FILE}`; "
+             f"{len(alerts)} alert(s) from {len(summaries)} monitor(s).", "",
+             "## Final per-dimension table", "",
+             "Batch scores are the training samples' mean in the dimension's own units (the reward normalised to "
+             "[0, 1]); held-out scores are greedy completions on the held-out split at the start and end of the "
+             "run; golden is the last golden-set evaluation (`eval.every`).", ""]
+    columns, rows = dimension_table(history, dims)
+    lines += ["| " + " | ".join(columns) + " |", "|---|" + "--:|" * (len(columns) - 1)]
+    for row in rows:
+        lines.append(f"| {_md(row[0])} | " + " | ".join(_num(v) for v in row[1:]) + " |")
+    lines += ["", "## Alerts", ""]
+    if alerts:
+        columns, rows = alerts_table(alerts)
+        lines += ["| " + " | ".join(columns) + " |", "|--:|---|---|---|"]
+        lines += [f"| {_md(r[0])} | {_md(r[1])} | {_md(r[2])} | {_md(r[3])} |" for r in rows]
+    else:
+        lines.append("No alerts were raised." if summaries or (run_dir / ALERTS_FILE).is_file()
+                     else "No alerts: the run had no monitors (`monitors=[...]`).")
+    if summaries:
+        lines += ["", "## Monitor summaries", ""]
+        for key, summary in summaries.items():
+            text = json.dumps(summary, ensure_ascii=False, default=str)
+            if len(text) > MAX_SUMMARY_CHARS:
+                text = text[:MAX_SUMMARY_CHARS] + " …"
+            lines.append(f"- **{_md(key)}**: `{text.replace('`', chr(39))}`")
+    lines += ["", "## Plots", ""]
+    for stem, name in pngs.items():
+        lines += [f"### {stem.replace('_', ' ')}", "", f"![{stem}]({name})", ""]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def _write_bytes(path: Path, data: bytes) -> None:
+    """Atomically, like ``atomic_write_text``: a temp file beside the target, then ``os.replace``."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            umask = os.umask(0)
+            os.umask(umask)
+            os.fchmod(fh.fileno(), 0o666 & ~umask)
+            fh.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+# --- entry points ----------------------------------------------------------------------------------
+
+
+def write_report(run_dir: str | Path) -> RunReport:
+    """Read the run's history, alerts and monitor summaries; write ``report/report.md`` and its PNGs."""
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise DataError("no such run directory", str(run_dir))
+    history = read_history(run_dir / METRICS_FILE)
+    alerts = read_alerts(run_dir / ALERTS_FILE)
+    summaries = read_monitor_summaries(run_dir / MONITORS_FILE)
+    dims = dimensions_of(history)
+    out = run_dir / REPORT_DIR
+    out.mkdir(parents=True, exist_ok=True)
+    report = RunReport(markdown=out / REPORT_NAME)
+    pngs: dict[str, str] = {}
+    for stem, draw in plots(history, dims, summaries).items():
+        data = draw()
+        if data is None:
+            continue
+        path = out / f"{stem}.png"
+        _write_bytes(path, data)
+        pngs[stem] = path.name
+        report.images[f"report/{stem}"] = path
+    report.tables["report/dimensions"] = dimension_table(history, dims)
+    report.tables["report/alerts"] = alerts_table(alerts)
+    atomic_write_text(report.markdown, render_markdown(run_dir, history, dims, alerts, summaries, pngs))
+    return report
+
+
+def build_report(run_dir: str | Path) -> Path:
+    """Write the run report and return the path of ``report.md``."""
+    return write_report(run_dir).markdown
+
+
+def log_run_report(logger: Any, report: RunReport) -> None:
+    """The report's tables and PNGs to W&B (other loggers take neither, so they get nothing)."""
+    from rlkit.runs.loggers import is_wandb, log_report
+
+    if logger and is_wandb(logger):
+        log_report(logger, {}, tables=report.tables, images=report.images)

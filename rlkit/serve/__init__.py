@@ -1,0 +1,1 @@
+"""The HTTP reward API: its wire protocol and the server."""

@@ -1,0 +1,329 @@
+"""``rlkit serve``: the configured judge, aggregator and rubric behind an HTTP reward API (FastAPI).
+
+``POST /v1/reward`` scores one group (a prompt and its responses), ``GET /v1/info`` says which rubric it scores,
+``GET /health`` answers without auth, and ``POST /v1/chat/completions`` answers OpenAI-style when the judge is a
+generative model on the ``hf`` backend. ``/openapi.json`` is the schema. Guards, in order: bearer token (401),
+per-client rate limit (429 with Retry-After), body size (413); then FastAPI's validation (422), response caps
+(413) and the judging timeout (504). Logs carry lengths and counts, never the texts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import logging
+import math
+import os
+import re
+import socket
+import threading
+import time
+from typing import Any
+
+import pydantic
+from omegaconf import DictConfig, OmegaConf
+
+from rlkit.config import ValidatedConfig
+from rlkit.core.errors import ConfigError, RlkitError
+from rlkit.core.rubric import Rubric
+from rlkit.core.types import RewardBatch, Rollout
+from rlkit.evaluation.scoring import aggregate_judged, completion_ranks
+from rlkit.serve.protocol import (
+    ChatRequest,
+    ChatResponse,
+    DimensionInfo,
+    ErrorBody,
+    InfoResponse,
+    RewardRequest,
+    RewardResponse,
+    RubricInfo,
+    ScoredResponse,
+)
+
+log = logging.getLogger("rlkit.serve")
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+OPEN_PATHS = ("/health", "/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc")
+
+
+class ServeSettings(pydantic.BaseModel):
+    """The ``serve:`` block of ``conf/fit.yaml``."""
+
+    model_config = pydantic.ConfigDict(extra="forbid")
+
+    host: str = "127.0.0.1"
+    port: int = pydantic.Field(default=8000, ge=0, le=65535)
+    api_key_env: str | None = "RLKIT_SERVE_TOKEN"
+    rate_limit: int = pydantic.Field(default=600, ge=0)
+    max_responses: int = pydantic.Field(default=64, ge=1)
+    max_response_chars: int = pydantic.Field(default=20_000, ge=1)
+    max_body_bytes: int = pydantic.Field(default=2_000_000, ge=1)
+    timeout_s: float = pydantic.Field(default=60.0, gt=0, allow_inf_nan=False)
+
+    @pydantic.field_validator("api_key_env")
+    @classmethod
+    def _env_name(cls, value: str | None) -> str | None:
+        if value is not None and not _ENV_NAME.fullmatch(value):
+            raise ValueError(f"must name an environment variable (the token never goes in the config), got {value!r}")
+        return value
+
+
+def serve_settings(cfg: DictConfig) -> ServeSettings:
+    """Validate ``cfg.serve``; a bad value raises a ``ConfigError`` naming ``serve.<field>``."""
+    node = OmegaConf.to_container(cfg.serve, resolve=True) if cfg.get("serve") is not None else {}
+    try:
+        return ServeSettings.model_validate(node)
+    except pydantic.ValidationError as exc:
+        err = exc.errors()[0]
+        where = "serve" + "".join(f".{p}" for p in err["loc"])
+        raise ConfigError("unknown key" if err["type"] == "extra_forbidden" else err["msg"], where) from None
+
+
+def _rubric_info(rubric: Rubric, definition: bool = False) -> RubricInfo:
+    dims = [DimensionInfo(name=d.name, type=d.type, low=d.low, high=d.high) for d in rubric.dimensions]
+    return RubricInfo(**rubric.identity(), dimensions=dims, definition=rubric.canonical() if definition else None)
+
+
+def score_group(validated: ValidatedConfig, record: dict[str, Any], responses: list[str]) -> RewardBatch:
+    """One group through the judge, the output checks and aggregation, as ``rlkit score`` does per batch."""
+    rollout = Rollout(records=[record], completions=[list(responses)])
+    return aggregate_judged(validated, rollout, validated.plugins["judge"].score(rollout, validated.rubric))
+
+
+def _finite(x: float) -> float | None:
+    return None if math.isnan(x) else x
+
+
+class _RateLimiter:
+    """A token bucket per client: ``per_minute`` requests, refilled evenly."""
+
+    def __init__(self, per_minute: int) -> None:
+        self.per_minute = per_minute
+        self._buckets: dict[str, tuple[float, float]] = {}
+        self._lock = threading.Lock()
+
+    def wait(self, client: str) -> float:
+        """0 when the request may go ahead (and is counted), else the seconds until it may."""
+        if not self.per_minute:
+            return 0.0
+        now, rate = time.monotonic(), self.per_minute / 60.0
+        with self._lock:
+            if len(self._buckets) > 10_000:  # memory stays bounded: a bucket idle for a minute is full again
+                self._buckets = {c: b for c, b in self._buckets.items() if now - b[1] < 60.0}
+            tokens, last = self._buckets.get(client, (float(self.per_minute), now))
+            tokens = min(float(self.per_minute), tokens + (now - last) * rate)
+            if tokens >= 1:
+                self._buckets[client] = (tokens - 1, now)
+                return 0.0
+            self._buckets[client] = (tokens, now)
+            return (1 - tokens) / rate
+
+
+def _guard(app: Any, settings: ServeSettings, token: str | None) -> Any:
+    """ASGI middleware: auth, rate limit and body cap before FastAPI reads anything."""
+    import json
+
+    limiter = _RateLimiter(settings.rate_limit)
+
+    async def send_json(send: Any, status: int, detail: str, headers: list[tuple[bytes, bytes]] = ()) -> None:
+        body = json.dumps({"detail": detail}).encode()
+        await send({"type": "http.response.start", "status": status, "headers": [
+            (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()), *headers]})
+        await send({"type": "http.response.body", "body": body})
+
+    async def guarded(scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope["path"] in OPEN_PATHS:
+            return await app(scope, receive, send)
+        headers = dict(scope["headers"])
+        if token is not None:
+            given = headers.get(b"authorization", b"")
+            if not hmac.compare_digest(given, f"Bearer {token}".encode()):  # constant time: no timing oracle
+                log.info("%s %s: 401", scope["method"], scope["path"])
+                return await send_json(send, 401, "missing or wrong bearer token (Authorization: Bearer <token>)",
+                                       [(b"www-authenticate", b"Bearer")])
+        wait = limiter.wait((scope.get("client") or ("?",))[0])  # one bucket per client address
+        if wait:
+            log.info("%s %s: 429", scope["method"], scope["path"])
+            return await send_json(send, 429, f"rate limit of {settings.rate_limit} requests per minute exceeded",
+                                   [(b"retry-after", str(math.ceil(wait)).encode())])
+        limit = settings.max_body_bytes
+        declared = headers.get(b"content-length")
+        too_big = f"request body over serve.max_body_bytes={limit} bytes"
+        if declared is not None and declared.isdigit() and int(declared) > limit:
+            return await send_json(send, 413, too_big)
+        # Read the body ourselves (chunked requests declare no length), then replay it to FastAPI.
+        chunks, size = [], 0
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                break
+            chunks.append(message.get("body", b""))
+            size += len(chunks[-1])
+            if size > limit:
+                return await send_json(send, 413, too_big)
+            if not message.get("more_body"):
+                break
+        body, sent = b"".join(chunks), False
+
+        async def replay() -> dict:
+            nonlocal sent
+            if sent:
+                return await receive()
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        return await app(scope, replay, send)
+
+    return guarded
+
+
+def create_app(validated: ValidatedConfig, settings: ServeSettings) -> Any:
+    """The reward API for a validated config: its judge, aggregator, weights and rubric, built once."""
+    from fastapi import Depends, FastAPI, HTTPException
+    from fastapi.security import HTTPBearer
+
+    judge_name = validated.plugin_names["judge"]
+    judge = validated.plugins["judge"]
+    lock = threading.Lock()  # judges are not thread-safe: one scoring call at a time
+    token = (os.environ.get(settings.api_key_env) if settings.api_key_env else None) or None  # "" is unset
+    if not token and settings.host not in ("127.0.0.1", "localhost", "::1"):
+        log.warning("serving on %s without auth: set %s to require a bearer token", settings.host,
+                    settings.api_key_env or "serve.api_key_env")
+    info = InfoResponse(judge=judge_name, rubric=_rubric_info(validated.rubric),
+                        scored_rubric=_rubric_info(validated.reward_rubric, definition=True),
+                        chat_model=_chat_model(judge))
+    errors = {code: {"model": ErrorBody} for code in (401, 413, 422, 429, 504)}
+    # The guard checks the token; this only publishes the bearer scheme in the OpenAPI schema.
+    secured = [] if token is None else [Depends(HTTPBearer(auto_error=False))]
+    app = FastAPI(title="rlkit reward API", version="1",
+                  description=f"Rewards from judge {judge_name!r} on rubric {validated.rubric.name} "
+                              f"v{validated.rubric.version}.")
+
+    async def in_worker(work: Any, what: str) -> Any:
+        def locked() -> Any:
+            with lock:
+                return work()
+
+        try:
+            return await asyncio.wait_for(asyncio.to_thread(locked), settings.timeout_s)
+        except asyncio.TimeoutError:
+            raise HTTPException(504, f"{what} took longer than serve.timeout_s={settings.timeout_s:g} s") from None
+        except RlkitError as exc:  # the judge refused this input (e.g. a reference that is not a number)
+            raise HTTPException(422, str(exc)) from None
+
+    @app.get("/health", summary="Liveness; no auth")
+    def health() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get("/v1/info", response_model=InfoResponse, responses=errors, dependencies=secured)
+    def get_info() -> InfoResponse:
+        """The judge, the rubric it is asked with, and the rubric its scores follow (with its definition)."""
+        return info
+
+    @app.post("/v1/reward", response_model=RewardResponse, responses=errors, dependencies=secured)
+    async def reward(request: RewardRequest) -> RewardResponse:
+        """Score one group: a prompt and its responses, each with reward, rank and per-dimension scores."""
+        n, longest = len(request.responses), max(len(r) for r in request.responses)
+        if n > settings.max_responses:
+            raise HTTPException(413, f"{n} responses, over serve.max_responses={settings.max_responses}")
+        if longest > settings.max_response_chars:
+            raise HTTPException(413, f"a response of {longest} characters, over serve.max_response_chars="
+                                     f"{settings.max_response_chars}")
+        record = {**request.fields, "prompt": request.prompt_record()}
+        began = time.perf_counter()
+        batch = await in_worker(lambda: score_group(validated, record, request.responses), "judging")
+        log.info("reward: %d responses, %d chars, %.3f s", n, sum(map(len, request.responses)),
+                 time.perf_counter() - began)
+        rewards = [float(x) for x in batch.rewards[0].tolist()]
+        names = batch.rubric.dimension_names
+        results = [ScoredResponse(index=i, reward=_finite(r), rank=k,
+                                  scores={d: _finite(float(v)) for d, v in zip(names, row, strict=True)})
+                   for i, (r, k, row) in enumerate(zip(rewards, completion_ranks(rewards), batch.raw_scores[0].tolist(),
+                                                       strict=True))]
+        return RewardResponse(rubric=info.scored_rubric.identity(), judge=judge_name,
+                              dimensions=info.scored_rubric.dimensions, results=results)
+
+    @app.post("/v1/chat/completions", response_model=ChatResponse, responses={**errors, 404: {"model": ErrorBody}},
+              dependencies=secured)
+    async def chat(request: ChatRequest) -> ChatResponse:
+        """OpenAI-style chat with the judge's own model (judges on the ``hf`` backend only)."""
+        if info.chat_model is None:
+            raise HTTPException(404, f"judge {judge_name!r} has no local generative model; /v1/chat/completions "
+                                     "is served for a judge on the hf backend (e.g. judge=llm)")
+        messages = [m.model_dump() for m in request.messages]
+        done = await in_worker(lambda: judge.backend.get().complete([messages])[0], "generation")
+        if done.text is None:
+            raise HTTPException(502, f"the judge's backend failed: {done.error}")
+        log.info("chat: %d messages -> %d chars", len(messages), len(done.text))
+        return ChatResponse.answer(info.chat_model, done.text)
+
+    app.add_middleware(_GuardMiddleware, settings=settings, token=token)
+    return app
+
+
+class _GuardMiddleware:
+    def __init__(self, app: Any, settings: ServeSettings, token: str | None) -> None:
+        self._call = _guard(app, settings, token)
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        await self._call(scope, receive, send)
+
+
+def _chat_model(judge: Any) -> str | None:
+    """The served model's name when the judge generates with a local model (``hf`` backend), else None."""
+    params = getattr(judge, "params", None)
+    if getattr(params, "backend", None) != "hf" or not hasattr(getattr(judge, "backend", None), "get"):
+        return None
+    return str((getattr(params, "backend_params", None) or {}).get("model") or "rlkit-offline-judge")
+
+
+class RewardServer:
+    """uvicorn serving an app from a background thread (``with RewardServer(app) as s: s.url``), or in the
+    foreground until Ctrl-C (:meth:`serve_forever`)."""
+
+    def __init__(self, app: Any, host: str = "127.0.0.1", port: int = 0, log_level: str = "warning") -> None:
+        import uvicorn
+
+        self._socket = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+        self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._socket.bind((host, port))  # bound now, so the port (a free one for 0) is known before serving
+        self.host, self.port = host, self._socket.getsockname()[1]
+        self._server = uvicorn.Server(uvicorn.Config(app, log_level=log_level, timeout_graceful_shutdown=5))
+        self._thread: threading.Thread | None = None
+
+    @property
+    def url(self) -> str:
+        """The base URL, e.g. ``http://127.0.0.1:8000``."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
+
+    def serve_forever(self) -> None:
+        """Serve in this thread until Ctrl-C (SIGINT) or SIGTERM, which uvicorn turns into a clean shutdown."""
+        try:
+            self._server.run(sockets=[self._socket])
+        except KeyboardInterrupt:
+            pass  # uvicorn re-raises Ctrl-C once it has shut down; stopping is what was asked for
+        finally:
+            self._socket.close()
+
+    def start(self) -> RewardServer:
+        self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [self._socket]},
+                                        name="rlkit-reward-server", daemon=True)
+        self._thread.start()
+        deadline = time.monotonic() + 30
+        while not self._server.started:
+            if not self._thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError("the reward server did not start")
+            time.sleep(0.01)
+        return self
+
+    def stop(self) -> None:
+        self._server.should_exit = True
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+        self._socket.close()
+
+    def __enter__(self) -> RewardServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -1,0 +1,26 @@
+"""Composing and validating rlkit's config from a plugin's own tests, without reaching into the host."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+
+def plugin_names(kind: str, *, plugins: Iterable[object] = ()) -> list[str]:
+    """Every registered name of ``kind`` (``judge``, ``aggregator``, ...): built-ins, installed entry points and
+    ``plugins`` registered on the spot."""
+    from rlkit.core.registry import Registry, create_plugin_manager
+
+    return Registry(create_plugin_manager(extra=plugins)).names(kind)
+
+
+def validate_overrides(overrides: Sequence[str] = (), *, plugins: Iterable[object] = (),
+                       read_data: bool = True) -> Any:
+    """``rlkit validate <overrides>`` as a function: the composed and validated config (a ``ValidatedConfig``:
+    ``.plugins``, ``.plugin_names``, ``.rubric``), or the one-line ``rlkit.RlkitError`` the command would print.
+    ``plugins`` are registered on the run's plugin manager, as a test plugin that is not installed would be."""
+    from rlkit.config import compose_config, validate_config
+    from rlkit.core.registry import Registry, create_plugin_manager
+
+    registry = Registry(create_plugin_manager(extra=plugins))
+    return validate_config(compose_config(registry, list(overrides)), registry, read_data=read_data)

@@ -1,0 +1,1 @@
+"""Text utilities: similarity, PII scrubbing, de-duplication and sentence embeddings."""

@@ -1,0 +1,69 @@
+"""Lightning callbacks of ``rlkit fit`` that read the module's state and write it out; they decide nothing."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import torch
+
+from rlkit.core.rubric import Rubric
+from rlkit.data.records import prompt_text
+
+
+@dataclass
+class RolloutSnapshot:
+    """What one training step sampled and how it was scored (shapes ``[B][G]``, ``[B, G, D]``, ``[B, G]``)."""
+
+    step: int
+    records: list[dict[str, Any]]
+    completions: list[list[str]]
+    raw_scores: torch.Tensor
+    rewards: torch.Tensor
+    advantages: torch.Tensor
+
+
+def _number(value: float) -> float | None:
+    return None if math.isnan(value) else round(value, 6)
+
+
+def sample_rows(snapshot: RolloutSnapshot, rubric: Rubric, limit: int) -> tuple[list[str], list[list[Any]]]:
+    """Columns and up to ``limit`` rows: the first completion of every prompt, then the second, …"""
+    columns = ["step", "prompt", "completion", "reward", "advantage", *rubric.dimension_names]
+    b, g = snapshot.rewards.shape
+    rows = []
+    for j in range(g):
+        for i in range(b):
+            if len(rows) == limit:
+                return columns, rows
+            prompt = snapshot.records[i]["prompt"]
+            rows.append([snapshot.step, prompt if isinstance(prompt, str) else prompt_text(prompt),
+                         snapshot.completions[i][j], _number(float(snapshot.rewards[i, j])),
+                         _number(float(snapshot.advantages[i, j])),
+                         *(_number(float(v)) for v in snapshot.raw_scores[i, j])])
+    return columns, rows
+
+
+class SampleLogger(L.Callback):
+    """Every ``every`` steps: sample prompts, completions and per-dimension scores to ``samples.jsonl``
+    in the run directory, and as a ``samples`` table to every logger that takes tables (W&B)."""
+
+    def __init__(self, every: int, limit: int, path: Path, rubric: Rubric) -> None:
+        self.every, self.limit, self.path, self.rubric = every, limit, path, rubric
+
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any,
+                           batch_idx: int) -> None:
+        snapshot: RolloutSnapshot | None = getattr(pl_module, "last_rollout", None)
+        if self.every <= 0 or snapshot is None or snapshot.step % self.every != 0 or not trainer.is_global_zero:
+            return
+        columns, rows = sample_rows(snapshot, self.rubric, self.limit)
+        with self.path.open("a", encoding="utf-8") as fh:
+            for row in rows:
+                fh.write(json.dumps(dict(zip(columns, row, strict=True)), ensure_ascii=False) + "\n")
+        for logger in trainer.loggers:
+            if hasattr(logger, "log_table"):
+                logger.log_table(key="samples", columns=columns, data=rows, step=trainer.global_step)

@@ -1,0 +1,641 @@
+"""The LightningModule that moves data along the pipeline: sample → judge → weights → aggregate →
+advantages → clipped policy-gradient updates. It computes no rewards or advantages itself."""
+
+from __future__ import annotations
+
+import copy
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import lightning as L
+import torch
+from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
+
+from rlkit.core.rng import capture_rng_state, restore_rng_state
+from rlkit.core.rubric import Rubric
+from rlkit.core.stats import nan_mean_std
+from rlkit.core.types import PreferencePairs, RewardBatch, Rollout
+from rlkit.lm.models import make_adamw
+from rlkit.lm.reference import ReferencePolicy
+from rlkit.lm.sampling import GenerationRequest, SampledBatch, length_buckets, micro_batches, sequence_log_probs
+from rlkit.reward.debias import LengthFormatDebias, completion_features
+from rlkit.reward.diagnostics import (
+    ConflictWatch,
+    RunningMeans,
+    conflict_rate,
+    distinct_values_per_group,
+    saturated_groups,
+    unique_counts,
+)
+from rlkit.reward.pipeline import aggregate_rewards, check_judge_output, confidence_scaled, with_group_confidence
+from rlkit.reward.preferences import chosen_win_share, confidence_weighted, drop_close_pairs, ordering_batch
+from rlkit.runs.history import MetricsHistory, record_step
+from rlkit.train.callbacks import RolloutSnapshot
+from rlkit.train.distributed import Spread
+from rlkit.train.losses import policy_gradient_loss
+from rlkit.train.preference_losses import preference_loss, sequence_logp_sums, sft_loss
+
+
+@dataclass
+class RewardParts:
+    """The reward plugins of a run, built from config by the registry."""
+
+    judge: Any
+    judge_name: str
+    aggregator: Any
+    estimator: Any
+    scheduler: Any
+    aggregator_name: str = ""
+    score_normalization: str = "range"
+    constructor: Any = None    # preference constructor (objective group_dpo)
+    lexicographic: Any = None  # the ordering group_dpo switches to under auto_lexicographic
+    debias: LengthFormatDebias | None = None  # length/format bias correction of training scores
+    heldout: HeldoutScoring | None = None  # None: held-out completions are scored like training ones
+
+
+@dataclass
+class HeldoutScoring:
+    """How held-out completions are scored when the training judge cannot score one alone (a ranking
+    judge places completions within their group): another judge on the user's rubric, its weighted sum."""
+
+    judge: Any
+    judge_name: str
+    rubric: Rubric
+    aggregator: Any
+    scheduler: Any
+
+
+@dataclass
+class TrainingSettings:
+    """The loop's settings; ``objective`` is the validated ``objective`` group (its fields per objective)."""
+
+    num_generations: int
+    max_completion_length: int
+    temperature: float
+    objective: Any
+    lr: float
+    weight_decay: float
+    warmup_steps: int
+    gradient_clip_val: float | None
+    gradient_accumulation_steps: int = 1
+    length_buckets: int = 1  # policy-gradient passes over rows grouped by completion length
+    seed: int = 0  # the run seed; with the step and a prompt's batch position it seeds that prompt's sampling
+
+
+@dataclass
+class StepOutcome:
+    """What an objective's step hands back to ``training_step``."""
+
+    loss: torch.Tensor
+    metrics: dict[str, float]
+    advantages: torch.Tensor  # [B, G], for the sample table
+    decided_at: float         # when advantages / pairs were ready
+    logprob_at: float         # when the no-grad log-prob passes were done
+
+
+def outside_inference(t: torch.Tensor | None) -> torch.Tensor | None:
+    """A normal copy of a tensor made under ``torch.inference_mode`` (the no-grad passes run there, which skips
+    autograd's version counting): autograd may save it for backward, which it refuses for an inference tensor."""
+    return None if t is None else t.clone()
+
+
+def as_rollout(records: list[dict[str, Any]], sampled: SampledBatch) -> Rollout:
+    """What a judge scores: the records, their sampled completions and the completions' token counts."""
+    g = len(sampled.texts[0])
+    return Rollout(records=records, completions=sampled.texts,
+                   completion_token_counts=sampled.completion_token_counts.view(len(records), g).cpu())
+
+
+def advantage_metrics(advantages: torch.Tensor) -> dict[str, float]:
+    return {
+        "advantages/mean": float(advantages.mean()), "advantages/std": float(advantages.std()),
+        "advantages/frac_zero": float((advantages == 0).float().mean()),
+        "advantages/frac_zero_groups": float((advantages == 0).all(dim=1).float().mean()),
+        "advantages/distinct_per_group": float(distinct_values_per_group(advantages).float().mean()),
+    }
+
+
+class RubricRLModule(L.LightningModule):
+    """Manual optimisation; inner ``num_iterations`` updates happen inside ``training_step``."""
+
+    def __init__(self, policy: Any, tokenizer: Any, rubric: Rubric, parts: RewardParts,
+                 settings: TrainingSettings, reference: ReferencePolicy | None = None,
+                 judged_rubric: Rubric | None = None, generator: Any = None, monitors: Any = None) -> None:
+        super().__init__()
+        self.automatic_optimization = False
+        self.policy = policy
+        self.reference = reference
+        self.tokenizer = tokenizer
+        # `rubric` is what the scores follow; the judge is asked with `judged_rubric`, the rubric the user
+        # versions. They differ only for judges that derive their own (a ranking judge's single `rank`).
+        self.rubric = rubric
+        self.judged_rubric = judged_rubric or rubric
+        self.parts = parts
+        self.settings = settings
+        if generator is None:
+            from rlkit.core.registry import load_registry
+
+            generator = load_registry().create("generator", "hf")
+        self.generator = generator
+        self.heldout: dict[str, float] = {}
+        self._val_raw: list[torch.Tensor] = []
+        self._val_rewards: list[torch.Tensor] = []
+        # (epoch, prompts trained on in it): where the data sampler resumes from a checkpoint
+        self._data_position = (0, 0)
+        self._rng_to_restore: dict[str, Any] | None = None
+        self.last_rollout: RolloutSnapshot | None = None  # read by callbacks (sample tables)
+        self.history: MetricsHistory | None = None  # run_dir/metrics.jsonl, set by fit; the run report reads it
+        self.conflict_watch = ConflictWatch()
+        objective = settings.objective
+        self.preference_watch = ConflictWatch(getattr(objective, "conflict_window", 50),
+                                              getattr(objective, "conflict_threshold", 0.2))
+        self.lexicographic_ordering = False
+        self._initial_scheduler = copy.deepcopy(parts.scheduler)
+        self.diagnostics = RunningMeans()
+        self._step_started: float | None = None
+        self.monitors = monitors  # rlkit.train.monitoring.MonitorHost, or None (monitors=[])
+
+    # --- pipeline pieces -----------------------------------------------------------------------
+
+    def score(self, records: list[dict[str, Any]], sampled: SampledBatch, step: int,
+              scheduler: Any | None = None, *, heldout: bool = False) -> RewardBatch:
+        """Judge, check, debias (training only), aggregate. ``heldout`` scores leave the bias correction out."""
+        rollout = as_rollout(records, sampled)
+        judge = self.parts.judge
+        raw = check_judge_output(judge.score(rollout, self.judged_rubric), rollout, self.rubric,
+                                 self.parts.judge_name)
+        report = getattr(judge, "group_confidence", None)
+        confidence = report() if callable(report) else None
+        debias = None if heldout else self.parts.debias
+        features = completion_features(rollout, debias.features) if debias is not None else None
+        if not heldout:
+            # Each process judged its own groups; weights, bias fit, aggregation and advantages see them all,
+            # as a single process would (held-out evaluation runs the whole split on every process).
+            spread = self.spread
+            raw = spread.gather(raw, self.device)
+            features = None if features is None else spread.gather(features, self.device)
+            if confidence is not None:
+                confidence = spread.gather(torch.as_tensor(confidence, dtype=torch.float32), self.device)
+        if debias is not None:
+            raw = debias.correct(raw, features)
+        batch = aggregate_rewards(raw, self.rubric, scheduler or self.parts.scheduler, self.parts.aggregator, step,
+                                  self.parts.score_normalization)
+        return with_group_confidence(batch, confidence, self.parts.judge_name)
+
+    @property
+    def spread(self) -> Spread:
+        """This process's place in a multi-process run (rank 0 of 1 otherwise)."""
+        return Spread.current()
+
+    def generation_request(self, records: list[dict[str, Any]], *, greedy: bool = False) -> GenerationRequest:
+        """The step's request; each record's seed follows from the run seed, the step and the record's
+        position in the global batch, never from the process that holds it."""
+        s, spread = self.settings, self.spread
+        offset = spread.rank * len(records)
+        seeds = [((s.seed * 1_000_003 + self.global_step) * 1_000_033 + offset + i) & 0xFFFFFFFF
+                 for i in range(len(records))]
+        return GenerationRequest(records, 1 if greedy else s.num_generations, s.max_completion_length,
+                                 s.temperature, greedy, seeds)
+
+    def on_fit_start(self) -> None:
+        self.generator.setup(self.policy, self.tokenizer)
+        spread = self.spread
+        if spread.distributed:
+            # The same seed on every process would draw the same sampling noise for different prompts.
+            torch.manual_seed(self.settings.seed + 7919 * spread.rank)
+
+    def on_train_start(self) -> None:
+        # from_pretrained returns the policy in eval mode and Lightning (>= 2.2) keeps modules in the mode it
+        # finds them, so without this the policy trained in eval mode: gradient checkpointing (active only in
+        # training mode) silently did nothing and the model's dropout was off, while under LoRA the peft
+        # wrapper's own train mode turned both on after the first generate. The reference stays in eval.
+        self.policy.train()
+
+    def training_step(self, records: list[dict[str, Any]], batch_idx: int) -> torch.Tensor:
+        if self._rng_to_restore is not None:
+            # Restored here, not at load time: nothing between the checkpointed step and this one draws
+            # random numbers in an uninterrupted run, but Lightning's setup on resume might.
+            restore_rng_state(self._rng_to_restore)
+            self._rng_to_restore = None
+        epoch, done = self._data_position
+        trained = len(records) * self.spread.world_size  # the sampler's position counts the global batch
+        self._data_position = (self.current_epoch, (done if epoch == self.current_epoch else 0) + trained)
+        s = self.settings
+        t0 = time.perf_counter()
+        # the previous step's whole iteration, Lightning's loop and data loading included
+        iteration = t0 - self._step_started if self._step_started is not None else None
+        self._step_started = t0
+        sampled = self.generator.generate(self.policy, self.tokenizer, self.generation_request(records))
+        t1 = time.perf_counter()
+        step = self.global_step  # before the update advances it
+        batch = self.score(records, sampled, step)
+        objective_step = {"policy_gradient": self.policy_gradient_step,
+                          "group_dpo": self.group_preference_step}[s.objective.name]
+        outcome = objective_step(sampled, batch)
+        loss, t2, t3 = outcome.loss, outcome.decided_at, outcome.logprob_at
+        spread = self.spread
+        self.last_rollout = RolloutSnapshot(step, records, sampled.texts, spread.local(batch.raw_scores),
+                                            spread.local(batch.rewards), outcome.advantages)
+        t4 = time.perf_counter()
+        lengths = spread.gather(sampled.completion_token_counts.float(), self.device)
+        truncated = spread.gather(sampled.truncated.float(), self.device)
+        metrics = self.step_metrics(batch, lengths, truncated)
+        metrics.update(outcome.metrics)
+        judge_metrics = getattr(self.parts.judge, "metrics", None)
+        if callable(judge_metrics):
+            metrics.update({k: float(v) for k, v in judge_metrics().items()})
+        if self.parts.debias is not None:
+            metrics.update(self.parts.debias.metrics(self.rubric.dimension_names))
+        if self.monitors is not None:  # after the judge's metrics: a monitor may call the judge again
+            from rlkit.train.monitoring import step_view
+
+            metrics.update(self.monitors.observe(step_view(self, step, records, sampled, batch)))
+        n_tokens = float(lengths.sum())
+        metrics.update({
+            "loss": float(loss),
+            "time/generation": t1 - t0, "time/judge": t2 - t1, "time/logprob": t3 - t2, "time/optim": t4 - t3,
+            "time/step": t4 - t0, "tokens_per_sec": n_tokens / max(t4 - t0, 1e-9),
+            "lr": self.lr_schedulers().get_last_lr()[0],
+        })
+        if iteration is not None:
+            metrics["time/iteration"] = iteration
+        self.diagnostics.update(metrics)
+        self.log_step_metrics(metrics)
+        # progress-bar copies only; the logger already has reward/mean and time/step
+        self.log("reward", metrics["reward/mean"], prog_bar=True, logger=False, batch_size=len(records))
+        self.log("s/step", metrics["time/step"], prog_bar=True, logger=False, batch_size=len(records))
+        return loss
+
+    def log_step_metrics(self, metrics: dict[str, float]) -> None:
+        """The step's metrics straight to the logger(s), at the step and cadence ``self.log`` would use.
+
+        ``log_dict`` runs Lightning's per-metric bookkeeping (result objects, reduction, sync checks) for
+        ~60 floats a step that are already global and reduced: measured at ~30% of a tiny-policy step."""
+        trainer = self.trainer
+        step = trainer.fit_loop.epoch_loop._batches_that_stepped  # the step Lightning's own logging records
+        record_step(self, step, metrics)  # every step, whatever the logger and its cadence
+        if not trainer.loggers or step % max(trainer.log_every_n_steps, 1):
+            return
+        row = {**metrics, "epoch": float(self.current_epoch)}
+        for logger in trainer.loggers:
+            logger.log_metrics(row, step=step)
+
+    def policy_gradient_step(self, sampled: SampledBatch, batch: RewardBatch) -> StepOutcome:
+        """Advantages from the estimator, then clipped policy-gradient updates."""
+        advantages = confidence_scaled(self.parts.estimator.advantages(batch), batch)  # the global batch's
+        local = self.spread.local(advantages)
+        decided = time.perf_counter()
+        loss, metrics, logprob_at = self.policy_update(sampled, local.reshape(-1).to(self.device))
+        metrics.update(advantage_metrics(advantages))
+        return StepOutcome(loss, metrics, local, decided, logprob_at)
+
+    def group_preference_step(self, sampled: SampledBatch, batch: RewardBatch) -> StepOutcome:
+        """Pairs from each group (ordered by the aggregated reward), filtered by the host's rules, then a
+        DPO-family update. The snapshot's "advantage" is each completion's net preference count
+        (times chosen minus times rejected)."""
+        o = self.settings.objective
+        watching = o.auto_lexicographic and self.parts.lexicographic is not None and not self.lexicographic_ordering
+        if watching and self.preference_watch.update(conflict_rate(batch.scores)):
+            self.lexicographic_ordering = True
+            rank_zero_info(f"rlkit: dimension conflicts averaged {self.preference_watch.mean:.0%} over "
+                           f"{self.preference_watch.window} steps; pairs are ordered lexicographically from "
+                           f"step {self.global_step} on")
+        aggregator = self.parts.lexicographic if self.lexicographic_ordering else self.parts.aggregator
+        order = ordering_batch(batch, aggregator, mask_saturated=o.mask_saturated)
+        constructor = self.parts.constructor
+        pairs = constructor.pairs(order)
+        built = len(pairs)
+        if o.mask_truncated_completions and built:
+            # a completion cut at the length limit is neither a good nor a bad example of the rubric
+            g = batch.shape[1]
+            truncated = sampled.truncated.to(pairs.chosen.device)
+            chosen, rejected = pairs.prompt_index * g + pairs.chosen, pairs.prompt_index * g + pairs.rejected
+            keep = ~(truncated[chosen] | truncated[rejected])
+            pairs = PreferencePairs(pairs.prompt_index[keep], pairs.chosen[keep], pairs.rejected[keep],
+                                    pairs.weight[keep])
+        pairs, dropped = drop_close_pairs(pairs, batch, o.min_gap)
+        soft_labels = getattr(constructor, "soft_labels", False)
+        pairs = confidence_weighted(pairs, batch, soft_labels)
+        decided = time.perf_counter()
+        loss, metrics, logprob_at = self.preference_update(sampled, self.local_pairs(pairs, batch.shape[0]),
+                                                           soft_labels)
+        net = torch.zeros(batch.shape[:2])
+        net.index_put_((pairs.prompt_index, pairs.chosen), torch.ones(len(pairs)), accumulate=True)
+        net.index_put_((pairs.prompt_index, pairs.rejected), -torch.ones(len(pairs)), accumulate=True)
+        net = self.spread.local(net)
+        metrics.update({"pairs/built": float(built), "pairs/used": float(len(pairs)),
+                        "pairs/dropped_by_gap": dropped, "ordering/lexicographic": float(self.lexicographic_ordering)})
+        if len(pairs):
+            for name, share in zip(self.rubric.dimension_names, chosen_win_share(pairs, batch).tolist(), strict=True):
+                metrics[f"pairs/chosen_wins/{name}"] = share
+        return StepOutcome(loss, metrics, net, decided, logprob_at)
+
+    def local_pairs(self, pairs: PreferencePairs, global_prompts: int) -> PreferencePairs:
+        """The pairs of this process's prompts, indexed within its own rows."""
+        spread = self.spread
+        if not spread.distributed:
+            return pairs
+        size = global_prompts // spread.world_size
+        start = spread.rank * size
+        keep = (pairs.prompt_index >= start) & (pairs.prompt_index < start + size)
+        return PreferencePairs(pairs.prompt_index[keep] - start, pairs.chosen[keep], pairs.rejected[keep],
+                               pairs.weight[keep])
+
+    def _zero_loss(self) -> torch.Tensor:
+        """A zero that touches every trainable parameter: a process with nothing to learn from in a
+        micro-batch still joins the others' gradient all-reduce."""
+        return sum((p.sum() * 0.0 for p in self.policy.parameters() if p.requires_grad),
+                   torch.zeros((), device=self.device))
+
+    def preference_update(self, sampled: SampledBatch, pairs: PreferencePairs, soft_labels: bool,
+                          ) -> tuple[torch.Tensor, dict[str, float], float]:
+        """``num_iterations`` optimiser steps on this process's pairs, each accumulated over micro-batches.
+
+        Only the completions that appear in a pair go through the model. With soft labels (``winrate``)
+        a pair's weight is the probability that chosen beats rejected; otherwise it weighs the pair and
+        the label is ``1 − label_smoothing``. Under DDP the loss is normalised by the weight of every
+        process's pairs, so the averaged gradient is the single-process one.
+        """
+        s, o, spread = self.settings, self.settings.objective, self.spread
+        opt, sched = self.optimizers(), self.lr_schedulers()
+        g = s.num_generations
+        n = len(pairs)
+        n_all = int(spread.sum(n, self.device))
+        if n_all == 0:
+            # No preference this step: count the step (Lightning counts optimiser steps) without moving
+            # anything; parameters without a gradient are skipped by the optimiser, momentum included.
+            opt.zero_grad(set_to_none=True)
+            opt.step()
+            self.generator.sync_weights(self.policy)
+            sched.step()
+            return torch.zeros((), device=self.device), {"loss/preference": 0.0}, time.perf_counter()
+        device = self.device
+        chosen_rows = (pairs.prompt_index * g + pairs.chosen).to(device)
+        rejected_rows = (pairs.prompt_index * g + pairs.rejected).to(device)
+        pair_w = pairs.weight.to(device)
+        labels = pair_w if soft_labels else torch.full((n,), 1.0 - o.label_smoothing, device=device)
+        weights = torch.ones(n, device=device) if soft_labels else pair_w
+        total = spread.sum(weights.sum(), self.device)
+        # Every process runs the same number of backward passes (each one joins a gradient all-reduce).
+        chunks = micro_batches(n, s.gradient_accumulation_steps, exact=spread.distributed)
+
+        def logp_sums(log_probs: Any, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            unique, inverse = torch.unique(rows, return_inverse=True)
+            sums, lengths = sequence_logp_sums(log_probs(sampled.rows(unique)), sampled.completion_mask[unique])
+            return sums[inverse], lengths[inverse]
+
+        refs: list[tuple[torch.Tensor, torch.Tensor] | None] = []
+        with torch.inference_mode():
+            for rows in chunks:
+                if self.reference is None or rows.start == rows.stop:
+                    refs.append(None)
+                    continue
+                both = torch.cat([chosen_rows[rows], rejected_rows[rows]])
+                sums, _ = logp_sums(lambda sub: self.reference.log_probs(self.policy, sub), both)
+                refs.append((sums[:len(both) // 2], sums[len(both) // 2:]))
+        refs = [None if r is None else (outside_inference(r[0]), outside_inference(r[1])) for r in refs]
+        logprob_at = time.perf_counter()
+        for _ in range(o.num_iterations):
+            opt.zero_grad()
+            loss = torch.zeros((), device=device)
+            weighted: dict[str, float] = {}
+            for rows, ref in zip(chunks, refs, strict=True):
+                if rows.start == rows.stop:
+                    self.manual_backward(self._zero_loss())
+                    continue
+                both = torch.cat([chosen_rows[rows], rejected_rows[rows]])
+                sums, lengths = logp_sums(lambda sub: sequence_log_probs(self.policy, sub), both)
+                half = len(both) // 2
+                part, part_metrics = preference_loss(
+                    sums[:half], sums[half:], None if ref is None else ref[0], None if ref is None else ref[1],
+                    loss_type=o.loss_type, beta=o.beta, labels=labels[rows], weights=weights[rows],
+                    chosen_lengths=lengths[:half], rejected_lengths=lengths[half:], simpo_gamma=o.simpo_gamma)
+                if o.sft_weight > 0:
+                    part = part + o.sft_weight * sft_loss(sums[:half], lengths[:half], weights[rows])
+                # micro-batch losses are weighted means; scaling by their weight share sums them to the whole
+                share = float(weights[rows].sum()) / total if total > 0 else 0.0
+                # DDP averages gradients over processes: × world_size makes that average the sum of the shares
+                self.manual_backward(part * share * spread.world_size)
+                loss = loss + part.detach() * share
+                for key, value in part_metrics.items():
+                    if key != "pairs":
+                        weighted[key] = weighted.get(key, 0.0) + float(value) * (rows.stop - rows.start) / n_all
+            grad_norm = self._grad_norm()
+            if s.gradient_clip_val:
+                self.clip_gradients(opt, gradient_clip_val=s.gradient_clip_val, gradient_clip_algorithm="norm")
+            opt.step()
+            self.generator.sync_weights(self.policy)
+            if self.reference is not None:
+                self.reference.on_optimizer_step(self.policy)
+        sched.step()
+        weighted["loss/preference"] = float(loss)
+        summed = spread.sum_all(weighted, self.device)
+        summed["grad_norm"] = grad_norm  # the same on every process once DDP has averaged the gradients
+        return torch.as_tensor(summed["loss/preference"]), summed, logprob_at
+
+    def policy_update(self, sampled: SampledBatch, advantages: torch.Tensor,
+                      ) -> tuple[torch.Tensor, dict[str, float], float]:
+        """``num_iterations`` optimiser steps on this process's rollout, each accumulated over micro-batches.
+
+        Returns the last iteration's loss over the global batch, its token-weighted loss metrics, and the
+        time the no-grad log-prob passes (old policy, reference) finished.
+        """
+        s, o, spread = self.settings, self.settings.objective, self.spread
+        opt, sched = self.optimizers(), self.lr_schedulers()
+        mask = sampled.completion_mask.float()
+        if o.mask_truncated_completions:
+            mask = mask * (~sampled.truncated).float().unsqueeze(1)
+        # Rows sorted by completion length, then split where it saves the most padding: each pass is cut to its
+        # own longest completion (sequence_log_probs). Accumulation bounds a pass's rows (its memory); losses
+        # are sums over rows, so any split gives the same gradient.
+        n_rows = sampled.completion_mask.shape[0]
+        # One process may merge passes that save under 5% of the positions; DDP processes must make as many.
+        chunks = length_buckets(sampled.completion_token_counts, max(s.gradient_accumulation_steps, s.length_buckets),
+                                width=sampled.prompt_length,
+                                max_rows=-(-n_rows // max(s.gradient_accumulation_steps, 1)),
+                                slack=None if spread.world_size > 1 else 0.05)
+
+        def all_rows(log_probs: Any) -> torch.Tensor:
+            out = torch.zeros(sampled.completion_mask.shape, device=self.device)
+            for rows in chunks:
+                out[rows] = log_probs(sampled.rows(rows)).to(out.dtype)
+            return out
+
+        with torch.inference_mode():
+            old_logp = all_rows(lambda sub: sequence_log_probs(self.policy, sub)) if o.num_iterations > 1 else None
+            ref_logp = (all_rows(lambda sub: self.reference.log_probs(self.policy, sub))
+                        if self.reference is not None else None)
+        old_logp, ref_logp = outside_inference(old_logp), outside_inference(ref_logp)
+        t_logprob = time.perf_counter()
+        # Micro-batch losses are normalised by the global batch's counts (every process's), so they sum to
+        # its loss and the accumulated gradient equals the one-pass, one-process gradient; DDP averages over
+        # processes, hence × world_size. Metrics are token-weighted the same way and summed over processes.
+        num_tokens = spread.sum(mask.sum(), self.device)
+        num_sequences = len(advantages) * spread.world_size
+        for _ in range(o.num_iterations):
+            opt.zero_grad()
+            loss = torch.zeros((), device=self.device)
+            weighted: dict[str, torch.Tensor] = {}
+            for rows in chunks:
+                logp = sequence_log_probs(self.policy, sampled.rows(rows))
+                part, part_metrics = policy_gradient_loss(
+                    logp, logp.detach() if old_logp is None else old_logp[rows],
+                    None if ref_logp is None else ref_logp[rows], advantages[rows], mask[rows],
+                    beta=o.beta if ref_logp is not None else 0.0, epsilon=o.epsilon, epsilon_high=o.epsilon_high,
+                    loss_type=o.loss_type, max_completion_length=s.max_completion_length,
+                    num_sequences=num_sequences, num_tokens=num_tokens,
+                )
+                self.manual_backward(part * spread.world_size)
+                loss = loss + part.detach()
+                share = mask[rows].sum() / max(num_tokens, 1.0)
+                for key, value in part_metrics.items():
+                    weighted[key] = weighted.get(key, 0.0) + value * share
+            grad_norm = self._grad_norm()
+            if s.gradient_clip_val:
+                self.clip_gradients(opt, gradient_clip_val=s.gradient_clip_val, gradient_clip_algorithm="norm")
+            opt.step()
+            self.generator.sync_weights(self.policy)
+            if self.reference is not None:
+                self.reference.on_optimizer_step(self.policy)
+        sched.step()
+        summed = spread.sum_all({"loss": loss, **weighted}, self.device)
+        loss_value = summed.pop("loss")
+        summed["grad_norm"] = grad_norm  # the same on every process once DDP has averaged the gradients
+        return torch.as_tensor(loss_value), summed, t_logprob
+
+    def _grad_norm(self) -> float:
+        """The L2 norm of the policy's gradient before clipping (of the last inner iteration when logged)."""
+        norms = [p.grad.detach().norm() for p in self.policy.parameters() if p.grad is not None]
+        return float(torch.linalg.vector_norm(torch.stack(norms))) if norms else 0.0
+
+    def step_metrics(self, batch: RewardBatch, lengths: torch.Tensor, truncated: torch.Tensor) -> dict[str, float]:
+        """Reward, per-dimension and conflict statistics of one step over the global batch (all floats);
+        ``lengths`` and ``truncated`` are every completion's token count and truncation flag."""
+        rewards = batch.rewards
+        assert rewards is not None
+        mean, std, _ = nan_mean_std(rewards.reshape(-1), dim=0)
+        _, group_std, group_n = nan_mean_std(rewards, dim=1)
+        conflicts = conflict_rate(batch.scores)
+        out = {
+            "reward/mean": float(mean), "reward/std": float(std),
+            "frac_zero_std_groups": float(((group_std == 0) | (group_n < 2)).float().mean()),
+            "unscored_completions": float(torch.isnan(rewards).sum()),
+            "dimension_conflict_rate": conflicts,
+            "completion_length": float(lengths.mean()),
+            "frac_truncated": float(truncated.mean()),
+        }
+        unique = unique_counts(batch.scores).float().mean(dim=0)
+        saturated = saturated_groups(batch.scores).float().mean(dim=0)
+        for i, name in enumerate(self.rubric.dimension_names):
+            d_mean, d_std, _ = nan_mean_std(batch.raw_scores[..., i].reshape(-1), dim=0)
+            out[f"rewards/{name}/mean"] = float(d_mean)
+            out[f"rewards/{name}/std"] = float(d_std)
+            out[f"rewards/{name}/unique_per_group"] = float(unique[i])
+            out[f"rewards/{name}/saturated_groups"] = float(saturated[i])
+            out[f"weights/{name}"] = float(batch.weights[i])
+        if self.conflict_watch.update(conflicts) and self.parts.aggregator_name == "weighted_sum":
+            rank_zero_warn(
+                f"dimensions order completions oppositely in {self.conflict_watch.mean:.0%} of pairs (mean of "
+                f"the last {self.conflict_watch.window} steps); a weighted sum then trades one for another at "
+                "random. Consider aggregator=lexicographic (priorities) or advantage=gdpo.")
+        return out
+
+    # --- held-out evaluation -------------------------------------------------------------------
+
+    def on_validation_epoch_start(self) -> None:
+        self._val_raw, self._val_rewards = [], []
+
+    def validation_step(self, records: list[dict[str, Any]], batch_idx: int) -> None:
+        sampled = self.generator.generate(self.policy, self.tokenizer, self.generation_request(records, greedy=True))
+        other = self.parts.heldout
+        if other is not None:
+            rollout = as_rollout(records, sampled)
+            raw = check_judge_output(other.judge.score(rollout, other.rubric), rollout, other.rubric, other.judge_name)
+            batch = aggregate_rewards(raw, other.rubric, copy.deepcopy(other.scheduler), other.aggregator,
+                                      normalization=self.parts.score_normalization)
+        else:
+            # Held-out rewards use the scheduler's step-0 weights from a fresh copy: start and end stay
+            # comparable while training weights move, and evaluation never feeds the training scheduler.
+            # For the same reason they are the judge's uncorrected scores: the bias correction has no fit
+            # at the start and a moving one later.
+            batch = self.score(records, sampled, 0, scheduler=copy.deepcopy(self._initial_scheduler), heldout=True)
+        self._val_raw.append(batch.raw_scores[:, 0])
+        self._val_rewards.append(batch.rewards[:, 0])
+
+    @property
+    def heldout_rubric(self) -> Rubric:
+        """The rubric held-out scores follow."""
+        return self.parts.heldout.rubric if self.parts.heldout is not None else self.rubric
+
+    def on_validation_epoch_end(self) -> None:
+        raw, rewards = torch.cat(self._val_raw), torch.cat(self._val_rewards)
+        names = self.heldout_rubric.dimension_names
+        dims = {name: float(nan_mean_std(raw[:, i], dim=0)[0]) for i, name in enumerate(names)}
+        self.heldout = {"reward": float(nan_mean_std(rewards, dim=0)[0]), **dims}
+        self.log("heldout/reward", self.heldout["reward"], batch_size=len(rewards))
+        for name, value in dims.items():
+            self.log(f"heldout/{name}", value, batch_size=len(rewards))
+
+    # --- optimisation and checkpoints ----------------------------------------------------------
+
+    def configure_optimizers(self) -> Any:
+        s = self.settings
+        params = [p for p in self.policy.parameters() if p.requires_grad]
+        opt = make_adamw(params, lr=s.lr, weight_decay=s.weight_decay, precision=str(self.trainer.precision),
+                         clips_gradients=bool(s.gradient_clip_val))
+        warmup = max(s.warmup_steps, 0)
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: min(1.0, (step + 1) / (warmup + 1)))
+        return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        # Lightning builds the checkpoint on every process and rank 0 writes it: each process's generators
+        # travel in it, so a resumed multi-process run draws what the uninterrupted one would have.
+        rng_by_rank = self.spread.gather_objects(capture_rng_state())
+        checkpoint["rlkit"] = {"rubric": self.judged_rubric.identity(),
+                               "weight_scheduler": self.parts.scheduler.state_dict(),
+                               "rng": rng_by_rank[0], "data_position": list(self._data_position),
+                               "ordering": {"lexicographic": self.lexicographic_ordering,
+                                            "recent_conflicts": list(self.preference_watch.recent),
+                                            "flagged": self.preference_watch.raised}}
+        if self.parts.debias is not None:
+            checkpoint["rlkit"]["debias"] = self.parts.debias.state_dict()
+        if len(rng_by_rank) > 1:
+            checkpoint["rlkit"]["rng_by_rank"] = rng_by_rank
+        if self.monitors is not None:
+            checkpoint["rlkit"]["monitors"] = self.monitors.state_dict()
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        state = checkpoint.get("rlkit", {})
+        saved = state.get("rubric", {}).get("hash")
+        if saved and saved != self.judged_rubric.content_hash:
+            from rlkit.core.errors import ConfigError
+
+            raise ConfigError(f"the checkpoint was trained with rubric {state['rubric']['name']} "
+                              f"v{state['rubric']['version']} (hash {saved[:12]}), this run uses "
+                              f"{self.judged_rubric.name} v{self.judged_rubric.version} "
+                              f"({self.judged_rubric.short_hash})", "ckpt_path")
+        if "weight_scheduler" in state:
+            self.parts.scheduler.load_state_dict(state["weight_scheduler"])
+        if "monitors" in state and self.monitors is not None:
+            self.monitors.load_state_dict(state["monitors"])
+        if "debias" in state and self.parts.debias is not None:
+            try:
+                self.parts.debias.load_state_dict(state["debias"])
+            except ValueError as exc:
+                from rlkit.core.errors import ConfigError
+
+                raise ConfigError(f"{exc}; resume with the same debias.features and debias.dimensions",
+                                  "ckpt_path") from None
+        by_rank, spread = state.get("rng_by_rank"), self.spread
+        own = by_rank[spread.rank] if by_rank is not None and len(by_rank) == spread.world_size else None
+        self._rng_to_restore = own or state.get("rng")
+        if "ordering" in state:
+            self.lexicographic_ordering = bool(state["ordering"]["lexicographic"])
+            self.preference_watch.recent.extend(state["ordering"]["recent_conflicts"])
+            self.preference_watch.raised = bool(state["ordering"]["flagged"])
+        if "data_position" in state:
+            self._data_position = tuple(state["data_position"])
+            datamodule = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
+            if datamodule is not None and hasattr(datamodule, "resume_at"):
+                datamodule.resume_at(*self._data_position)
