@@ -78,17 +78,21 @@ def main() -> None:
           f"{m['accuracy/chosen_longer']:.3f})")
 
     # 2. fresh test set
+    from rlkit.core.registry import load_registry
     from rlkit.data.pairs import listwise_to_pairs, read_preference_records
-    from rlkit.grm.data import synthetic_preferences
+    from rlkit.grm.data import SyntheticRanker, synthetic_preferences
     from rlkit.grm.metrics import PairOutcome, pair_accuracy
     from rlkit.grm.model import GenerativeRewardModel, read_grm_format
 
     grm = GenerativeRewardModel.load(run / "grm", fmt=read_grm_format(run / "grm"))
     train_prompts = {json.loads(line)["prompt"] for line in (run / "data" / "synthetic_preferences.jsonl").open()}
+    registry = load_registry()
+    ranker = SyntheticRanker(registry.create("judge", "rule"), registry.create("aggregator", "weighted_sum"),
+                             registry.create("weight_scheduler", "constant"))  # as conf/train_grm.yaml ranks
     # operands 21-60: sums training (operands 0-20) never showed, so the model must compare, not remember
     for label, near_miss in (("fresh test set", 0.5), ("near misses only", 1.0)):
         test_file = out / f"test-{near_miss}.jsonl"
-        rows = synthetic_preferences(args.test_records, seed=9_999, operands=(21, 60), near_miss=near_miss)
+        rows = synthetic_preferences(args.test_records, ranker, seed=9_999, operands=(21, 60), near_miss=near_miss)
         test_file.write_text("".join(json.dumps(r) + "\n" for r in rows))
         records, _ = read_preference_records(test_file)
         assert not {r.prompt for r in records} & train_prompts

@@ -21,6 +21,10 @@ import tempfile
 import time
 from pathlib import Path
 
+from rlkit_plugins.judges.rule import RuleJudge
+
+RULE_TEACHER = RuleJudge(RuleJudge.Params())  # what the offline judges distil
+
 
 def evaluate(size: int, groups: int, cache: Path) -> dict[str, float]:
     import os
@@ -33,9 +37,9 @@ def evaluate(size: int, groups: int, cache: Path) -> dict[str, float]:
 
     spec = ranking_spec(size)
     start = time.perf_counter()
-    build_tiny_judge(spec, cache_dir=cache)
+    build_tiny_judge(spec, cache_dir=cache, teacher=RULE_TEACHER)
     build_s = time.perf_counter() - start
-    held_out = ranking_records(dataclasses.replace(spec, examples=groups, seed=10_000 + size))
+    held_out = ranking_records(dataclasses.replace(spec, examples=groups, seed=10_000 + size), RULE_TEACHER)
     os.environ["RLKIT_CACHE"] = str(cache)
     judge = load_registry().create("judge", "ranking", {})
     rollout = Rollout(records=[{"prompt": r["prompt"], "reference": r["reference"]} for r in held_out],

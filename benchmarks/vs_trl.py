@@ -83,8 +83,9 @@ def run_rlkit(size: str, precision: str, steps: int, warmup: int, workdir: Path)
                  f"hydra.run.dir={run_dir}", f"model.name_or_path={policy_path(size)}",
                  f"batch_size={shape['prompts']}", f"num_generations={shape['group']}",
                  f"max_completion_length={shape['tokens']}", f"data.num_prompts={shape['prompts'] * (steps + 2)}",
-                 f"objective.beta={BETA}", f"objective.epsilon={EPSILON}", f"objective.loss_type={LOSS_TYPE}",
-                 f"objective.num_iterations={NUM_ITERATIONS}", f"optim.lr={LR}",
+                 f"objective.params.beta={BETA}", f"objective.params.epsilon={EPSILON}",
+                 f"objective.params.loss_type={LOSS_TYPE}",
+                 f"objective.params.num_iterations={NUM_ITERATIONS}", f"optim.lr={LR}",
                  f"trainer.precision={'bf16-mixed' if precision == 'bf16' else '32-true'}",
                  f"++generator.params.generation_kwargs={{min_new_tokens:{shape['tokens']}}}"])
     if code != 0:

@@ -13,7 +13,8 @@ from rlkit.config.compose import resolve_path
 # --- the contract: marking hooks, the register callback, errors -------------------------------------------
 from rlkit.core.errors import ConfigError, DataError, JudgeError, PluginError, RlkitError, RubricError
 from rlkit.core.hookspecs import Register
-from rlkit.core.refs import AggregatorRef, JudgeRef, PluginRef, WeightSchedulerRef
+from rlkit.core.objective import CompletionLossInputs, PairLossInputs, PairTargets
+from rlkit.core.refs import AggregatorRef, BackendRef, JudgeRef, PluginRef, WeightSchedulerRef
 
 # --- what flows between plugins: rubric, rollouts, scores, pairs ----------------------------------------------
 from rlkit.core.registry import hookimpl
@@ -50,9 +51,10 @@ from rlkit.lm.models import build_tiny_policy, check_model_directory, load_polic
 from rlkit.lm.sampling import GenerationRequest, SampledBatch, assemble_sampled_batch, tokenize_prompts
 
 # --- reward helpers: normalisation, saturation, weight schedulers, monitors -----------------------------------
-from rlkit.reward.diagnostics import saturation_share
+from rlkit.reward.diagnostics import ConflictWatch, conflict_rate, saturation_share
 from rlkit.reward.monitor_view import Alert, BaselineDrift, MonitorView, due, make_view
 from rlkit.reward.pipeline import normalize_scores
+from rlkit.reward.preferences import chosen_win_share, confidence_weighted, drop_close_pairs, ordering_batch
 from rlkit.reward.weighting import StepRecordScheduler
 from rlkit.serve.protocol import InfoResponse, RewardResponse
 
@@ -64,9 +66,12 @@ __all__ = [
     "AggregatorRef",
     "Alert",
     "Anchor",
+    "BackendRef",
     "BaselineDrift",
     "Completion",
+    "CompletionLossInputs",
     "ConfigError",
+    "ConflictWatch",
     "DataError",
     "Dimension",
     "FailureWarning",
@@ -77,6 +82,8 @@ __all__ = [
     "JudgeError",
     "JudgeRef",
     "MonitorView",
+    "PairLossInputs",
+    "PairTargets",
     "PluginError",
     "PluginRef",
     "PreferencePairs",
@@ -102,6 +109,10 @@ __all__ = [
     "check_member_judge",
     "check_model_directory",
     "chosen_template",
+    "chosen_win_share",
+    "confidence_weighted",
+    "conflict_rate",
+    "drop_close_pairs",
     "due",
     "group_labels",
     "hookimpl",
@@ -113,6 +124,7 @@ __all__ = [
     "nan_mean_std",
     "nan_weighted_sum",
     "normalize_scores",
+    "ordering_batch",
     "parse_ranking",
     "parse_scores",
     "post_with_retries",

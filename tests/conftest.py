@@ -24,6 +24,17 @@ def _clear_hydra():
     GlobalHydra.instance().clear()
 
 
+@pytest.fixture(autouse=True)
+def _fresh_run_registry():
+    """Each test is its own process as far as the CLI is concerned: the run's registry is built anew, so a test
+    that patches the plugin manager (extra plugins) sees them, and no other test does."""
+    from rlkit.commands.common import run_registry
+
+    run_registry.cache_clear()
+    yield
+    run_registry.cache_clear()
+
+
 
 @pytest.fixture
 def use_judge_cache(monkeypatch, tmp_path):

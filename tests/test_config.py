@@ -72,14 +72,14 @@ def test_default_config_validates_without_data_file(registry):
     assert validated.records is None
     assert validated.rubric.name == "arithmetic"
     assert set(validated.plugin_names) == {"judge", "aggregator", "advantage_estimator", "weight_scheduler",
-                                           "generator"}
+                                           "objective", "generator"}
 
 
 def test_trl_hyperparameter_names(registry):
     cfg = compose_config(registry)
     assert cfg.num_generations == 8 and cfg.max_completion_length > 0
-    assert cfg.objective.beta == 0.04 and cfg.objective.epsilon == 0.2
-    assert cfg.objective.num_iterations == 1 and cfg.objective.loss_type == "grpo"
+    assert cfg.objective.params.beta == 0.04 and cfg.objective.params.epsilon == 0.2
+    assert cfg.objective.params.num_iterations == 1 and cfg.objective.params.loss_type == "grpo"
     assert cfg.advantage.params.scale_rewards == "group"
 
 
@@ -112,8 +112,8 @@ def test_unknown_key_without_plus_is_explained(registry):
 
 
 def test_non_plugin_group_schema(registry):
-    with pytest.raises(ConfigError, match=r"objective.beta.*objective/policy_gradient.yaml"):
-        validate_config(compose_config(registry, ["objective.beta=-1"]), registry)
+    with pytest.raises(ConfigError, match=r"objective.params.*objective/policy_gradient.yaml.*beta"):
+        validate_config(compose_config(registry, ["objective.params.beta=-1"]), registry)
     with pytest.raises(ConfigError, match=r"no option 'nope' in config group 'model'; available: tiny"):
         compose_config(registry, ["model=nope"])
 
@@ -147,7 +147,7 @@ def test_reference_and_lora_settings_are_checked(registry, overrides, message):
 
 
 def test_reference_none_is_fine_without_kl(registry):
-    validate_config(compose_config(registry, ["model.reference=none", "objective.beta=0"]), registry)
+    validate_config(compose_config(registry, ["model.reference=none", "objective.params.beta=0"]), registry)
     validate_config(compose_config(registry, ["model.reference=adapter_off", "model.lora.r=8"]), registry)
 
 

@@ -12,6 +12,7 @@ from rlkit.testing import (
     GeneratorContract,
     JudgeBackendContract,
     JudgeContract,
+    ObjectiveContract,
     PreferenceConstructorContract,
     WeightSchedulerContract,
 )
@@ -32,6 +33,20 @@ _MODEL_JUDGES = {"llm"}
 _TRAINED_JUDGES = {"grm"}
 # A remote judge needs a live server judging the suite's rubric: tests/test_serve.py runs the suite on reward_api.
 _REMOTE_JUDGES = {"reward_api"}
+
+
+class TestObjectives(ObjectiveContract):
+    @pytest.fixture(params=_REGISTRY.names("objective"))
+    def objective(self, request):
+        return _build("objective", request.param)
+
+
+class TestObjectivesWithoutReference(ObjectiveContract):
+    @pytest.fixture(params=[("policy_gradient", {"beta": 0.0, "num_iterations": 2}),
+                            ("group_dpo", {"loss_type": "simpo", "sft_weight": 0.0})], ids=["pg-beta0", "simpo"])
+    def objective(self, request):
+        name, params = request.param
+        return _REGISTRY.create("objective", name, params)
 
 
 class TestJudges(JudgeContract):
@@ -129,7 +144,7 @@ def test_builtin_judge_backends_are_all_tested():
 def test_every_kind_is_covered_by_a_suite():
     assert {k.key for k in _REGISTRY.kinds()} == {
         "judge", "aggregator", "advantage_estimator", "preference_constructor", "weight_scheduler", "judge_backend",
-        "generator", "monitor"}
+        "generator", "monitor", "objective"}
 
 
 def test_contract_catches_a_broken_estimator():

@@ -204,7 +204,7 @@ def test_several_iterations_per_rollout_train_on_log_probs_from_inference_mode(t
     run_dir = tmp_path / "run"
     # Lightning counts optimiser steps: 4 of them are 2 rollouts of 2 iterations each
     assert main(["fit", "logger=csv", "trainer.max_steps=4", "batch_size=4", "num_generations=4",
-                 "objective.num_iterations=2", "model.reference=ema", f"hydra.run.dir={run_dir}"]) == 0
+                 "objective.params.num_iterations=2", "model.reference=ema", f"hydra.run.dir={run_dir}"]) == 0
     rows = _metrics(run_dir)
     assert len(rows) == 2 and all(math.isfinite(float(r["loss"])) and float(r["kl"]) >= 0 for r in rows)
 
@@ -301,7 +301,7 @@ def test_group_dpo_trains_with_every_constructor(tmp_path, preference):
     before, _ = load_policy(build_tiny_policy())
     run_dir = tmp_path / "run"
     assert main(["fit", "objective=group_dpo", f"preference={preference}", "logger=csv", "trainer.max_steps=2",
-                 "batch_size=4", "num_generations=4", "objective.min_gap=0", f"hydra.run.dir={run_dir}"]) == 0
+                 "batch_size=4", "num_generations=4", "objective.params.min_gap=0", f"hydra.run.dir={run_dir}"]) == 0
     rows = _metrics(run_dir)
     assert len(rows) == 2 and all(math.isfinite(float(r["loss"])) for r in rows)
     assert sum(float(r["pairs/used"]) for r in rows) > 0
@@ -313,7 +313,7 @@ def test_group_dpo_trains_with_every_constructor(tmp_path, preference):
 def test_group_dpo_ema_reference_is_checkpointed_and_follows_the_policy(tmp_path):
     run_dir = tmp_path / "run"
     assert main(["fit", "objective=group_dpo", "model.reference=ema", "model.ema_decay=0.5", "logger=csv",
-                 "trainer.max_steps=3", "batch_size=4", "num_generations=4", "objective.min_gap=0",
+                 "trainer.max_steps=3", "batch_size=4", "num_generations=4", "objective.params.min_gap=0",
                  "checkpoint_every=3", f"hydra.run.dir={run_dir}"]) == 0
     state = torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=True)["state_dict"]
     ref = {k[len("reference.model."):]: v for k, v in state.items() if k.startswith("reference.model.")}
@@ -329,8 +329,9 @@ def test_group_dpo_ema_reference_is_checkpointed_and_follows_the_policy(tmp_path
 
 def test_group_dpo_simpo_needs_no_reference_and_auto_lexicographic_switches(tmp_path, capsys):
     run_dir = tmp_path / "run"
-    assert main(["fit", "objective=group_dpo", "objective.loss_type=simpo", "model.reference=none",
-                 "objective.auto_lexicographic=true", "objective.conflict_threshold=0", "objective.conflict_window=1",
+    assert main(["fit", "objective=group_dpo", "objective.params.loss_type=simpo", "model.reference=none",
+                 "objective.params.auto_lexicographic=true", "objective.params.conflict_threshold=0",
+                 "objective.params.conflict_window=1",
                  "logger=csv", "trainer.max_steps=2", "batch_size=4", "num_generations=4",
                  f"hydra.run.dir={run_dir}"]) == 0
     rows = _metrics(run_dir)

@@ -14,7 +14,7 @@ import torch
 
 from rlkit.cli import main
 from rlkit.core.errors import ConfigError
-from rlkit.grm.data import competition_ranks, synthetic_preferences
+from rlkit.grm.data import SyntheticRanker, competition_ranks, synthetic_preferences
 from rlkit.grm.metrics import PairOutcome, pair_accuracy
 from rlkit.grm.model import GenerativeRewardModel, GrmFormat, label_token_ids
 from rlkit.grm.training import plackett_luce_loss
@@ -143,9 +143,11 @@ def test_synthetic_preferences_follow_the_rubric_and_repeat_under_a_seed():
     from rlkit.judging.tiny_judge import shipped_rubric
     from rlkit.reward.pipeline import aggregate_rewards
 
-    records = synthetic_preferences(20, seed=3)
-    assert records == synthetic_preferences(20, seed=3) and records != synthetic_preferences(20, seed=4)
     registry, rubric = load_registry(), shipped_rubric("arithmetic")
+    ranker = SyntheticRanker(registry.create("judge", "rule"), registry.create("aggregator", "weighted_sum"),
+                             registry.create("weight_scheduler", "constant"))
+    records = synthetic_preferences(20, ranker, seed=3)
+    assert records == synthetic_preferences(20, ranker, seed=3) and records != synthetic_preferences(20, ranker, seed=4)
     for r in records:
         texts = [x["text"] for x in r["responses"]]
         assert len(set(texts)) == len(texts) and len({x["rank"] for x in r["responses"]}) >= 2

@@ -148,7 +148,7 @@ def test_hf_one_malformed_chat_fails_alone(hf, expected):
 
 def test_plugin_construction_is_cheap(registry, monkeypatch, tmp_path, make_server):
     monkeypatch.setenv("RLKIT_CACHE", str(tmp_path / "cache"))
-    backend = registry.create("judge_backend", "hf", {}, where="judge.params.backend_params")
+    backend = registry.create("judge_backend", "hf", {}, where="judge.params.backend.params")
     assert isinstance(backend, HFBackend) and not backend.loaded
     assert not (tmp_path / "cache").exists(), "building the plugin must not build or load the tiny policy"
     server = make_server()
@@ -172,7 +172,7 @@ def test_plugin_construction_is_cheap(registry, monkeypatch, tmp_path, make_serv
 def test_bad_params_name_the_field(registry, name, params, field):
     with pytest.raises(ConfigError) as info:
         registry.create("judge_backend", name, params)
-    assert info.value.where == f"judge.params.backend_params.{field}"
+    assert info.value.where == f"judge.params.backend.params.{field}"
 
 
 def test_no_params_field_can_hold_a_key():

@@ -16,6 +16,9 @@ from rlkit.cli import main
 from rlkit.core.registry import load_registry
 from rlkit.core.rubric import load_rubric
 from rlkit.testing import JudgeContract
+from rlkit_plugins.judges.rule import RuleJudge
+
+RULE_TEACHER = RuleJudge(RuleJudge.Params())  # what the offline judges distil
 
 pytestmark = pytest.mark.slow
 RUBRIC = Path(__file__).parents[1] / "conf" / "rubrics" / "arithmetic.yaml"
@@ -27,7 +30,7 @@ def judge_cache(tmp_path_factory) -> Path:
     from rlkit.judging.tiny_judge import build_tiny_judge
 
     cache = tmp_path_factory.mktemp("judge-cache")
-    build_tiny_judge(cache_dir=cache)
+    build_tiny_judge(cache_dir=cache, teacher=RULE_TEACHER)
     return cache
 
 
@@ -68,9 +71,9 @@ def test_failure_policies_on_a_server_that_answers_garbage(cache_env):
     rubric = load_rubric(RUBRIC)
     rollout = Rollout(records=[{"prompt": f"{i}+1=", "reference": str(i + 1)} for i in range(6)],
                       completions=[[str(i + 1), "no", "12 12 12", "7"] for i in range(6)])
-    with OpenAICompatibleServer(build_tiny_judge(), garbage_rate=0.3, seed=1) as server:
-        common = {"backend": "openai", "template": "judge/rubric_scores_compact.jinja", "parse_retries": 0,
-                  "backend_params": {"base_url": server.url, "max_retries": 0, "max_tokens": 64}}
+    with OpenAICompatibleServer(build_tiny_judge(teacher=RULE_TEACHER), garbage_rate=0.3, seed=1) as server:
+        common = {"template": "judge/rubric_scores_compact.jinja", "parse_retries": 0,
+                  "backend": {"name": "openai", "params": {"base_url": server.url, "max_retries": 0, "max_tokens": 64}}}
         nan_scores = _judge(**common, failure_policy="nan").score(rollout, rubric)
         failed = torch.isnan(nan_scores).all(dim=-1)
         assert 0 < failed.float().mean() < 0.7, "about 30% of answers are garbage and stay unscored"
@@ -103,10 +106,10 @@ def test_fit_survives_a_judge_that_answers_garbage_30_percent_of_the_time(cache_
     from rlkit.testing.openai_server import OpenAICompatibleServer
 
     run_dir = tmp_path / "run"
-    with OpenAICompatibleServer(build_tiny_judge(), garbage_rate=0.3, seed=2) as server:
+    with OpenAICompatibleServer(build_tiny_judge(teacher=RULE_TEACHER), garbage_rate=0.3, seed=2) as server:
         assert main(["fit", "judge=llm", "judge.params.backend=openai", "judge.params.parse_retries=0",
                      "judge.params.template=judge/rubric_scores_compact.jinja",
-                     f"++judge.params.backend_params={{base_url: '{server.url}', max_retries: 0}}",
+                     f"++judge.params.backend.params={{base_url: '{server.url}', max_retries: 0}}",
                      "logger=csv", "trainer.max_steps=3", "batch_size=4", "num_generations=4",
                      f"hydra.run.dir={run_dir}"]) == 0
     rows = _rows(run_dir)

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from rlkit.lm.logprobs import mask_after_eos, selective_log_softmax, truncated_rows
-from rlkit.train.losses import k3_kl, policy_gradient_loss
+from rlkit_plugins.objectives.policy_gradient import k3_kl, policy_gradient_loss
 
 LN2 = math.log(2.0)
 

@@ -5,7 +5,8 @@ import math
 import pytest
 import torch
 
-from rlkit.train.preference_losses import preference_loss, sequence_logp_sums, sft_loss
+from rlkit.lm.logprobs import sequence_logp_sums
+from rlkit_plugins.objectives.dpo_losses import preference_loss, sft_loss
 
 LN2 = math.log(2.0)
 BETA = 0.1

@@ -28,6 +28,9 @@ from rlkit_plugins.judges.ranking import (
     ranking_rubric,
     shuffled_orders,
 )
+from rlkit_plugins.judges.rule import RuleJudge
+
+RULE_TEACHER = RuleJudge(RuleJudge.Params())  # what the offline judges distil
 
 RUBRIC = Path(__file__).parents[1] / "conf" / "rubrics" / "arithmetic.yaml"
 # a line of the compact template: the reference, then the candidate cut and padded to 6 characters; the
@@ -288,7 +291,7 @@ def test_the_tiny_ranking_recipe_teaches_rule_judge_levels_for_one_group_size():
     from rlkit.judging.tiny_judge import ranking_records, ranking_spec, render_ranking_compact
 
     spec = dataclasses.replace(ranking_spec(5), examples=40)
-    records = ranking_records(spec)
+    records = ranking_records(spec, RULE_TEACHER)
     assert len(records) == 40 and {len(r["completions"]) for r in records} == {5}
     for r in records:
         labels = group_labels(len(r["completions"]))
@@ -311,7 +314,7 @@ def test_the_tiny_judge_trains_inside_inference_mode(tmp_path):
 
     for spec in (TinyJudgeSpec(steps=2, examples=16), dataclasses.replace(RANKING_SPEC, steps=2, examples=8)):
         with torch.inference_mode():
-            folder = build_tiny_judge(spec, cache_dir=tmp_path)
+            folder = build_tiny_judge(spec, cache_dir=tmp_path, teacher=RULE_TEACHER)
         assert (folder / "model.safetensors").is_file()
 
 

@@ -17,6 +17,9 @@ from rlkit.cli import main
 from rlkit.core.registry import load_registry
 from rlkit.core.rubric import load_rubric
 from rlkit.testing import JudgeContract
+from rlkit_plugins.judges.rule import RuleJudge
+
+RULE_TEACHER = RuleJudge(RuleJudge.Params())  # what the offline judges distil
 
 pytestmark = pytest.mark.slow
 RUBRIC = Path(__file__).parents[1] / "conf" / "rubrics" / "arithmetic.yaml"
@@ -29,7 +32,7 @@ def ranking_cache(tmp_path_factory) -> Path:
     from rlkit.judging.tiny_judge import build_tiny_judge, ranking_spec
 
     cache = tmp_path_factory.mktemp("ranking-cache")
-    build_tiny_judge(ranking_spec(4), cache_dir=cache)
+    build_tiny_judge(ranking_spec(4), cache_dir=cache, teacher=RULE_TEACHER)
     return cache
 
 
@@ -84,15 +87,17 @@ def test_ranking_over_http_with_a_server_that_answers_garbage(cache_env):
     from rlkit.testing.openai_server import OpenAICompatibleServer
 
     rubric = load_rubric(RUBRIC)
-    with OpenAICompatibleServer(build_tiny_judge(ranking_spec(4))) as server:
-        params = {"backend": "openai", "template": "judge/rank_group_compact.jinja",
-                  "backend_params": {"base_url": server.url, "max_tokens": 64}}
+    with OpenAICompatibleServer(build_tiny_judge(ranking_spec(4), teacher=RULE_TEACHER)) as server:
+        params = {"template": "judge/rank_group_compact.jinja",
+                  "backend": {"name": "openai", "params": {"base_url": server.url, "max_tokens": 64}}}
         clean = load_registry().create("judge", "ranking", params).score(_groups(), rubric)
     hf = load_registry().create("judge", "ranking", {}).score(_groups(), rubric)
     assert torch.equal(clean.nan_to_num(-1), hf.nan_to_num(-1)), "the same model answers the same over HTTP"
-    with OpenAICompatibleServer(build_tiny_judge(ranking_spec(4)), garbage_rate=0.5, seed=3) as server:
-        params = {"backend": "openai", "template": "judge/rank_group_compact.jinja", "parse_retries": 0,
-                  "repetitions": 1, "backend_params": {"base_url": server.url, "max_retries": 0, "max_tokens": 64}}
+    judge_model = build_tiny_judge(ranking_spec(4), teacher=RULE_TEACHER)
+    with OpenAICompatibleServer(judge_model, garbage_rate=0.5, seed=3) as server:
+        params = {"template": "judge/rank_group_compact.jinja", "parse_retries": 0,
+                  "repetitions": 1, "backend": {"name": "openai",
+                                                "params": {"base_url": server.url, "max_retries": 0, "max_tokens": 64}}}
         judge = load_registry().create("judge", "ranking", params)
         with pytest.warns(UserWarning, match="rankings could not be parsed"):
             scores = judge.score(_groups(), rubric)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 import pytest
 import torch
 
@@ -12,8 +10,9 @@ from rlkit.lm.reference import (
     EmaReference,
     FrozenCopyReference,
     build_reference,
-    needs_reference,
 )
+from rlkit_plugins.objectives.group_dpo import GroupDpoObjective
+from rlkit_plugins.objectives.policy_gradient import PolicyGradientObjective
 
 
 def test_ema_reference_moves_a_fixed_share_towards_the_policy():
@@ -32,11 +31,14 @@ def test_ema_reference_moves_a_fixed_share_towards_the_policy():
 
 def test_which_reference_each_setting_gets():
     policy = torch.nn.Linear(2, 1)
-    pg = SimpleNamespace(name="policy_gradient", beta=0.04)
-    dpo, simpo = SimpleNamespace(name="group_dpo", loss_type="sigmoid"), SimpleNamespace(name="group_dpo",
-                                                                                          loss_type="simpo")
+    def needs_reference(objective) -> bool:
+        return objective.reference_use is not None
+
+    pg = PolicyGradientObjective(PolicyGradientObjective.Params(beta=0.04))
+    dpo = GroupDpoObjective(GroupDpoObjective.Params(loss_type="sigmoid"))
+    simpo = GroupDpoObjective(GroupDpoObjective.Params(loss_type="simpo"))
     assert needs_reference(pg) and needs_reference(dpo) and not needs_reference(simpo)
-    assert not needs_reference(SimpleNamespace(name="policy_gradient", beta=0.0))
+    assert not needs_reference(PolicyGradientObjective(PolicyGradientObjective.Params(beta=0.0)))
     assert isinstance(build_reference("frozen", policy, uses_lora=False, needed=True), FrozenCopyReference)
     assert isinstance(build_reference("frozen", policy, uses_lora=True, needed=True), AdapterOffReference)
     assert isinstance(build_reference("ema", policy, uses_lora=False, needed=True, ema_decay=0.9), EmaReference)

@@ -19,7 +19,8 @@ import pytest
 import torch
 import yaml
 
-from rlkit.cli import _validated, main
+from rlkit.cli import main
+from rlkit.commands.common import validated_config as _validated
 from rlkit.core.errors import ConfigError
 from rlkit.evaluation.scoring import completion_ranks, score_records
 from rlkit.serve.app import RewardServer, ServeSettings, create_app, serve_settings
@@ -163,10 +164,8 @@ def test_chat_route_answers_with_the_judge_backend(rule):
             return [Completion(text=f"{len(chats[0])} message(s)")]
 
     class Generative:
-        class params:  # noqa: N801 - stands in for a judge's Params
-            backend, backend_params = "hf", {"model": "/models/judge"}
-
-        class backend:  # noqa: N801 - stands in for rlkit.judging.asking.JudgeBackend
+        class backend:  # noqa: N801 - stands in for rlkit.judging.asking.JudgeBackend over a local model
+            chat_model = "/models/judge"
             get = staticmethod(Backend)
 
     with _serve(replace(rule, plugins={**rule.plugins, "judge": Generative()})) as s:

@@ -106,7 +106,7 @@ def test_optuna_preset_composes_maximising_the_fit_metric():
         cfg = compose("fit", overrides=["hydra/sweeper=optuna_reward"], return_hydra_config=True)
     sweeper = cfg.hydra.sweeper
     assert sweeper._target_.endswith("OptunaSweeper") and sweeper.direction == "maximize"
-    assert set(sweeper.params) == {"optim.lr", "objective.beta"}
+    assert set(sweeper.params) == {"optim.lr", "objective.params.beta"}
     assert cfg.hydra.callbacks.sweep_summary._target_ == "rlkit.runs.sweep.SweepSummary"
 
 

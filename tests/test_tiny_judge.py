@@ -7,13 +7,16 @@ import json
 import pytest
 
 from rlkit.judging.tiny_judge import TinyJudgeSpec, build_tiny_judge, distillation_records, tiny_judge_hash
+from rlkit_plugins.judges.rule import RuleJudge
+
+RULE_TEACHER = RuleJudge(RuleJudge.Params())  # what the offline judges distil
 
 pytestmark = pytest.mark.slow
 _QUICK = TinyJudgeSpec(steps=3, examples=200, batch_size=8)
 
 
 def test_distillation_records_are_rule_judge_json():
-    records = distillation_records(TinyJudgeSpec(examples=300))
+    records = distillation_records(TinyJudgeSpec(examples=300), RULE_TEACHER)
     assert len(records) > 250
     answer = json.loads(records[0]["answer"])
     assert list(answer) == ["format", "correctness", "brevity", "repetition"]
@@ -25,11 +28,11 @@ def test_distillation_records_are_rule_judge_json():
 def test_build_trains_saves_and_reuses(tmp_path):
     from rlkit.lm.models import load_policy
 
-    folder = build_tiny_judge(_QUICK, tmp_path)
-    assert folder.name == f"tiny-judge-{tiny_judge_hash(_QUICK)}"
+    folder = build_tiny_judge(_QUICK, tmp_path, teacher=RULE_TEACHER)
+    assert folder.name == f"tiny-judge-{tiny_judge_hash(_QUICK, RULE_TEACHER)}"
     model, tokenizer = load_policy(folder)  # the same loading path as any checkpoint
     assert model.config.num_hidden_layers == _QUICK.num_hidden_layers and tokenizer.padding_side == "left"
     stamp = (folder / "model.safetensors").stat().st_mtime_ns
-    assert build_tiny_judge(_QUICK, tmp_path) == folder
+    assert build_tiny_judge(_QUICK, tmp_path, teacher=RULE_TEACHER) == folder
     assert (folder / "model.safetensors").stat().st_mtime_ns == stamp, "a complete build is reused"
     assert [p.name for p in tmp_path.iterdir()] == [folder.name], "no half-built folders left behind"

@@ -1,8 +1,8 @@
-"""Schemas of the config groups that are not plugins (model, data, objective, rubric, optim, debias)."""
+"""Schemas of the config groups that are not plugins (model, data, rubric, optim, debias)."""
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Literal
 
 import pydantic
 
@@ -42,42 +42,6 @@ class DataConfig(_Schema):
     seed: int = 0
 
 
-class PolicyGradientObjective(_Schema):
-    name: Literal["policy_gradient"]
-    beta: float = pydantic.Field(default=0.04, ge=0)
-    epsilon: float = pydantic.Field(default=0.2, gt=0)
-    epsilon_high: float | None = None
-    num_iterations: int = pydantic.Field(default=1, ge=1)
-    loss_type: Literal["grpo", "dr_grpo", "dapo", "bnpo"] = "grpo"
-    mask_truncated_completions: bool = False
-
-
-class GroupDpoObjective(_Schema):
-    """Preference pairs from each group, trained with a DPO-family loss (see conf/objective/group_dpo.yaml)."""
-
-    name: Literal["group_dpo"]
-    loss_type: Literal["sigmoid", "ipo", "simpo"] = "sigmoid"
-    beta: float = pydantic.Field(default=0.1, gt=0)
-    label_smoothing: float = pydantic.Field(default=0.0, ge=0, lt=0.5)
-    simpo_gamma: float = 0.5
-    sft_weight: float = pydantic.Field(default=0.0, ge=0)
-    min_gap: float = pydantic.Field(default=0.1, ge=0)
-    mask_saturated: bool = True
-    auto_lexicographic: bool = False
-    conflict_threshold: float = pydantic.Field(default=0.2, ge=0, le=1)
-    conflict_window: int = pydantic.Field(default=50, ge=1)
-    num_iterations: int = pydantic.Field(default=1, ge=1)
-    mask_truncated_completions: bool = False
-
-
-OBJECTIVES: dict[str, type[_Schema]] = {"policy_gradient": PolicyGradientObjective, "group_dpo": GroupDpoObjective}
-
-
-class ObjectiveConfig(pydantic.RootModel[Annotated[PolicyGradientObjective | GroupDpoObjective,
-                                                   pydantic.Field(discriminator="name")]]):
-    """The ``objective`` group: one schema per objective, picked by ``name``."""
-
-
 class RubricConfig(_Schema):
     path: str
 
@@ -105,7 +69,6 @@ class DebiasConfig(_Schema):
 GROUP_SCHEMAS: dict[str, type[pydantic.BaseModel]] = {
     "model": ModelConfig,
     "data": DataConfig,
-    "objective": ObjectiveConfig,
     "rubric": RubricConfig,
     "optim": OptimConfig,
     "debias": DebiasConfig,

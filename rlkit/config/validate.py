@@ -12,14 +12,15 @@ from omegaconf import DictConfig, OmegaConf
 from rlkit.config.compose import config_source, resolve_path
 from rlkit.config.schemas import (
     GROUP_SCHEMAS,
-    OBJECTIVES,
     DataConfig,
     DebiasConfig,
     ModelConfig,
 )
-from rlkit.core.errors import ConfigError, DataError, RlkitError
+from rlkit.core.errors import ConfigError, DataError, PluginError, RlkitError
+from rlkit.core.objective import SIGNALS
 from rlkit.core.registry import KINDS, Registry
 from rlkit.core.rubric import Rubric, load_rubric
+from rlkit.reward.pipeline import HeldoutScoring
 
 
 def _choice(cfg: DictConfig, group: str) -> str | None:
@@ -48,9 +49,6 @@ def _check_schema(registry: Registry, cfg: DictConfig, group: str, schema: type[
         if isinstance(node, dict) and loc and loc[0] == node.get("name"):
             loc = loc[1:]  # a discriminated union puts the variant's name first
         field_name = ".".join(str(p) for p in loc)
-        if err["type"] == "union_tag_invalid":
-            raise ConfigError(f"unknown objective {node.get('name')!r}; available: {', '.join(OBJECTIVES)}",
-                              _where(registry, cfg, group, "name")) from None
         msg = "unknown key" if err["type"] == "extra_forbidden" else err["msg"]
         if err["type"] == "missing":
             msg = "required value is missing"
@@ -72,6 +70,16 @@ class ValidatedConfig:
     data: DataConfig | None = None
     objective: Any = None
     debias: DebiasConfig | None = None
+
+    def heldout_scoring(self) -> HeldoutScoring | None:
+        """Held-out scoring for a training judge that only ranks within groups: ``heldout_judge`` on the user's
+        rubric, weighted by ``heldout_weights`` and combined by ``heldout_aggregator``; None when the training
+        judge scores the rubric itself."""
+        if self.reward_rubric is self.rubric:
+            return None
+        return HeldoutScoring(judge=self.plugins["heldout_judge"], judge_name=self.plugin_names["heldout_judge"],
+                              rubric=self.rubric, aggregator=self.plugins["heldout_aggregator"],
+                              scheduler=self.plugins["heldout_weights"])
 
 
 def _plugin_node(registry: Registry, cfg: DictConfig, group: str) -> tuple[str, dict[str, Any]] | None:
@@ -144,27 +152,41 @@ def _check_heldout_judge(registry: Registry, cfg: DictConfig, result: ValidatedC
         check(result.rubric)
     result.plugins["heldout_judge"] = judge
     result.plugin_names["heldout_judge"] = name
+    for key, kind in (("heldout_aggregator", "aggregator"), ("heldout_weights", "weight_scheduler")):
+        chosen = cfg.get(key)
+        if not isinstance(chosen, str) or not chosen:
+            raise ConfigError(f"name the {kind.replace('_', ' ')} of held-out scores (available: "
+                              f"{registry.available(kind)})", key)
+        try:
+            result.plugins[key] = registry.create(kind, chosen, {}, where=key)
+        except RlkitError as exc:
+            raise ConfigError(exc.message, key) from None
+        result.plugin_names[key] = chosen
 
 
 def _check_reference(registry: Registry, cfg: DictConfig, model: ModelConfig, objective: Any) -> None:
     where = _where(registry, cfg, "model", "reference")
-    if model.reference == "none":
-        if objective.name == "policy_gradient" and objective.beta > 0:
-            raise ConfigError(f"model.reference=none leaves no reference for the KL term of objective.beta="
-                              f"{objective.beta}; set objective.beta=0 or a reference (frozen, adapter_off, ema)",
-                              where)
-        if objective.name == "group_dpo" and objective.loss_type != "simpo":
-            raise ConfigError(f"model.reference=none: objective.loss_type={objective.loss_type} compares the policy "
-                              "with a reference; use loss_type=simpo (reference-free) or a reference", where)
+    if model.reference == "none" and objective.reference_use is not None:
+        raise ConfigError(f"model.reference=none leaves no reference for {objective.reference_use}", where)
     if model.reference == "adapter_off" and not model.lora.enabled:
         raise ConfigError("adapter_off needs LoRA adapters to switch off; set model.lora.r > 0 or use frozen", where)
 
 
-def _check_objective_parts(registry: Registry, cfg: DictConfig, objective: Any, result: ValidatedConfig) -> None:
-    if objective.name == "group_dpo" and "preference_constructor" not in result.plugins:
-        raise ConfigError("objective=group_dpo builds preference pairs: select a constructor, e.g. "
+def _check_objective_parts(registry: Registry, cfg: DictConfig, result: ValidatedConfig) -> None:
+    """The objective learns from something the run must provide: advantages (an estimator) or pairs (a
+    preference constructor)."""
+    name, objective = result.plugin_names["objective"], result.objective
+    signal = getattr(objective, "signal", None)
+    if signal not in SIGNALS:
+        raise PluginError(f"objective {name!r} has signal {signal!r}; an objective learns from one of "
+                          f"{', '.join(SIGNALS)}")
+    if signal == "pairs" and "preference_constructor" not in result.plugins:
+        raise ConfigError(f"objective={name} builds preference pairs: select a constructor, e.g. "
                           f"preference=best_worst (available: {registry.available('preference_constructor')})",
                           "preference")
+    if signal == "advantages" and "advantage_estimator" not in result.plugins:
+        raise ConfigError(f"objective={name} learns from advantages: select an estimator, e.g. advantage=grpo "
+                          f"(available: {registry.available('advantage_estimator')})", "advantage")
 
 
 def _check_debias(debias: DebiasConfig, rubric: Rubric) -> None:
@@ -238,7 +260,7 @@ def validate_config(cfg: DictConfig, registry: Registry, *, read_data: bool = Tr
     parts = {group: _check_schema(registry, cfg, group, schema) for group, schema in GROUP_SCHEMAS.items()}
     rubric = load_rubric(resolve_path(parts["rubric"].path))
     result = ValidatedConfig(cfg=cfg, rubric=rubric, model=parts["model"], data=parts["data"],
-                             objective=parts["objective"], debias=parts["debias"], reward_rubric=rubric)
+                             debias=parts["debias"], reward_rubric=rubric)
     for kind in KINDS:
         if kind.many:
             continue  # lists of plugins (monitors) are validated below
@@ -267,8 +289,12 @@ def validate_config(cfg: DictConfig, registry: Registry, *, read_data: bool = Tr
     _check_heldout_judge(registry, cfg, result)
     _check_torch_threads(cfg)
     check_model_path(parts["model"])
-    _check_reference(registry, cfg, parts["model"], parts["objective"])
-    _check_objective_parts(registry, cfg, parts["objective"], result)
+    if "objective" not in result.plugins:
+        raise ConfigError(f"select an objective, e.g. objective=policy_gradient (available: "
+                          f"{registry.available('objective')})", "objective")
+    result.objective = result.plugins["objective"]
+    _check_objective_parts(registry, cfg, result)
+    _check_reference(registry, cfg, parts["model"], result.objective)
     _check_reward_path(cfg, result)
     data: Any = parts["data"]
     if data.path is not None:

@@ -118,6 +118,35 @@ def rlkit_register_weight_schedulers(register: Register) -> None:
 
 
 @hookspec
+def rlkit_register_objectives(register: Register) -> None:
+    """Register objective factories: what the policy is trained to minimise (``objective=<name>``).
+
+    The loop owns sampling, the log-prob passes, micro-batching, the DDP arithmetic and the optimiser step; an
+    objective says what it needs and turns tensors into a loss. It has:
+
+    * ``signal``: ``"advantages"`` (the loop asks the advantage estimator for ``[B, G]`` advantages) or ``"pairs"``
+      (the loop hands the preference constructor to :meth:`pair_targets`).
+    * ``num_iterations: int``: optimiser steps per rollout (PPO-style inner epochs; 1 for on-policy).
+    * ``needs_old_logprobs: bool``: whether ``old_logp`` must come from a separate no-grad pass (only meaningful
+      with ``num_iterations > 1``; otherwise the loop passes ``logp.detach()``).
+    * ``reference_use: str | None``: None when the objective needs no reference model; else what it uses one for,
+      in words that complete "model.reference=none leaves no reference for ..." (validation prints it).
+    * ``mask_truncated_completions: bool``: completions cut at the length limit are left out of the loss.
+    * ``loss(inputs) -> (loss, metrics)``: a pure function of ``rlkit.plugin.CompletionLossInputs`` (signal
+      ``advantages``) or ``rlkit.plugin.PairLossInputs`` (signal ``pairs``): a scalar whose gradient flows only
+      through the policy's log-probs, and a dict of detached scalar metrics (logged as they are named, e.g.
+      ``kl``, ``clip_ratio``, ``rewards/margins``).
+    * ``pair_targets(batch: rlkit.RewardBatch, truncated: torch.Tensor, constructor, step: int) ->
+      (rlkit.plugin.PairTargets, dict[str, float])`` for signal ``pairs``: this step's pairs over the global batch
+      (``truncated`` is ``bool [B*G]``), labels and weights, and metrics about them.
+    * optional ``state_dict()`` / ``load_state_dict(state)``: state that travels in checkpoints.
+
+    ``rlkit.testing.ObjectiveContract`` checks shapes, zero loss on zero advantages or zero gradient on identical
+    pairs, that gradient flows only through the policy's log-probs, and that masked positions do not matter.
+    """
+
+
+@hookspec
 def rlkit_register_generators(register: Register) -> None:
     """Register generator factories: what samples the policy's completions (``generator=<name>``).
 
@@ -166,7 +195,7 @@ def rlkit_register_monitors(register: Register) -> None:
 def rlkit_register_judge_backends(register: Register) -> None:
     """Register judge-backend factories: where a model-based judge sends its prompts.
 
-    Chosen inside a judge's params (``judge.params.backend=<name>``, with ``judge.params.backend_params``),
+    Chosen inside a judge's params as a ``PluginRef`` (``judge.params.backend={name: <name>, params: {...}}``),
     not as a config group. A backend has:
 
     * ``identity() -> dict``: what determines its answers (backend name, model, decoding settings); part

@@ -103,3 +103,4 @@ def iter_refs(value: Any, path: str = "") -> Iterator[tuple[str, PluginRef]]:
 JudgeRef = PluginRef.of("judge")
 AggregatorRef = PluginRef.of("aggregator")
 WeightSchedulerRef = PluginRef.of("weight_scheduler")
+BackendRef = PluginRef.of("judge_backend")

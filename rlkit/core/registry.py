@@ -59,6 +59,7 @@ KINDS: tuple[PluginKind, ...] = (
         "preference constructors",
     ),
     PluginKind("weight_scheduler", "rlkit_register_weight_schedulers", "weights", "weight schedulers"),
+    PluginKind("objective", "rlkit_register_objectives", "objective", "objectives"),
     PluginKind("generator", "rlkit_register_generators", "generator", "generators"),
     PluginKind("judge_backend", "rlkit_register_judge_backends", "judge_backend", "judge backends",
                selected_by="judge.params.backend"),

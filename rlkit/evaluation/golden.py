@@ -240,10 +240,8 @@ class GoldenScorer:
 
 def scorer_from(validated: Any) -> GoldenScorer:
     """The configured judge, aggregator and weights; ``heldout_judge`` when the judge only ranks within groups."""
-    from rlkit.train.fit import heldout_scoring
-
     normalization = str(validated.cfg.get("score_normalization", "range"))
-    other = heldout_scoring(validated)
+    other = validated.heldout_scoring()
     if other is not None:
         return GoldenScorer(other.judge, other.judge_name, other.rubric, other.aggregator, other.scheduler,
                             normalization)

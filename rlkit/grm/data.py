@@ -1,5 +1,6 @@
 """A synthetic preference dataset whose true order is computable: groups of answers to the default task
-(``a+b=``), ranked by the shipped arithmetic rubric's rule judge and weighted sum.
+(``a+b=``), ranked on the shipped arithmetic rubric by a judge, weights and an aggregator the caller hands in
+(``rlkit train-grm`` takes them from ``grm.data.ranked_by``: the rule judge and a weighted sum).
 
 It is what ``rlkit train-grm`` trains on when no data is given, and the yardstick of the GRM demonstration
 (``benchmarks/grm_demo.py``): a GRM that learnt the rubric orders these groups as the rubric does.
@@ -8,9 +9,19 @@ It is what ``rlkit train-grm`` trains on when no data is given, and the yardstic
 from __future__ import annotations
 
 import random
+from dataclasses import dataclass
 from typing import Any
 
 import torch
+
+
+@dataclass
+class SyntheticRanker:
+    """What orders a synthetic group: a judge's raw scores on the rubric, weighted and aggregated."""
+
+    judge: Any
+    aggregator: Any
+    scheduler: Any
 
 
 def competition_ranks(rewards: list[float]) -> list[int]:
@@ -28,24 +39,21 @@ def near_miss_answer(a: int, b: int, rng: random.Random) -> str:
     return rng.choice([str(wrong), f"{wrong}.", f"{wrong} ok"])
 
 
-def synthetic_preferences(num_records: int, seed: int = 0, group_size: tuple[int, int] = (3, 6),
-                          operands: tuple[int, int] = (0, 20), near_miss: float = 0.5) -> list[dict[str, Any]]:
-    """Listwise records ``{prompt, reference, domain, responses: [{text, rank}]}`` ranked by the rule judge.
+def synthetic_preferences(num_records: int, ranker: SyntheticRanker, seed: int = 0,
+                          group_size: tuple[int, int] = (3, 6), operands: tuple[int, int] = (0, 20),
+                          near_miss: float = 0.5) -> list[dict[str, Any]]:
+    """Listwise records ``{prompt, reference, domain, responses: [{text, rank}]}`` ranked by ``ranker``.
 
     Answers come from the default task's mix, or with probability ``near_miss`` from :func:`near_miss_answer`.
     Each record's answers are distinct; a record whose answers all tie is skipped (it teaches no order).
     ``domain`` is ``one-digit`` when both operands are below 10, else ``two-digit``.
     """
-    from rlkit.core.registry import load_registry
     from rlkit.core.types import Rollout
     from rlkit.judging.tiny_judge import default_task_answer, shipped_rubric
     from rlkit.lm.models import TinyPolicySpec
     from rlkit.reward.pipeline import aggregate_rewards
 
     rubric = shipped_rubric("arithmetic")
-    registry = load_registry()
-    judge, aggregator = registry.create("judge", "rule"), registry.create("aggregator", "weighted_sum")
-    scheduler = registry.create("weight_scheduler", "constant")
     rng = random.Random(seed)
     alphabet = "".join(c for c in TinyPolicySpec().alphabet if c != "\n")
     out: list[dict[str, Any]] = []
@@ -60,8 +68,8 @@ def synthetic_preferences(num_records: int, seed: int = 0, group_size: tuple[int
             if len(texts) == size:
                 break
         record = {"prompt": f"{a}+{b}=", "reference": str(a + b)}
-        raw = judge.score(Rollout(records=[record], completions=[texts]), rubric)
-        rewards = aggregate_rewards(raw, rubric, scheduler, aggregator).rewards[0]
+        raw = ranker.judge.score(Rollout(records=[record], completions=[texts]), rubric)
+        rewards = aggregate_rewards(raw, rubric, ranker.scheduler, ranker.aggregator).rewards[0]
         if torch.isnan(rewards).any() or len(set(rewards.tolist())) < 2:
             continue
         ranks = competition_ranks(rewards.tolist())

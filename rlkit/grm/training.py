@@ -56,13 +56,22 @@ class GrmModelConfig(_Schema):
     tiny: TinyGrmConfig = pydantic.Field(default_factory=TinyGrmConfig)
 
 
+class RankedBy(_Schema):
+    """The plugins that rank the synthetic preferences (by registry name; conf/train_grm.yaml names them)."""
+
+    judge: str
+    aggregator: str
+    weights: str
+
+
 class GrmDataConfig(_Schema):
-    train: str | None = None  # null: the synthetic arithmetic preferences (rlkit.grm.data)
+    train: str | None = None  # null: the synthetic arithmetic preferences (rlkit.grm.data), ranked by ranked_by
     val: str | None = None  # null: hold out val_fraction of the training prompts
     val_fraction: float = pydantic.Field(default=0.1, gt=0, lt=1)
     pairs: Literal["all", "adjacent"] = "all"
     near_duplicate: float = pydantic.Field(default=0.9, gt=0, le=1)
     synthetic_records: int = pydantic.Field(default=3000, gt=0)
+    ranked_by: RankedBy | None = None
     seed: int = 0
 
 
@@ -92,9 +101,9 @@ def grm_settings(cfg: DictConfig) -> GrmTrainConfig:
         raise ConfigError(err["msg"], where) from None
 
 
-def check_grm_config(cfg: DictConfig) -> GrmTrainConfig:
-    """Everything ``train-grm`` can check before it builds anything: the schema, the data files, the model path
-    and the templates."""
+def check_grm_config(cfg: DictConfig, registry: Any) -> GrmTrainConfig:
+    """Everything ``train-grm`` can check before it builds anything: the schema, the data files (or the plugins
+    that rank synthetic ones), the model path and the templates."""
     from rlkit.core.templates import template_path
     from rlkit.lm.models import locate_model
 
@@ -107,6 +116,8 @@ def check_grm_config(cfg: DictConfig) -> GrmTrainConfig:
         path = getattr(settings.data, field_name)
         if path is not None:
             _read(path, f"grm.data.{field_name}")  # every line, so a bad one stops the run before it starts
+    if settings.data.train is None:
+        synthetic_ranker(settings.data, registry)
     if settings.model.name_or_path is not None:
         try:
             locate_model(settings.model.name_or_path)
@@ -138,7 +149,21 @@ def _held_out(record: ListwiseRecord | PreferencePair, fraction: float, seed: in
     return int.from_bytes(digest[:8], "big") / 2**64 < fraction
 
 
-def load_grm_data(settings: GrmTrainConfig, run_dir: Path) -> tuple[list[Any], list[PreferencePair]]:
+def synthetic_ranker(data: GrmDataConfig, registry: Any) -> Any:
+    """The judge, weights and aggregator of ``grm.data.ranked_by``, built from the run's registry."""
+    from rlkit.grm.data import SyntheticRanker
+
+    if data.ranked_by is None:
+        raise ConfigError("grm.data.train is null, so the synthetic preferences need a ranking: set "
+                          "{judge, aggregator, weights} (conf/train_grm.yaml: rule, weighted_sum, constant)",
+                          "grm.data.ranked_by")
+    r = data.ranked_by
+    return SyntheticRanker(registry.create("judge", r.judge, where="grm.data.ranked_by.judge"),
+                           registry.create("aggregator", r.aggregator, where="grm.data.ranked_by.aggregator"),
+                           registry.create("weight_scheduler", r.weights, where="grm.data.ranked_by.weights"))
+
+
+def load_grm_data(settings: GrmTrainConfig, run_dir: Path, registry: Any) -> tuple[list[Any], list[PreferencePair]]:
     """Training examples (pairs, or ranked groups for the listwise objective) and held-out pairs."""
     d = settings.data
     train_path = d.train
@@ -148,7 +173,7 @@ def load_grm_data(settings: GrmTrainConfig, run_dir: Path) -> tuple[list[Any], l
         # written out, so the run's data is inspectable and takes the same reading path as a user's file
         target = run_dir / "data" / "synthetic_preferences.jsonl"
         target.parent.mkdir(parents=True, exist_ok=True)
-        rows = synthetic_preferences(d.synthetic_records, d.seed)
+        rows = synthetic_preferences(d.synthetic_records, synthetic_ranker(d, registry), d.seed)
         target.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
         train_path = str(target)
     records = _read(train_path, "grm.data.train")
@@ -290,20 +315,20 @@ def grm_format(settings: GrmTrainConfig) -> GrmFormat:
     return GrmFormat(settings.pairwise_template, settings.listwise_template, settings.max_response_chars)
 
 
-def train_grm(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
+def train_grm(cfg: DictConfig, run_dir: Path, registry: Any) -> dict[str, Any]:
     """Train the GRM of ``cfg.grm`` on the trainer of ``cfg.trainer``; save it to ``run_dir/grm``; return the
     summary (held-out metrics after every epoch, the saved folder)."""
     from lightning.pytorch.callbacks import ModelCheckpoint
     from torch.utils.data import DataLoader
 
     from rlkit.lm.models import apply_lora, save_policy
+    from rlkit.runs.lightning import quiet_lightning
     from rlkit.runs.loggers import finish_logger, make_logger
-    from rlkit.train.fit import _quiet_lightning
 
-    settings = check_grm_config(cfg)
-    _quiet_lightning()
+    settings = check_grm_config(cfg, registry)
+    quiet_lightning()
     L.seed_everything(int(cfg.seed), workers=True, verbose=False)
-    train, val = load_grm_data(settings, run_dir)
+    train, val = load_grm_data(settings, run_dir, registry)
     model, tokenizer = load_base_model(settings.model)
     if settings.model.lora.enabled:
         model = apply_lora(model, settings.model.lora)

@@ -20,33 +20,36 @@ from rlkit.judging.cache import ResponseCache
 
 Chat = list[dict[str, str]]
 Parsed = TypeVar("Parsed")
-WHERE = "judge.params.backend_params"
 
 
 class JudgeBackend:
-    """A judge's backend, built from its params at validate time (so a bad name or param fails in
-    ``rlkit validate``); with backend ``hf`` and no model, the offline tiny judge that ``build_offline``
-    returns (trained on first use, cached) is swapped in on the first request.
+    """A judge's backend, built by the host from the judge's ``backend`` reference at validate time (so a bad
+    name or param fails in ``rlkit validate``). A backend that has no model to answer with (``needs_model``: the
+    ``hf`` backend with none named) is swapped, on the first request, for ``backend.with_model(folder)`` on the
+    offline tiny judge that ``build_offline`` returns (trained on first use, cached).
 
     ``get(variant)`` serves judges whose offline model depends on the request (the ranking judge's is
     trained for one group size): each distinct ``variant`` is passed to ``build_offline`` and built once."""
 
-    def __init__(self, name: str, params: dict[str, Any], build_offline: Callable[..., Path]) -> None:
-        from rlkit.core.registry import load_registry
-
-        self.offline = name == "hf" and params.get("model") is None
-        self._params, self._build_offline = dict(params), build_offline
-        self._registry = load_registry()
-        self._backend = self._registry.create("judge_backend", name, dict(params), where=WHERE)
+    def __init__(self, ref: Any, build_offline: Callable[..., Path]) -> None:
+        self.configured = ref.plugin
+        self.offline = bool(getattr(self.configured, "needs_model", False))
+        self._build_offline = build_offline
         self._offline: dict[Hashable, Any] = {}
+
+    @property
+    def chat_model(self) -> str | None:
+        """The name a chat endpoint answers as when the backend generates in this process, else None."""
+        if not getattr(self.configured, "generates_locally", False):
+            return None
+        return "rlkit-offline-judge" if self.offline else str(self.configured.params.model)
 
     def get(self, variant: Hashable | None = None) -> Any:
         if not self.offline:
-            return self._backend
+            return self.configured
         if variant not in self._offline:
             folder = self._build_offline() if variant is None else self._build_offline(variant)
-            params = {**self._params, "model": str(folder)}
-            self._offline[variant] = self._registry.create("judge_backend", "hf", params, where=WHERE)
+            self._offline[variant] = self.configured.with_model(folder)
         return self._offline[variant]
 
 

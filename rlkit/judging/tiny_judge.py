@@ -92,12 +92,11 @@ def shipped_rubric(name: str) -> Any:
     return load_rubric(Path(str(importlib.resources.files("rlkit.conf"))) / "rubrics" / f"{name}.yaml")
 
 
-def distillation_records(spec: TinyJudgeSpec) -> list[dict[str, Any]]:
-    """Prompt/completion pairs of the default task, scored by the rule judge on the shipped rubric."""
-
+def distillation_records(spec: TinyJudgeSpec, teacher: Any) -> list[dict[str, Any]]:
+    """Prompt/completion pairs of the default task, scored by ``teacher`` (a judge: the offline judges distil the
+    rule judge) on the shipped rubric."""
     import torch
 
-    from rlkit.core.registry import load_registry
     from rlkit.core.types import Rollout
 
     rubric = shipped_rubric(spec.rubric)
@@ -108,9 +107,8 @@ def distillation_records(spec: TinyJudgeSpec) -> list[dict[str, Any]]:
         a, b = rng.randint(0, 20), rng.randint(0, 20)
         records.append({"prompt": f"{a}+{b}=", "reference": str(a + b),
                         "completion": default_task_answer(a, b, rng, alphabet)})
-    judge = load_registry().create("judge", "rule")
     rollout = Rollout(records=records, completions=[[r["completion"]] for r in records])
-    raw = judge.score(rollout, rubric)[:, 0]
+    raw = teacher.score(rollout, rubric)[:, 0]
     out = []
     for record, row in zip(records, raw, strict=True):
         if torch.isnan(row).any():
@@ -161,24 +159,22 @@ def render_ranking_compact(rubric: Any, prompt: str, completions: list[str], ref
                            labels=labels, reference=reference)
 
 
-def ranking_records(spec: TinyJudgeSpec) -> list[dict[str, Any]]:
+def ranking_records(spec: TinyJudgeSpec, teacher: Any) -> list[dict[str, Any]]:
     """Groups of default-task completions to one prompt each, each completion given its level
-    (:func:`answer_level`) from the rule judge's scores on the shipped rubric."""
+    (:func:`answer_level`) from ``teacher``'s scores on the shipped rubric."""
     import torch
 
-    from rlkit.core.registry import load_registry
     from rlkit.core.types import Rollout
 
     rubric = shipped_rubric(spec.rubric)
     rng = random.Random(spec.seed)
     alphabet = "".join(c for c in TinyPolicySpec().alphabet if c != "\n")
-    judge = load_registry().create("judge", "rule")
     out = []
     for _ in range(spec.examples):
         a, b = rng.randint(0, 20), rng.randint(0, 20)
         record = {"prompt": f"{a}+{b}=", "reference": str(a + b)}
         group = [default_task_answer(a, b, rng, alphabet) for _ in range(spec.group_size)]
-        raw = judge.score(Rollout(records=[record], completions=[group]), rubric)[0]
+        raw = teacher.score(Rollout(records=[record], completions=[group]), rubric)[0]
         if torch.isnan(raw).any():
             continue
         levels = [answer_level(dict(zip(rubric.dimension_names, row.tolist(), strict=True))) for row in raw]
@@ -187,26 +183,28 @@ def ranking_records(spec: TinyJudgeSpec) -> list[dict[str, Any]]:
     return out
 
 
-def _training_texts(spec: TinyJudgeSpec, rubric: Any) -> list[tuple[str, str]]:
+def _training_texts(spec: TinyJudgeSpec, rubric: Any, teacher: Any) -> list[tuple[str, str]]:
     """(prompt the judge is asked, answer it should give) for the spec's task."""
     if spec.task == "ranking":
         return [(render_ranking_compact(rubric, r["prompt"], r["completions"], r["reference"]), r["answer"])
-                for r in ranking_records(spec)]
-    return [(render_compact(rubric, r["prompt"], r["completion"]), r["answer"]) for r in distillation_records(spec)]
+                for r in ranking_records(spec, teacher)]
+    return [(render_compact(rubric, r["prompt"], r["completion"]), r["answer"])
+            for r in distillation_records(spec, teacher)]
 
 
-def tiny_judge_hash(spec: TinyJudgeSpec) -> str:
+def tiny_judge_hash(spec: TinyJudgeSpec, teacher: Any) -> str:
     from importlib.metadata import version
 
     from rlkit.core.templates import template_hash
 
     template = RANKING_COMPACT_TEMPLATE if spec.task == "ranking" else COMPACT_TEMPLATE
     key = {"spec": asdict(spec), "format": _FORMAT, "template": template_hash(template),
+           "teacher": f"{type(teacher).__module__}.{type(teacher).__qualname__}",
            "transformers": version("transformers").split(".")[0]}
     return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:12]
 
 
-def train_tiny_judge(spec: TinyJudgeSpec, out_dir: Path, log: Any = print) -> dict[str, float]:
+def train_tiny_judge(spec: TinyJudgeSpec, out_dir: Path, teacher: Any, log: Any = print) -> dict[str, float]:
     """Train the judge and save it (model + tokenizer) with ``save_pretrained`` into ``out_dir``.
 
     Gradients are switched on here: the first judge call of a run, which builds the judge, is often the
@@ -214,10 +212,10 @@ def train_tiny_judge(spec: TinyJudgeSpec, out_dir: Path, log: Any = print) -> di
     import torch
 
     with torch.inference_mode(False), torch.enable_grad():
-        return _train(spec, out_dir, log)
+        return _train(spec, out_dir, teacher, log)
 
 
-def _train(spec: TinyJudgeSpec, out_dir: Path, log: Any) -> dict[str, float]:
+def _train(spec: TinyJudgeSpec, out_dir: Path, teacher: Any, log: Any) -> dict[str, float]:
     import torch
 
 
@@ -226,7 +224,7 @@ def _train(spec: TinyJudgeSpec, out_dir: Path, log: Any) -> dict[str, float]:
     tokenizer.chat_template = CHAT_TEMPLATE
     eos = tokenizer.eos_token_id
     encoded = []
-    for question, answer in _training_texts(spec, rubric):
+    for question, answer in _training_texts(spec, rubric, teacher):
         chat = [{"role": "user", "content": question}]
         rendered = tokenizer.apply_chat_template(chat, tokenize=False, add_generation_prompt=True)
         prompt_ids = tokenizer(rendered, add_special_tokens=False)["input_ids"]
@@ -271,8 +269,10 @@ def _train(spec: TinyJudgeSpec, out_dir: Path, log: Any) -> dict[str, float]:
     return {"loss": loss.detach().item(), "seconds": time.perf_counter() - start}
 
 
-def build_tiny_judge(spec: TinyJudgeSpec | None = None, cache_dir: Path | str | None = None) -> Path:
-    """The cached tiny judge folder, trained first if absent (atomic: built beside it, renamed into place)."""
+def build_tiny_judge(spec: TinyJudgeSpec | None = None, cache_dir: Path | str | None = None, *, teacher: Any) -> Path:
+    """The cached tiny judge folder, trained first if absent (atomic: built beside it, renamed into place) on
+    ``teacher``'s scores (a judge object; the offline judges pass the rule judge)."""
     spec = spec or TinyJudgeSpec()
     root = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
-    return build_cached(root / f"tiny-judge-{tiny_judge_hash(spec)}", lambda folder: train_tiny_judge(spec, folder))
+    return build_cached(root / f"tiny-judge-{tiny_judge_hash(spec, teacher)}",
+                        lambda folder: train_tiny_judge(spec, folder, teacher))

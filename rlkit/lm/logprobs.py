@@ -45,3 +45,16 @@ def truncated_rows(completion_ids: torch.Tensor, eos_token_id: int) -> torch.Ten
     # TRL: truncated_completions = ~is_eos.any(dim=1); the trainer zeros these rows' mask (DAPO §3.4 overlong
     # filtering), so a reward for an unfinished answer never drives the update.
     return ~(completion_ids == eos_token_id).any(dim=1)
+
+
+def sequence_logp_sums(token_logps: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``[N, T]`` token log-probs and a 0/1 mask → ``(sums [N], lengths [N])``, both floating point."""
+    keep = mask > 0
+    # 16-bit floats cannot hold a sequence sum: bf16 has a spacing of 2-4 around -500, and DPO looks at a
+    # *difference* of two such sums, so the sum runs (and is returned) in float32.
+    if token_logps.dtype in (torch.float16, torch.bfloat16):
+        token_logps = token_logps.float()
+    # where, not multiplication: padding may hold inf/NaN, and inf * 0 = NaN in the forward pass and the gradient.
+    sums = torch.where(keep, token_logps, 0.0).sum(-1)
+    lengths = keep.sum(-1).to(sums.dtype)
+    return sums, lengths

@@ -81,14 +81,6 @@ class EmaReference(FrozenCopyReference):
 REFERENCE_KINDS = ("frozen", "adapter_off", "ema", "none")
 
 
-def needs_reference(objective: Any) -> bool:
-    """Whether the objective compares against a reference: a KL term (policy gradient, ``beta > 0``) or a
-    reference-based preference loss (``group_dpo`` other than SimPO)."""
-    if objective.name == "policy_gradient":
-        return objective.beta > 0
-    return objective.loss_type != "simpo"
-
-
 def build_reference(kind: str, policy: Any, *, uses_lora: bool, needed: bool,
                     ema_decay: float = 0.99) -> ReferencePolicy | None:
     """The reference for ``model.reference=kind``; None when the objective needs none."""

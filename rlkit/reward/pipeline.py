@@ -3,7 +3,7 @@ scores to [0, 1] once, applying rubric conditions, and assembling the RewardBatc
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -128,3 +128,15 @@ def confidence_scaled(advantages: torch.Tensor, batch: RewardBatch) -> torch.Ten
     if confidence is None:
         return advantages
     return advantages * confidence.to(advantages.device, advantages.dtype).unsqueeze(1)
+
+
+@dataclass
+class HeldoutScoring:
+    """How held-out completions are scored when the training judge cannot score one alone (a ranking
+    judge places completions within their group): another judge on the user's rubric, its weighted sum."""
+
+    judge: Any
+    judge_name: str
+    rubric: Rubric
+    aggregator: Any
+    scheduler: Any

@@ -269,11 +269,8 @@ class _GuardMiddleware:
 
 
 def _chat_model(judge: Any) -> str | None:
-    """The served model's name when the judge generates with a local model (``hf`` backend), else None."""
-    params = getattr(judge, "params", None)
-    if getattr(params, "backend", None) != "hf" or not hasattr(getattr(judge, "backend", None), "get"):
-        return None
-    return str((getattr(params, "backend_params", None) or {}).get("model") or "rlkit-offline-judge")
+    """The served model's name when the judge generates with a local model (an ``hf`` backend), else None."""
+    return getattr(getattr(judge, "backend", None), "chat_model", None)
 
 
 class RewardServer:

@@ -28,6 +28,7 @@ from rlkit.testing.contracts import (
     example_rubric,
 )
 from rlkit.testing.monitor_contract import MonitorContract, example_monitor_views
+from rlkit.testing.objective_contract import ObjectiveContract, example_completion_inputs, example_pair_inputs
 
 __all__ = [
     "AdvantageEstimatorContract",
@@ -36,10 +37,13 @@ __all__ = [
     "JudgeBackendContract",
     "JudgeContract",
     "MonitorContract",
+    "ObjectiveContract",
     "PreferenceConstructorContract",
     "WeightSchedulerContract",
     "example_chats",
+    "example_completion_inputs",
     "example_monitor_views",
+    "example_pair_inputs",
     "example_prompts",
     "example_reward_batch",
     "example_rollout",

@@ -226,11 +226,15 @@ class WeightSchedulerContract(_DataFixtures):
         assert scheduler.state_dict() == state
 
     def test_feeds_the_host_pipeline(self, scheduler: Any, reward_batch: RewardBatch) -> None:
-        from rlkit_plugins.aggregators.weighted_sum import WeightedSumAggregator
-
-        batch = aggregate_rewards(reward_batch.raw_scores, reward_batch.rubric, scheduler,
-                                  WeightedSumAggregator(WeightedSumAggregator.Params()))
+        batch = aggregate_rewards(reward_batch.raw_scores, reward_batch.rubric, scheduler, _WeightedMean())
         assert batch.rewards is not None and batch.rewards.shape == reward_batch.shape[:2]
+
+
+class _WeightedMean:
+    """The simplest aggregator (the weighted mean of the normalised scores), so the suite needs no plugin."""
+
+    def aggregate(self, batch: RewardBatch) -> torch.Tensor:
+        return nan_weighted_sum(batch.scores, batch.weights)
 
 
 def example_chats() -> list[list[dict[str, str]]]:

@@ -29,13 +29,24 @@ def arithmetic_rubric() -> Rubric:
     return load_rubric(resolve_path(ARITHMETIC_RUBRIC))
 
 
-def example_monitor_views(steps: int = 8) -> list[MonitorView]:
-    """Steps 0..steps-1 of a run that drifts: answers start short and right, then grow long, templated,
-    repetitive, and all score the same. The views carry the rule judge and a deterministic fake generator."""
-    from rlkit.core.registry import load_registry
+class ExactAnswerJudge:
+    """A stand-in judge for hand-made views: every dimension at its top level when the completion is exactly the
+    record's reference, at its bottom level otherwise (the suite needs scores that move, not a plugin)."""
 
+    def score(self, rollout: Any, rubric: Rubric) -> torch.Tensor:
+        high = torch.tensor([d.high for d in rubric.dimensions], dtype=torch.float32)
+        low = torch.tensor([d.low for d in rubric.dimensions], dtype=torch.float32)
+        right = torch.tensor([[text.strip() == str(record.get("reference")) for text in group]
+                              for record, group in zip(rollout.records, rollout.completions, strict=True)])
+        return torch.where(right.unsqueeze(-1), high, low)
+
+
+def example_monitor_views(steps: int = 8, judge: Any = None) -> list[MonitorView]:
+    """Steps 0..steps-1 of a run that drifts: answers start short and right, then grow long, templated,
+    repetitive, and all score the same. The views carry ``judge`` (default :class:`ExactAnswerJudge`) and a
+    deterministic fake generator."""
     rubric = arithmetic_rubric()
-    judge = load_registry().create("judge", "rule")
+    judge = judge if judge is not None else ExactAnswerJudge()
     records = [{"prompt": f"{i}+{i}=", "reference": str(2 * i)} for i in range(1, 4)]
 
     def judge_scores(recs: Sequence[dict[str, Any]], completions: Sequence[Sequence[str]]) -> torch.Tensor:

@@ -8,42 +8,24 @@ from typing import Any
 
 import lightning as L
 from lightning.pytorch.callbacks import ModelCheckpoint
-from lightning.pytorch.plugins import TorchCheckpointIO
 from omegaconf import OmegaConf
 
 from rlkit.config import ValidatedConfig
 from rlkit.core.errors import ConfigError, RlkitError
 from rlkit.reward.debias import LengthFormatDebias
 from rlkit.runs.history import METRICS_FILE, MetricsHistory
+from rlkit.runs.lightning import StreamingCheckpointIO, quiet_lightning
 from rlkit.runs.loggers import finish_logger, make_logger
 from rlkit.train.callbacks import SampleLogger
-from rlkit.train.module import HeldoutScoring, RewardParts, RubricRLModule, TrainingSettings
+from rlkit.train.module import RewardParts, RubricRLModule, TrainingSettings
 from rlkit.train.monitoring import monitor_host, summary_lines
-
-
-def _quiet_lightning() -> None:
-    """Keep the console to progress and results: drop Lightning's tips and known-benign warnings."""
-    import logging
-    import warnings
-
-    logging.getLogger("lightning.pytorch.utilities.rank_zero").setLevel(logging.WARNING)
-    # The frozen reference model is a submodule kept in eval mode on purpose.
-    warnings.filterwarnings("ignore", message=r"Found \d+ module\(s\) in eval mode")
-    warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)")
-    # Checkpoints hold the state after the step's update, which is what resume needs.
-    warnings.filterwarnings("ignore", message=r"Using ModelCheckpoint with manual optimization")
-    # The sampler resumes mid-epoch through the module's checkpoint state (see EpochShuffleSampler),
-    # which Lightning's check for a stateful DataLoader cannot see.
-    warnings.filterwarnings("ignore", message=r"You're resuming from a checkpoint that ended before the epoch")
-    # A resumed run writes its checkpoints into its own (Hydra) run directory, by design.
-    warnings.filterwarnings("ignore", message=r"The dirpath has changed from")
 
 
 def settings_from(validated: ValidatedConfig) -> TrainingSettings:
     cfg, optim = validated.cfg, validated.cfg.optim
     return TrainingSettings(
         num_generations=int(cfg.num_generations), max_completion_length=int(cfg.max_completion_length),
-        temperature=float(cfg.temperature), objective=validated.objective, lr=float(optim.lr),
+        temperature=float(cfg.temperature), lr=float(optim.lr),
         weight_decay=float(optim.weight_decay), warmup_steps=int(optim.warmup_steps),
         gradient_clip_val=optim.gradient_clip_val, gradient_accumulation_steps=int(optim.gradient_accumulation_steps),
         length_buckets=int(optim.get("length_buckets", 1)),
@@ -58,29 +40,6 @@ def build_debias(validated: ValidatedConfig) -> LengthFormatDebias | None:
         return None
     return LengthFormatDebias.for_rubric(validated.reward_rubric, d.features, d.dimensions, window=d.window,
                                          min_samples=d.min_samples, ridge=d.ridge)
-
-
-def _lexicographic_fallback(validated: ValidatedConfig) -> Any:
-    """The ordering ``group_dpo`` switches to under ``auto_lexicographic`` (built only when it may)."""
-    objective = validated.objective
-    if getattr(objective, "name", None) != "group_dpo" or not objective.auto_lexicographic:
-        return None
-    from rlkit.core.registry import load_registry
-
-    return load_registry().create("aggregator", "lexicographic")
-
-
-def heldout_scoring(validated: ValidatedConfig) -> HeldoutScoring | None:
-    """Held-out scoring for a training judge that only ranks within groups: ``heldout_judge`` on the user's
-    rubric with its initial weights, summed; None when the training judge scores the rubric itself."""
-    if validated.reward_rubric is validated.rubric:
-        return None
-    from rlkit.core.registry import load_registry
-
-    registry = load_registry()
-    return HeldoutScoring(judge=validated.plugins["heldout_judge"], judge_name=validated.plugin_names["heldout_judge"],
-                          rubric=validated.rubric, aggregator=registry.create("aggregator", "weighted_sum"),
-                          scheduler=registry.create("weight_scheduler", "constant"))
 
 
 def check_replicas_agree(policy: Any, device: Any) -> int:
@@ -102,22 +61,6 @@ def check_replicas_agree(policy: Any, device: Any) -> int:
         raise RuntimeError(f"after training, processes {differs.nonzero().flatten().tolist()} hold parameters that "
                            "differ from process 0's; their gradients were not synchronised")
     return spread.world_size
-
-
-class StreamingCheckpointIO(TorchCheckpointIO):
-    """Lightning's checkpoint IO, except that a local checkpoint streams to its file (still atomically).
-
-    Lightning serialises the whole checkpoint into a BytesIO before writing it: policy, reference copy and AdamW
-    state held a second time, ~1.75x the file's size of extra RSS at every save (measured: +449 MB for a 256 MB
-    checkpoint, +0.3 MB streamed), which set the peak of a gradient-checkpointed run."""
-
-    def save_checkpoint(self, checkpoint: dict[str, Any], path: Any, storage_options: Any | None = None) -> None:
-        if storage_options is not None or "://" in str(path):  # remote file systems: Lightning's own way
-            super().save_checkpoint(checkpoint, path, storage_options)
-            return
-        from rlkit.core.atomic import atomic_torch_save
-
-        atomic_torch_save(checkpoint, path)
 
 
 def build_trainer(validated: ValidatedConfig, run_dir: Path) -> tuple[L.Trainer, Any]:
@@ -149,7 +92,7 @@ def build_trainer(validated: ValidatedConfig, run_dir: Path) -> tuple[L.Trainer,
 def build_module(validated: ValidatedConfig) -> RubricRLModule:
     """The policy (LoRA-wrapped if asked), its reference, the reward parts and the generator, in one module."""
     from rlkit.lm.models import apply_lora, enable_gradient_checkpointing, load_policy, resolve_policy_path
-    from rlkit.lm.reference import build_reference, needs_reference
+    from rlkit.lm.reference import build_reference
 
     cfg = validated.cfg
     path = resolve_policy_path(validated.model.name_or_path)
@@ -160,16 +103,17 @@ def build_module(validated: ValidatedConfig) -> RubricRLModule:
     if lora.enabled:
         policy = apply_lora(policy, lora)
     reference = build_reference(validated.model.reference, policy, uses_lora=lora.enabled,
-                                needed=needs_reference(validated.objective), ema_decay=validated.model.ema_decay)
+                                needed=validated.objective.reference_use is not None,
+                                ema_decay=validated.model.ema_decay)
     parts = RewardParts(judge=validated.plugins["judge"], judge_name=validated.plugin_names["judge"],
                         aggregator=validated.plugins["aggregator"],
                         estimator=validated.plugins["advantage_estimator"],
                         scheduler=validated.plugins["weight_scheduler"],
                         aggregator_name=validated.plugin_names["aggregator"],
+                        objective=validated.objective,
                         constructor=validated.plugins.get("preference_constructor"),
-                        lexicographic=_lexicographic_fallback(validated),
                         score_normalization=str(cfg.get("score_normalization", "range")),
-                        debias=build_debias(validated), heldout=heldout_scoring(validated))
+                        debias=build_debias(validated), heldout=validated.heldout_scoring())
     return RubricRLModule(policy, tokenizer, validated.reward_rubric, parts, settings_from(validated), reference,
                           judged_rubric=validated.rubric, generator=validated.plugins.get("generator"))
 
@@ -201,7 +145,7 @@ def fit(validated: ValidatedConfig, run_dir: Path) -> dict[str, Any]:
     from rlkit.train.datamodule import PromptDataModule
 
     cfg = validated.cfg
-    _quiet_lightning()
+    quiet_lightning()
     if cfg.get("torch_threads"):
         torch.set_num_threads(int(cfg.torch_threads))
     L.seed_everything(int(cfg.seed), workers=True, verbose=False)

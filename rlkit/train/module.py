@@ -1,5 +1,5 @@
-"""The LightningModule that moves data along the pipeline: sample → judge → weights → aggregate →
-advantages → clipped policy-gradient updates. It computes no rewards or advantages itself."""
+"""The LightningModule that moves data along the pipeline: sample → judge → weights → aggregate → advantages or
+pairs → the objective's updates (``rlkit.train.updates``). It computes no rewards, advantages or losses itself."""
 
 from __future__ import annotations
 
@@ -10,15 +10,15 @@ from typing import Any
 
 import lightning as L
 import torch
-from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
+from lightning.pytorch.utilities import rank_zero_warn
 
 from rlkit.core.rng import capture_rng_state, restore_rng_state
 from rlkit.core.rubric import Rubric
 from rlkit.core.stats import nan_mean_std
-from rlkit.core.types import PreferencePairs, RewardBatch, Rollout
+from rlkit.core.types import RewardBatch, Rollout
 from rlkit.lm.models import make_adamw
 from rlkit.lm.reference import ReferencePolicy
-from rlkit.lm.sampling import GenerationRequest, SampledBatch, length_buckets, micro_batches, sequence_log_probs
+from rlkit.lm.sampling import GenerationRequest, SampledBatch
 from rlkit.reward.debias import LengthFormatDebias, completion_features
 from rlkit.reward.diagnostics import (
     ConflictWatch,
@@ -29,12 +29,10 @@ from rlkit.reward.diagnostics import (
     unique_counts,
 )
 from rlkit.reward.pipeline import aggregate_rewards, check_judge_output, confidence_scaled, with_group_confidence
-from rlkit.reward.preferences import chosen_win_share, confidence_weighted, drop_close_pairs, ordering_batch
 from rlkit.runs.history import MetricsHistory, record_step
 from rlkit.train.callbacks import RolloutSnapshot
 from rlkit.train.distributed import Spread
-from rlkit.train.losses import policy_gradient_loss
-from rlkit.train.preference_losses import preference_loss, sequence_logp_sums, sft_loss
+from rlkit.train.updates import completion_update, local_targets, pair_update
 
 
 @dataclass
@@ -48,32 +46,19 @@ class RewardParts:
     scheduler: Any
     aggregator_name: str = ""
     score_normalization: str = "range"
-    constructor: Any = None    # preference constructor (objective group_dpo)
-    lexicographic: Any = None  # the ordering group_dpo switches to under auto_lexicographic
+    objective: Any = None      # the objective plugin (its signal: advantages or pairs)
+    constructor: Any = None    # preference constructor (objectives whose signal is pairs)
     debias: LengthFormatDebias | None = None  # length/format bias correction of training scores
-    heldout: HeldoutScoring | None = None  # None: held-out completions are scored like training ones
-
-
-@dataclass
-class HeldoutScoring:
-    """How held-out completions are scored when the training judge cannot score one alone (a ranking
-    judge places completions within their group): another judge on the user's rubric, its weighted sum."""
-
-    judge: Any
-    judge_name: str
-    rubric: Rubric
-    aggregator: Any
-    scheduler: Any
+    heldout: Any = None  # rlkit.reward.pipeline.HeldoutScoring; None: held-out scored like training completions
 
 
 @dataclass
 class TrainingSettings:
-    """The loop's settings; ``objective`` is the validated ``objective`` group (its fields per objective)."""
+    """The loop's settings (what the objective itself needs is its own params)."""
 
     num_generations: int
     max_completion_length: int
     temperature: float
-    objective: Any
     lr: float
     weight_decay: float
     warmup_steps: int
@@ -92,12 +77,6 @@ class StepOutcome:
     advantages: torch.Tensor  # [B, G], for the sample table
     decided_at: float         # when advantages / pairs were ready
     logprob_at: float         # when the no-grad log-prob passes were done
-
-
-def outside_inference(t: torch.Tensor | None) -> torch.Tensor | None:
-    """A normal copy of a tensor made under ``torch.inference_mode`` (the no-grad passes run there, which skips
-    autograd's version counting): autograd may save it for backward, which it refuses for an inference tensor."""
-    return None if t is None else t.clone()
 
 
 def as_rollout(records: list[dict[str, Any]], sampled: SampledBatch) -> Rollout:
@@ -134,9 +113,7 @@ class RubricRLModule(L.LightningModule):
         self.parts = parts
         self.settings = settings
         if generator is None:
-            from rlkit.core.registry import load_registry
-
-            generator = load_registry().create("generator", "hf")
+            raise ValueError("RubricRLModule needs a generator (the run's `generator` plugin)")
         self.generator = generator
         self.heldout: dict[str, float] = {}
         self._val_raw: list[torch.Tensor] = []
@@ -147,10 +124,6 @@ class RubricRLModule(L.LightningModule):
         self.last_rollout: RolloutSnapshot | None = None  # read by callbacks (sample tables)
         self.history: MetricsHistory | None = None  # run_dir/metrics.jsonl, set by fit; the run report reads it
         self.conflict_watch = ConflictWatch()
-        objective = settings.objective
-        self.preference_watch = ConflictWatch(getattr(objective, "conflict_window", 50),
-                                              getattr(objective, "conflict_threshold", 0.2))
-        self.lexicographic_ordering = False
         self._initial_scheduler = copy.deepcopy(parts.scheduler)
         self.diagnostics = RunningMeans()
         self._step_started: float | None = None
@@ -221,7 +194,6 @@ class RubricRLModule(L.LightningModule):
         epoch, done = self._data_position
         trained = len(records) * self.spread.world_size  # the sampler's position counts the global batch
         self._data_position = (self.current_epoch, (done if epoch == self.current_epoch else 0) + trained)
-        s = self.settings
         t0 = time.perf_counter()
         # the previous step's whole iteration, Lightning's loop and data loading included
         iteration = t0 - self._step_started if self._step_started is not None else None
@@ -230,8 +202,7 @@ class RubricRLModule(L.LightningModule):
         t1 = time.perf_counter()
         step = self.global_step  # before the update advances it
         batch = self.score(records, sampled, step)
-        objective_step = {"policy_gradient": self.policy_gradient_step,
-                          "group_dpo": self.group_preference_step}[s.objective.name]
+        objective_step = self.pair_step if self.parts.objective.signal == "pairs" else self.advantage_step
         outcome = objective_step(sampled, batch)
         loss, t2, t3 = outcome.loss, outcome.decided_at, outcome.logprob_at
         spread = self.spread
@@ -281,233 +252,34 @@ class RubricRLModule(L.LightningModule):
         for logger in trainer.loggers:
             logger.log_metrics(row, step=step)
 
-    def policy_gradient_step(self, sampled: SampledBatch, batch: RewardBatch) -> StepOutcome:
-        """Advantages from the estimator, then clipped policy-gradient updates."""
+    def advantage_step(self, sampled: SampledBatch, batch: RewardBatch) -> StepOutcome:
+        """An objective that learns from advantages: the estimator's (scaled by the judge's group confidence),
+        then the objective's updates on this process's completions."""
         advantages = confidence_scaled(self.parts.estimator.advantages(batch), batch)  # the global batch's
         local = self.spread.local(advantages)
         decided = time.perf_counter()
-        loss, metrics, logprob_at = self.policy_update(sampled, local.reshape(-1).to(self.device))
+        loss, metrics, logprob_at = completion_update(self, self.parts.objective, sampled,
+                                                      local.reshape(-1).to(self.device))
         metrics.update(advantage_metrics(advantages))
         return StepOutcome(loss, metrics, local, decided, logprob_at)
 
-    def group_preference_step(self, sampled: SampledBatch, batch: RewardBatch) -> StepOutcome:
-        """Pairs from each group (ordered by the aggregated reward), filtered by the host's rules, then a
-        DPO-family update. The snapshot's "advantage" is each completion's net preference count
-        (times chosen minus times rejected)."""
-        o = self.settings.objective
-        watching = o.auto_lexicographic and self.parts.lexicographic is not None and not self.lexicographic_ordering
-        if watching and self.preference_watch.update(conflict_rate(batch.scores)):
-            self.lexicographic_ordering = True
-            rank_zero_info(f"rlkit: dimension conflicts averaged {self.preference_watch.mean:.0%} over "
-                           f"{self.preference_watch.window} steps; pairs are ordered lexicographically from "
-                           f"step {self.global_step} on")
-        aggregator = self.parts.lexicographic if self.lexicographic_ordering else self.parts.aggregator
-        order = ordering_batch(batch, aggregator, mask_saturated=o.mask_saturated)
-        constructor = self.parts.constructor
-        pairs = constructor.pairs(order)
-        built = len(pairs)
-        if o.mask_truncated_completions and built:
-            # a completion cut at the length limit is neither a good nor a bad example of the rubric
-            g = batch.shape[1]
-            truncated = sampled.truncated.to(pairs.chosen.device)
-            chosen, rejected = pairs.prompt_index * g + pairs.chosen, pairs.prompt_index * g + pairs.rejected
-            keep = ~(truncated[chosen] | truncated[rejected])
-            pairs = PreferencePairs(pairs.prompt_index[keep], pairs.chosen[keep], pairs.rejected[keep],
-                                    pairs.weight[keep])
-        pairs, dropped = drop_close_pairs(pairs, batch, o.min_gap)
-        soft_labels = getattr(constructor, "soft_labels", False)
-        pairs = confidence_weighted(pairs, batch, soft_labels)
+    def pair_step(self, sampled: SampledBatch, batch: RewardBatch) -> StepOutcome:
+        """An objective that learns from preference pairs: the objective picks them with the constructor over the
+        global batch, then updates on this process's. The snapshot's "advantage" is each completion's net
+        preference count (times chosen minus times rejected)."""
+        objective = self.parts.objective
+        truncated = self.spread.gather(sampled.truncated.float(), self.device) > 0.5
+        targets, pair_metrics = objective.pair_targets(batch, truncated, constructor=self.parts.constructor,
+                                                       aggregator=self.parts.aggregator, step=self.global_step)
         decided = time.perf_counter()
-        loss, metrics, logprob_at = self.preference_update(sampled, self.local_pairs(pairs, batch.shape[0]),
-                                                           soft_labels)
+        loss, metrics, logprob_at = pair_update(self, objective, sampled,
+                                                local_targets(targets, batch.shape[0], self.spread))
+        pairs = targets.pairs
         net = torch.zeros(batch.shape[:2])
         net.index_put_((pairs.prompt_index, pairs.chosen), torch.ones(len(pairs)), accumulate=True)
         net.index_put_((pairs.prompt_index, pairs.rejected), -torch.ones(len(pairs)), accumulate=True)
-        net = self.spread.local(net)
-        metrics.update({"pairs/built": float(built), "pairs/used": float(len(pairs)),
-                        "pairs/dropped_by_gap": dropped, "ordering/lexicographic": float(self.lexicographic_ordering)})
-        if len(pairs):
-            for name, share in zip(self.rubric.dimension_names, chosen_win_share(pairs, batch).tolist(), strict=True):
-                metrics[f"pairs/chosen_wins/{name}"] = share
-        return StepOutcome(loss, metrics, net, decided, logprob_at)
-
-    def local_pairs(self, pairs: PreferencePairs, global_prompts: int) -> PreferencePairs:
-        """The pairs of this process's prompts, indexed within its own rows."""
-        spread = self.spread
-        if not spread.distributed:
-            return pairs
-        size = global_prompts // spread.world_size
-        start = spread.rank * size
-        keep = (pairs.prompt_index >= start) & (pairs.prompt_index < start + size)
-        return PreferencePairs(pairs.prompt_index[keep] - start, pairs.chosen[keep], pairs.rejected[keep],
-                               pairs.weight[keep])
-
-    def _zero_loss(self) -> torch.Tensor:
-        """A zero that touches every trainable parameter: a process with nothing to learn from in a
-        micro-batch still joins the others' gradient all-reduce."""
-        return sum((p.sum() * 0.0 for p in self.policy.parameters() if p.requires_grad),
-                   torch.zeros((), device=self.device))
-
-    def preference_update(self, sampled: SampledBatch, pairs: PreferencePairs, soft_labels: bool,
-                          ) -> tuple[torch.Tensor, dict[str, float], float]:
-        """``num_iterations`` optimiser steps on this process's pairs, each accumulated over micro-batches.
-
-        Only the completions that appear in a pair go through the model. With soft labels (``winrate``)
-        a pair's weight is the probability that chosen beats rejected; otherwise it weighs the pair and
-        the label is ``1 − label_smoothing``. Under DDP the loss is normalised by the weight of every
-        process's pairs, so the averaged gradient is the single-process one.
-        """
-        s, o, spread = self.settings, self.settings.objective, self.spread
-        opt, sched = self.optimizers(), self.lr_schedulers()
-        g = s.num_generations
-        n = len(pairs)
-        n_all = int(spread.sum(n, self.device))
-        if n_all == 0:
-            # No preference this step: count the step (Lightning counts optimiser steps) without moving
-            # anything; parameters without a gradient are skipped by the optimiser, momentum included.
-            opt.zero_grad(set_to_none=True)
-            opt.step()
-            self.generator.sync_weights(self.policy)
-            sched.step()
-            return torch.zeros((), device=self.device), {"loss/preference": 0.0}, time.perf_counter()
-        device = self.device
-        chosen_rows = (pairs.prompt_index * g + pairs.chosen).to(device)
-        rejected_rows = (pairs.prompt_index * g + pairs.rejected).to(device)
-        pair_w = pairs.weight.to(device)
-        labels = pair_w if soft_labels else torch.full((n,), 1.0 - o.label_smoothing, device=device)
-        weights = torch.ones(n, device=device) if soft_labels else pair_w
-        total = spread.sum(weights.sum(), self.device)
-        # Every process runs the same number of backward passes (each one joins a gradient all-reduce).
-        chunks = micro_batches(n, s.gradient_accumulation_steps, exact=spread.distributed)
-
-        def logp_sums(log_probs: Any, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-            unique, inverse = torch.unique(rows, return_inverse=True)
-            sums, lengths = sequence_logp_sums(log_probs(sampled.rows(unique)), sampled.completion_mask[unique])
-            return sums[inverse], lengths[inverse]
-
-        refs: list[tuple[torch.Tensor, torch.Tensor] | None] = []
-        with torch.inference_mode():
-            for rows in chunks:
-                if self.reference is None or rows.start == rows.stop:
-                    refs.append(None)
-                    continue
-                both = torch.cat([chosen_rows[rows], rejected_rows[rows]])
-                sums, _ = logp_sums(lambda sub: self.reference.log_probs(self.policy, sub), both)
-                refs.append((sums[:len(both) // 2], sums[len(both) // 2:]))
-        refs = [None if r is None else (outside_inference(r[0]), outside_inference(r[1])) for r in refs]
-        logprob_at = time.perf_counter()
-        for _ in range(o.num_iterations):
-            opt.zero_grad()
-            loss = torch.zeros((), device=device)
-            weighted: dict[str, float] = {}
-            for rows, ref in zip(chunks, refs, strict=True):
-                if rows.start == rows.stop:
-                    self.manual_backward(self._zero_loss())
-                    continue
-                both = torch.cat([chosen_rows[rows], rejected_rows[rows]])
-                sums, lengths = logp_sums(lambda sub: sequence_log_probs(self.policy, sub), both)
-                half = len(both) // 2
-                part, part_metrics = preference_loss(
-                    sums[:half], sums[half:], None if ref is None else ref[0], None if ref is None else ref[1],
-                    loss_type=o.loss_type, beta=o.beta, labels=labels[rows], weights=weights[rows],
-                    chosen_lengths=lengths[:half], rejected_lengths=lengths[half:], simpo_gamma=o.simpo_gamma)
-                if o.sft_weight > 0:
-                    part = part + o.sft_weight * sft_loss(sums[:half], lengths[:half], weights[rows])
-                # micro-batch losses are weighted means; scaling by their weight share sums them to the whole
-                share = float(weights[rows].sum()) / total if total > 0 else 0.0
-                # DDP averages gradients over processes: × world_size makes that average the sum of the shares
-                self.manual_backward(part * share * spread.world_size)
-                loss = loss + part.detach() * share
-                for key, value in part_metrics.items():
-                    if key != "pairs":
-                        weighted[key] = weighted.get(key, 0.0) + float(value) * (rows.stop - rows.start) / n_all
-            grad_norm = self._grad_norm()
-            if s.gradient_clip_val:
-                self.clip_gradients(opt, gradient_clip_val=s.gradient_clip_val, gradient_clip_algorithm="norm")
-            opt.step()
-            self.generator.sync_weights(self.policy)
-            if self.reference is not None:
-                self.reference.on_optimizer_step(self.policy)
-        sched.step()
-        weighted["loss/preference"] = float(loss)
-        summed = spread.sum_all(weighted, self.device)
-        summed["grad_norm"] = grad_norm  # the same on every process once DDP has averaged the gradients
-        return torch.as_tensor(summed["loss/preference"]), summed, logprob_at
-
-    def policy_update(self, sampled: SampledBatch, advantages: torch.Tensor,
-                      ) -> tuple[torch.Tensor, dict[str, float], float]:
-        """``num_iterations`` optimiser steps on this process's rollout, each accumulated over micro-batches.
-
-        Returns the last iteration's loss over the global batch, its token-weighted loss metrics, and the
-        time the no-grad log-prob passes (old policy, reference) finished.
-        """
-        s, o, spread = self.settings, self.settings.objective, self.spread
-        opt, sched = self.optimizers(), self.lr_schedulers()
-        mask = sampled.completion_mask.float()
-        if o.mask_truncated_completions:
-            mask = mask * (~sampled.truncated).float().unsqueeze(1)
-        # Rows sorted by completion length, then split where it saves the most padding: each pass is cut to its
-        # own longest completion (sequence_log_probs). Accumulation bounds a pass's rows (its memory); losses
-        # are sums over rows, so any split gives the same gradient.
-        n_rows = sampled.completion_mask.shape[0]
-        # One process may merge passes that save under 5% of the positions; DDP processes must make as many.
-        chunks = length_buckets(sampled.completion_token_counts, max(s.gradient_accumulation_steps, s.length_buckets),
-                                width=sampled.prompt_length,
-                                max_rows=-(-n_rows // max(s.gradient_accumulation_steps, 1)),
-                                slack=None if spread.world_size > 1 else 0.05)
-
-        def all_rows(log_probs: Any) -> torch.Tensor:
-            out = torch.zeros(sampled.completion_mask.shape, device=self.device)
-            for rows in chunks:
-                out[rows] = log_probs(sampled.rows(rows)).to(out.dtype)
-            return out
-
-        with torch.inference_mode():
-            old_logp = all_rows(lambda sub: sequence_log_probs(self.policy, sub)) if o.num_iterations > 1 else None
-            ref_logp = (all_rows(lambda sub: self.reference.log_probs(self.policy, sub))
-                        if self.reference is not None else None)
-        old_logp, ref_logp = outside_inference(old_logp), outside_inference(ref_logp)
-        t_logprob = time.perf_counter()
-        # Micro-batch losses are normalised by the global batch's counts (every process's), so they sum to
-        # its loss and the accumulated gradient equals the one-pass, one-process gradient; DDP averages over
-        # processes, hence × world_size. Metrics are token-weighted the same way and summed over processes.
-        num_tokens = spread.sum(mask.sum(), self.device)
-        num_sequences = len(advantages) * spread.world_size
-        for _ in range(o.num_iterations):
-            opt.zero_grad()
-            loss = torch.zeros((), device=self.device)
-            weighted: dict[str, torch.Tensor] = {}
-            for rows in chunks:
-                logp = sequence_log_probs(self.policy, sampled.rows(rows))
-                part, part_metrics = policy_gradient_loss(
-                    logp, logp.detach() if old_logp is None else old_logp[rows],
-                    None if ref_logp is None else ref_logp[rows], advantages[rows], mask[rows],
-                    beta=o.beta if ref_logp is not None else 0.0, epsilon=o.epsilon, epsilon_high=o.epsilon_high,
-                    loss_type=o.loss_type, max_completion_length=s.max_completion_length,
-                    num_sequences=num_sequences, num_tokens=num_tokens,
-                )
-                self.manual_backward(part * spread.world_size)
-                loss = loss + part.detach()
-                share = mask[rows].sum() / max(num_tokens, 1.0)
-                for key, value in part_metrics.items():
-                    weighted[key] = weighted.get(key, 0.0) + value * share
-            grad_norm = self._grad_norm()
-            if s.gradient_clip_val:
-                self.clip_gradients(opt, gradient_clip_val=s.gradient_clip_val, gradient_clip_algorithm="norm")
-            opt.step()
-            self.generator.sync_weights(self.policy)
-            if self.reference is not None:
-                self.reference.on_optimizer_step(self.policy)
-        sched.step()
-        summed = spread.sum_all({"loss": loss, **weighted}, self.device)
-        loss_value = summed.pop("loss")
-        summed["grad_norm"] = grad_norm  # the same on every process once DDP has averaged the gradients
-        return torch.as_tensor(loss_value), summed, t_logprob
-
-    def _grad_norm(self) -> float:
-        """The L2 norm of the policy's gradient before clipping (of the last inner iteration when logged)."""
-        norms = [p.grad.detach().norm() for p in self.policy.parameters() if p.grad is not None]
-        return float(torch.linalg.vector_norm(torch.stack(norms))) if norms else 0.0
+        metrics.update(pair_metrics)
+        return StepOutcome(loss, metrics, self.spread.local(net), decided, logprob_at)
 
     def step_metrics(self, batch: RewardBatch, lengths: torch.Tensor, truncated: torch.Tensor) -> dict[str, float]:
         """Reward, per-dimension and conflict statistics of one step over the global batch (all floats);
@@ -594,10 +366,10 @@ class RubricRLModule(L.LightningModule):
         rng_by_rank = self.spread.gather_objects(capture_rng_state())
         checkpoint["rlkit"] = {"rubric": self.judged_rubric.identity(),
                                "weight_scheduler": self.parts.scheduler.state_dict(),
-                               "rng": rng_by_rank[0], "data_position": list(self._data_position),
-                               "ordering": {"lexicographic": self.lexicographic_ordering,
-                                            "recent_conflicts": list(self.preference_watch.recent),
-                                            "flagged": self.preference_watch.raised}}
+                               "rng": rng_by_rank[0], "data_position": list(self._data_position)}
+        objective_state = getattr(self.parts.objective, "state_dict", None)
+        if callable(objective_state):
+            checkpoint["rlkit"]["objective"] = objective_state()
         if self.parts.debias is not None:
             checkpoint["rlkit"]["debias"] = self.parts.debias.state_dict()
         if len(rng_by_rank) > 1:
@@ -630,10 +402,10 @@ class RubricRLModule(L.LightningModule):
         by_rank, spread = state.get("rng_by_rank"), self.spread
         own = by_rank[spread.rank] if by_rank is not None and len(by_rank) == spread.world_size else None
         self._rng_to_restore = own or state.get("rng")
-        if "ordering" in state:
-            self.lexicographic_ordering = bool(state["ordering"]["lexicographic"])
-            self.preference_watch.recent.extend(state["ordering"]["recent_conflicts"])
-            self.preference_watch.raised = bool(state["ordering"]["flagged"])
+        # "ordering": what checkpoints before objectives became plugins called group_dpo's state
+        objective_state = state.get("objective", state.get("ordering"))
+        if objective_state is not None and callable(getattr(self.parts.objective, "load_state_dict", None)):
+            self.parts.objective.load_state_dict(objective_state)
         if "data_position" in state:
             self._data_position = tuple(state["data_position"])
             datamodule = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None

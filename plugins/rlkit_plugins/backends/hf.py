@@ -16,6 +16,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import threading
 import time
@@ -26,7 +27,7 @@ from typing import Any
 
 from rlkit.plugin import Completion, ConfigError, hookimpl, render_chat
 
-WHERE = "judge.params.backend_params"
+WHERE = "judge.params.backend.params"
 _DTYPES = ("auto", "float32", "float16", "bfloat16")
 
 Messages = Sequence[dict[str, str]]
@@ -99,6 +100,17 @@ class HFBackend:
         self._tokenizer: Any = None
         self._stop: set[int] = set()
         self._lock = threading.Lock()
+
+    generates_locally = True  # rlkit serve may answer chats with this model
+
+    @property
+    def needs_model(self) -> bool:
+        """No model was named: the judge swaps in its offline one (:meth:`with_model`)."""
+        return self.params.model is None
+
+    def with_model(self, folder: str | Path) -> HFBackend:
+        """The same backend answering with the model in ``folder``."""
+        return HFBackend(dataclasses.replace(self.params, model=str(folder)))
 
     @property
     def loaded(self) -> bool:

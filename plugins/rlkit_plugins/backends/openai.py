@@ -37,7 +37,7 @@ from rlkit.plugin import MAX_BACKOFF_S, Completion, ConfigError, hookimpl, post_
 
 __all__ = ["MAX_BACKOFF_S", "OpenAIBackend"]
 
-WHERE = "judge.params.backend_params"
+WHERE = "judge.params.backend.params"
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 if TYPE_CHECKING:

@@ -26,14 +26,16 @@ import random
 import statistics
 from collections.abc import Hashable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal
 
 import torch
 
 from rlkit.plugin import (
+    BackendRef,
     ConfigError,
     FailureWarning,
     JudgeBackend,
+    PluginRef,
     ResponseCache,
     Rollout,
     Rubric,
@@ -46,6 +48,7 @@ from rlkit.plugin import (
     template_hash,
     template_path,
 )
+from rlkit_plugins.judges.rule import RuleJudge
 
 FULL_TEMPLATE = "judge/rubric_scores.jinja"
 COMPACT_TEMPLATE = "judge/rubric_scores_compact.jinja"
@@ -54,8 +57,7 @@ COMPACT_TEMPLATE = "judge/rubric_scores_compact.jinja"
 class LLMJudge:
     @dataclass
     class Params:
-        backend: str = "hf"
-        backend_params: dict[str, Any] = field(default_factory=dict)
+        backend: BackendRef = field(default_factory=lambda: PluginRef.to("judge_backend", "hf"))
         template: str | None = None  # None: compact for the offline tiny judge, the full rubric template otherwise
         parse_retries: int = 1
         failure_policy: Literal["nan", "min", "drop_group"] = "nan"
@@ -70,7 +72,8 @@ class LLMJudge:
         if params.permutations < 1:
             raise ConfigError("must be >= 1", "judge.params.permutations")
         self.params = params
-        self.backend = JudgeBackend(params.backend, params.backend_params, build_tiny_judge)
+        # offline, the tiny judge distils the rule judge's scores
+        self.backend = JudgeBackend(params.backend, lambda: build_tiny_judge(teacher=RuleJudge(RuleJudge.Params())))
         self.default_template = COMPACT_TEMPLATE if self.backend.offline else FULL_TEMPLATE
         if params.template is not None:
             template_path(params.template)  # fail at validate time on a missing template

@@ -40,18 +40,20 @@ import statistics
 from collections.abc import Hashable
 from dataclasses import dataclass, field
 from itertools import combinations
-from typing import Any, Literal, get_args
+from typing import Literal, get_args
 
 import torch
 
 from rlkit.plugin import (
     RANKING_COMPACT_TEMPLATE,
     Anchor,
+    BackendRef,
     ConfigError,
     Dimension,
     FailureWarning,
     JudgeBackend,
     JudgeError,
+    PluginRef,
     RankingParse,
     ResponseCache,
     Rollout,
@@ -67,6 +69,7 @@ from rlkit.plugin import (
     template_hash,
     template_path,
 )
+from rlkit_plugins.judges.rule import RuleJudge
 
 FULL_TEMPLATE = "judge/rank_group.jinja"
 RankReward = Literal["linear", "softmax", "margin", "wins"]
@@ -197,8 +200,7 @@ def combine_repetitions(reps: list[tuple[RankingParse, list[int]]], labels: list
 class RankingJudge:
     @dataclass
     class Params:
-        backend: str = "hf"
-        backend_params: dict[str, Any] = field(default_factory=dict)
+        backend: BackendRef = field(default_factory=lambda: PluginRef.to("judge_backend", "hf"))
         template: str | None = None  # None: compact for the offline tiny ranking judge, rank_group.jinja otherwise
         repetitions: int = 3
         reward: RankReward = "linear"
@@ -223,8 +225,9 @@ class RankingJudge:
             raise ConfigError(f"must be > 0, got {params.temperature}", "judge.params.temperature")
         self.params = params
         # offline, one tiny judge per group size: it learns where each label's line is for one size
-        self.backend = JudgeBackend(params.backend, params.backend_params,
-                                    lambda size=RANKING_SPEC.group_size: build_tiny_judge(ranking_spec(size)))
+        self.backend = JudgeBackend(params.backend,
+                                    lambda size=RANKING_SPEC.group_size: build_tiny_judge(
+                                        ranking_spec(size), teacher=RuleJudge(RuleJudge.Params())))
         self.default_template = RANKING_COMPACT_TEMPLATE if self.backend.offline else FULL_TEMPLATE
         if params.template is not None:
             template_path(params.template)  # fail at validate time on a missing template

@@ -1,4 +1,4 @@
-"""Pure tensor pieces of the GRPO-family policy loss: k3 KL and the clipped surrogate.
+"""``policy_gradient``: the clipped policy-gradient (GRPO-family) objective with a k3 KL term to the reference.
 
 Follows TRL's ``GRPOTrainer._compute_loss`` (loss types grpo, bnpo, dr_grpo, dapo; asymmetric
 ``epsilon_low``/``epsilon_high``; clip-ratio metrics), DeepSeekMath's GRPO (arXiv 2402.03300) for the
@@ -9,7 +9,10 @@ from __future__ import annotations
 
 from typing import Literal
 
+import pydantic
 import torch
+
+from rlkit.plugin import CompletionLossInputs, hookimpl
 
 LossType = Literal["grpo", "dr_grpo", "dapo", "bnpo"]
 
@@ -103,3 +106,47 @@ def policy_gradient_loss(
             "ratio_mean": _masked_mean(ratio, mask),
         }
     return loss, {k: v.detach() for k, v in metrics.items()}
+
+
+class PolicyGradientObjective:
+    """Learns from the advantage estimator's advantages with :func:`policy_gradient_loss` (TRL's GRPO defaults:
+    beta 0.04, epsilon 0.2; rubric-RL practice on real models uses beta 0.01-0.05 and clips up to 0.3)."""
+
+    signal = "advantages"
+
+    class Params(pydantic.BaseModel):
+        beta: float = pydantic.Field(default=0.04, ge=0)
+        epsilon: float = pydantic.Field(default=0.2, gt=0)
+        epsilon_high: float | None = None
+        num_iterations: int = pydantic.Field(default=1, ge=1)
+        loss_type: LossType = "grpo"
+        mask_truncated_completions: bool = False
+
+    def __init__(self, params: Params) -> None:
+        self.params = params
+        self.num_iterations = params.num_iterations
+        self.mask_truncated_completions = params.mask_truncated_completions
+
+    @property
+    def needs_old_logprobs(self) -> bool:
+        return self.num_iterations > 1
+
+    @property
+    def reference_use(self) -> str | None:
+        if self.params.beta == 0:
+            return None
+        return (f"the KL term of objective.params.beta={self.params.beta}; set objective.params.beta=0 or a "
+                "reference (frozen, adapter_off, ema)")
+
+    def loss(self, inputs: CompletionLossInputs) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        p = self.params
+        return policy_gradient_loss(
+            inputs.logp, inputs.old_logp, inputs.ref_logp, inputs.advantages, inputs.mask,
+            beta=p.beta if inputs.ref_logp is not None else 0.0, epsilon=p.epsilon, epsilon_high=p.epsilon_high,
+            loss_type=p.loss_type, max_completion_length=inputs.max_completion_length,
+            num_sequences=inputs.num_sequences, num_tokens=inputs.num_tokens)
+
+
+@hookimpl
+def rlkit_register_objectives(register):
+    register("policy_gradient", PolicyGradientObjective)

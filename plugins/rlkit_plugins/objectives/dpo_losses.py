@@ -19,19 +19,6 @@ import torch.nn.functional as F
 PreferenceLossType = Literal["sigmoid", "ipo", "simpo"]
 
 
-def sequence_logp_sums(token_logps: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """``[N, T]`` token log-probs and a 0/1 mask → ``(sums [N], lengths [N])``, both floating point."""
-    keep = mask > 0
-    # 16-bit floats cannot hold a sequence sum: bf16 has a spacing of 2-4 around -500, and DPO looks at a
-    # *difference* of two such sums, so the sum runs (and is returned) in float32.
-    if token_logps.dtype in (torch.float16, torch.bfloat16):
-        token_logps = token_logps.float()
-    # where, not multiplication: padding may hold inf/NaN, and inf * 0 = NaN in the forward pass and the gradient.
-    sums = torch.where(keep, token_logps, 0.0).sum(-1)
-    lengths = keep.sum(-1).to(sums.dtype)
-    return sums, lengths
-
-
 def _check_pair_shapes(**tensors: torch.Tensor | None) -> None:
     shape = None
     for name, t in tensors.items():

@@ -1,0 +1,1 @@
+"""Built-in objectives: what the policy is trained to minimise."""

@@ -1,0 +1,127 @@
+"""``group_dpo``: each group's completions, ordered by the aggregated reward, become chosen/rejected pairs (the
+``preference`` group picks which), trained with a DPO-family loss (:mod:`.dpo_losses`) against the reference.
+
+Before pairing, a dimension saturated within a group leaves that group's ordering (``mask_saturated``), pairs whose
+weighted-sum gap is under ``min_gap`` are dropped as likely judge noise, and the judge's group confidence scales
+the pair weights. With ``auto_lexicographic`` the ordering switches, once and for the rest of the run, to the
+``lexicographic`` aggregator when dimension conflicts stay above ``conflict_threshold`` for ``conflict_window``
+steps: a weighted sum then trades one dimension for another at random.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import pydantic
+import torch
+from lightning.pytorch.utilities import rank_zero_info
+
+from rlkit.plugin import (
+    AggregatorRef,
+    ConflictWatch,
+    PairLossInputs,
+    PairTargets,
+    PluginRef,
+    PreferencePairs,
+    RewardBatch,
+    chosen_win_share,
+    confidence_weighted,
+    conflict_rate,
+    drop_close_pairs,
+    hookimpl,
+    ordering_batch,
+)
+from rlkit_plugins.objectives.dpo_losses import preference_loss, sft_loss
+
+
+class GroupDpoObjective:
+    signal = "pairs"
+    needs_old_logprobs = False  # each inner iteration recomputes the policy's sums; the reference's are fixed
+
+    class Params(pydantic.BaseModel):
+        model_config = pydantic.ConfigDict(extra="forbid", arbitrary_types_allowed=True)
+
+        loss_type: Literal["sigmoid", "ipo", "simpo"] = "sigmoid"
+        beta: float = pydantic.Field(default=0.1, gt=0)  # TRL DPOConfig's default
+        label_smoothing: float = pydantic.Field(default=0.0, ge=0, lt=0.5)
+        simpo_gamma: float = 0.5
+        sft_weight: float = pydantic.Field(default=0.0, ge=0)
+        min_gap: float = pydantic.Field(default=0.1, ge=0)
+        mask_saturated: bool = True
+        auto_lexicographic: bool = False
+        lexicographic: AggregatorRef = pydantic.Field(default_factory=lambda: PluginRef.to("aggregator",
+                                                                                          "lexicographic"))
+        conflict_threshold: float = pydantic.Field(default=0.2, ge=0, le=1)
+        conflict_window: int = pydantic.Field(default=50, ge=1)
+        num_iterations: int = pydantic.Field(default=1, ge=1)
+        mask_truncated_completions: bool = False
+
+    def __init__(self, params: Params) -> None:
+        self.params = params
+        self.num_iterations = params.num_iterations
+        self.mask_truncated_completions = params.mask_truncated_completions
+        self.watch = ConflictWatch(params.conflict_window, params.conflict_threshold)
+        self.lexicographic_ordering = False
+
+    @property
+    def reference_use(self) -> str | None:
+        if self.params.loss_type == "simpo":
+            return None
+        return (f"objective.params.loss_type={self.params.loss_type}, which compares the policy with a reference; "
+                "use loss_type=simpo (reference-free) or a reference")
+
+    def pair_targets(self, batch: RewardBatch, truncated: torch.Tensor, *, constructor: Any, aggregator: Any,
+                     step: int) -> tuple[PairTargets, dict[str, float]]:
+        p = self.params
+        fallback = p.lexicographic.plugin
+        if p.auto_lexicographic and not self.lexicographic_ordering and self.watch.update(conflict_rate(batch.scores)):
+            self.lexicographic_ordering = True
+            rank_zero_info(f"rlkit: dimension conflicts averaged {self.watch.mean:.0%} over {self.watch.window} "
+                           f"steps; pairs are ordered lexicographically from step {step} on")
+        order = ordering_batch(batch, fallback if self.lexicographic_ordering else aggregator,
+                               mask_saturated=p.mask_saturated)
+        pairs = constructor.pairs(order)
+        built = len(pairs)
+        if p.mask_truncated_completions and built:
+            # a completion cut at the length limit is neither a good nor a bad example of the rubric
+            g = batch.shape[1]
+            cut = truncated.to(pairs.chosen.device)
+            keep = ~(cut[pairs.prompt_index * g + pairs.chosen] | cut[pairs.prompt_index * g + pairs.rejected])
+            pairs = PreferencePairs(pairs.prompt_index[keep], pairs.chosen[keep], pairs.rejected[keep],
+                                    pairs.weight[keep])
+        pairs, dropped = drop_close_pairs(pairs, batch, p.min_gap)
+        soft = bool(getattr(constructor, "soft_labels", False))
+        pairs = confidence_weighted(pairs, batch, soft)
+        # soft labels (winrate): the pair weight is the probability that chosen wins; else it weighs the pair
+        labels = pairs.weight if soft else torch.full((len(pairs),), 1.0 - p.label_smoothing)
+        weights = torch.ones(len(pairs)) if soft else pairs.weight
+        metrics = {"pairs/built": float(built), "pairs/used": float(len(pairs)), "pairs/dropped_by_gap": dropped,
+                   "ordering/lexicographic": float(self.lexicographic_ordering)}
+        if len(pairs):
+            for name, share in zip(batch.rubric.dimension_names, chosen_win_share(pairs, batch).tolist(), strict=True):
+                metrics[f"pairs/chosen_wins/{name}"] = share
+        return PairTargets(pairs, labels.float(), weights.float()), metrics
+
+    def loss(self, inputs: PairLossInputs) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        p = self.params
+        loss, metrics = preference_loss(
+            inputs.chosen_logp, inputs.rejected_logp, inputs.ref_chosen_logp, inputs.ref_rejected_logp,
+            loss_type=p.loss_type, beta=p.beta, labels=inputs.labels, weights=inputs.weights,
+            chosen_lengths=inputs.chosen_lengths, rejected_lengths=inputs.rejected_lengths, simpo_gamma=p.simpo_gamma)
+        if p.sft_weight > 0:
+            loss = loss + p.sft_weight * sft_loss(inputs.chosen_logp, inputs.chosen_lengths, inputs.weights)
+        return loss, metrics
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"lexicographic": self.lexicographic_ordering, "recent_conflicts": list(self.watch.recent),
+                "flagged": self.watch.raised}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.lexicographic_ordering = bool(state["lexicographic"])
+        self.watch.recent.extend(state["recent_conflicts"])
+        self.watch.raised = bool(state["flagged"])
+
+
+@hookimpl
+def rlkit_register_objectives(register):
+    register("group_dpo", GroupDpoObjective)

@@ -1,0 +1,88 @@
+"""What every command shares: the run's registry (built once per process), the console, validation, Hydra."""
+
+from __future__ import annotations
+
+import functools
+import math
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from rlkit.core.errors import RlkitError
+
+
+@functools.cache
+def run_registry() -> Any:
+    """The registry of this process's runs: built-ins plus every installed ``rlkit`` entry point, collected once.
+    Every command, and every job of a multirun, reads plugins from it; nothing else builds one."""
+    from rlkit.core.registry import load_registry
+
+    return load_registry()
+
+
+def rich_console() -> Console:
+    # Outside a terminal rich assumes 80 columns and truncates plugin names; logs can be wider.
+    return Console(highlight=False, width=None if sys.stdout.isatty() else 120)
+
+
+def validated_config(overrides: Sequence[str], *, need_completions: bool = False, read_data: bool = True):
+    """Compose ``conf/fit.yaml`` with ``overrides`` and validate every part against the run's registry."""
+    from rlkit.config import compose_config, validate_config
+
+    registry = run_registry()
+    cfg = compose_config(registry, list(overrides))
+    return validate_config(cfg, registry, need_completions=need_completions, read_data=read_data)
+
+
+def fmt(x: float) -> str:
+    return "—" if math.isnan(x) else f"{x:.3f}"
+
+
+# Set for the processes Lightning starts for the other ranks of a DDP run: they re-run this program with the
+# first process's Hydra arguments (no command word), and read the command from here.
+RELAUNCHED_COMMAND = "RLKIT_RELAUNCHED_COMMAND"
+
+
+def run_hydra(command: str, config_name: str, overrides: Sequence[str], body) -> int:
+    """Run ``body(cfg, run_dir) -> float`` as a Hydra app on ``config_name`` (run dirs, multirun, sweepers); an
+    rlkit error inside a job is one line and its exit code. The float is what a sweeper optimises."""
+    import hydra
+
+    from rlkit.config import search_path_override
+
+    relaunched = os.environ.get(RELAUNCHED_COMMAND) == command
+
+    @hydra.main(config_path="pkg://rlkit.conf", config_name=config_name, version_base="1.3")
+    def task(cfg) -> float:
+        from hydra.core.hydra_config import HydraConfig
+
+        try:
+            return body(cfg, Path(HydraConfig.get().runtime.output_dir))
+        except RlkitError as exc:
+            if os.environ.get("HYDRA_FULL_ERROR") == "1":
+                raise
+            print(f"rlkit: error: {exc}", file=sys.stderr)
+            sys.exit(exc.exit_code)
+
+    argv = sys.argv
+    # Hydra's parser takes its flags (-m, --cfg job, ...) before the positional overrides.
+    flags = [o for o in overrides if o.startswith("-")]
+    positional = [o for o in overrides if not o.startswith("-")]
+    search = [] if relaunched else search_path_override(run_registry())  # a relaunched rank has it already
+    # argv[0] stays this program: Lightning's DDP launcher starts the other ranks with it and these arguments.
+    sys.argv = [argv[0], *flags, *search, *positional]
+    previous = os.environ.get(RELAUNCHED_COMMAND)
+    os.environ[RELAUNCHED_COMMAND] = command
+    try:
+        task()
+    finally:
+        sys.argv = argv
+        if previous is None:
+            os.environ.pop(RELAUNCHED_COMMAND, None)
+    return 0
+
+

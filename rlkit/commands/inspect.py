@@ -1,0 +1,100 @@
+"""Commands that look without training: ``plugins``, ``validate``, ``report``, ``rubric``."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from rich.table import Table
+
+from rlkit.commands.common import rich_console, run_registry, validated_config
+
+
+def cmd_plugins(overrides: Sequence[str]) -> int:
+    from rlkit.config import group_options
+
+    registry = run_registry()
+    table = Table(title="rlkit plugins")
+    for column in ("kind", "name", "provided by", "config"):
+        table.add_column(column)
+    for kind in registry.kinds():
+        entries = registry.entries(kind.key)
+        options = set(group_options(registry, kind.group))
+        if not entries:
+            table.add_row(kind.key, "—", "", f"{kind.group}=…")
+        for entry in entries:
+            selector = f"{kind.group}={entry.name}" if entry.name in options else f"{kind.group}.name={entry.name}"
+            if kind.selected_by:
+                selector = f"{kind.selected_by}={entry.name}"
+            elif kind.many:  # a list group: several may be selected together
+                # "\[": rich would read [name] as markup
+                selector = (f"{kind.group}=\\[{entry.name}]" if entry.name in options
+                            else f"+{kind.group}.{entry.name}=…")
+            table.add_row(kind.key, entry.name, entry.provider, selector)
+    rich_console().print(table)
+    return 0
+
+
+def cmd_validate(overrides: Sequence[str]) -> int:
+    validated = validated_config(overrides)
+    rubric = validated.rubric
+    console = rich_console()
+    console.print(f"config ok: rubric {rubric.name} v{rubric.version} (hash {rubric.short_hash}, "
+                  f"{len(rubric.dimensions)} dimensions)")
+    for kind, name in validated.plugin_names.items():
+        console.print(f"  {kind}: {name}")
+    data = validated.data
+    if validated.records is not None:
+        console.print(f"  data: {len(validated.records)} records from {data.path}")
+    else:
+        console.print(f"  data: synthetic task {data.task!r}")
+    model = validated.model
+    console.print(f"  model: {model.name_or_path or 'embedded tiny policy'}")
+    return 0
+
+
+def cmd_report(args: Sequence[str]) -> int:
+    from rlkit.core.errors import ConfigError
+    from rlkit.runs.report import write_report
+
+    if len(args) != 1 or "=" in args[0]:
+        raise ConfigError("usage: rlkit report <run dir>", "rlkit report")
+    report = write_report(Path(args[0]))
+    rich_console().print(f"wrote {report.markdown} and {len(report.images)} plots", markup=False)
+    return 0
+
+
+RUBRIC_USAGE = """rlkit rubric <tool> ...
+
+tools:
+  diff OLD.yaml NEW.yaml   dimensions added, removed and changed (each field, anchors level by level), versions
+                           and content hashes, and what the changelog still needs
+  hash RUBRIC.yaml         the content hash to store as `hash:` in the changelog entry for the rubric's version"""
+
+
+def cmd_rubric(args: Sequence[str]) -> int:
+    from rlkit.core.rubric import load_rubric
+    from rlkit.core.rubric_diff import diff_rubrics, render_diff
+
+    tool, files = (args[0], list(args[1:])) if args else (None, [])
+    if (tool, len(files)) not in (("diff", 2), ("hash", 1)):
+        print(RUBRIC_USAGE, file=sys.stderr)
+        return 2
+    # a stale changelog hash is what these tools help to fix, so they read the file without checking it
+    rubrics = [load_rubric(f, verify_changelog=False) for f in files]
+    if tool == "hash":
+        rubric = rubrics[0]
+        print(rubric.content_hash)
+        entry = next((e for e in rubric.changelog if e.version == rubric.version), None)
+        if entry is None or entry.hash is None:
+            print(f"rlkit: store it as `hash: {rubric.content_hash}` in the changelog entry for version "
+                  f"{rubric.version} of {files[0]}", file=sys.stderr)
+        elif not rubric.content_hash.startswith(entry.hash):
+            print(f"rlkit: the changelog entry for version {rubric.version} stores {entry.hash}: the content "
+                  "changed since; bump `version` and add a changelog entry with this hash", file=sys.stderr)
+        return 0
+    rich_console().print(render_diff(diff_rubrics(*rubrics), *files))
+    return 0
+
+

@@ -1,0 +1,148 @@
+"""Commands that judge without training: ``score``, ``calibrate``, ``eval``, ``serve``."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from pathlib import Path
+
+from rich.table import Table
+
+from rlkit.commands.common import fmt, rich_console, validated_config
+
+
+def cmd_score(overrides: Sequence[str]) -> int:
+    from rlkit.evaluation.scoring import dimension_table, score_records
+    from rlkit.evaluation.sharded_scoring import score_options, score_progress, score_to_file, shards_dir
+
+    validated = validated_config(overrides, need_completions=True)
+    options = score_options(validated.cfg)
+    sharded = None
+    with score_progress(options.progress) as on_progress:
+        if options.output:
+            # written shard by shard: a killed run resumes where it stopped when the command is run again
+            sharded = score_to_file(validated, Path(options.output), options, on_progress)
+            result = sharded.result
+        else:
+            total = sum(len(r["completions"]) if "completions" in r else 1 for r in validated.records or [])
+            done = 0
+
+            def advance(n: int) -> None:
+                nonlocal done
+                done += n
+                on_progress(done, total)
+
+            result = score_records(validated, batch_size=options.batch_size, retries=options.retries,
+                                   retry_backoff=options.retry_backoff, on_batch=advance)
+    rubric = validated.rubric
+    table = Table(title=f"{rubric.name} v{rubric.version} ({rubric.short_hash}) — "
+                        f"{len(result.rewards)} completions, judge {validated.plugin_names['judge']}")
+    for column in ("dimension", "mean", "std", "min", "max", "scored", "unscored"):
+        table.add_column(column, justify="left" if column == "dimension" else "right")
+    for row in dimension_table(result):
+        table.add_row(row["name"], fmt(row["mean"]), fmt(row["std"]), fmt(row["min"]), fmt(row["max"]),
+                      str(row["scored"]), str(row["unscored"]))
+    console = rich_console()
+    console.print(table)
+    if sharded is not None:
+        resumed = f" ({sharded.shards_skipped} of {sharded.shards} shards from an earlier run in " \
+                  f"{shards_dir(Path(options.output))})" if sharded.shards_skipped else ""
+        console.print(f"wrote {sharded.lines} scored completions to {options.output}{resumed}", markup=False)
+    return 0
+
+
+def cmd_calibrate(overrides: Sequence[str]) -> int:
+    from dataclasses import replace
+
+    from rlkit.evaluation.calibration import (
+        calibrate,
+        calibrate_options,
+        judge_records,
+        log_calibration,
+        read_labels,
+        write_report,
+    )
+    from rlkit.evaluation.scoring import score_records
+    from rlkit.runs.loggers import finish_logger, logger_name, make_logger
+
+    validated = validated_config(overrides, read_data=False)  # the records are the labelled lines, not data.path
+    cfg, rubric = validated.cfg, validated.rubric
+    if validated.reward_rubric is not rubric:
+        from rlkit.core.errors import ConfigError
+
+        # the labels are per rubric dimension; such a judge's scores follow its own derived rubric
+        raise ConfigError(f"judge={validated.plugin_names['judge']} scores completions against the others of their "
+                          f"group ({', '.join(validated.reward_rubric.dimension_names)}), not the rubric's "
+                          "dimensions one by one; calibrate needs a judge that does (rule, llm, hybrid, ensemble)",
+                          "judge")
+    options = calibrate_options(cfg)
+    labelled = read_labels(options.labels, rubric)
+    judge = validated.plugin_names["judge"]
+    scored = score_records(replace(validated, records=judge_records(labelled)),
+                           batch_size=int(cfg.score.batch_size))
+    report = calibrate(labelled, scored.raw_scores, rubric, options.threshold, judge=judge,
+                       labels_path=str(options.labels))
+    table = Table(title=f"judge {judge} vs human labels — {rubric.name} v{rubric.version} ({rubric.short_hash}), "
+                        f"{report.total} completions")
+    for column in ("dimension", "n", "κ", "ρ", "bias", "flagged"):
+        table.add_column(column, justify="left" if column in ("dimension", "flagged") else "right")
+    for row in report.rows:
+        table.add_row(row.name, str(row.n), fmt(row.kappa), fmt(row.spearman), fmt(row.bias),
+                      "yes" if row.flagged else "")
+    console = rich_console()
+    console.print(table)
+    if report.flagged:
+        console.print(f"flagged (κ or ρ below {report.threshold:g}, or undefined): {', '.join(report.flagged)} "
+                      "— its anchors need rewriting")
+    paths = write_report(report, options.output)
+    console.print(f"wrote {paths[0]} and {len(paths) - 1} confusion-matrix PNGs")
+    logger = make_logger(cfg, options.output, job_type="calibrate")
+    if logger:
+        try:
+            log_calibration(report, logger, paths[1:])
+        finally:
+            finish_logger(logger)
+        console.print(f"logged the numbers to {logger_name(cfg)} under {options.output}")
+    return 0
+
+
+def cmd_eval(overrides: Sequence[str]) -> int:
+    from rlkit.evaluation.golden import checkpoint_label, eval_options, run_eval
+
+    validated = validated_config(overrides)  # data is read: its prompts are what the golden set must not contain
+    options = eval_options(validated.cfg)
+    result, rows, no_embedding = run_eval(validated)
+    rubric = result.rubric
+    table = Table(title=f"golden set {options.prompts.name} ({len(result.completions)} prompts) — "
+                        f"{checkpoint_label(result.checkpoint)}, rubric {rubric['name']} v{rubric['version']} "
+                        f"({rubric['hash'][:12]}), judge {result.judge}")
+    for column in ("dimension", "kind", "mean", "std", "n"):
+        table.add_column(column, justify="left" if column in ("dimension", "kind") else "right")
+    for row in result.summary():
+        table.add_row(row["dimension"], row["kind"], fmt(row["mean"] if row["mean"] is not None else math.nan),
+                      fmt(row["std"] if row["std"] is not None else math.nan), str(row["n"]))
+    console = rich_console()
+    console.print(table)
+    if no_embedding:
+        console.print(f"embedding_similarity left out: {no_embedding}", markup=False)
+    console.print(f"appended {len(result.rows())} rows to {options.output} ({len(rows)} in all); "
+                  f"table by checkpoint and rubric version in {options.markdown}", markup=False)
+    return 0
+
+
+def cmd_serve(overrides: Sequence[str]) -> int:
+    import logging
+
+    from rlkit.serve.app import RewardServer, create_app, serve_settings
+
+    validated = validated_config(overrides, read_data=False)  # requests bring the texts; data.path is not read
+    settings = serve_settings(validated.cfg)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    server = RewardServer(create_app(validated, settings), settings.host, settings.port, log_level="info")
+    rubric = validated.rubric
+    print(f"serving judge {validated.plugin_names['judge']} on rubric {rubric.name} v{rubric.version} "
+          f"({rubric.short_hash}) at {server.url} (OpenAPI: {server.url}/openapi.json); Ctrl-C stops", flush=True)
+    server.serve_forever()
+    return 0
+
+

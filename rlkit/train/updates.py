@@ -1,0 +1,199 @@
+"""The optimiser side of a training step, shared by every objective: log-prob passes, micro-batches, DDP scaling,
+``num_iterations`` optimiser steps. An objective only turns each micro-batch's tensors into a loss.
+
+Two passes, by what the objective learns from (its ``signal``):
+
+* ``advantages``: rows of completions, grouped by length (:func:`rlkit.lm.sampling.length_buckets`); the objective's
+  loss normalises by the step's global sequence and token counts, so micro-batch losses sum to the one-pass loss.
+* ``pairs``: only the completions that appear in a pair go through the model, as summed log-probs; a micro-batch's
+  weighted-mean loss is scaled by its share of the step's pair weight.
+
+Under DDP each process holds its own rows; losses are scaled by ``world_size`` because DDP averages gradients, and
+metrics are summed over processes (:class:`rlkit.train.distributed.Spread`).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import torch
+
+from rlkit.core.objective import CompletionLossInputs, PairLossInputs, PairTargets
+from rlkit.core.types import PreferencePairs
+from rlkit.lm.logprobs import sequence_logp_sums
+from rlkit.lm.sampling import SampledBatch, length_buckets, micro_batches, sequence_log_probs
+
+
+def outside_inference(t: torch.Tensor | None) -> torch.Tensor | None:
+    """A normal copy of a tensor made under ``torch.inference_mode`` (the no-grad passes run there, which skips
+    autograd's version counting): autograd may save it for backward, which it refuses for an inference tensor."""
+    return None if t is None else t.clone()
+
+
+def _grad_norm(policy: Any) -> float:
+    """The L2 norm of the policy's gradient before clipping (of the last inner iteration when logged)."""
+    norms = [p.grad.detach().norm() for p in policy.parameters() if p.grad is not None]
+    return float(torch.linalg.vector_norm(torch.stack(norms))) if norms else 0.0
+
+
+def optimizer_step(module: Any, opt: Any) -> float:
+    """Clip (when configured), step, and bring the generator and the reference up to the new weights; returns the
+    gradient norm before clipping."""
+    s = module.settings
+    grad_norm = _grad_norm(module.policy)
+    if s.gradient_clip_val:
+        module.clip_gradients(opt, gradient_clip_val=s.gradient_clip_val, gradient_clip_algorithm="norm")
+    opt.step()
+    module.generator.sync_weights(module.policy)
+    if module.reference is not None:
+        module.reference.on_optimizer_step(module.policy)
+    return grad_norm
+
+
+def completion_update(module: Any, objective: Any, sampled: SampledBatch, advantages: torch.Tensor,
+                      ) -> tuple[torch.Tensor, dict[str, float], float]:
+    """``num_iterations`` optimiser steps on this process's completions (``advantages`` ``[n]``), each accumulated
+    over micro-batches. Returns the last iteration's loss over the global batch, its token-weighted metrics and the
+    time the no-grad log-prob passes (old policy, reference) finished."""
+    s, spread, device = module.settings, module.spread, module.device
+    opt, sched = module.optimizers(), module.lr_schedulers()
+    mask = sampled.completion_mask.float()
+    if objective.mask_truncated_completions:
+        mask = mask * (~sampled.truncated).float().unsqueeze(1)
+    # Rows sorted by completion length, then split where it saves the most padding: each pass is cut to its own
+    # longest completion (sequence_log_probs). Accumulation bounds a pass's rows (its memory); losses are sums over
+    # rows, so any split gives the same gradient.
+    n_rows = sampled.completion_mask.shape[0]
+    # One process may merge passes that save under 5% of the positions; DDP processes must make as many.
+    chunks = length_buckets(sampled.completion_token_counts, max(s.gradient_accumulation_steps, s.length_buckets),
+                            width=sampled.prompt_length, max_rows=-(-n_rows // max(s.gradient_accumulation_steps, 1)),
+                            slack=None if spread.world_size > 1 else 0.05)
+
+    def all_rows(log_probs: Any) -> torch.Tensor:
+        out = torch.zeros(sampled.completion_mask.shape, device=device)
+        for rows in chunks:
+            out[rows] = log_probs(sampled.rows(rows)).to(out.dtype)
+        return out
+
+    with torch.inference_mode():
+        old_logp = (all_rows(lambda sub: sequence_log_probs(module.policy, sub))
+                    if objective.needs_old_logprobs and objective.num_iterations > 1 else None)
+        ref_logp = all_rows(lambda sub: module.reference.log_probs(module.policy, sub)) \
+            if module.reference is not None else None
+    old_logp, ref_logp = outside_inference(old_logp), outside_inference(ref_logp)
+    t_logprob = time.perf_counter()
+    num_tokens = float(spread.sum(mask.sum(), device))
+    num_sequences = len(advantages) * spread.world_size
+    for _ in range(objective.num_iterations):
+        opt.zero_grad()
+        loss = torch.zeros((), device=device)
+        weighted: dict[str, torch.Tensor] = {}
+        for rows in chunks:
+            logp = sequence_log_probs(module.policy, sampled.rows(rows))
+            part, part_metrics = objective.loss(CompletionLossInputs(
+                logp=logp, old_logp=logp.detach() if old_logp is None else old_logp[rows],
+                ref_logp=None if ref_logp is None else ref_logp[rows], advantages=advantages[rows], mask=mask[rows],
+                num_sequences=num_sequences, num_tokens=num_tokens, max_completion_length=s.max_completion_length))
+            module.manual_backward(part * spread.world_size)
+            loss = loss + part.detach()
+            share = mask[rows].sum() / max(num_tokens, 1.0)
+            for key, value in part_metrics.items():
+                weighted[key] = weighted.get(key, 0.0) + value * share
+        grad_norm = optimizer_step(module, opt)
+    sched.step()
+    summed = spread.sum_all({"loss": loss, **weighted}, device)
+    loss_value = summed.pop("loss")
+    summed["grad_norm"] = grad_norm  # the same on every process once DDP has averaged the gradients
+    return torch.as_tensor(loss_value), summed, t_logprob
+
+
+def _zero_loss(policy: Any, device: Any) -> torch.Tensor:
+    """A zero that touches every trainable parameter: a process with nothing to learn from in a micro-batch still
+    joins the others' gradient all-reduce."""
+    return sum((p.sum() * 0.0 for p in policy.parameters() if p.requires_grad), torch.zeros((), device=device))
+
+
+def local_targets(targets: PairTargets, global_prompts: int, spread: Any) -> PairTargets:
+    """The pairs of this process's prompts, indexed within its own rows."""
+    if not spread.distributed:
+        return targets
+    size = global_prompts // spread.world_size
+    start = spread.rank * size
+    p = targets.pairs
+    keep = (p.prompt_index >= start) & (p.prompt_index < start + size)
+    pairs = PreferencePairs(p.prompt_index[keep] - start, p.chosen[keep], p.rejected[keep], p.weight[keep])
+    return PairTargets(pairs, targets.labels[keep], targets.weights[keep])
+
+
+def pair_update(module: Any, objective: Any, sampled: SampledBatch, targets: PairTargets,
+                ) -> tuple[torch.Tensor, dict[str, float], float]:
+    """``num_iterations`` optimiser steps on this process's pairs, each accumulated over micro-batches. Under DDP
+    the loss is normalised by the weight of every process's pairs, so the averaged gradient is the single-process
+    one. Returns the loss, its pair-weighted metrics and when the reference pass finished."""
+    s, spread, device = module.settings, module.spread, module.device
+    opt, sched = module.optimizers(), module.lr_schedulers()
+    g = s.num_generations
+    pairs = targets.pairs
+    n = len(pairs)
+    n_all = int(spread.sum(n, device))
+    if n_all == 0:
+        # No preference this step: count the step (Lightning counts optimiser steps) without moving anything;
+        # parameters without a gradient are skipped by the optimiser, momentum included.
+        opt.zero_grad(set_to_none=True)
+        opt.step()
+        module.generator.sync_weights(module.policy)
+        sched.step()
+        return torch.zeros((), device=device), {"loss/preference": 0.0}, time.perf_counter()
+    chosen_rows = (pairs.prompt_index * g + pairs.chosen).to(device)
+    rejected_rows = (pairs.prompt_index * g + pairs.rejected).to(device)
+    labels, weights = targets.labels.to(device), targets.weights.to(device)
+    total = spread.sum(weights.sum(), device)
+    # Every process runs the same number of backward passes (each one joins a gradient all-reduce).
+    chunks = micro_batches(n, s.gradient_accumulation_steps, exact=spread.distributed)
+
+    def logp_sums(log_probs: Any, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        unique, inverse = torch.unique(rows, return_inverse=True)
+        sums, lengths = sequence_logp_sums(log_probs(sampled.rows(unique)), sampled.completion_mask[unique])
+        return sums[inverse], lengths[inverse]
+
+    refs: list[tuple[torch.Tensor, torch.Tensor] | None] = []
+    with torch.inference_mode():
+        for rows in chunks:
+            if module.reference is None or rows.start == rows.stop:
+                refs.append(None)
+                continue
+            both = torch.cat([chosen_rows[rows], rejected_rows[rows]])
+            sums, _ = logp_sums(lambda sub: module.reference.log_probs(module.policy, sub), both)
+            refs.append((sums[:len(both) // 2], sums[len(both) // 2:]))
+    refs = [None if r is None else (outside_inference(r[0]), outside_inference(r[1])) for r in refs]
+    logprob_at = time.perf_counter()
+    for _ in range(objective.num_iterations):
+        opt.zero_grad()
+        loss = torch.zeros((), device=device)
+        weighted: dict[str, float] = {}
+        for rows, ref in zip(chunks, refs, strict=True):
+            if rows.start == rows.stop:
+                module.manual_backward(_zero_loss(module.policy, device))
+                continue
+            both = torch.cat([chosen_rows[rows], rejected_rows[rows]])
+            sums, lengths = logp_sums(lambda sub: sequence_log_probs(module.policy, sub), both)
+            half = len(both) // 2
+            part, part_metrics = objective.loss(PairLossInputs(
+                chosen_logp=sums[:half], rejected_logp=sums[half:], ref_chosen_logp=None if ref is None else ref[0],
+                ref_rejected_logp=None if ref is None else ref[1], chosen_lengths=lengths[:half],
+                rejected_lengths=lengths[half:], labels=labels[rows], weights=weights[rows]))
+            # micro-batch losses are weighted means; scaling by their weight share sums them to the whole
+            share = float(weights[rows].sum()) / total if total > 0 else 0.0
+            # DDP averages gradients over processes: × world_size makes that average the sum of the shares
+            module.manual_backward(part * share * spread.world_size)
+            loss = loss + part.detach() * share
+            for key, value in part_metrics.items():
+                if key != "pairs":
+                    weighted[key] = weighted.get(key, 0.0) + float(value) * (rows.stop - rows.start) / n_all
+        grad_norm = optimizer_step(module, opt)
+    sched.step()
+    weighted["loss/preference"] = float(loss)
+    summed = spread.sum_all(weighted, device)
+    summed["grad_norm"] = grad_norm  # the same on every process once DDP has averaged the gradients
+    return torch.as_tensor(summed["loss/preference"]), summed, logprob_at
