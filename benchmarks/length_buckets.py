@@ -2,7 +2,7 @@
 
 A rollout of 8 prompts × 8 completions whose lengths follow a long-tailed distribution (log-normal, median
 ``--median`` tokens, capped at ``--max-len``: the capped ones are truncated, no EOS) goes through rlkit's own
-``RubricRLModule.policy_update`` once per setting of ``length_buckets``: the reference log-prob pass (a frozen
+``rlkit.train.updates.completion_update`` once per setting of ``length_buckets``: the reference log-prob pass (a frozen
 copy, under ``no_grad``) and the policy's forward + backward + AdamW step. Only the Lightning plumbing around it
 is replaced (``optimizers()`` hands back a plain AdamW, ``manual_backward`` is ``loss.backward()``), so the
 sorting, bucketing and trimming timed are the module's. The settings are timed alternately (1, 2, 4, ..., 1, 2,
@@ -84,16 +84,16 @@ def varied_rollout(tokenizer: Any, prompts: int, group: int, lengths: torch.Tens
 
 def bench_module(policy: Any, tokenizer: Any, loss_type: str, max_len: int, group: int) -> Any:
     """A ``RubricRLModule`` around ``policy`` with a frozen reference, its Lightning hooks swapped for plain
-    torch so ``policy_update`` runs without a Trainer; the caller sets ``settings.length_buckets``."""
-    from rlkit.config import PolicyGradientObjective
+    torch so ``completion_update`` runs without a Trainer; the caller sets ``settings.length_buckets``."""
+    from rlkit.core.registry import load_registry
     from rlkit.lm.reference import FrozenCopyReference
     from rlkit.train.module import RewardParts, RubricRLModule, TrainingSettings
 
-    objective = PolicyGradientObjective(name="policy_gradient", beta=0.04, loss_type=loss_type)
+    objective = load_registry().create("objective", "policy_gradient", {"beta": 0.04, "loss_type": loss_type})
     settings = TrainingSettings(num_generations=group, max_completion_length=max_len, temperature=1.0,
-                                objective=objective, lr=0.0, weight_decay=0.0, warmup_steps=0,
-                                gradient_clip_val=1.0)
-    parts = RewardParts(judge=None, judge_name="none", aggregator=None, estimator=None, scheduler=None)
+                                lr=0.0, weight_decay=0.0, warmup_steps=0, gradient_clip_val=1.0)
+    parts = RewardParts(judge=None, judge_name="none", aggregator=None, estimator=None, scheduler=None,
+                        objective=objective)
     module = RubricRLModule(policy, tokenizer, rubric=None, parts=parts, settings=settings,
                             reference=FrozenCopyReference(policy), generator=_NoGenerator())
     opt = _TimedAdamW(policy.parameters(), lr=0.0)  # lr 0: the weights stay put, every repeat is the same work
@@ -118,21 +118,22 @@ def equal_row_buckets(lengths: torch.Tensor, num_buckets: int, *, width: int = 0
 
 
 def one_update(module: Any, sampled: Any, advantages: torch.Tensor, buckets: int, split: str) -> dict[str, Any]:
-    """Time ``policy_update`` at ``buckets`` with the ``split`` rule: the reference pass (start to the
+    """Time ``completion_update`` at ``buckets`` with the ``split`` rule: the reference pass (start to the
     module's ``logprob_at``) and the policy's forward + backward (the rest, less the AdamW step, timed apart)."""
-    import rlkit.train.module
+    import rlkit.train.updates
     from rlkit.lm.sampling import length_buckets
 
     module.settings.length_buckets = buckets
-    rlkit.train.module.length_buckets = length_buckets if split == "least-padding" else equal_row_buckets
+    rlkit.train.updates.length_buckets = length_buckets if split == "least-padding" else equal_row_buckets
     opt = module.bench_opt
     opt.step_seconds = 0.0
     try:
         start = time.perf_counter()
-        loss, metrics, logprob_at = module.policy_update(sampled, advantages)
+        loss, metrics, logprob_at = rlkit.train.updates.completion_update(module, module.parts.objective, sampled,
+                                                                          advantages)
         end = time.perf_counter()
     finally:
-        rlkit.train.module.length_buckets = length_buckets
+        rlkit.train.updates.length_buckets = length_buckets
     grad = torch.cat([p.grad.reshape(-1) for p in module.policy.parameters() if p.grad is not None]).clone()
     return {"reference": logprob_at - start, "policy": end - logprob_at - opt.step_seconds,
             "optim": opt.step_seconds, "total": end - start, "loss": float(loss),

@@ -109,8 +109,11 @@ def install() -> PhasePeaks:
     from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
     import rlkit.train.module as module
+    import rlkit.train.updates as updates
     from rlkit.lm.reference import AdapterOffReference, FrozenCopyReference
     from rlkit_plugins.generators.hf import HFGenerator
+    from rlkit_plugins.objectives.group_dpo import GroupDpoObjective
+    from rlkit_plugins.objectives.policy_gradient import PolicyGradientObjective
 
     tracker = PhasePeaks()
     mod = module.RubricRLModule
@@ -121,10 +124,11 @@ def install() -> PhasePeaks:
     tracker.wrap(mod, "score", "judging")
     for ref in (FrozenCopyReference, AdapterOffReference):
         tracker.wrap(ref, "log_probs", "reference log-probs")
-    # module.sequence_log_probs is the policy's own pass (the reference's goes through rlkit.lm.reference's name)
-    tracker.wrap(module, "sequence_log_probs",
+    # updates.sequence_log_probs is the policy's own pass (the reference's goes through rlkit.lm.reference's name)
+    tracker.wrap(updates, "sequence_log_probs",
                  lambda *_: "policy forward" if torch.is_grad_enabled() else "old log-probs")
-    tracker.wrap(module, "policy_gradient_loss", "loss")
+    for objective in (PolicyGradientObjective, GroupDpoObjective):
+        tracker.wrap(objective, "loss", "loss")
     tracker.wrap(mod, "manual_backward", "backward")
     register_optimizer_step_pre_hook(lambda *_: tracker.enter("optimiser step"))
     register_optimizer_step_post_hook(lambda *_: tracker.leave())

@@ -136,9 +136,10 @@ def rlkit_register_objectives(register: Register) -> None:
       ``advantages``) or ``rlkit.plugin.PairLossInputs`` (signal ``pairs``): a scalar whose gradient flows only
       through the policy's log-probs, and a dict of detached scalar metrics (logged as they are named, e.g.
       ``kl``, ``clip_ratio``, ``rewards/margins``).
-    * ``pair_targets(batch: rlkit.RewardBatch, truncated: torch.Tensor, constructor, step: int) ->
+    * ``pair_targets(batch: rlkit.RewardBatch, truncated: torch.Tensor, *, constructor, aggregator, step: int) ->
       (rlkit.plugin.PairTargets, dict[str, float])`` for signal ``pairs``: this step's pairs over the global batch
-      (``truncated`` is ``bool [B*G]``), labels and weights, and metrics about them.
+      (``truncated`` is ``bool [B*G]``; ``constructor`` and ``aggregator`` are the run's), labels and weights, and
+      metrics about them.
     * optional ``state_dict()`` / ``load_state_dict(state)``: state that travels in checkpoints.
 
     ``rlkit.testing.ObjectiveContract`` checks shapes, zero loss on zero advantages or zero gradient on identical
@@ -154,13 +155,13 @@ def rlkit_register_generators(register: Register) -> None:
 
     * ``setup(policy, tokenizer) -> None`` once, when training starts, with the policy on its device (an
       inference engine starts here and loads the policy's current weights).
-    * ``generate(policy, tokenizer, request: rlkit.lm.sampling.GenerationRequest) -> rlkit.lm.sampling.SampledBatch``
+    * ``generate(policy, tokenizer, request: rlkit.plugin.GenerationRequest) -> rlkit.plugin.SampledBatch``
       once per training step (and with ``request.greedy`` for held-out evaluation). For B records it returns
       B × ``request.num_generations`` sequences, record by record, each record's G completions consecutive:
       ``input_ids`` ``[B*G, P+C]`` = the prompt, left-padded to P, then C completion tokens (C ≤
       ``request.max_new_tokens``), ``attention_mask`` over both, ``completion_mask`` ``[B*G, C]`` 1 up to and
       including the first EOS, ``texts`` ``[B][G]`` the decoded completions, ``truncated`` ``[B*G]`` rows without
-      EOS. ``rlkit.lm.sampling.assemble_sampled_batch`` builds all of that from prompt and completion ids. The
+      EOS. ``rlkit.plugin.assemble_sampled_batch`` builds all of that from prompt and completion ids. The
       tokens must be the policy tokenizer's (the loop scores them under the policy). Sampling follows
       ``request.temperature``; a generator may honour ``request.seeds`` (one per record) to make a record's
       completions independent of the rest of the batch.
@@ -179,10 +180,10 @@ def rlkit_register_monitors(register: Register) -> None:
     Selected as a list (``monitors=[template_phrases,length_drift]``, ``monitors=[]`` for none); each sits under
     its own key ``monitors.<key>`` with ``name`` and ``params``. A monitor has:
 
-    * ``observe(step: int, view: rlkit.train.monitoring.MonitorView) -> dict[str, float]``, called every training step;
+    * ``observe(step: int, view: rlkit.plugin.MonitorView) -> dict[str, float]``, called every training step;
       it keeps its own cadence (cheap when not due) and returns finite metrics, logged as
       ``monitors/<key>/<metric>``.
-    * ``alerts() -> list[rlkit.train.monitoring.Alert]``: the alerts raised since the last call (the host prints each
+    * ``alerts() -> list[rlkit.plugin.Alert]``: the alerts raised since the last call (the host prints each
       once, and appends it to ``run_dir/alerts.jsonl``).
     * ``summary() -> dict``: JSON-serialisable, at the end of the run (``run_dir/monitors.json``).
     * optional ``state_dict()`` / ``load_state_dict(state)``: baselines that travel in checkpoints.
@@ -200,7 +201,7 @@ def rlkit_register_judge_backends(register: Register) -> None:
 
     * ``identity() -> dict``: what determines its answers (backend name, model, decoding settings); part
       of every response-cache key.
-    * ``complete(prompts: list[list[dict[str, str]]]) -> list[rlkit.judging.Completion]``: one chat
+    * ``complete(prompts: list[list[dict[str, str]]]) -> list[rlkit.plugin.Completion]``: one chat
       (a list of ``{"role", "content"}`` messages) per request, answered in order. A request that still
       fails after the backend's own retries comes back with ``text=None`` and an ``error`` string; the
       judge's failure policy decides what that means, never the backend.

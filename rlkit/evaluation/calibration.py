@@ -1,6 +1,6 @@
 """``rlkit calibrate``: how well a judge agrees with human labels, per rubric dimension.
 
-Metric conventions (each checked against scikit-learn / scipy in ``tests/test_calibration.py``):
+Metric conventions (each checked against scikit-learn / scipy in ``tests/evaluation/test_calibration.py``):
 
 * Inputs are paired sequences; a pair where either side is NaN (or ``None``) is dropped first.
 * Categories are the integers ``low..high`` of a dimension's range (binary: 0, 1; a 1–5 scale: 1..5).

@@ -4,7 +4,7 @@ GDPO, Group reward-Decoupled normalization Policy Optimization (Liu et al., arXi
 eqs. 4, 6, 7): each reward dimension is z-scored inside its group on its own, the z-scores are summed
 with the reward weights, and the sum is z-scored over the whole batch. Summing raw rewards first (GRPO)
 maps different reward combinations onto the same advantage; normalising each dimension first keeps them
-apart (the paper's §2 example, checked in tests/test_advantages.py).
+apart (the paper's §2 example, checked in tests/plugins/test_advantages.py).
 
 Matches TRL's GRPOTrainer with ``multi_objective_aggregation="normalize_then_sum"``: ``nanmean`` and
 Bessel-corrected ``nanstd`` per group and dimension, eps 1e-4 in both divisions, ``nansum`` over

@@ -22,7 +22,7 @@ from rlkit.reward.debias import (
     threshold_dimensions,
 )
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 RUBRIC = REPO / "conf" / "rubrics" / "arithmetic.yaml"
 
 

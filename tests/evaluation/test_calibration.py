@@ -33,7 +33,7 @@ from rlkit.evaluation.calibration import (
 sklearn_metrics = pytest.importorskip("sklearn.metrics")
 stats = pytest.importorskip("scipy.stats")
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SHIPPED = REPO / "conf" / "calibration" / "arithmetic_labels.jsonl"
 RUBRIC = REPO / "conf" / "rubrics" / "arithmetic.yaml"
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

@@ -14,7 +14,7 @@ from rlkit.core.errors import RubricError
 from rlkit.core.rubric import rubric_from_dict
 from rlkit.core.rubric_diff import FieldChange, diff_rubrics
 
-REPO_ROOT = Path(__file__).parents[1]
+REPO_ROOT = Path(__file__).parents[2]
 
 BASE = textwrap.dedent("""\
     name: demo

@@ -21,7 +21,7 @@ from rlkit_plugins.judges.rule import RuleJudge
 RULE_TEACHER = RuleJudge(RuleJudge.Params())  # what the offline judges distil
 
 pytestmark = pytest.mark.slow
-RUBRIC = Path(__file__).parents[1] / "conf" / "rubrics" / "arithmetic.yaml"
+RUBRIC = Path(__file__).parents[2] / "conf" / "rubrics" / "arithmetic.yaml"
 
 
 @pytest.fixture(scope="session")
@@ -107,7 +107,7 @@ def test_fit_survives_a_judge_that_answers_garbage_30_percent_of_the_time(cache_
 
     run_dir = tmp_path / "run"
     with OpenAICompatibleServer(build_tiny_judge(teacher=RULE_TEACHER), garbage_rate=0.3, seed=2) as server:
-        assert main(["fit", "judge=llm", "judge.params.backend=openai", "judge.params.parse_retries=0",
+        assert main(["fit", "judge=llm", "judge.params.backend.name=openai", "judge.params.parse_retries=0",
                      "judge.params.template=judge/rubric_scores_compact.jinja",
                      f"++judge.params.backend.params={{base_url: '{server.url}', max_retries: 0}}",
                      "logger=csv", "trainer.max_steps=3", "batch_size=4", "num_generations=4",

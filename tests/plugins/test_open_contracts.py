@@ -19,7 +19,7 @@ from rlkit.cli import main
 from rlkit.plugin import CompletionLossInputs, Rollout, Rubric
 from rlkit.testing import ObjectiveContract, validate_overrides
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 class Reinforce:

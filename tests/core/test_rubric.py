@@ -11,7 +11,7 @@ import pytest
 import rlkit
 from rlkit.core.rubric import MAX_DIMENSIONS_BEFORE_WARNING, RubricWarning
 
-REPO_ROOT = Path(__file__).parents[1]
+REPO_ROOT = Path(__file__).parents[2]
 SHIPPED_RUBRICS = sorted((REPO_ROOT / "conf" / "rubrics").rglob("*.yaml"))
 
 VALID = """\

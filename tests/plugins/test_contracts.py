@@ -26,12 +26,12 @@ def _build(kind: str, name: str):
     return _REGISTRY.create(kind, name)
 
 
-# A model judge needs a model trained for the rubric it scores: tests/test_llm_judge.py runs this suite on
+# A model judge needs a model trained for the rubric it scores: tests/plugins/test_llm_judge.py runs this suite on
 # the llm judge with the offline tiny judge and its rubric.
 _MODEL_JUDGES = {"llm"}
-# A GRM is a model trained by rlkit train-grm: tests/test_grm.py trains one and runs this suite on judge=grm.
+# A GRM is a model trained by rlkit train-grm: tests/grm/test_grm.py trains one and runs this suite on judge=grm.
 _TRAINED_JUDGES = {"grm"}
-# A remote judge needs a live server judging the suite's rubric: tests/test_serve.py runs the suite on reward_api.
+# A remote judge needs a live server judging the suite's rubric: tests/serve/test_serve.py runs the suite on reward_api.
 _REMOTE_JUDGES = {"reward_api"}
 
 

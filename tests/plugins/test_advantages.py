@@ -23,7 +23,7 @@ from rlkit_plugins.advantages.rloo import LeaveOneOutAdvantage, leave_one_out_ad
 
 NAN = float("nan")
 EPS = 1e-4
-CONF = Path(__file__).resolve().parents[1] / "conf" / "advantage"
+CONF = Path(__file__).resolve().parents[2] / "conf" / "advantage"
 ESTIMATORS = {"gdpo": GroupDecoupledAdvantage, "rank": RankAdvantage, "rloo": LeaveOneOutAdvantage}
 
 

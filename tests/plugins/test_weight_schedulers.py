@@ -14,7 +14,7 @@ from rlkit import ConfigError, Rubric, load_rubric, rubric_from_dict
 from rlkit.cli import main
 from rlkit.core.registry import Registry, create_plugin_manager
 
-CONF = Path(__file__).resolve().parents[1] / "conf"
+CONF = Path(__file__).resolve().parents[2] / "conf"
 _REGISTRY = Registry(create_plugin_manager())
 ARITHMETIC = load_rubric(CONF / "rubrics" / "arithmetic.yaml")  # format 1, correctness 2, brevity .5, repetition .5
 

@@ -167,6 +167,7 @@ def _metrics(run: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(fh))
 
 
+@pytest.mark.slow  # trains a GRM (module fixture) or a policy: end-to-end
 def test_train_grm_logs_checkpoints_and_saves_a_loadable_grm(trained_grm):
     run = trained_grm
     info = json.loads((run / "grm" / "grm.json").read_text())
@@ -196,6 +197,7 @@ def test_the_grm_trains_in_training_mode(untrained):
         untrained.model.eval()
 
 
+@pytest.mark.slow  # trains a GRM (module fixture) or a policy: end-to-end
 def test_listwise_objective_with_lora_trains_from_a_pairwise_file(tmp_path):
     pairs = tmp_path / "pairs.jsonl"
     rows = [{"prompt": f"{a}+1=", "chosen": str(a + 1), "rejected": "zz" * a, "reference": str(a + 1),
@@ -225,6 +227,7 @@ def test_train_grm_bad_input_is_one_line(tmp_path, capsys):
 # --- judge=grm ---------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # trains a GRM (module fixture) or a policy: end-to-end
 class TestGrmJudgeContract(JudgeContract):
     @pytest.fixture
     def judge(self, trained_grm):
@@ -240,6 +243,7 @@ def test_grm_judge_needs_its_model(registry):
         registry.create("judge", "grm", {"model": "/nowhere/grm"})
 
 
+@pytest.mark.slow  # trains a GRM (module fixture) or a policy: end-to-end
 def test_fit_trains_a_policy_against_the_grm(trained_grm, tmp_path):
     run = tmp_path / "fit"
     assert main(["fit", "judge=grm", f"judge.params.model={trained_grm / 'grm'}", "logger=csv",
@@ -249,6 +253,7 @@ def test_fit_trains_a_policy_against_the_grm(trained_grm, tmp_path):
     assert any(r.get("judge/swap_consistency") for r in rows)
 
 
+@pytest.mark.slow  # trains a GRM (module fixture) or a policy: end-to-end
 def test_score_ranks_each_records_completions_with_the_grm(trained_grm, tmp_path):
     records = [{"prompt": "3+4=", "reference": "7", "completions": ["7", "x"]},
                {"prompt": "5+5=", "reference": "10", "completions": ["10", "zzzz", "1"]},

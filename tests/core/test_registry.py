@@ -160,7 +160,7 @@ def test_every_builtin_plugin_package_ships_in_the_wheel():
 
     tomllib = pytest.importorskip("tomllib")  # Python 3.11+
 
-    declared = set(tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())
+    declared = set(tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text())
                    ["tool"]["setuptools"]["packages"])
     found = {info.name for info in pkgutil.walk_packages(rlkit_plugins.__path__, "rlkit_plugins.") if info.ispkg}
     assert found <= declared, f"add {sorted(found - declared)} to [tool.setuptools] packages"

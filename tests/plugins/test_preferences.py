@@ -22,7 +22,7 @@ from rlkit_plugins.preferences.topk import TopKPreferences, topk_pairs
 from rlkit_plugins.preferences.winrate import WinratePreferences, dimension_winrate, winrate_pairs
 
 NAN = math.nan
-CONF = Path(__file__).resolve().parents[1] / "conf"
+CONF = Path(__file__).resolve().parents[2] / "conf"
 NAMES = ["best_worst", "topk", "adjacent", "all_pairs", "winrate", "pareto"]
 REGISTRY = Registry(create_plugin_manager())
 

@@ -13,9 +13,9 @@ from rlkit.config import compose_config, config_source, validate_config
 from rlkit.config.compose import _search_roots
 from rlkit.core.registry import KINDS_BY_GROUP, Registry, create_plugin_manager
 
-CONF = Path(__file__).resolve().parents[1] / "conf"
+CONF = Path(__file__).resolve().parents[2] / "conf"
 
-NOT_GROUPS = {"rubrics"}  # rubric files, loaded by tests/test_rubric.py
+NOT_GROUPS = {"rubrics"}  # rubric files, loaded by tests/core/test_rubric.py
 
 
 def _all_options() -> list[tuple[str, str]]:
@@ -47,8 +47,8 @@ def records_file(tmp_path: Path) -> Path:
     return path
 
 
-# Validating judge=reward_api asks its server what it judges: tests/test_serve.py validates it against a live one.
-# judge=grm names the folder rlkit train-grm saved: tests/test_grm.py validates it with one it trained.
+# Validating judge=reward_api asks its server what it judges: tests/serve/test_serve.py validates it against a live one.
+# judge=grm names the folder rlkit train-grm saved: tests/grm/test_grm.py validates it with one it trained.
 NEEDS_SERVER = {("judge", "reward_api"), ("judge", "grm")}
 
 

@@ -22,7 +22,7 @@ from rlkit.evaluation.golden import (
 )
 from rlkit.runs.history import MetricsHistory, read_history
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 GOLDEN = REPO / "conf" / "golden" / "arithmetic_golden.jsonl"
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

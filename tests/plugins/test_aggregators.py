@@ -26,7 +26,7 @@ from rlkit_plugins.aggregators.pareto import ParetoAggregator
 from rlkit_plugins.aggregators.weighted_sum import nan_weighted_sum
 
 NAN = math.nan
-CONF = Path(__file__).resolve().parents[1] / "conf"
+CONF = Path(__file__).resolve().parents[2] / "conf"
 ARITHMETIC = load_rubric(CONF / "rubrics" / "arithmetic.yaml")
 NAMES = ["geometric", "min_first", "min", "lexicographic", "pareto", "layered"]
 FAST = settings(max_examples=40, deadline=None)

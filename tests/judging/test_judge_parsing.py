@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from rlkit.core.rubric import load_rubric, rubric_from_dict
 from rlkit.judging.parsing import RankingParse, ScoreParse, parse_ranking, parse_scores, ranks_from_order
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 # format and correctness are binary; brevity and repetition are scales 1-5.
 ARITH = load_rubric(REPO / "conf" / "rubrics" / "arithmetic.yaml")
 ONE = rubric_from_dict(
