@@ -202,15 +202,18 @@ class RubricRLModule(L.LightningModule):
         t1 = time.perf_counter()
         step = self.global_step  # before the update advances it
         batch = self.score(records, sampled, step)
-        objective_step = self.pair_step if self.parts.objective.signal == "pairs" else self.advantage_step
-        outcome = objective_step(sampled, batch)
-        loss, t2, t3 = outcome.loss, outcome.decided_at, outcome.logprob_at
         spread = self.spread
+        # every completion's truncation flag: a pair objective may leave cut completions out, and the metrics count them
+        truncated = spread.gather(sampled.truncated.float(), self.device)
+        if self.parts.objective.signal == "pairs":
+            outcome = self.pair_step(sampled, batch, truncated > 0.5)
+        else:
+            outcome = self.advantage_step(sampled, batch)
+        loss, t2, t3 = outcome.loss, outcome.decided_at, outcome.logprob_at
         self.last_rollout = RolloutSnapshot(step, records, sampled.texts, spread.local(batch.raw_scores),
                                             spread.local(batch.rewards), outcome.advantages)
         t4 = time.perf_counter()
         lengths = spread.gather(sampled.completion_token_counts.float(), self.device)
-        truncated = spread.gather(sampled.truncated.float(), self.device)
         metrics = self.step_metrics(batch, lengths, truncated)
         metrics.update(outcome.metrics)
         judge_metrics = getattr(self.parts.judge, "metrics", None)
@@ -263,12 +266,11 @@ class RubricRLModule(L.LightningModule):
         metrics.update(advantage_metrics(advantages))
         return StepOutcome(loss, metrics, local, decided, logprob_at)
 
-    def pair_step(self, sampled: SampledBatch, batch: RewardBatch) -> StepOutcome:
+    def pair_step(self, sampled: SampledBatch, batch: RewardBatch, truncated: torch.Tensor) -> StepOutcome:
         """An objective that learns from preference pairs: the objective picks them with the constructor over the
-        global batch, then updates on this process's. The snapshot's "advantage" is each completion's net
-        preference count (times chosen minus times rejected)."""
+        global batch (``truncated``: ``bool [B*G]``, every process's rows), then updates on this process's. The
+        snapshot's "advantage" is each completion's net preference count (times chosen minus times rejected)."""
         objective = self.parts.objective
-        truncated = self.spread.gather(sampled.truncated.float(), self.device) > 0.5
         targets, pair_metrics = objective.pair_targets(batch, truncated, constructor=self.parts.constructor,
                                                        aggregator=self.parts.aggregator, step=self.global_step)
         decided = time.perf_counter()
