@@ -52,8 +52,9 @@ def run_hydra(command: str, config_name: str, overrides: Sequence[str], body) ->
     rlkit error inside a job is one line and its exit code. The float is what a sweeper optimises."""
     import hydra
 
-    from rlkit.config import search_path_override
+    from rlkit.config import register_run_defaults, search_path_override
 
+    register_run_defaults()  # conf/fit.yaml composes the run's defaults from Hydra's ConfigStore
     relaunched = os.environ.get(RELAUNCHED_COMMAND) == command
 
     @hydra.main(config_path="pkg://rlkit.conf", config_name=config_name, version_base="1.3")

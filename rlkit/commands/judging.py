@@ -8,7 +8,8 @@ from pathlib import Path
 
 from rich.table import Table
 
-from rlkit.commands.common import fmt, rich_console, validated_config
+from rlkit.commands.common import fmt, rich_console, run_registry, validated_config
+from rlkit.config.outputs import check_writable
 
 
 def cmd_score(overrides: Sequence[str]) -> int:
@@ -17,6 +18,8 @@ def cmd_score(overrides: Sequence[str]) -> int:
 
     validated = validated_config(overrides, need_completions=True)
     options = score_options(validated.cfg)
+    if options.output:
+        check_writable(options.output, "score.output")
     sharded = None
     with score_progress(options.progress) as on_progress:
         if options.output:
@@ -76,6 +79,7 @@ def cmd_calibrate(overrides: Sequence[str]) -> int:
                           "dimensions one by one; calibrate needs a judge that does (rule, llm, hybrid, ensemble)",
                           "judge")
     options = calibrate_options(cfg)
+    check_writable(options.output, "calibrate.output", folder=True)
     labelled = read_labels(options.labels, rubric)
     judge = validated.plugin_names["judge"]
     scored = score_records(replace(validated, records=judge_records(labelled)),
@@ -111,6 +115,7 @@ def cmd_eval(overrides: Sequence[str]) -> int:
 
     validated = validated_config(overrides)  # data is read: its prompts are what the golden set must not contain
     options = eval_options(validated.cfg)
+    check_writable(options.output, "eval.output")
     result, rows, no_embedding = run_eval(validated)
     rubric = result.rubric
     table = Table(title=f"golden set {options.prompts.name} ({len(result.completions)} prompts) — "
@@ -133,12 +138,19 @@ def cmd_eval(overrides: Sequence[str]) -> int:
 def cmd_serve(overrides: Sequence[str]) -> int:
     import logging
 
-    from rlkit.serve.app import RewardServer, create_app, serve_settings
+    from rlkit.config import compose_config, validate_config
+    from rlkit.serve.app import RewardServer, create_app, listening_socket, serve_settings
 
-    validated = validated_config(overrides, read_data=False)  # requests bring the texts; data.path is not read
-    settings = serve_settings(validated.cfg)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    server = RewardServer(create_app(validated, settings), settings.host, settings.port, log_level="info")
+    cfg = compose_config(run_registry(), list(overrides))
+    settings = serve_settings(cfg)
+    sock = listening_socket(settings.host, settings.port)  # before the judge loads: a port in use fails at once
+    try:
+        validated = validate_config(cfg, run_registry(), read_data=False)  # requests bring the texts, not data.path
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        server = RewardServer(create_app(validated, settings), settings.host, log_level="info", sock=sock)
+    except BaseException:
+        sock.close()
+        raise
     rubric = validated.rubric
     print(f"serving judge {validated.plugin_names['judge']} on rubric {rubric.name} v{rubric.version} "
           f"({rubric.short_hash}) at {server.url} (OpenAPI: {server.url}/openapi.json); Ctrl-C stops", flush=True)

@@ -17,18 +17,27 @@ from rlkit.config.compose import (
 )
 from rlkit.config.schemas import (
     GROUP_SCHEMAS,
+    CalibrateConfig,
     DataConfig,
     DebiasConfig,
+    EvalConfig,
+    LogSamplesConfig,
     LoraConfig,
     ModelConfig,
     OptimConfig,
     RubricConfig,
+    RunConfig,
+    ScoreConfig,
+    ServeConfig,
+    register_run_defaults,
 )
-from rlkit.config.validate import ValidatedConfig, check_model_path, validate_config
+from rlkit.config.validate import ValidatedConfig, check_block, check_model_path, check_run, validate_config
 
 __all__ = [
-    "CONFIG_MODULE", "GROUP_SCHEMAS", "HYDRA_VERSION_BASE", "PRIMARY_CONFIG", "DataConfig", "DebiasConfig",
-    "LoraConfig", "ModelConfig", "OptimConfig", "RubricConfig", "ValidatedConfig", "check_model_path",
+    "CONFIG_MODULE", "GROUP_SCHEMAS", "HYDRA_VERSION_BASE", "PRIMARY_CONFIG", "CalibrateConfig", "DataConfig",
+    "DebiasConfig", "EvalConfig", "LogSamplesConfig", "LoraConfig", "ModelConfig", "OptimConfig", "RubricConfig",
+    "RunConfig", "ScoreConfig", "ServeConfig", "register_run_defaults", "ValidatedConfig", "check_block",
+    "check_model_path", "check_run",
     "compose_config", "config_source", "group_options", "plugin_search_paths", "resolve_path",
     "search_path_override", "validate_config",
 ]

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
+from rlkit.config.schemas import register_run_defaults
 from rlkit.core.errors import ConfigError, PluginError
 from rlkit.core.registry import KINDS_BY_GROUP, Registry
 
@@ -114,6 +115,7 @@ def compose_config(registry: Registry, overrides: list[str] | None = None,
     from hydra import compose, initialize_config_module
     from hydra.core.global_hydra import GlobalHydra
 
+    register_run_defaults()
     GlobalHydra.instance().clear()
     with _translated_hydra_errors(registry), initialize_config_module(
         CONFIG_MODULE, version_base=HYDRA_VERSION_BASE

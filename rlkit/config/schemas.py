@@ -1,24 +1,42 @@
-"""Schemas of the config groups that are not plugins (model, data, rubric, optim, debias)."""
+"""The schema of the whole run config: every top-level key and block of ``conf/fit.yaml``, with its type, default,
+constraint and description. It is the one place defaults live: ``conf/fit.yaml`` selects plugin groups and composes
+these defaults (registered in Hydra's ConfigStore as ``rlkit_run_defaults``), ``rlkit validate`` checks a composed
+config against it, and ``docs/config-reference.md`` is generated from it. Plugins' params have their own schemas,
+held by each plugin."""
 
 from __future__ import annotations
 
-from typing import Literal
+import re
+from typing import Any, Literal
 
 import pydantic
+from pydantic import Field
+
+# A description that would say "see below" is a sign the key needs one here: the reference page is built from these.
 
 
 class _Schema(pydantic.BaseModel):
-    model_config = pydantic.ConfigDict(extra="forbid")
+    # strict: `torch_threads=true` is not 1, and `batch_size="8"` is a typo worth naming (Hydra already types values)
+    model_config = pydantic.ConfigDict(extra="forbid", strict=True)
+
+
+def _finite(**kwargs: Any) -> Any:
+    return Field(allow_inf_nan=False, **kwargs)
+
+
+# --- plugin-less groups: model, data, rubric ------------------------------------------------------------------
 
 
 class LoraConfig(_Schema):
     """peft LoRA on the policy; ``r: 0`` trains the full model."""
 
-    r: int = pydantic.Field(default=0, ge=0)
-    alpha: float | None = pydantic.Field(default=None, gt=0)  # None: 2·r, a common choice
-    dropout: float = pydantic.Field(default=0.0, ge=0, lt=1)
-    target_modules: str | list[str] = "all-linear"
-    save: Literal["merged", "adapter"] = "merged"
+    r: int = Field(default=0, ge=0, description="LoRA rank; 0 trains every weight.")
+    alpha: float | None = _finite(default=None, gt=0, description="LoRA alpha; null: 2·r, a common choice.")
+    dropout: float = Field(default=0.0, ge=0, lt=1, description="Dropout on the LoRA branch.")
+    target_modules: str | list[str] = Field(default="all-linear", description="Modules that get adapters.")
+    save: Literal["merged", "adapter"] = Field(
+        default="merged", description="What `policy/` holds: a merged plain model, or the adapter alone "
+                                      "(load it with peft's `PeftModel.from_pretrained` on the base).")
 
     @property
     def enabled(self) -> bool:
@@ -26,52 +44,220 @@ class LoraConfig(_Schema):
 
 
 class ModelConfig(_Schema):
-    name_or_path: str | None = None
-    dtype: Literal["auto", "float32", "float16", "bfloat16"] = "float32"
-    reference: Literal["frozen", "adapter_off", "ema", "none"] = "frozen"
-    ema_decay: float = pydantic.Field(default=0.99, ge=0, lt=1)  # reference=ema: ref ← d·ref + (1 − d)·policy
-    lora: LoraConfig = pydantic.Field(default_factory=LoraConfig)
-    gradient_checkpointing: bool = False
+    """The policy (``model=<name>`` selects a preset under ``conf/model/``)."""
+
+    name_or_path: str | None = Field(
+        default=None, description="A local Hugging Face causal-LM folder, or a hub id already in the local HF cache; "
+                                  "null: the embedded tiny policy, built from config and cached.")
+    dtype: Literal["auto", "float32", "float16", "bfloat16"] = Field(default="float32", description="Weights' dtype.")
+    reference: Literal["frozen", "adapter_off", "ema", "none"] = Field(
+        default="frozen", description="What the KL term or the DPO loss compares with: a frozen copy of the initial "
+                                      "policy, an EMA of the policy, the LoRA base with adapters off, or none "
+                                      "(beta = 0 only).")
+    ema_decay: float = Field(default=0.99, ge=0, lt=1,
+                             description="reference=ema: after each optimiser step ref ← d·ref + (1 − d)·policy.")
+    lora: LoraConfig = Field(default_factory=LoraConfig, description="LoRA adapters through peft.")
+    gradient_checkpointing: bool = Field(
+        default=False, description="Recompute activations in backward: less memory, more compute.")
 
 
 class DataConfig(_Schema):
-    path: str | None = None
-    task: str | None = "arithmetic"
-    num_prompts: int | None = pydantic.Field(default=256, gt=0)
-    heldout_fraction: float = pydantic.Field(default=0.125, ge=0, lt=1)
-    seed: int = 0
+    """The training prompts (``data=<name>`` selects a preset under ``conf/data/``)."""
+
+    path: str | None = Field(default=None, description="A JSONL file of prompt records; null: the synthetic task.")
+    task: str | None = Field(default="arithmetic", description="The synthetic task when `path` is null.")
+    num_prompts: int | None = Field(default=256, gt=0, description="Prompts the synthetic task generates.")
+    heldout_fraction: float = Field(default=0.125, ge=0, lt=1,
+                                    description="Share of prompts held out and scored greedily before and after.")
+    seed: int = Field(default=0, description="Seed of the synthetic task and of the held-out split.")
 
 
 class RubricConfig(_Schema):
-    path: str
+    """The rubric the judge scores (``rubric=<name>`` selects a preset under ``conf/rubric/``)."""
+
+    path: str = Field(description="A rubric YAML: a file path or `pkg://module/relative/path`.")
+
+
+# --- blocks of conf/fit.yaml ------------------------------------------------------------------------------------
 
 
 class OptimConfig(_Schema):
-    lr: float = pydantic.Field(default=2e-3, ge=0)
-    weight_decay: float = pydantic.Field(default=0.0, ge=0)
-    warmup_steps: int = pydantic.Field(default=0, ge=0)
-    gradient_clip_val: float | None = pydantic.Field(default=1.0, gt=0)
-    gradient_accumulation_steps: int = pydantic.Field(default=1, ge=1)
-    length_buckets: int = pydantic.Field(default=1, ge=1)
+    """AdamW on the policy. The default suits the embedded tiny policy; real models train at ~1e-6."""
+
+    lr: float = _finite(default=2e-3, ge=0, description="Learning rate.")
+    weight_decay: float = _finite(default=0.0, ge=0, description="AdamW weight decay.")
+    warmup_steps: int = Field(default=0, ge=0, description="Linear learning-rate warm-up steps.")
+    gradient_clip_val: float | None = _finite(default=1.0, gt=0,
+                                              description="Clip the gradient norm to this; null: no clipping.")
+    gradient_accumulation_steps: int = Field(
+        default=1, ge=1, description="Each step's batch_size × num_generations completions go through the log-prob "
+                                     "passes and backward in this many micro-batches, then one optimiser step: the "
+                                     "same update with less activation memory.")
+    length_buckets: int = Field(
+        default=2, ge=1, description="Policy-gradient passes group completions of similar length: rows sorted by "
+                                     "length are split into max(this, gradient_accumulation_steps) passes, cut where "
+                                     "the padding saved is largest (same gradient). 4–8 suit real models with very "
+                                     "varied lengths (benchmarks/README.md).")
 
 
 class DebiasConfig(_Schema):
-    """Length/format bias correction of judge scores (``rlkit/debias.py``); off by default."""
+    """Length/format bias correction of the judge's scores (``rlkit/reward/debias.py``): each step every corrected
+    dimension's scores over the last ``window`` completions are regressed on the features and the part they explain
+    is removed (the batch mean is kept). Coefficients are logged as ``debias/<dimension>/<feature>``."""
 
-    enabled: bool = False
-    features: list[str] = pydantic.Field(default_factory=lambda: ["length", "newlines", "markdown"])
-    dimensions: list[str] | None = None  # None: every dimension but gates and condition targets
-    window: int = pydantic.Field(default=512, ge=1)
-    min_samples: int = pydantic.Field(default=64, ge=2)
-    ridge: float = pydantic.Field(default=1e-3, ge=0)
+    enabled: bool = Field(default=False, description="Turn the correction on.")
+    features: list[str] = Field(default_factory=lambda: ["length", "newlines", "markdown"],
+                                description="Features regressed out: length, newlines, markdown, digits_share.")
+    dimensions: list[str] | None = Field(
+        default=None, description="Dimensions corrected; null: every dimension but gates and dimensions another "
+                                  "one's condition reads. Leave out any meant to depend on length (e.g. brevity).")
+    window: int = Field(default=512, ge=1, description="Completions the fit sees (the latest).")
+    min_samples: int = Field(default=64, ge=2, description="Scored completions a dimension needs before correction.")
+    ridge: float = _finite(default=1e-3, ge=0, description="Added to the features' correlation matrix.")
 
 
+class LogSamplesConfig(_Schema):
+    """Sampled completions with their scores, to ``run_dir/samples.jsonl`` and a W&B table ``samples``."""
+
+    every: int = Field(default=10, ge=0, description="Steps between sample tables; 0 turns it off.")
+    rows: int = Field(default=16, ge=1, description="Completions per table.")
+
+
+class ScoreConfig(_Schema):
+    """``rlkit score``: where scored records go and how the judge is asked. With an output the records are scored
+    in shards of ``shard_size``, each written atomically to ``<output>.shards/``; a killed command resumes there."""
+
+    output: str | None = Field(default=None, description="JSONL written with each completion's scores, reward and "
+                                                         "rank; null: print the table only.")
+    batch_size: int = Field(default=64, ge=1, description="Records per judge batch.")
+    shard_size: int = Field(default=256, ge=1, description="Records per resumable shard.")
+    retries: int = Field(default=3, ge=0, description="Retries of a judge batch failing transiently.")
+    retry_backoff: float = _finite(default=1.0, ge=0, description="Seconds before the first retry, doubled after.")
+    progress: bool = Field(default=True, description="Progress bar with rate and ETA (only on a terminal).")
+
+
+class ServeConfig(_Schema):
+    """``rlkit serve``: the configured judge, aggregator, weights and rubric behind an HTTP reward API
+    (``POST /v1/reward``, ``GET /v1/info``, ``GET /health``, OpenAPI schema at ``/openapi.json``)."""
+
+    host: str = Field(default="127.0.0.1", min_length=1,
+                      description="Address to bind; loopback by default. 0.0.0.0 exposes it (set a token then).")
+    port: int = Field(default=8000, ge=0, le=65535, description="TCP port; 0: any free port (printed at start).")
+    api_key_env: str | None = Field(
+        default="RLKIT_SERVE_TOKEN",
+        description="Environment variable holding the bearer token (the token never goes in the config); an unset "
+                    "variable means no auth.")
+    rate_limit: int = Field(default=600, ge=0, description="Requests per minute per client (HTTP 429); 0: no limit.")
+    max_responses: int = Field(default=64, ge=1, description="Responses per request (HTTP 413 over it).")
+    max_response_chars: int = Field(default=20_000, ge=1, description="Characters per response (HTTP 413 over it).")
+    max_body_bytes: int = Field(default=2_000_000, ge=1, description="Request body size (HTTP 413 over it).")
+    timeout_s: float = _finite(default=60.0, gt=0, description="Judging one request longer than this answers 504.")
+
+    @pydantic.field_validator("api_key_env")
+    @classmethod
+    def _env_name(cls, value: str | None) -> str | None:
+        if value is not None and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", value):
+            raise ValueError(f"must name an environment variable (the token never goes in the config), got {value!r}")
+        return value
+
+
+class CalibrateConfig(_Schema):
+    """``rlkit calibrate``: how well the configured judge agrees with human labels, per rubric dimension."""
+
+    labels: str = Field(default="pkg://rlkit.conf/calibration/arithmetic_labels.jsonl", min_length=1,
+                        description="JSONL, one completion per line: prompt, completion, reference (optional), "
+                                    "labels {dimension: level}. conf/calibration/LABELLING.md is the guide.")
+    output: str = Field(default="calibration", min_length=1,
+                        description="Folder for calibration.md and the confusion-matrix PNGs (relative: to the cwd).")
+    threshold: float = _finite(default=0.6, ge=-1, le=1,
+                               description="Flag a dimension whose kappa or rho is below this, or undefined.")
+
+
+class EvalConfig(_Schema):
+    """``rlkit eval`` and the golden-set callback of ``rlkit fit``: greedy completions on a held-out prompt set that
+    never enters training, scored with the run's judge, step-0 weights and aggregator, plus reference metrics."""
+
+    prompts: str = Field(default="pkg://rlkit.conf/golden/arithmetic_golden.jsonl", min_length=1,
+                         description="JSONL of {prompt, reference (optional), ...}.")
+    checkpoint: str | None = Field(default=None, description="A policy folder, a Lightning .ckpt of this model, or "
+                                                             "null: model.name_or_path.")
+    output: str = Field(default="eval/results.jsonl", min_length=1,
+                        description="Results JSONL (rows appended per checkpoint, rubric version and dimension); "
+                                    "the markdown table goes beside it. Relative: to the cwd.")
+    every: int = Field(default=0, ge=0, description="`rlkit fit`: evaluate the golden set every N steps; 0: off.")
+    batch_size: int = Field(default=32, ge=1, description="Prompts per generation batch.")
+    max_completion_length: int | None = Field(default=None, ge=1,
+                                              description="null: the top-level max_completion_length.")
+    reference_field: str = Field(default="reference", min_length=1, description="Record field of the reference.")
+    embedding: str | None = Field(
+        default="auto", description="Embedding similarity to the reference: `auto` uses the bundled "
+                                    "all-MiniLM-L6-v2 when installed; a model name or folder must load; null: off.")
+
+    @pydantic.field_validator("output")
+    @classmethod
+    def _jsonl_output(cls, value: str) -> str:
+        if value.endswith(".md"):
+            raise ValueError("must be a .jsonl path (the markdown table is written beside it)")
+        return value
+
+
+class RunConfig(_Schema):
+    """The top-level keys of ``conf/fit.yaml`` (plugin groups, ``model``, ``data``, ``rubric``, ``trainer`` and
+    ``logger`` are checked by their own schemas)."""
+
+    seed: int = Field(default=42, description="Seeds Python, NumPy and torch (Lightning's seed_everything).")
+    batch_size: int = Field(default=8, ge=1, description="Prompts per optimisation step (TRL's name).")
+    num_generations: int = Field(
+        default=8, ge=1, description="Completions per prompt (a group). At least 2 whenever the estimator, "
+                                     "objective or aggregator compares completions within their group.")
+    max_completion_length: int = Field(default=16, ge=1, description="New tokens per completion at most.")
+    temperature: float = _finite(default=1.0, gt=0, description="Sampling temperature of training rollouts.")
+    score_normalization: Literal["range", "quantile"] = Field(
+        default="range", description="How dimension scores reach the weights and aggregator: `range` maps each "
+                                     "dimension's rubric range to [0, 1]; `quantile` then replaces each by its "
+                                     "quantile within the batch.")
+    heldout_judge: str | None = Field(
+        default="rule", description="The judge of held-out completions when the training judge only ranks within "
+                                    "groups (judge=ranking): it scores the user's rubric alone.")
+    heldout_aggregator: str = Field(
+        default="weighted_sum", min_length=1,
+        description="How held-out scores are combined when the training judge or aggregator only ranks within a "
+                    "group (judge=ranking, aggregator=lexicographic or pareto): an absolute yardstick that does not "
+                    "move with the group.")
+    heldout_weights: str = Field(default="constant", min_length=1,
+                                 description="The weight scheduler of those held-out scores.")
+    torch_threads: int | None = Field(
+        default=None, ge=1, description="Intra-op threads for torch; null: torch's default. On a shared machine 1 can "
+                                        "be many times faster for small models.")
+    checkpoint_every: int = Field(default=20, ge=1, description="Steps between Lightning checkpoints "
+                                                                "(run_dir/checkpoints/last.ckpt is kept).")
+    ckpt_path: str | None = Field(default=None, description="A Lightning checkpoint of a compatible run (same rubric "
+                                                            "and model) to resume from.")
+    log_samples: LogSamplesConfig = Field(default_factory=LogSamplesConfig, description=LogSamplesConfig.__doc__)
+    debias: DebiasConfig = Field(default_factory=DebiasConfig, description="Length/format bias correction.")
+    optim: OptimConfig = Field(default_factory=OptimConfig, description=OptimConfig.__doc__)
+    score: ScoreConfig = Field(default_factory=ScoreConfig, description="`rlkit score`.")
+    serve: ServeConfig = Field(default_factory=ServeConfig, description="`rlkit serve`.")
+    calibrate: CalibrateConfig = Field(default_factory=CalibrateConfig, description="`rlkit calibrate`.")
+    eval: EvalConfig = Field(default_factory=EvalConfig, description="`rlkit eval` and the golden-set callback.")
+
+
+# Plugin-less groups checked by their schema (what `group=<option>` YAMLs hold).
 GROUP_SCHEMAS: dict[str, type[pydantic.BaseModel]] = {
     "model": ModelConfig,
     "data": DataConfig,
     "rubric": RubricConfig,
-    "optim": OptimConfig,
-    "debias": DebiasConfig,
 }
+# Groups whose node is passed on to a library: checked where they are used (trainer: lightning.Trainer's own
+# arguments; logger: rlkit.runs.loggers), and config-only nodes.
+PASS_THROUGH_KEYS = ("trainer", "logger", "hydra")
+
+RUN_DEFAULTS = "rlkit_run_defaults"
 
 
+def register_run_defaults() -> None:
+    """Put :class:`RunConfig`'s defaults in Hydra's ConfigStore as ``rlkit_run_defaults``, the node
+    ``conf/fit.yaml`` composes first: the defaults are written here and nowhere else."""
+    from hydra.core.config_store import ConfigStore
+
+    ConfigStore.instance().store(name=RUN_DEFAULTS, node=RunConfig().model_dump(mode="json"))

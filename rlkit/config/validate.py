@@ -9,16 +9,19 @@ from typing import Any
 import pydantic
 from omegaconf import DictConfig, OmegaConf
 
+from rlkit.config.checkpoints import check_checkpoint
 from rlkit.config.compose import config_source, resolve_path
 from rlkit.config.schemas import (
     GROUP_SCHEMAS,
+    PASS_THROUGH_KEYS,
     DataConfig,
     DebiasConfig,
     ModelConfig,
+    RunConfig,
 )
 from rlkit.core.errors import ConfigError, DataError, PluginError, RlkitError
 from rlkit.core.objective import SIGNALS
-from rlkit.core.registry import KINDS, Registry
+from rlkit.core.registry import KINDS, KINDS_BY_GROUP, Registry
 from rlkit.core.rubric import Rubric, load_rubric
 from rlkit.reward.pipeline import HeldoutScoring
 
@@ -38,6 +41,48 @@ def _where(registry: Registry, cfg: DictConfig, group: str, field_name: str = ""
     return f"{key} ({config_source(registry, group, _choice(cfg, group))})"
 
 
+_BOUNDS = {"greater_than_equal": (">=", "ge"), "greater_than": (">", "gt"), "less_than_equal": ("<=", "le"),
+           "less_than": ("<", "lt")}
+
+
+def schema_message(err: Any, schema: type[pydantic.BaseModel] | None = None) -> str:
+    """One pydantic error as rlkit says it: the rule broken and the value given (``must be >= 1, got 0``)."""
+    kind, given = err["type"], err.get("input")
+    if kind == "extra_forbidden":
+        valid = f"; valid keys: {', '.join(schema.model_fields)}" if schema is not None else ""
+        return f"unknown key{valid}"
+    if kind == "missing":
+        return "required value is missing"
+    if kind in _BOUNDS:
+        sign, key = _BOUNDS[kind]
+        return f"must be {sign} {err['ctx'][key]}, got {given!r}"
+    if kind == "finite_number":
+        return f"must be a finite number, got {given!r}"
+    if kind == "literal_error":
+        return f"must be one of {err['ctx']['expected']}, got {given!r}"
+    if kind == "value_error":
+        return str(err["ctx"]["error"])
+    text = f"{err['msg'][:1].lower()}{err['msg'][1:]}"
+    return text if " got " in text else f"{text}, got {given!r}"
+
+
+def check_block(schema: type[pydantic.BaseModel], node: Any, where: str) -> Any:
+    """``node`` bound to ``schema``; the first problem raises a ``ConfigError`` naming ``where.<field>`` and the
+    rule. Every block of the config (the run's keys, ``score``, ``serve``, ``eval``, ...) is checked this one way."""
+    try:
+        return schema.model_validate(node if node is not None else {})
+    except pydantic.ValidationError as exc:
+        err = exc.errors()[0]
+        loc = [str(p) for p in err["loc"]]
+        owner = schema
+        for part in loc[:-1]:  # the model that owns the failing field, so "unknown key" can list its valid keys
+            field = owner.model_fields.get(part) if isinstance(owner, type) else None
+            inner = field.annotation if field is not None else None
+            owner = inner if isinstance(inner, type) and issubclass(inner, pydantic.BaseModel) else None
+        path = ".".join(p for p in [where, *loc] if p)
+        raise ConfigError(schema_message(err, owner), path) from None
+
+
 def _check_schema(registry: Registry, cfg: DictConfig, group: str, schema: type[pydantic.BaseModel]) -> Any:
     node = OmegaConf.to_container(cfg[group], resolve=True) if cfg.get(group) is not None else {}
     try:
@@ -49,10 +94,19 @@ def _check_schema(registry: Registry, cfg: DictConfig, group: str, schema: type[
         if isinstance(node, dict) and loc and loc[0] == node.get("name"):
             loc = loc[1:]  # a discriminated union puts the variant's name first
         field_name = ".".join(str(p) for p in loc)
-        msg = "unknown key" if err["type"] == "extra_forbidden" else err["msg"]
-        if err["type"] == "missing":
-            msg = "required value is missing"
-        raise ConfigError(msg, _where(registry, cfg, group, field_name)) from None
+        raise ConfigError(schema_message(err), _where(registry, cfg, group, field_name)) from None
+
+
+def run_keys(cfg: DictConfig) -> dict[str, Any]:
+    """The composed config's top-level keys that :class:`RunConfig` checks (every key but groups and pass-throughs)."""
+    groups = set(GROUP_SCHEMAS) | set(KINDS_BY_GROUP) | set(PASS_THROUGH_KEYS)
+    return {k: OmegaConf.to_container(v, resolve=True) if OmegaConf.is_config(v) else v
+            for k, v in cfg.items() if k not in groups}
+
+
+def check_run(cfg: DictConfig) -> RunConfig:
+    """The top-level keys and blocks bound to :class:`RunConfig` (milliseconds: nothing is built)."""
+    return check_block(RunConfig, run_keys(cfg), "")
 
 
 @dataclass
@@ -61,6 +115,7 @@ class ValidatedConfig:
 
     cfg: DictConfig
     rubric: Rubric
+    run: RunConfig = field(default_factory=RunConfig)
     plugins: dict[str, Any] = field(default_factory=dict)
     # What the judge's scores follow: the rubric itself, unless the judge derives its own (scored_rubric).
     reward_rubric: Rubric = None  # type: ignore[assignment]  # set by validate_config
@@ -72,14 +127,35 @@ class ValidatedConfig:
     debias: DebiasConfig | None = None
 
     def heldout_scoring(self) -> HeldoutScoring | None:
-        """Held-out scoring for a training judge that only ranks within groups: ``heldout_judge`` on the user's
-        rubric, weighted by ``heldout_weights`` and combined by ``heldout_aggregator``; None when the training
-        judge scores the rubric itself."""
-        if self.reward_rubric is self.rubric:
-            return None
-        return HeldoutScoring(judge=self.plugins["heldout_judge"], judge_name=self.plugin_names["heldout_judge"],
-                              rubric=self.rubric, aggregator=self.plugins["heldout_aggregator"],
-                              scheduler=self.plugins["heldout_weights"])
+        """Held-out scoring on an absolute yardstick, or None when training's own scoring is one. A training judge
+        that only ranks within groups hands held-out completions to ``heldout_judge`` on the user's rubric; a
+        group-relative aggregator (a lone completion's rank says nothing) leaves the judge as it is. Either way the
+        scores are weighted by ``heldout_weights`` and combined by ``heldout_aggregator``."""
+        if self.reward_rubric is not self.rubric:
+            return HeldoutScoring(judge=self.plugins["heldout_judge"], judge_name=self.plugin_names["heldout_judge"],
+                                  rubric=self.rubric, aggregator=self.plugins["heldout_aggregator"],
+                                  scheduler=self.plugins["heldout_weights"])
+        if is_group_relative(self.plugins.get("aggregator")):
+            return HeldoutScoring(judge=self.plugins["judge"], judge_name=self.plugin_names["judge"],
+                                  rubric=self.rubric, aggregator=self.plugins["heldout_aggregator"],
+                                  scheduler=self.plugins["heldout_weights"])
+        return None
+
+    def heldout_yardstick(self) -> str | None:
+        """Why held-out rewards are not the training reward, for the start/end table's title; None when they are."""
+        if self.reward_rubric is not self.rubric:
+            return (f"judge={self.plugin_names['judge']} ranks within groups: held-out scored by "
+                    f"{self.plugin_names['heldout_judge']}, reward = {self.plugin_names['heldout_aggregator']}")
+        if is_group_relative(self.plugins.get("aggregator")):
+            return (f"aggregator={self.plugin_names['aggregator']} ranks within groups: held-out reward = "
+                    f"{self.plugin_names['heldout_aggregator']} of the same scores")
+        return None
+
+
+def is_group_relative(plugin: Any) -> bool:
+    """Whether a plugin compares completions within their group (``group_relative = True``), so a lone completion
+    or a group of one gives it nothing to compare."""
+    return bool(getattr(plugin, "group_relative", False))
 
 
 def _plugin_node(registry: Registry, cfg: DictConfig, group: str) -> tuple[str, dict[str, Any]] | None:
@@ -103,20 +179,16 @@ def _plugin_node(registry: Registry, cfg: DictConfig, group: str) -> tuple[str, 
 
 
 def check_model_path(model: ModelConfig) -> None:
-    """The model must be a local directory with a Hugging Face config, or a hub id in the local HF cache."""
+    """The model must be a local directory or a hub id in the local HF cache, whose ``config.json`` transformers can
+    read (``AutoConfig``: no weights are loaded)."""
+    from rlkit.lm.model_config import read_model_config
     from rlkit.lm.models import locate_model
 
     if model.name_or_path is not None:
-        locate_model(model.name_or_path)
+        read_model_config(locate_model(model.name_or_path), f"model.name_or_path ({model.name_or_path})")
 
 
 def _check_reward_path(cfg: DictConfig, result: ValidatedConfig) -> None:
-    from rlkit.reward.pipeline import SCORE_NORMALIZATIONS
-
-    normalization = cfg.get("score_normalization", "range")
-    if normalization not in SCORE_NORMALIZATIONS:
-        raise ConfigError(f"must be one of {', '.join(SCORE_NORMALIZATIONS)}, got {normalization!r}",
-                          "score_normalization")
     estimator = result.plugins.get("advantage_estimator")
     aggregator = result.plugin_names.get("aggregator")
     if getattr(estimator, "ignores_aggregator", False) and aggregator not in (None, "weighted_sum"):
@@ -124,16 +196,32 @@ def _check_reward_path(cfg: DictConfig, result: ValidatedConfig) -> None:
                       f"dimensions directly; aggregator={aggregator} only feeds the logged reward", stacklevel=2)
 
 
-def _check_torch_threads(cfg: DictConfig) -> None:
-    threads = cfg.get("torch_threads")
-    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
-        raise ConfigError(f"must be null (torch's default) or an integer >= 1, got {threads!r}", "torch_threads")
+def _check_group_size(run: RunConfig, result: ValidatedConfig) -> None:
+    """A group of one gives a part that compares completions within their group nothing to compare: every
+    advantage would be 0, or no pair would form, and the run would train on nothing."""
+    if run.num_generations >= 2:
+        return
+    signal = getattr(result.objective, "signal", None)
+    parts = [("objective", "objective", result.objective),
+             ("aggregator", "aggregator", result.plugins.get("aggregator"))]
+    if signal == "advantages":
+        parts.append(("advantage", "advantage_estimator", result.plugins.get("advantage_estimator")))
+    if signal == "pairs":
+        parts.append(("preference", "preference_constructor", result.plugins.get("preference_constructor")))
+    relative = [f"{group}={result.plugin_names[key]}" for group, key, plugin in parts if is_group_relative(plugin)]
+    if relative:
+        verb = "compares" if len(relative) == 1 else "compare"
+        raise ConfigError(f"must be >= 2, got {run.num_generations}: {' and '.join(relative)} {verb} completions "
+                          "within their group, and a group of one gives nothing to compare", "num_generations")
 
 
 def _check_heldout_judge(registry: Registry, cfg: DictConfig, result: ValidatedConfig) -> None:
     """A training judge that only ranks within groups cannot score a lone held-out completion: build the
-    ``heldout_judge`` that will, on the user's rubric."""
+    ``heldout_judge`` that will, on the user's rubric. A training aggregator that only ranks within groups needs the
+    held-out aggregator and weights (an absolute yardstick) but not another judge."""
     if result.reward_rubric is result.rubric:
+        if is_group_relative(result.plugins.get("aggregator")):
+            _build_heldout_reward(registry, cfg, result)
         return
     name = cfg.get("heldout_judge")
     if not isinstance(name, str) or not name:
@@ -152,6 +240,10 @@ def _check_heldout_judge(registry: Registry, cfg: DictConfig, result: ValidatedC
         check(result.rubric)
     result.plugins["heldout_judge"] = judge
     result.plugin_names["heldout_judge"] = name
+    _build_heldout_reward(registry, cfg, result)
+
+
+def _build_heldout_reward(registry: Registry, cfg: DictConfig, result: ValidatedConfig) -> None:
     for key, kind in (("heldout_aggregator", "aggregator"), ("heldout_weights", "weight_scheduler")):
         chosen = cfg.get(key)
         if not isinstance(chosen, str) or not chosen:
@@ -257,10 +349,11 @@ def validate_config(cfg: DictConfig, registry: Registry, *, read_data: bool = Tr
     """Check every part of a composed config; the first problem raises a one-line ``RlkitError``."""
     from rlkit.data.records import SYNTHETIC_TASKS, read_jsonl
 
+    run = check_run(cfg)  # first: the run's own values fail in milliseconds, before any plugin or file is read
     parts = {group: _check_schema(registry, cfg, group, schema) for group, schema in GROUP_SCHEMAS.items()}
     rubric = load_rubric(resolve_path(parts["rubric"].path))
-    result = ValidatedConfig(cfg=cfg, rubric=rubric, model=parts["model"], data=parts["data"],
-                             debias=parts["debias"], reward_rubric=rubric)
+    result = ValidatedConfig(cfg=cfg, rubric=rubric, run=run, model=parts["model"], data=parts["data"],
+                             debias=run.debias, reward_rubric=rubric)
     for kind in KINDS:
         if kind.many:
             continue  # lists of plugins (monitors) are validated below
@@ -285,16 +378,18 @@ def validate_config(cfg: DictConfig, registry: Registry, *, read_data: bool = Tr
     result.plugins["monitor"] = validate_monitors(registry, cfg, result.reward_rubric)  # {key: monitor}
     if result.plugins["monitor"]:
         result.plugin_names["monitor"] = ", ".join(result.plugins["monitor"])
-    _check_debias(parts["debias"], result.reward_rubric)
+    _check_debias(run.debias, result.reward_rubric)
     _check_heldout_judge(registry, cfg, result)
-    _check_torch_threads(cfg)
     check_model_path(parts["model"])
     if "objective" not in result.plugins:
         raise ConfigError(f"select an objective, e.g. objective=policy_gradient (available: "
                           f"{registry.available('objective')})", "objective")
     result.objective = result.plugins["objective"]
     _check_objective_parts(registry, cfg, result)
+    _check_group_size(run, result)
     _check_reference(registry, cfg, parts["model"], result.objective)
+    if run.ckpt_path is not None:
+        check_checkpoint(resolve_path(run.ckpt_path), result.rubric, parts["model"])
     _check_reward_path(cfg, result)
     data: Any = parts["data"]
     if data.path is not None:

@@ -79,6 +79,11 @@ def rlkit_register_aggregators(register: Register) -> None:
     An aggregator has ``aggregate(batch: rlkit.RewardBatch) -> torch.Tensor`` returning the
     reward ``float32 [B, G]`` from ``batch.scores`` (normalised to [0, 1], NaN = not scored) and
     ``batch.weights``. NaN is allowed in the result and means "no reward could be formed".
+
+    An aggregator whose reward compares completions within their group (a rank, a win rate, a Pareto front)
+    sets the class attribute ``group_relative = True``: ``rlkit validate`` then asks for ``num_generations >= 2``,
+    and held-out completions, scored one per prompt, are combined by ``heldout_aggregator`` instead (a lone
+    completion's rank says nothing).
     """
 
 
@@ -90,7 +95,9 @@ def rlkit_register_advantage_estimators(register: Register) -> None:
     ``float32 [B, G]`` with no NaN: a completion whose reward is NaN gets advantage 0. It reads
     the whole batch (raw and normalised scores, weights, reward, rubric), so per-dimension
     methods need no other contract. An estimator whose groups are zero-mean by construction sets
-    the class attribute ``zero_mean_groups = True`` and the contract suite checks it.
+    the class attribute ``zero_mean_groups = True`` and the contract suite checks it. An estimator that compares
+    completions within their group sets ``group_relative = True``, and ``rlkit validate`` asks for
+    ``num_generations >= 2`` (a group of one would give every advantage 0).
     """
 
 
@@ -124,6 +131,8 @@ def rlkit_register_objectives(register: Register) -> None:
     The loop owns sampling, the log-prob passes, micro-batching, the DDP arithmetic and the optimiser step; an
     objective says what it needs and turns tensors into a loss. It has:
 
+    * ``group_relative`` (optional, default False): True when the loss compares completions within their group
+      (pairs from a group); ``rlkit validate`` then asks for ``num_generations >= 2``.
     * ``signal``: ``"advantages"`` (the loop asks the advantage estimator for ``[B, G]`` advantages) or ``"pairs"``
       (the loop hands the preference constructor to :meth:`pair_targets`).
     * ``num_iterations: int``: optimiser steps per rollout (PPO-style inner epochs; 1 for on-policy).

@@ -31,12 +31,13 @@ from typing import IO, Any
 
 import numpy as np
 
-from rlkit.core.errors import ConfigError, DataError
+from rlkit.config.schemas import CalibrateConfig
+from rlkit.core.errors import DataError
 from rlkit.core.rubric import Dimension, Rubric
 from rlkit.data.records import MAX_REPORTED_LINES, read_jsonl
 
-DEFAULT_THRESHOLD = 0.6
-DEFAULT_LABELS = "pkg://rlkit.conf/calibration/arithmetic_labels.jsonl"
+DEFAULT_THRESHOLD = CalibrateConfig.model_fields["threshold"].default
+DEFAULT_LABELS = CalibrateConfig.model_fields["labels"].default
 REPORT_NAME = "calibration.md"
 
 
@@ -221,26 +222,15 @@ class CalibrateOptions:
 
 
 def calibrate_options(cfg: Any) -> CalibrateOptions:
-    """The ``calibrate`` block of a composed config, checked; relative paths are relative to the cwd."""
+    """The ``calibrate`` block of a composed config, checked against its schema; relative paths: to the cwd."""
     from omegaconf import OmegaConf
 
-    from rlkit.config import resolve_path
+    from rlkit.config import CalibrateConfig, check_block, resolve_path
 
     node = OmegaConf.select(cfg, "calibrate", default=None)
-    node = OmegaConf.to_container(node, resolve=True) if node is not None else {}
-    if not isinstance(node, dict):
-        raise ConfigError("must be a mapping with labels, output and threshold", "calibrate")
-    unknown = sorted(set(node) - {"labels", "output", "threshold"})
-    if unknown:
-        raise ConfigError("unknown key; valid keys: labels, output, threshold", f"calibrate.{unknown[0]}")
-    labels, output = node.get("labels") or DEFAULT_LABELS, node.get("output") or "calibration"
-    threshold = node.get("threshold", DEFAULT_THRESHOLD)
-    for key, value in (("labels", labels), ("output", output)):
-        if not isinstance(value, str):
-            raise ConfigError(f"must be a path, got {value!r}", f"calibrate.{key}")
-    if isinstance(threshold, bool) or not isinstance(threshold, int | float) or not -1 <= threshold <= 1:
-        raise ConfigError(f"must be a number in [-1, 1], got {threshold!r}", "calibrate.threshold")
-    return CalibrateOptions(resolve_path(labels), Path(output).expanduser(), float(threshold))
+    block = check_block(CalibrateConfig, OmegaConf.to_container(node, resolve=True) if node is not None else {},
+                        "calibrate")
+    return CalibrateOptions(resolve_path(block.labels), Path(block.output).expanduser(), block.threshold)
 
 
 # --- agreement ---------------------------------------------------------------------------------

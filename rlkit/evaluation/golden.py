@@ -28,10 +28,6 @@ from rlkit.lm.sampling import GenerationRequest
 from rlkit.reward.pipeline import aggregate_rewards, check_judge_output
 from rlkit.text.similarity import normalize_whitespace
 
-DEFAULT_PROMPTS = "pkg://rlkit.conf/golden/arithmetic_golden.jsonl"
-DEFAULT_OUTPUT = "eval/results.jsonl"
-EVAL_KEYS = ("prompts", "checkpoint", "output", "every", "batch_size", "max_completion_length", "reference_field",
-             "embedding")
 REFERENCE_METRICS = ("exact_match", "numeric_match", "embedding_similarity")
 MAX_OVERLAPS_SHOWN = 5
 _NUMBER = re.compile(r"[-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")
@@ -115,39 +111,18 @@ class EvalOptions:
         return self.output.with_suffix(".md")
 
 
-def _int(node: dict[str, Any], key: str, default: int, low: int) -> int:
-    value = node.get(key, default)
-    if value is None:
-        return default
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise ConfigError(f"must be an integer >= {low}, got {value!r}", f"eval.{key}")
-    return value
-
-
 def eval_options(cfg: Any) -> EvalOptions:
-    """The ``eval`` block of a composed config, checked; relative paths are relative to the cwd."""
+    """The ``eval`` block of a composed config, checked against its schema; relative paths are relative to the cwd."""
     from omegaconf import OmegaConf
 
-    from rlkit.config import resolve_path
+    from rlkit.config import EvalConfig, check_block, resolve_path
 
     node = OmegaConf.select(cfg, "eval", default=None)
-    node = OmegaConf.to_container(node, resolve=True) if node is not None else {}
-    if not isinstance(node, dict):
-        raise ConfigError(f"must be a mapping with keys {', '.join(EVAL_KEYS)}", "eval")
-    unknown = sorted(set(node) - set(EVAL_KEYS))
-    if unknown:
-        raise ConfigError(f"unknown key; valid keys: {', '.join(EVAL_KEYS)}", f"eval.{unknown[0]}")
-    for key in ("prompts", "checkpoint", "output", "reference_field", "embedding"):
-        if node.get(key) is not None and not isinstance(node[key], str):
-            raise ConfigError(f"must be a string, got {node[key]!r}", f"eval.{key}")
-    prompts = resolve_path(node.get("prompts") or DEFAULT_PROMPTS)
-    output = Path(node.get("output") or DEFAULT_OUTPUT).expanduser()
-    if output.suffix == ".md":
-        raise ConfigError("must be a .jsonl path (the markdown table is written beside it)", "eval.output")
-    max_len = _int(node, "max_completion_length", int(cfg.get("max_completion_length", 16)), 1)
-    embedding = node.get("embedding", "auto")
-    return EvalOptions(prompts, node.get("checkpoint"), output, _int(node, "every", 0, 0),
-                       _int(node, "batch_size", 32, 1), max_len, node.get("reference_field") or "reference",
+    block = check_block(EvalConfig, OmegaConf.to_container(node, resolve=True) if node is not None else {}, "eval")
+    max_len = block.max_completion_length or int(cfg.get("max_completion_length", 16))
+    embedding = block.embedding
+    return EvalOptions(resolve_path(block.prompts), block.checkpoint, Path(block.output).expanduser(), block.every,
+                       block.batch_size, max_len, block.reference_field,
                        None if embedding in (None, "", "none", "off") else embedding)
 
 

@@ -24,11 +24,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-import pydantic
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from rlkit.config import ValidatedConfig, resolve_path
+from rlkit.config import ScoreConfig, ValidatedConfig, check_block, resolve_path
 from rlkit.core.atomic import atomic_write_text
 from rlkit.core.errors import ConfigError, DataError, JudgeError
 from rlkit.evaluation.scoring import JudgeRetriesExhausted, ScoreResult, score_records, scored_lines
@@ -39,26 +38,14 @@ MANIFEST_FORMAT = 1
 REWARD_CONFIG_KEYS = ("judge", "aggregator", "weights", "score_normalization")
 
 
-class ScoreOptions(pydantic.BaseModel):
-    """The ``score`` block of ``conf/fit.yaml``."""
-
-    model_config = pydantic.ConfigDict(extra="ignore")
-
-    output: str | None = None
-    batch_size: int = pydantic.Field(default=64, ge=1)
-    shard_size: int = pydantic.Field(default=256, ge=1)
-    retries: int = pydantic.Field(default=3, ge=0)
-    retry_backoff: float = pydantic.Field(default=1.0, ge=0)
-    progress: bool = True
+# The `score` block's schema lives with every other block's (rlkit.config.schemas); the old name stays.
+ScoreOptions = ScoreConfig
 
 
-def score_options(cfg: DictConfig) -> ScoreOptions:
+def score_options(cfg: DictConfig) -> ScoreConfig:
     """``cfg.score`` checked; a bad value raises a ``ConfigError`` naming ``score.<key>``."""
-    try:
-        return ScoreOptions.model_validate(OmegaConf.to_container(cfg.score, resolve=True))
-    except pydantic.ValidationError as exc:
-        err = exc.errors()[0]
-        raise ConfigError(err["msg"], "score." + ".".join(str(p) for p in err["loc"])) from None
+    node = cfg.get("score")
+    return check_block(ScoreConfig, OmegaConf.to_container(node, resolve=True) if node is not None else {}, "score")
 
 
 def shards_dir(output: Path) -> Path:

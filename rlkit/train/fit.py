@@ -22,14 +22,12 @@ from rlkit.train.monitoring import monitor_host, summary_lines
 
 
 def settings_from(validated: ValidatedConfig) -> TrainingSettings:
-    cfg, optim = validated.cfg, validated.cfg.optim
+    run, optim = validated.run, validated.run.optim
     return TrainingSettings(
-        num_generations=int(cfg.num_generations), max_completion_length=int(cfg.max_completion_length),
-        temperature=float(cfg.temperature), lr=float(optim.lr),
-        weight_decay=float(optim.weight_decay), warmup_steps=int(optim.warmup_steps),
-        gradient_clip_val=optim.gradient_clip_val, gradient_accumulation_steps=int(optim.gradient_accumulation_steps),
-        length_buckets=int(optim.get("length_buckets", 1)),
-        seed=int(cfg.seed),
+        num_generations=run.num_generations, max_completion_length=run.max_completion_length,
+        temperature=run.temperature, lr=optim.lr, weight_decay=optim.weight_decay, warmup_steps=optim.warmup_steps,
+        gradient_clip_val=optim.gradient_clip_val, gradient_accumulation_steps=optim.gradient_accumulation_steps,
+        length_buckets=optim.length_buckets, seed=run.seed,
     )
 
 
@@ -75,8 +73,8 @@ def build_trainer(validated: ValidatedConfig, run_dir: Path) -> tuple[L.Trainer,
     trainer_kwargs.setdefault("use_distributed_sampler", False)
     trainer_kwargs.setdefault("plugins", [StreamingCheckpointIO()])
     checkpoints = ModelCheckpoint(dirpath=str(run_dir / "checkpoints"), save_last=True, save_top_k=0,
-                                  every_n_train_steps=int(cfg.checkpoint_every))
-    samples = SampleLogger(int(cfg.log_samples.every), int(cfg.log_samples.rows), run_dir / "samples.jsonl",
+                                  every_n_train_steps=validated.run.checkpoint_every)
+    samples = SampleLogger(validated.run.log_samples.every, validated.run.log_samples.rows, run_dir / "samples.jsonl",
                            validated.reward_rubric)
     try:
         trainer = L.Trainer(default_root_dir=str(run_dir), logger=logger, num_sanity_val_steps=0,
@@ -94,7 +92,6 @@ def build_module(validated: ValidatedConfig) -> RubricRLModule:
     from rlkit.lm.models import apply_lora, enable_gradient_checkpointing, load_policy, resolve_policy_path
     from rlkit.lm.reference import build_reference
 
-    cfg = validated.cfg
     path = resolve_policy_path(validated.model.name_or_path)
     policy, tokenizer = load_policy(path, validated.model.dtype)
     if validated.model.gradient_checkpointing:
@@ -112,7 +109,7 @@ def build_module(validated: ValidatedConfig) -> RubricRLModule:
                         aggregator_name=validated.plugin_names["aggregator"],
                         objective=validated.objective,
                         constructor=validated.plugins.get("preference_constructor"),
-                        score_normalization=str(cfg.get("score_normalization", "range")),
+                        score_normalization=validated.run.score_normalization,
                         debias=build_debias(validated), heldout=validated.heldout_scoring())
     return RubricRLModule(policy, tokenizer, validated.reward_rubric, parts, settings_from(validated), reference,
                           judged_rubric=validated.rubric, generator=validated.plugins.get("generator"))
@@ -144,22 +141,22 @@ def fit(validated: ValidatedConfig, run_dir: Path) -> dict[str, Any]:
     from rlkit.lm.models import save_policy
     from rlkit.train.datamodule import PromptDataModule
 
-    cfg = validated.cfg
+    run = validated.run
     quiet_lightning()
-    if cfg.get("torch_threads"):
-        torch.set_num_threads(int(cfg.torch_threads))
-    L.seed_everything(int(cfg.seed), workers=True, verbose=False)
+    if run.torch_threads:
+        torch.set_num_threads(run.torch_threads)
+    L.seed_everything(run.seed, workers=True, verbose=False)
     trainer, logger = build_trainer(validated, run_dir)  # first: a trainer setting Lightning refuses fails fast
     module = None
     try:
         module = build_module(validated)
         module.monitors = monitor_host(validated, run_dir)
-        datamodule = PromptDataModule(validated.data, batch_size=int(cfg.batch_size), seed=int(cfg.seed))
+        datamodule = PromptDataModule(validated.data, batch_size=run.batch_size, seed=run.seed)
         trainer.validate(module, datamodule=datamodule, verbose=False)
         start = dict(module.heldout)
         module.history = MetricsHistory(run_dir / METRICS_FILE) if trainer.is_global_zero else None
         record_heldout(module.history, 0, start)
-        trainer.fit(module, datamodule=datamodule, ckpt_path=cfg.get("ckpt_path"))
+        trainer.fit(module, datamodule=datamodule, ckpt_path=run.ckpt_path)
         monitors = module.monitors.summary() if module.monitors is not None else {}  # writes monitors.json
         replicas = check_replicas_agree(module.policy, module.device)
         trainer.validate(module, datamodule=datamodule, verbose=False)
@@ -200,8 +197,9 @@ def print_summary(summary: dict[str, Any], validated: ValidatedConfig) -> None:
     from rich.table import Table
 
     rubric = validated.rubric if "heldout_judge" in validated.plugins else validated.reward_rubric
+    yardstick = validated.heldout_yardstick()
     table = Table(title=f"held-out, rubric {rubric.name} v{rubric.version} ({rubric.short_hash}), "
-                        f"{summary['steps']} steps")
+                        f"{summary['steps']} steps" + (f"\n({yardstick})" if yardstick else ""))
     for column in ("dimension", "start", "end", "change"):
         table.add_column(column, justify="left" if column == "dimension" else "right")
     for key in [*rubric.dimension_names, "reward"]:
@@ -225,5 +223,6 @@ def print_summary(summary: dict[str, Any], validated: ValidatedConfig) -> None:
         console.print(line)
     if summary.get("replicas", 1) > 1:
         console.print(f"{summary['replicas']} processes hold the same parameters after training")
-    console.print(f"final held-out mean normalised reward: {summary['end']['reward']:.4f}")
+    which = f" ({validated.plugin_names['heldout_aggregator']} yardstick)" if yardstick else ""
+    console.print(f"final held-out mean normalised reward{which}: {summary['end']['reward']:.4f}")
     console.print(f"policy saved to {summary['policy_dir']}")

@@ -16,6 +16,7 @@ from rlkit.core.rng import capture_rng_state, restore_rng_state
 from rlkit.core.rubric import Rubric
 from rlkit.core.stats import nan_mean_std
 from rlkit.core.types import RewardBatch, Rollout
+from rlkit.lm.model_config import model_fingerprint
 from rlkit.lm.models import make_adamw
 from rlkit.lm.reference import ReferencePolicy
 from rlkit.lm.sampling import GenerationRequest, SampledBatch
@@ -366,7 +367,7 @@ class RubricRLModule(L.LightningModule):
         # Lightning builds the checkpoint on every process and rank 0 writes it: each process's generators
         # travel in it, so a resumed multi-process run draws what the uninterrupted one would have.
         rng_by_rank = self.spread.gather_objects(capture_rng_state())
-        checkpoint["rlkit"] = {"rubric": self.judged_rubric.identity(),
+        checkpoint["rlkit"] = {"rubric": self.judged_rubric.identity(), "model": self.model_fingerprint(),
                                "weight_scheduler": self.parts.scheduler.state_dict(),
                                "rng": rng_by_rank[0], "data_position": list(self._data_position)}
         objective_state = getattr(self.parts.objective, "state_dict", None)
@@ -378,6 +379,12 @@ class RubricRLModule(L.LightningModule):
             checkpoint["rlkit"]["rng_by_rank"] = rng_by_rank
         if self.monitors is not None:
             checkpoint["rlkit"]["monitors"] = self.monitors.state_dict()
+
+    def model_fingerprint(self) -> dict[str, Any]:
+        """What `rlkit validate` compares a resumed run's model with (parameter shapes and LoRA rank)."""
+        peft_config = getattr(self.policy, "peft_config", None) or {}
+        adapter = next(iter(peft_config.values()), None)
+        return model_fingerprint(self.policy.config, getattr(adapter, "r", 0) or 0)
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         state = checkpoint.get("rlkit", {})

@@ -261,7 +261,7 @@ def test_what_counts_as_transient():
 def test_bad_score_option_names_the_key(capsys, tmp_path, inputs):
     data, rubric = inputs
     code, _, err = _score(capsys, data, rubric, tmp_path / "s.jsonl", "score.shard_size=0")
-    assert code == 2 and "score.shard_size: Input should be greater than or equal to 1" in err
+    assert code == 2 and "score.shard_size: must be >= 1, got 0" in err
 
 
 def test_progress_bar_on_a_terminal_only(capsys, tmp_path, inputs, monkeypatch):

@@ -65,6 +65,7 @@ class GroupDecoupledAdvantage:
     """GDPO over ``batch.scores`` and ``batch.weights``; the aggregated ``batch.rewards`` is not used."""
 
     zero_mean_groups = True
+    group_relative = True  # compares completions within their group; `rlkit validate` asks for num_generations >= 2
     # The host's `rlkit validate` notes that the aggregator then only feeds the logged reward.
     ignores_aggregator = True
 

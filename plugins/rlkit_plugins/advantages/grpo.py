@@ -44,6 +44,7 @@ class GroupNormalizedAdvantage:
     """GRPO's estimator over the aggregated reward."""
 
     zero_mean_groups = True
+    group_relative = True  # compares completions within their group; `rlkit validate` asks for num_generations >= 2
 
     @dataclass
     class Params:

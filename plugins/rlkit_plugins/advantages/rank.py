@@ -74,6 +74,7 @@ class RankAdvantage:
     """Rank-based advantages over the aggregated reward."""
 
     zero_mean_groups = True
+    group_relative = True  # compares completions within their group; `rlkit validate` asks for num_generations >= 2
     order_invariant = True  # checked by rlkit.testing.properties: only the order of the rewards is read
 
     @dataclass

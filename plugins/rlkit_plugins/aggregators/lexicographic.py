@@ -87,6 +87,8 @@ class LexicographicAggregator:
     by any strictly increasing transform of a dimension.
     """
 
+    group_relative = True  # a win rate within the group: held-out rewards use heldout_aggregator instead
+
     @dataclass
     class Params:
         tolerance: float | dict[str, float] = 0.0

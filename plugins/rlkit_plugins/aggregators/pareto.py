@@ -55,6 +55,7 @@ class ParetoAggregator:
     """
 
     order_invariant = True  # rlkit.testing.properties checks it
+    group_relative = True  # fronts within a group: held-out rewards use heldout_aggregator
 
     @dataclass
     class Params:

@@ -36,6 +36,7 @@ from rlkit_plugins.objectives.dpo_losses import preference_loss, sft_loss
 
 class GroupDpoObjective:
     signal = "pairs"
+    group_relative = True  # pairs come from within a group; `rlkit validate` asks for num_generations >= 2
     needs_old_logprobs = False  # each inner iteration recomputes the policy's sums; the reference's are fixed
 
     class Params(pydantic.BaseModel):
