@@ -3,27 +3,27 @@
 ``POST /v1/reward`` scores one group (a prompt and its responses), ``GET /v1/info`` says which rubric it scores,
 ``GET /health`` answers without auth, and ``POST /v1/chat/completions`` answers OpenAI-style when the judge is a
 generative model on the ``hf`` backend. ``/openapi.json`` is the schema. Guards, in order: bearer token (401),
-per-client rate limit (429 with Retry-After), body size (413); then FastAPI's validation (422), response caps
-(413) and the judging timeout (504). Logs carry lengths and counts, never the texts.
+per-client rate limit (429 with Retry-After), body size (413), strict JSON (422: no NaN/Infinity, no float
+overflow, at most 64 levels deep); then FastAPI's validation (422), response caps (413) and the judging timeout
+(504). A bad request is never a 5xx. Logs carry lengths and counts, never the texts.
 """
 
 from __future__ import annotations
 
 import asyncio
+import errno
 import hmac
 import logging
 import math
 import os
-import re
 import socket
 import threading
 import time
 from typing import Any
 
-import pydantic
 from omegaconf import DictConfig, OmegaConf
 
-from rlkit.config import ValidatedConfig
+from rlkit.config import ServeConfig, ValidatedConfig, check_block
 from rlkit.core.errors import ConfigError, RlkitError
 from rlkit.core.rubric import Rubric
 from rlkit.core.types import RewardBatch, Rollout
@@ -39,43 +39,20 @@ from rlkit.serve.protocol import (
     RubricInfo,
     ScoredResponse,
 )
+from rlkit.serve.strict_json import body_problem, echoable, is_json_content_type
 
 log = logging.getLogger("rlkit.serve")
-_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 OPEN_PATHS = ("/health", "/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc")
 
 
-class ServeSettings(pydantic.BaseModel):
-    """The ``serve:`` block of ``conf/fit.yaml``."""
-
-    model_config = pydantic.ConfigDict(extra="forbid")
-
-    host: str = "127.0.0.1"
-    port: int = pydantic.Field(default=8000, ge=0, le=65535)
-    api_key_env: str | None = "RLKIT_SERVE_TOKEN"
-    rate_limit: int = pydantic.Field(default=600, ge=0)
-    max_responses: int = pydantic.Field(default=64, ge=1)
-    max_response_chars: int = pydantic.Field(default=20_000, ge=1)
-    max_body_bytes: int = pydantic.Field(default=2_000_000, ge=1)
-    timeout_s: float = pydantic.Field(default=60.0, gt=0, allow_inf_nan=False)
-
-    @pydantic.field_validator("api_key_env")
-    @classmethod
-    def _env_name(cls, value: str | None) -> str | None:
-        if value is not None and not _ENV_NAME.fullmatch(value):
-            raise ValueError(f"must name an environment variable (the token never goes in the config), got {value!r}")
-        return value
+# The `serve` block's schema lives with every other block's (rlkit.config.schemas); the old name stays.
+ServeSettings = ServeConfig
 
 
-def serve_settings(cfg: DictConfig) -> ServeSettings:
+def serve_settings(cfg: DictConfig) -> ServeConfig:
     """Validate ``cfg.serve``; a bad value raises a ``ConfigError`` naming ``serve.<field>``."""
-    node = OmegaConf.to_container(cfg.serve, resolve=True) if cfg.get("serve") is not None else {}
-    try:
-        return ServeSettings.model_validate(node)
-    except pydantic.ValidationError as exc:
-        err = exc.errors()[0]
-        where = "serve" + "".join(f".{p}" for p in err["loc"])
-        raise ConfigError("unknown key" if err["type"] == "extra_forbidden" else err["msg"], where) from None
+    node = cfg.get("serve")
+    return check_block(ServeConfig, OmegaConf.to_container(node, resolve=True) if node is not None else {}, "serve")
 
 
 def _rubric_info(rubric: Rubric, definition: bool = False) -> RubricInfo:
@@ -90,7 +67,7 @@ def score_group(validated: ValidatedConfig, record: dict[str, Any], responses: l
 
 
 def _finite(x: float) -> float | None:
-    return None if math.isnan(x) else x
+    return x if math.isfinite(x) else None  # JSON has no NaN or infinity; null is "not scored"
 
 
 class _RateLimiter:
@@ -124,7 +101,7 @@ def _guard(app: Any, settings: ServeSettings, token: str | None) -> Any:
 
     limiter = _RateLimiter(settings.rate_limit)
 
-    async def send_json(send: Any, status: int, detail: str, headers: list[tuple[bytes, bytes]] = ()) -> None:
+    async def send_json(send: Any, status: int, detail: Any, headers: list[tuple[bytes, bytes]] = ()) -> None:
         body = json.dumps({"detail": detail}).encode()
         await send({"type": "http.response.start", "status": status, "headers": [
             (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()), *headers]})
@@ -163,6 +140,11 @@ def _guard(app: Any, settings: ServeSettings, token: str | None) -> Any:
             if not message.get("more_body"):
                 break
         body, sent = b"".join(chunks), False
+        if body and scope["method"] in ("POST", "PUT", "PATCH") and is_json_content_type(headers.get(b"content-type")):
+            problem = body_problem(body)
+            if problem is not None:
+                log.info("%s %s: 422, %s", scope["method"], scope["path"], problem["msg"])
+                return await send_json(send, 422, [problem])
 
         async def replay() -> dict:
             nonlocal sent
@@ -179,6 +161,9 @@ def _guard(app: Any, settings: ServeSettings, token: str | None) -> Any:
 def create_app(validated: ValidatedConfig, settings: ServeSettings) -> Any:
     """The reward API for a validated config: its judge, aggregator, weights and rubric, built once."""
     from fastapi import Depends, FastAPI, HTTPException
+    from fastapi.encoders import jsonable_encoder
+    from fastapi.exceptions import RequestValidationError
+    from fastapi.responses import JSONResponse
     from fastapi.security import HTTPBearer
 
     judge_name = validated.plugin_names["judge"]
@@ -209,6 +194,11 @@ def create_app(validated: ValidatedConfig, settings: ServeSettings) -> Any:
             raise HTTPException(504, f"{what} took longer than serve.timeout_s={settings.timeout_s:g} s") from None
         except RlkitError as exc:  # the judge refused this input (e.g. a reference that is not a number)
             raise HTTPException(422, str(exc)) from None
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(request: Any, exc: RequestValidationError) -> JSONResponse:
+        # FastAPI's own handler echoes each input as is: a non-JSON body's bytes that are not UTF-8 made it a 500.
+        return JSONResponse(status_code=422, content={"detail": jsonable_encoder(echoable(exc.errors()))})
 
     @app.get("/health", summary="Liveness; no auth")
     def health() -> dict[str, str]:
@@ -273,16 +263,36 @@ def _chat_model(judge: Any) -> str | None:
     return getattr(getattr(judge, "backend", None), "chat_model", None)
 
 
+def listening_socket(host: str, port: int) -> socket.socket:
+    """A TCP socket bound to ``host:port`` and listening; a port in use or a host that cannot be bound raises a
+    ``ConfigError`` naming ``serve.port`` or ``serve.host``."""
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # a restart need not wait out TIME_WAIT
+        sock.bind((host, port))
+        sock.listen(2048)  # listening at once: a second server bound meanwhile (SO_REUSEADDR) fails here, not later
+    except (OSError, UnicodeError) as exc:  # gaierror (an unknown host) is an OSError too
+        sock.close()
+        if getattr(exc, "errno", None) == errno.EADDRINUSE:
+            raise ConfigError(f"port {port} on {host} is in use (another server?); pick a free serve.port, or 0 for "
+                              "any free one", "serve.port") from None
+        if getattr(exc, "errno", None) == errno.EACCES:
+            raise ConfigError(f"port {port} on {host} needs privileges this process lacks; pick a serve.port "
+                              "above 1023", "serve.port") from None
+        raise ConfigError(f"cannot bind {host}:{port}: {getattr(exc, 'strerror', None) or exc}", "serve.host") from None
+    return sock
+
+
 class RewardServer:
     """uvicorn serving an app from a background thread (``with RewardServer(app) as s: s.url``), or in the
     foreground until Ctrl-C (:meth:`serve_forever`)."""
 
-    def __init__(self, app: Any, host: str = "127.0.0.1", port: int = 0, log_level: str = "warning") -> None:
+    def __init__(self, app: Any, host: str = "127.0.0.1", port: int = 0, log_level: str = "warning",
+                 sock: socket.socket | None = None) -> None:
         import uvicorn
 
-        self._socket = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
-        self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self._socket.bind((host, port))  # bound now, so the port (a free one for 0) is known before serving
+        # bound now (or by the caller, before loading the judge), so the port (a free one for 0) is known
+        self._socket = listening_socket(host, port) if sock is None else sock
         self.host, self.port = host, self._socket.getsockname()[1]
         self._server = uvicorn.Server(uvicorn.Config(app, log_level=log_level, timeout_graceful_shutdown=5))
         self._thread: threading.Thread | None = None

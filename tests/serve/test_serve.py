@@ -3,10 +3,14 @@
 
 from __future__ import annotations
 
+import copy
 import csv
 import json
 import logging
+import os
+import re
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -112,6 +116,70 @@ def test_malformed_requests_are_422_with_a_message(server, body, needle):
     assert needle in json.dumps(response.json())
 
 
+_GOOD = '{"prompt": "3+4=", "responses": ["7", "12"], "fields": {"reference": "7", "n": 1.5}}'
+DEEP = "[" * 10_000 + "]" * 10_000
+
+
+@pytest.mark.parametrize(("body", "loc", "needle"), [
+    pytest.param(_GOOD.replace("1.5", "NaN"), ["body", "fields", "n"], "NaN is not a JSON number", id="fields-nan"),
+    pytest.param(_GOOD.replace("1.5", "Infinity"), ["body", "fields", "n"], "Infinity is not a JSON number",
+                 id="fields-inf"),
+    pytest.param(_GOOD.replace("1.5", "-Infinity"), ["body", "fields", "n"], "-Infinity is not a JSON number",
+                 id="fields-minus-inf"),
+    pytest.param(_GOOD.replace("1.5", "1e999"), ["body", "fields", "n"], "overflows a 64-bit float",
+                 id="fields-1e999"),
+    pytest.param(_GOOD.replace('"12"', "NaN"), ["body", "responses", 1], "NaN is not a JSON number",
+                 id="response-nan"),
+    pytest.param(_GOOD.replace('"12"', "-1e999"), ["body", "responses", 1], "overflows", id="response-minus-1e999"),
+    pytest.param(_GOOD.replace('"3+4="', "Infinity"), ["body", "prompt"], "Infinity is not a JSON number",
+                 id="prompt-inf"),
+    pytest.param(_GOOD.replace("{", '{"extra": -Infinity, ', 1), ["body", "extra"], "-Infinity is not a JSON number",
+                 id="top-level-key-minus-inf"),
+    pytest.param("NaN", ["body"], "NaN is not a JSON number", id="body-nan"),
+    pytest.param("1e999", ["body"], "overflows a 64-bit float", id="body-1e999"),
+    pytest.param("[Infinity]", ["body", 0], "Infinity is not a JSON number", id="body-list-inf"),
+    pytest.param(DEEP, ["body", 64], "nested deeper than 64 levels", id="depth-10000"),
+    pytest.param(_GOOD.replace("1.5", DEEP), None, "nested deeper than 64 levels", id="fields-depth-10000"),
+    pytest.param("[" * 65 + "]" * 65, ["body", 64], "nested deeper than 64 levels", id="depth-65"),
+    pytest.param(_GOOD.replace('"12"', '"\\ud800"'), ["body", "responses", 1], "lone UTF-16 surrogate",
+                 id="lone-surrogate"),
+    pytest.param(_GOOD.replace("1.5", "1" * 5000), ["body"], "4300 digits", id="int-5000-digits"),
+    pytest.param('{"prompt": "1", "responses": ["2"', ["body", 33], "Expecting", id="truncated"),
+])
+@pytest.mark.parametrize("path", ["/v1/reward", "/v1/chat/completions"])
+def test_non_finite_deep_or_unencodable_json_is_a_422_that_names_it(server, caplog, path, body, loc, needle):
+    caplog.set_level(logging.INFO, logger="rlkit.serve")
+    response = httpx.post(f"{server.url}{path}", content=body.encode(), headers={"Content-Type": "application/json"})
+    assert response.status_code == 422, response.text
+    [error] = response.json()["detail"]
+    assert needle in json.dumps(error), error
+    if loc is not None:
+        assert error["loc"] == loc
+    assert "Traceback" not in caplog.text and "ERROR" not in caplog.text
+    assert httpx.get(f"{server.url}/health").json() == {"status": "ok"}
+
+
+def test_strict_json_keeps_finite_numbers_and_the_body_cap(rule):
+    with _serve(rule, rate_limit=0, max_body_bytes=1_000) as s:
+        url, headers = f"{s.url}/v1/reward", {"Content-Type": "application/json"}
+        ok = httpx.post(url, content=_GOOD.replace("1.5", "1.7976931348623157e308").encode(), headers=headers)
+        assert ok.status_code == 200, ok.text
+        nested = '{"prompt": [{"role": "user", "content": "3+4="}], "responses": ["7"]}'  # 3 levels
+        assert httpx.post(url, content=nested.encode(), headers=headers).status_code == 200
+        deep = httpx.post(url, content=DEEP.encode(), headers=headers)  # over the cap before it is parsed
+        assert deep.status_code == 413 and "serve.max_body_bytes=1000" in deep.json()["detail"]
+        assert httpx.get(f"{s.url}/health").status_code == 200
+
+
+@pytest.mark.parametrize(("content", "content_type"), [(b"\xff\xfe{}", "text/plain"), (b"\xff", None),
+                                                       (b'{"prompt": "1", "responses": ["2"]}', "text/plain")])
+def test_bodies_fastapi_does_not_read_as_json_are_a_422(server, content, content_type):
+    headers = {"Content-Type": content_type} if content_type else {}
+    response = httpx.post(f"{server.url}/v1/reward", content=content, headers=headers)
+    assert response.status_code == 422, response.text  # the bytes echoed back were not UTF-8: a 500 before
+    assert response.json()["detail"]
+
+
 def test_judging_over_the_timeout_is_504(rule):
     class Slow:
         def score(self, rollout, rubric):
@@ -184,24 +252,65 @@ def test_bad_serve_settings_name_the_field(override, where):
     assert info.value.where == where
 
 
+# What JSON has no float for, or nests past any sane depth; Python's json writes and reads the first three.
+POISONS = ["NaN", "Infinity", "-Infinity", "1e999", "-1e999", "[" * 65 + "]" * 65, DEEP]
+_MARK = "rlkit-poison-\u2603"
+
+
+def _poisoned(data, body) -> str:
+    """``body`` as JSON text with one value, anywhere in it (the whole body too), replaced by a drawn poison."""
+    from hypothesis import strategies as st
+
+    root, key = [copy.deepcopy(body)], 0
+    parent = root
+    while isinstance(parent[key], dict | list) and parent[key] and data.draw(st.booleans(), label="deeper"):
+        node = parent[key]
+        parent, key = node, data.draw(st.sampled_from(list(node) if isinstance(node, dict) else range(len(node))))
+    if isinstance(parent[key], dict) and data.draw(st.booleans(), label="new key"):
+        parent, key = parent[key], "extra"  # a key the schema does not know
+    parent[key] = _MARK
+    return json.dumps(root[0]).replace(json.dumps(_MARK), data.draw(st.sampled_from(POISONS), label="poison"), 1)
+
+
 def test_schemathesis_finds_no_server_error(rule, monkeypatch):
+    """Schema-driven cases, valid and invalid, then the same bodies poisoned: never a 5xx, and the server lives.
+    schemathesis draws finite floats only (its number strategies pass allow_nan=False, allow_infinity=False), so
+    non-finite numbers and deep nesting are spliced into its bodies here."""
     import schemathesis
     from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+    from schemathesis import GenerationMode
 
     monkeypatch.setenv(TOKEN_ENV, "s3cret")
+    auth = {"Authorization": "Bearer s3cret"}
     with _serve(rule, token=True, rate_limit=0, max_body_bytes=20_000) as s:
         schema = schemathesis.openapi.from_url(f"{s.url}/openapi.json")
         for result in schema.get_all_operations():
             operation = result.ok()
+            has_body = operation.method.upper() == "POST"  # the GETs take nothing that could be made invalid
+            for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE)[:2 if has_body else 1]:
 
-            @given(case=operation.as_strategy())
-            @settings(max_examples=30, deadline=None, database=None,
-                      suppress_health_check=list(HealthCheck))
-            def check(case) -> None:
-                response = case.call(base_url=s.url, headers={"Authorization": "Bearer s3cret"}, timeout=10)
-                assert response.status_code < 500, (case.method, case.path, response.status_code, response.text)
+                @given(case=operation.as_strategy(generation_mode=mode))
+                @settings(max_examples=30, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+                def check(case) -> None:
+                    response = case.call(base_url=s.url, headers=auth, timeout=10)
+                    assert response.status_code < 500, (case.method, case.path, response.status_code, response.text)
 
-            check()
+                check()
+            if not has_body:
+                continue
+
+            @given(case=operation.as_strategy(), data=st.data())
+            @settings(max_examples=40, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+            def poisoned(case, data) -> None:
+                body = _poisoned(data, case.body)
+                response = httpx.post(f"{s.url}{case.formatted_path}", content=body.encode(), timeout=10,
+                                      headers={**auth, "Content-Type": "application/json"})
+                assert response.status_code in (413, 422), (case.path, body[:200], response.status_code, response.text)
+                assert re.search("finite|overflows|nested deeper|max_body_bytes", response.text), response.text
+
+            poisoned()
+        assert httpx.get(f"{s.url}/health").json() == {"status": "ok"}
 
 
 # --- the reward_api judge -------------------------------------------------------------------------------
@@ -268,6 +377,31 @@ def test_reward_api_follows_a_server_judge_that_derives_its_rubric(rule):
 
 
 # --- end to end: the command, and fit against it ---------------------------------------------------------
+
+
+def test_serve_on_a_port_in_use_is_one_error_line_and_exit_2(tmp_path):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        command = [str(Path(sys.executable).with_name("rlkit")), "serve", f"serve.port={port}", "judge=rule"]
+        proc = subprocess.run(command, capture_output=True, text=True, timeout=120, cwd=tmp_path,
+                              env={**os.environ, "RLKIT_CACHE": str(tmp_path / "cache")})
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert proc.returncode == 2, proc.stderr
+    assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert lines[0].startswith(f"rlkit: error: serve.port: port {port} on 127.0.0.1 is in use"), lines[0]
+    assert "serving judge" not in proc.stdout
+
+
+@pytest.mark.parametrize(("host", "where"), [("127.0.0.1", "serve.port"), ("203.0.113.7", "serve.host")])
+def test_a_socket_that_cannot_be_bound_names_the_key(host, where):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        with pytest.raises(ConfigError) as info:  # 203.0.113.0/24 is for documentation: on no interface here
+            RewardServer(object(), host, taken.getsockname()[1])
+    assert info.value.where == where
 
 
 @pytest.mark.slow
