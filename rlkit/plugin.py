@@ -48,6 +48,7 @@ from rlkit.judging.types import Completion, render_chat
 
 # --- generators: what a sampler is asked for and hands back; models by path ---------------------------------
 from rlkit.lm.models import build_tiny_policy, check_model_directory, load_policy, locate_model
+from rlkit.lm.placement import Placement, input_device, plan_placement
 from rlkit.lm.sampling import GenerationRequest, SampledBatch, assemble_sampled_batch, tokenize_prompts
 
 # --- reward helpers: normalisation, saturation, weight schedulers, monitors -----------------------------------
@@ -84,6 +85,7 @@ __all__ = [
     "MonitorView",
     "PairLossInputs",
     "PairTargets",
+    "Placement",
     "PluginError",
     "PluginRef",
     "PreferencePairs",
@@ -116,6 +118,7 @@ __all__ = [
     "due",
     "group_labels",
     "hookimpl",
+    "input_device",
     "judge_records",
     "load_policy",
     "load_rubric",
@@ -127,6 +130,7 @@ __all__ = [
     "ordering_batch",
     "parse_ranking",
     "parse_scores",
+    "plan_placement",
     "post_with_retries",
     "prompt_text",
     "ranking_spec",

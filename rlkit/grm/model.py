@@ -29,6 +29,7 @@ import torch
 from rlkit.core.errors import ConfigError
 from rlkit.core.templates import render_file, template_hash
 from rlkit.data.records import prompt_text
+from rlkit.lm.placement import Placement, input_device
 
 PAIRWISE_TEMPLATE = "grm/pairwise.jinja"
 LISTWISE_TEMPLATE = "grm/listwise.jinja"
@@ -78,11 +79,13 @@ class GenerativeRewardModel:
         self._prefix, self._labels = label_token_ids(tokenizer, len(LABELS))
 
     @classmethod
-    def load(cls, path: str | Path, dtype: str = "float32", fmt: GrmFormat | None = None) -> GenerativeRewardModel:
-        """Load a trained GRM (a Hugging Face causal LM directory) by path, in eval mode."""
+    def load(cls, path: str | Path, dtype: str = "float32", fmt: GrmFormat | None = None,
+             placement: Placement | None = None) -> GenerativeRewardModel:
+        """Load a trained GRM (a Hugging Face causal LM directory) by path, in eval mode; ``placement``
+        (:func:`rlkit.lm.placement.plan_placement`) spreads it over devices and disk."""
         from rlkit.lm.models import load_policy
 
-        model, tokenizer = load_policy(path, dtype)
+        model, tokenizer = load_policy(path, dtype, placement)
         model.eval()
         return cls(model, tokenizer, fmt)
 
@@ -125,7 +128,7 @@ class GenerativeRewardModel:
 
     def next_token_logits(self, questions: Sequence[str]) -> torch.Tensor:
         """``[N, vocab]`` logits of the token after each question (with gradients when the caller wants them)."""
-        device = next(self.model.parameters()).device
+        device = input_device(self.model)  # a dispatched model's first parameter may be on the meta device
         batch = {k: v.to(device) for k, v in self.encode(questions).items()}
         out = self.model(**batch, logits_to_keep=1)
         return out.logits[:, -1, :].float()

@@ -36,6 +36,16 @@ class JudgeBackend:
         self.offline = bool(getattr(self.configured, "needs_model", False))
         self._build_offline = build_offline
         self._offline: dict[Hashable, Any] = {}
+        self._ready = False
+
+    def check_ready(self) -> None:
+        """Before any scoring, once: a backend that asks a server (``check_ready``) must reach it, so a server that
+        is not running is one line naming its ``base_url`` at start-up instead of a run that scores nothing."""
+        if not self._ready:
+            check = getattr(self.configured, "check_ready", None)
+            if callable(check):
+                check()
+            self._ready = True
 
     @property
     def chat_model(self) -> str | None:

@@ -17,9 +17,12 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from importlib.metadata import version
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rlkit.core.errors import ConfigError
+
+if TYPE_CHECKING:
+    from rlkit.lm.placement import Placement
 
 # Printable ASCII minus the control whitespace (tab, CR, VT, FF): digits, letters, punctuation, space, newline.
 DEFAULT_ALPHABET = "".join(c for c in string.printable if c not in "\t\r\x0b\x0c")
@@ -195,15 +198,17 @@ def locate_model(name_or_path: str | Path) -> Path:
     return check_model_directory(folder)
 
 
-def load_policy(name_or_path: str | Path, dtype: str = "float32") -> tuple[Any, Any]:
+def load_policy(name_or_path: str | Path, dtype: str = "float32",
+                placement: Placement | None = None) -> tuple[Any, Any]:
     """Load a causal LM and its left-padding tokenizer from a local directory or the local HF cache (never the
-    network)."""
+    network); ``placement`` (:func:`rlkit.lm.placement.plan_placement`) spreads it over devices and disk."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     path = locate_model(name_or_path)
     if dtype not in _DTYPES:
         raise ConfigError(f"unknown dtype {dtype!r}; expected one of {', '.join(_DTYPES)}", "model.dtype")
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, local_files_only=True)
+    placed = placement.from_pretrained_kwargs() if placement is not None else {}
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, local_files_only=True, **placed)
     tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
     tokenizer.padding_side = "left"  # decoder-only batched generation continues from the right edge
     if tokenizer.pad_token is None:

@@ -7,6 +7,13 @@
   builds every configured plugin and must stay fast.
 * Requests are answered in batches of ``batch_size``, left-padded, with one ``generate`` call each; only the
   new tokens are decoded, cut at the first end-of-sequence token. ``temperature: 0`` is greedy decoding.
+* ``device_map``, ``max_memory`` and ``offload_folder`` load a judge too big for one device (see
+  :func:`rlkit.plugin.plan_placement`): ``device_map: auto`` has accelerate spread the modules over the GPUs, then
+  the CPU, then ``offload_folder`` on disk, each device holding at most its ``max_memory`` (``{0: 20GiB, cpu:
+  60GiB}``; a device left out holds nothing). The map is planned from the model's config when the backend is
+  built, so a malformed ``max_memory``, a missing GPU or a model that does not fit without an ``offload_folder``
+  fails ``rlkit validate`` naming the param; it is planned again when the weights load. Offloading is slow but
+  gives the same greedy answers. ``device_map: null`` (the default) loads the model whole on the CPU, as before.
 * Each chat is rendered with the tokenizer's chat template when it has one, else as ``role: content`` lines
   followed by ``assistant:``.
 * Nothing is retried for transient reasons (there are none in-process); a batch whose generation raises is
@@ -25,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rlkit.plugin import Completion, ConfigError, hookimpl, render_chat
+from rlkit.plugin import Completion, ConfigError, Placement, hookimpl, input_device, render_chat
 
 WHERE = "judge.params.backend.params"
 _DTYPES = ("auto", "float32", "float16", "bfloat16")
@@ -76,6 +83,11 @@ class HFBackend:
         temperature: float = 0.0
         batch_size: int = 16
         dtype: str = "float32"
+        # null: the whole model on the CPU; auto | balanced | balanced_low_0 | sequential: planned by accelerate;
+        # a device (cpu, cuda, cuda:N); or {module name: device} with devices GPU index, cpu or disk
+        device_map: str | int | dict[str, int | str] | None = None
+        max_memory: dict[int | str, int | str] | None = None  # {0: 20GiB, cpu: 60GiB}: the most each device holds
+        offload_folder: str | None = None  # where the weights that fit on no device go
 
     def __init__(self, params: HFBackend.Params | None = None) -> None:
         p = params or HFBackend.Params()
@@ -96,6 +108,8 @@ class HFBackend:
         self._ref: str | None = None
         if p.model is not None:
             self._path, self._ref = _locate(p.model)
+        # Planned from the config alone (no weights), so a placement that cannot work fails at validate time too.
+        self._placement(self._path)
         self._model: Any = None
         self._tokenizer: Any = None
         self._stop: set[int] = set()
@@ -136,12 +150,21 @@ class HFBackend:
         return {"backend": "hf", "model": self._ref, "max_new_tokens": self.params.max_new_tokens,
                 "temperature": self.params.temperature, "dtype": self.params.dtype}
 
+    def _placement(self, path: Path | None) -> Placement | None:
+        from rlkit.plugin import plan_placement
+
+        p = self.params
+        return plan_placement(path, device_map=p.device_map, max_memory=p.max_memory, offload_folder=p.offload_folder,
+                              dtype=p.dtype, where=WHERE)
+
     def _load(self) -> tuple[Any, Any]:
         if self._model is None:
             from rlkit.plugin import load_policy
 
+            path = self._model_path()
+            placement = self._placement(path)  # again: free memory has changed since the backend was built
             try:
-                model, tokenizer = load_policy(self._model_path(), dtype=self.params.dtype)
+                model, tokenizer = load_policy(path, dtype=self.params.dtype, placement=placement)
             except ConfigError as exc:
                 raise ConfigError(exc.message, f"{WHERE}.model") from None
             model.eval()
@@ -207,7 +230,7 @@ class HFBackend:
         model, tokenizer = self._model, self._tokenizer
         # The rendered text already holds whatever special tokens the template adds.
         enc = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False)
-        device = next(model.parameters()).device
+        device = input_device(model)
         sample = self.params.temperature > 0
         with torch.no_grad():
             out = model.generate(

@@ -21,6 +21,12 @@ That covers OpenAI itself and the usual self-hosted servers (vLLM, SGLang, llama
   deterministic (tests rely on that); the waits of concurrent requests do not hold a concurrency slot.
 * **Failure.** A request that still fails comes back as ``Completion(text=None, error=...)`` naming the last
   failure and the number of attempts; one bad request never raises.
+* **Start-up.** :meth:`OpenAIBackend.check_ready` (which the ``llm`` judge calls from ``check_rubric``, so in
+  ``rlkit validate``, ``score``, ``fit`` and ``serve`` before anything is scored) sends one ``GET
+  {base_url}/models`` with the same retries for transport failures. Nothing listening is a ``ConfigError`` naming
+  ``base_url`` (``cannot connect to http://127.0.0.1:8000/v1 (connection refused)``) and HTTP 401 one naming
+  ``api_key_env``; any other answer, even a 404 from a server without that route, means the server is up.
+  Building the backend or asking its identity never touches the network.
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from rlkit.plugin import MAX_BACKOFF_S, Completion, ConfigError, hookimpl, post_with_retries, retry_delay, run_async
+from rlkit_plugins.backends.reachability import probe
 
 __all__ = ["MAX_BACKOFF_S", "OpenAIBackend"]
 
@@ -107,6 +114,18 @@ class OpenAIBackend:
     def _headers(self) -> dict[str, str]:
         key = os.environ.get(self.params.api_key_env)
         return {"Authorization": f"Bearer {key}"} if key else {}
+
+    def check_ready(self) -> None:
+        """Raise a one-line ``ConfigError`` when nothing answers at ``base_url`` or the server refuses the key."""
+        p = self.params
+        base = p.base_url.rstrip("/")
+        answer = probe(f"{base}/models", headers=self._headers(), timeout=p.timeout, max_retries=p.max_retries,
+                       backoff=p.backoff)
+        if answer.response is None:
+            raise ConfigError(f"{answer.unreachable(base)}; start the server or fix the URL", f"{WHERE}.base_url")
+        if answer.response.status_code == 401:
+            raise ConfigError(f"{base} refused the key (HTTP 401); set the environment variable {p.api_key_env} to "
+                              "the server's key", f"{WHERE}.api_key_env")
 
     def complete(self, prompts: Sequence[Messages]) -> list[Completion]:
         """One :class:`Completion` per chat, in order; a request that keeps failing has ``text=None``."""

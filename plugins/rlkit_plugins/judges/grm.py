@@ -8,6 +8,14 @@ group: 1 when asking A-then-B and B-then-A always agree, lower as position decid
 
 The model is loaded on the first ``score`` call, so ``rlkit validate`` stays light; its folder is checked at
 once.
+
+A GRM too big for one device: ``device_map: auto`` (or ``balanced``, ``sequential``, a ``{module: device}``
+mapping) has accelerate spread its modules over the GPUs, then the CPU, then ``offload_folder`` on disk, each
+device holding at most its ``max_memory`` (``{0: 20GiB, cpu: 60GiB}``; a device left out holds nothing). The map is
+planned from the model's config when the judge is built (:func:`rlkit.plugin.plan_placement`), so a malformed
+``max_memory`` or a GRM that does not fit without an ``offload_folder`` fails ``rlkit validate`` naming
+``judge.params.max_memory``; it is planned again when the weights load. ``device`` then stays ``cpu`` (the map
+places the model). ``device_map: null`` (the default) loads it whole and moves it to ``device``, as before.
 """
 
 from __future__ import annotations
@@ -18,7 +26,7 @@ from typing import Any
 
 import torch
 
-from rlkit.plugin import Anchor, ConfigError, Dimension, JudgeError, Rollout, Rubric, hookimpl
+from rlkit.plugin import Anchor, ConfigError, Dimension, JudgeError, Placement, Rollout, Rubric, hookimpl
 
 WHERE = "judge.params.model"
 
@@ -42,6 +50,11 @@ class GrmJudge:
         dtype: str = "float32"
         device: str = "cpu"  # cpu | cuda | cuda:N
         batch_size: int = 64  # questions per forward pass
+        # null: the whole model on `device`; auto | balanced | balanced_low_0 | sequential: planned by accelerate;
+        # a device (cpu, cuda, cuda:N); or {module name: device} with devices GPU index, cpu or disk
+        device_map: str | int | dict[str, int | str] | None = None
+        max_memory: dict[int | str, int | str] | None = None  # {0: 20GiB, cpu: 60GiB}: the most each device holds
+        offload_folder: str | None = None  # where the weights that fit on no device go
 
     def __init__(self, params: GrmJudge.Params | None = None) -> None:
         from rlkit.plugin import check_model_directory
@@ -55,7 +68,12 @@ class GrmJudge:
             raise ConfigError(exc.message, WHERE) from None
         if p.batch_size < 1:
             raise ConfigError(f"must be >= 1, got {p.batch_size}", "judge.params.batch_size")
+        if p.device_map is not None and p.device != "cpu":
+            raise ConfigError(f"device_map places the model; leave device at cpu (got {p.device!r}) or set "
+                              "device_map: null", "judge.params.device")
         self.params = p
+        # Planned from the config alone (no weights), so a placement that cannot work fails at validate time.
+        self._placement()
         self._grm: Any = None
         self._confidence: torch.Tensor | None = None
         self._metrics: dict[str, float] = {}
@@ -64,10 +82,20 @@ class GrmJudge:
         if self._grm is None:
             from rlkit.plugin import GenerativeRewardModel, read_grm_format
 
-            grm = GenerativeRewardModel.load(self.params.model, self.params.dtype, read_grm_format(self.params.model))
-            grm.model.to(self.params.device)
+            placement = self._placement()  # again: free memory has changed since the judge was built
+            grm = GenerativeRewardModel.load(self.params.model, self.params.dtype, read_grm_format(self.params.model),
+                                             placement)
+            if placement is None:
+                grm.model.to(self.params.device)
             self._grm = grm
         return self._grm
+
+    def _placement(self) -> Placement | None:
+        from rlkit.plugin import plan_placement
+
+        p = self.params
+        return plan_placement(p.model, device_map=p.device_map, max_memory=p.max_memory,
+                              offload_folder=p.offload_folder, dtype=p.dtype, where="judge.params")
 
     def scored_rubric(self, rubric: Rubric) -> Rubric:
         return preference_rubric(rubric)

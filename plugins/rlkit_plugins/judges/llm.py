@@ -17,6 +17,10 @@ latency and cache hit rate; the training loop logs them every step.
 
 With the default ``hf`` backend and no model, the judge is the offline tiny judge, trained on CPU on
 first use and cached (``rlkit.judging.tiny_judge``), asked with the compact template it was trained on.
+
+``check_rubric`` (called before anything is scored) asks a backend that talks to a server (``openai``) whether
+the server answers (its ``check_ready``), so a server that is not running fails ``rlkit validate``, ``score`` and
+``fit`` with one line naming ``judge.params.backend.params.base_url`` instead of scoring nothing.
 """
 
 from __future__ import annotations
@@ -80,6 +84,10 @@ class LLMJudge:
         self.cache = ResponseCache()
         self._last: dict[str, float] = {}
         self._warning = FailureWarning("llm", params.failure_warning, params.parse_retries, params.failure_policy)
+
+    def check_rubric(self, rubric: Rubric) -> None:
+        """Before any scoring: a backend that asks a server must reach it (probed once)."""
+        self.backend.check_ready()
 
     def _orders(self, rubric: Rubric) -> list[list[int]]:
         base = list(range(len(rubric.dimensions)))

@@ -237,6 +237,10 @@ class RankingJudge:
         self._warning = FailureWarning("ranking", params.failure_warning, params.parse_retries,
                                        params.failure_policy)
 
+    def check_rubric(self, rubric: Rubric) -> None:
+        """Before any scoring: a backend that asks a server must reach it (probed once)."""
+        self.backend.check_ready()
+
     def scored_rubric(self, rubric: Rubric) -> Rubric:
         """The scores follow :func:`ranking_rubric`, not the judged rubric's dimensions."""
         return ranking_rubric(rubric)

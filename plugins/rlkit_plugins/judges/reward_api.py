@@ -5,11 +5,12 @@ e.g. ``reference``), sent concurrently (at most ``concurrency`` in flight) with 
 ``openai`` backend (``rlkit.judging.http``). The bearer token comes from the environment variable ``api_key_env``,
 read per call; unset sends none.
 
-Before anything is scored (``check_rubric``, so ``rlkit validate`` and ``rlkit fit`` fail in seconds), ``GET
+Before anything is scored (``check_rubric``, so ``rlkit validate``, ``score`` and ``fit`` fail in seconds), ``GET
 /v1/info`` must show the server judging the same dimensions (names and ranges, in order) as the local rubric, or a
-``ConfigError`` names ``judge.params.base_url``. A server whose judge derives its own rubric (``judge=ranking``)
-makes this judge derive the same one (``scored_rubric``). A group that still fails after its retries gets NaN
-scores (never a silent zero), is counted in ``judge/request_failures`` and warned about.
+``ConfigError`` names ``judge.params.base_url``; so does a server that refuses the connection (``cannot connect to
+http://127.0.0.1:8000 (connection refused)``, after the usual retries). A server whose judge derives its own rubric
+(``judge=ranking``) makes this judge derive the same one (``scored_rubric``). A group that still fails after its
+retries gets NaN scores (never a silent zero), is counted in ``judge/request_failures`` and warned about.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from rlkit.plugin import (
     run_async,
     snippet,
 )
+from rlkit_plugins.backends.reachability import connect_failure
 
 WHERE = "judge.params"
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -97,15 +99,16 @@ class RewardApiJudge:
     def _info(self) -> InfoResponse:
         import httpx
 
-        p, where, error = self.params, f"{WHERE}.base_url", ""
+        p, where, error, connected = self.params, f"{WHERE}.base_url", "", False
         for attempt in range(p.max_retries + 1):
             if attempt:
                 time.sleep(retry_delay(p.backoff, attempt - 1))
             try:
                 response = httpx.get(f"{self._base}/v1/info", headers=self._headers(), timeout=p.timeout)
             except httpx.HTTPError as exc:
-                error = f"{type(exc).__name__}: {exc}"
+                error, connected = connect_failure(exc, p.timeout), False
                 continue
+            connected = True
             if response.status_code == 401:
                 raise ConfigError(f"{self._base} refused the token (HTTP 401); set the environment variable "
                                   f"{p.api_key_env} to the server's token", where)
@@ -118,8 +121,11 @@ class RewardApiJudge:
             except Exception as exc:
                 raise ConfigError(f"{self._base}/v1/info is not an rlkit reward API: {snippet(str(exc))}",
                                   where) from None
-        raise ConfigError(f"cannot reach the reward API at {self._base} ({error}); start it with `rlkit serve`",
-                          where)
+        tries = f" after {p.max_retries + 1} attempts" if p.max_retries else ""
+        if not connected:
+            raise ConfigError(f"cannot connect to {self._base} ({error}){tries}, so cannot reach the reward API; "
+                              "start it with `rlkit serve` or fix the URL", where)
+        raise ConfigError(f"cannot reach the reward API at {self._base}: GET /v1/info answered {error}{tries}", where)
 
     def check_rubric(self, rubric: Rubric) -> None:
         """The server must judge this rubric's dimensions (names and ranges); learn what its scores follow."""
