@@ -9,6 +9,7 @@ from pathlib import Path
 from rich.table import Table
 
 from rlkit.commands.common import rich_console
+from rlkit.config.outputs import check_writable
 
 DATA_USAGE = """rlkit data <tool> [key=value ...]
 
@@ -87,6 +88,7 @@ def cmd_data_pairs(args: Sequence[str]) -> int:
 
     options = _key_values(args, PairsOptions, _tool_usage("pairs"), "rlkit data pairs")
     source, out = options.input, options.out
+    check_writable(out, "out")
     records, rejects = read_preference_records(source)
     _print_rejects(source, rejects)
     if not records and not rejects:
@@ -129,6 +131,7 @@ def cmd_data_prepare(args: Sequence[str]) -> int:
 
     options = _key_values(args, PrepareOptions, _tool_usage("prepare"), "rlkit data prepare")
     source, out = options.input, options.out
+    check_writable(out, "out")
     records, rejects = read_source(source, options.text_field, options.split)
     _print_rejects(source, rejects)
     if not records and not rejects:

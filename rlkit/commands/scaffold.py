@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
+from rlkit.config.outputs import check_writable
 from rlkit.core.errors import ConfigError
 
 
@@ -99,6 +100,7 @@ def render_plugin(name: str, kind: str, target: Path, package: str | None = None
     package = check_name(package or f"rlkit_{name}", "--package")
     if target.exists() and (not target.is_dir() or any(target.iterdir())):
         raise ConfigError("exists and is not an empty folder; choose another --dir", str(target))
+    check_writable(target, "--dir", folder=True)
     spec = kinds[kind]
     registry_kind = KINDS_BY_KEY[spec.key]
     overrides = [*spec.selects, selector(name, kind)]

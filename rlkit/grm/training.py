@@ -24,7 +24,8 @@ import pydantic
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from rlkit.config import LoraConfig
+from rlkit.config import LoraConfig, check_block, resolve_path
+from rlkit.config.checkpoints import read_checkpoint_metadata
 from rlkit.core.errors import ConfigError, DataError
 from rlkit.data.pairs import ListwiseRecord, PreferencePair, listwise_to_pairs, read_preference_records
 from rlkit.data.records import prompt_text
@@ -93,12 +94,7 @@ class GrmTrainConfig(_Schema):
 def grm_settings(cfg: DictConfig) -> GrmTrainConfig:
     """The ``grm`` node checked against its schema; the first problem names its field."""
     node = OmegaConf.to_container(cfg.get("grm") or {}, resolve=True)
-    try:
-        return GrmTrainConfig.model_validate(node)
-    except pydantic.ValidationError as exc:
-        err = exc.errors()[0]
-        where = ".".join(["grm", *(str(p) for p in err["loc"])])
-        raise ConfigError(err["msg"], where) from None
+    return check_block(GrmTrainConfig, node, "grm")
 
 
 def check_grm_config(cfg: DictConfig, registry: Any) -> GrmTrainConfig:
@@ -112,6 +108,8 @@ def check_grm_config(cfg: DictConfig, registry: Any) -> GrmTrainConfig:
     if threads is not None and (not isinstance(threads, int) or isinstance(threads, bool) or threads < 1):
         raise ConfigError(f"must be a positive number of threads or null (torch's default), got {threads!r}",
                           "torch_threads")
+    if cfg.get("ckpt_path") is not None:
+        read_checkpoint_metadata(resolve_path(str(cfg.ckpt_path)))  # exists and is a Lightning checkpoint
     for field_name in ("train", "val"):
         path = getattr(settings.data, field_name)
         if path is not None:

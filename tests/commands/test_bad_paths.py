@@ -1,0 +1,67 @@
+"""Every command, given a path that does not exist or cannot be written, says so in one line and exits 2: no
+traceback, and nothing written."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from rlkit.cli import COMMANDS, main
+
+
+@pytest.fixture
+def paths(tmp_path: Path, monkeypatch) -> dict[str, Path]:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("WANDB_MODE", "disabled")
+    records = tmp_path / "records.jsonl"
+    records.write_text(json.dumps({"prompt": "3+4=", "reference": "7", "completions": ["7", "12"]}) + "\n")
+    afile = tmp_path / "afile"  # a file where a folder is needed: unwritable for root as for anyone
+    afile.write_text("x")
+    return {"missing": tmp_path / "missing", "records": records, "afile": afile, "run": tmp_path / "run"}
+
+
+CASES = [
+    ("validate", lambda p: ["validate", f"rubric.path={p['missing']}.yaml"], "no such rubric file"),
+    ("fit", lambda p: ["fit", f"data.path={p['missing']}.jsonl", f"hydra.run.dir={p['run']}"], "no such data file"),
+    ("fit", lambda p: ["fit", f"ckpt_path={p['missing']}.ckpt", f"hydra.run.dir={p['run']}"], "ckpt_path: no such"),
+    ("score", lambda p: ["score", f"data.path={p['missing']}.jsonl"], "no such data file"),
+    ("score", lambda p: ["score", f"data.path={p['records']}", f"score.output={p['afile']}/out.jsonl"],
+     "score.output: cannot create"),
+    ("eval", lambda p: ["eval", f"eval.prompts={p['missing']}.jsonl"], "no such data file"),
+    ("eval", lambda p: ["eval", f"eval.checkpoint={p['missing']}"], "eval.checkpoint"),
+    ("eval", lambda p: ["eval", f"eval.output={p['afile']}/results.jsonl"], "eval.output: cannot create"),
+    ("calibrate", lambda p: ["calibrate", f"calibrate.labels={p['missing']}.jsonl"], "no such data file"),
+    ("calibrate", lambda p: ["calibrate", f"calibrate.output={p['afile']}"], "calibrate.output: "),
+    ("serve", lambda p: ["serve", f"rubric.path={p['missing']}.yaml"], "no such rubric file"),
+    ("report", lambda p: ["report", str(p["missing"])], "no such run directory"),
+    ("rubric", lambda p: ["rubric", "hash", f"{p['missing']}.yaml"], "no such rubric file"),
+    ("rubric", lambda p: ["rubric", "diff", f"{p['missing']}.yaml", f"{p['missing']}.yaml"], "no such rubric file"),
+    ("data", lambda p: ["data", "pairs", f"in={p['missing']}.jsonl", "out=pairs.jsonl"], "no such data file"),
+    ("data", lambda p: ["data", "pairs", f"in={p['records']}", f"out={p['afile']}/pairs.jsonl"], "out: cannot create"),
+    ("data", lambda p: ["data", "prepare", f"in={p['missing']}.jsonl", "out=prompts.jsonl"], "no such data file"),
+    ("data", lambda p: ["data", "prepare", f"in={p['records']}", f"out={p['afile']}/p.jsonl"], "out: cannot create"),
+    ("train-grm", lambda p: ["train-grm", f"grm.data.train={p['missing']}.jsonl", f"hydra.run.dir={p['run']}"],
+     "no such data file"),
+    ("train-grm", lambda p: ["train-grm", f"ckpt_path={p['missing']}.ckpt", f"hydra.run.dir={p['run']}"],
+     "ckpt_path: no such file"),
+    ("new", lambda p: ["new", "plugin", "short", "--kind", "judge", "--dir", f"{p['afile']}/pkg"], "--dir: cannot"),
+]
+
+
+def test_every_command_is_walked():
+    assert {c for c, _, _ in CASES} == set(COMMANDS) - {"plugins"}  # `plugins` reads no path
+
+
+@pytest.mark.parametrize(("command", "argv", "expected"), CASES, ids=[f"{c}-{i}" for i, (c, _, _) in enumerate(CASES)])
+def test_a_bad_path_is_one_line_and_exit_2(capsys, paths, command, argv, expected):
+    code = main(argv(paths))
+    err = capsys.readouterr().err
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert code == 2, err
+    assert len(lines) == 1 and lines[0].startswith("rlkit: error: "), err
+    assert "Traceback" not in err
+    assert expected in lines[0], lines[0]
+    assert not (paths["run"] / "policy").exists() and not (paths["run"] / "checkpoints").exists()
+    assert paths["afile"].read_text() == "x"
