@@ -4,6 +4,7 @@ served over HTTP by the OpenAI-compatible test server, including a server that a
 from __future__ import annotations
 
 import csv
+import json
 import math
 import os
 from pathlib import Path
@@ -161,12 +162,36 @@ def test_ensemble_logs_agreement_per_dimension(cache_env):
 
 
 @pytest.mark.parametrize("overrides", [["judge=hybrid"], ["judge=ensemble", "aggregator=lexicographic"]])
-def test_fit_with_hybrid_and_ensemble_judges(cache_env, tmp_path, overrides):
+def test_fit_with_hybrid_and_ensemble_judges(cache_env, tmp_path, capsys, overrides):
     run_dir = tmp_path / "run"
-    assert main(["fit", *overrides, "logger=csv", "trainer.max_steps=2", "batch_size=4", "num_generations=4",
+    assert main(["fit", *overrides, "logger=csv", "trainer.max_steps=4", "batch_size=4", "num_generations=4",
                  f"hydra.run.dir={run_dir}"]) == 0
     rows = _rows(run_dir)
-    assert len(rows) == 2 and all(math.isfinite(float(r["loss"])) for r in rows)
+    assert len(rows) == 4 and all(math.isfinite(float(r["loss"])) for r in rows)
+    if "aggregator=lexicographic" in overrides:
+        _assert_weighted_sum_yardstick(run_dir, capsys.readouterr().out)
+
+
+def _assert_weighted_sum_yardstick(run_dir: Path, out: str) -> None:
+    """Lexicographic ranks within a group, so a lone held-out completion would always get 0.5: held-out rewards
+    are the rubric's weighted sum of the same completions' scores instead, and the table says so."""
+    rubric = load_rubric(RUBRIC)
+    heldout = [json.loads(line)["metrics"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()
+               if "heldout/reward" in line]
+    start, end = heldout[0], heldout[-1]
+    total = sum(d.weight for d in rubric.dimensions)
+
+    def weighted_sum(means: dict[str, float]) -> float:  # linear, so the mean of the sums is the sum of the means
+        parts = [d.weight * (means[f"heldout/{d.name}"] - d.low) / (d.high - d.low) for d in rubric.dimensions]
+        return sum(parts) / total
+
+    assert start["heldout/reward"] == pytest.approx(weighted_sum(start), abs=1e-6)
+    assert end["heldout/reward"] == pytest.approx(weighted_sum(end), abs=1e-6)
+    change = end["heldout/reward"] - start["heldout/reward"]
+    assert change == pytest.approx(weighted_sum(end) - weighted_sum(start), abs=1e-6) and abs(change) > 1e-3
+    words = " ".join(out.split())  # the table's title wraps at the table's width
+    assert "aggregator=lexicographic ranks within groups: held-out reward = weighted_sum" in words
+    assert "final held-out mean normalised reward (weighted_sum yardstick):" in words
 
 
 def test_cascade_escalates_only_undecided_groups(cache_env):

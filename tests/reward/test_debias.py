@@ -182,7 +182,7 @@ def test_default_dimensions_skip_gates_and_condition_targets():
     ("debias.dimensions=[format]", "debias.dimensions", "'format' is a gate"),
     ("debias.min_samples=600", "debias.min_samples", "exceeds debias.window=512"),
     ("debias.features=[]", "debias.features", "name at least one feature"),
-    ("debias.window=0", "debias.window", "greater than or equal to 1"),
+    ("debias.window=0", "debias.window", "must be >= 1, got 0"),
 ])
 def test_bad_debias_config_names_the_field(registry, override, where, message):
     cfg = compose_config(registry, [override])
