@@ -14,7 +14,7 @@ from typing import Any
 import pydantic
 from pydantic.fields import FieldInfo
 
-from rlkit.config.schemas import GROUP_SCHEMAS, RunConfig
+from rlkit.config.schemas import GROUP_SCHEMAS, TRAINER_KEYS_RLKIT_SETS, RunConfig
 from rlkit.core.registry import KINDS, Registry
 
 _BOUND_SIGNS = {"ge": ">=", "gt": ">", "le": "<=", "lt": "<", "min_length": "length >=", "max_length": "length <="}
@@ -163,8 +163,10 @@ def config_reference_markdown(registry: Registry | None = None) -> str:
     out += _model_section(RunConfig, "", "Top-level keys")
     for group, schema in GROUP_SCHEMAS.items():
         out += _model_section(schema, f"{group}.", f"`{group}` (`{group}=<option>` under `conf/{group}/`)")
-    out += ["## `trainer` and `logger`", "",
-            "`trainer.*` is passed to `lightning.Trainer` (its own arguments; `conf/trainer/cpu.yaml`, `ddp.yaml`, "
-            "`fsdp.yaml`); `logger` selects `wandb` (offline by default), `csv` or `none`.", ""]
+    out += ["## `trainer` (`trainer=<option>` under `conf/trainer/`)", "",
+            "`trainer.*` is passed to `lightning.Trainer` (`conf/trainer/cpu.yaml`, `ddp.yaml`, `fsdp.yaml`): any of "
+            "its own arguments but those rlkit sets itself (" +
+            ", ".join(f"`{k}`" for k in TRAINER_KEYS_RLKIT_SETS) + "). `max_steps` counts optimiser steps "
+            "(an integer >= -1, -1 for no limit); `log_every_n_steps` is an integer >= 1.", ""]
     out += _plugins_section(registry)
     return "\n".join(out).rstrip() + "\n"

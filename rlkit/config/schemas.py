@@ -78,6 +78,15 @@ class RubricConfig(_Schema):
     path: str = Field(description="A rubric YAML: a file path or `pkg://module/relative/path`.")
 
 
+class LoggerConfig(_Schema):
+    """The run's logger (``logger=<option>`` under ``conf/logger/``): W&B offline by default, so no account is
+    needed; ``csv`` writes ``csv/.../metrics.csv``; ``none`` logs nothing (``metrics.jsonl`` is always kept)."""
+
+    name: Literal["wandb", "csv", "none"] = Field(default="wandb", description="Which logger.")
+    project: str = Field(default="rlkit", min_length=1, description="W&B project.")
+    mode: Literal["offline", "online"] = Field(default="offline", description="W&B mode; online syncs.")
+
+
 # --- blocks of conf/fit.yaml ------------------------------------------------------------------------------------
 
 
@@ -247,10 +256,14 @@ GROUP_SCHEMAS: dict[str, type[pydantic.BaseModel]] = {
     "model": ModelConfig,
     "data": DataConfig,
     "rubric": RubricConfig,
+    "logger": LoggerConfig,
 }
-# Groups whose node is passed on to a library: checked where they are used (trainer: lightning.Trainer's own
-# arguments; logger: rlkit.runs.loggers), and config-only nodes.
-PASS_THROUGH_KEYS = ("trainer", "logger", "hydra")
+# Nodes passed on to a library: `trainer` holds lightning.Trainer's own arguments (checked against its signature
+# by rlkit.config.validate), `hydra` is Hydra's.
+PASS_THROUGH_KEYS = ("trainer", "hydra")
+# lightning.Trainer arguments that rlkit sets itself (rlkit.train.fit.build_trainer): a run may not set them.
+TRAINER_KEYS_RLKIT_SETS = ("default_root_dir", "logger", "callbacks", "num_sanity_val_steps",
+                           "check_val_every_n_epoch", "val_check_interval", "enable_model_summary")
 
 RUN_DEFAULTS = "rlkit_run_defaults"
 

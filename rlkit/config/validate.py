@@ -14,6 +14,7 @@ from rlkit.config.compose import config_source, resolve_path
 from rlkit.config.schemas import (
     GROUP_SCHEMAS,
     PASS_THROUGH_KEYS,
+    TRAINER_KEYS_RLKIT_SETS,
     DataConfig,
     DebiasConfig,
     ModelConfig,
@@ -102,6 +103,33 @@ def run_keys(cfg: DictConfig) -> dict[str, Any]:
     groups = set(GROUP_SCHEMAS) | set(KINDS_BY_GROUP) | set(PASS_THROUGH_KEYS)
     return {k: OmegaConf.to_container(v, resolve=True) if OmegaConf.is_config(v) else v
             for k, v in cfg.items() if k not in groups}
+
+
+def check_trainer(cfg: DictConfig) -> dict[str, Any]:
+    """``trainer.*`` are ``lightning.Trainer``'s own arguments: each must be one it takes and rlkit does not set, and
+    the step counts must make sense; Lightning checks the values it alone understands when the trainer is built."""
+    import inspect
+
+    import lightning as L
+
+    node = cfg.get("trainer")
+    container = OmegaConf.to_container(node, resolve=True) if node is not None else {}
+    if not isinstance(container, dict):
+        raise ConfigError("must be a mapping of lightning.Trainer arguments", "trainer")
+    takes = set(inspect.signature(L.Trainer.__init__).parameters) - {"self"}
+    for key in container:
+        if key in TRAINER_KEYS_RLKIT_SETS:
+            raise ConfigError(f"set by rlkit itself; leave it out (rlkit sets: {', '.join(TRAINER_KEYS_RLKIT_SETS)})",
+                              f"trainer.{key}")
+        if key not in takes:
+            raise ConfigError(f"unknown key: not an argument of lightning.Trainer (it takes: "
+                              f"{', '.join(sorted(takes - set(TRAINER_KEYS_RLKIT_SETS)))})", f"trainer.{key}")
+    for key, low in (("max_steps", -1), ("log_every_n_steps", 1)):
+        value = container.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < low):
+            raise ConfigError(f"must be an integer >= {low}" + (" (-1: no limit)" if low < 0 else "") +
+                              f", got {value!r}", f"trainer.{key}")
+    return container
 
 
 def check_run(cfg: DictConfig) -> RunConfig:
@@ -350,6 +378,7 @@ def validate_config(cfg: DictConfig, registry: Registry, *, read_data: bool = Tr
     from rlkit.data.records import SYNTHETIC_TASKS, read_jsonl
 
     run = check_run(cfg)  # first: the run's own values fail in milliseconds, before any plugin or file is read
+    check_trainer(cfg)
     parts = {group: _check_schema(registry, cfg, group, schema) for group, schema in GROUP_SCHEMAS.items()}
     rubric = load_rubric(resolve_path(parts["rubric"].path))
     result = ValidatedConfig(cfg=cfg, rubric=rubric, run=run, model=parts["model"], data=parts["data"],

@@ -54,6 +54,10 @@ def _one_error_line(code: int, err: str) -> str:
     ("debias.window=0", "debias.window: must be >= 1"),
     ("+batch_sise=4", "batch_sise: unknown key; valid keys: seed, batch_size,"),
     ("+optim.learning_rate=1", "optim.learning_rate: unknown key; valid keys: lr, weight_decay"),
+    ("+trainer.max_step=3", "trainer.max_step: unknown key: not an argument of lightning.Trainer (it takes: "),
+    ("trainer.max_steps=-2", "trainer.max_steps: must be an integer >= -1 (-1: no limit), got -2"),
+    ("+trainer.callbacks=[]", "trainer.callbacks: set by rlkit itself"),
+    ("logger.mode=sync", "logger.mode ("),
 ])
 def test_validate_rejects_each_bad_run_value_naming_key_and_rule(capsys, override, expected):
     line = _one_error_line(main(["validate", override]), capsys.readouterr().err)
