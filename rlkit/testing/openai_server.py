@@ -1,9 +1,10 @@
-"""A small OpenAI-compatible chat-completions server for tests and local use, serving a local causal LM.
+"""A small OpenAI-compatible server for tests and local use, serving a local causal LM.
 
-It answers ``POST /v1/chat/completions`` and ``GET /v1/models`` with a real Hugging Face model loaded by
-:func:`rlkit.lm.models.load_policy` (the embedded tiny policy by default), using only the standard library
-(``http.server`` in a background thread), so it adds no dependency. It binds ``127.0.0.1`` on a free port
-unless told otherwise; :attr:`OpenAICompatibleServer.url` is the base URL a client needs (``.../v1``)::
+It answers ``POST /v1/chat/completions``, ``POST /v1/completions`` and ``GET /v1/models`` with a real Hugging Face
+model loaded by :func:`rlkit.lm.models.load_policy` (the embedded tiny policy by default), using only the standard
+library (``http.server`` in a background thread), so it adds no dependency beyond rlkit's own (peft for LoRA).
+It binds ``127.0.0.1`` on a free port unless told otherwise; :attr:`OpenAICompatibleServer.url` is the base URL a
+client needs (``.../v1``)::
 
     from rlkit.testing.openai_server import OpenAICompatibleServer
 
@@ -16,15 +17,43 @@ with the tokenizer's chat template when it has one, else as ``role: content`` li
 ``temperature`` (default 1.0 as in OpenAI's API; 0 is greedy); ``seed`` (makes sampling repeatable). Generation
 is serialised: one request at a time runs the model, however many are in flight.
 
-Fault injection, for testing clients (set at construction or with :meth:`~OpenAICompatibleServer.set_faults`);
-every chat-completions request draws once from each seeded stream, so which request gets a fault depends only
-on ``seed`` and its arrival index:
+Token completions, weight updates and LoRA adapters speak the routes and fields of vLLM (>= 0.10.2) and SGLang, so
+an RL generator talks to this server as it would to them (``rlkit_plugins.generators.openai_server``):
 
-* ``fail_first``: the next N chat requests get HTTP 503;
-* ``fail_rate``: that share of chat requests gets HTTP 500 or 503;
+* ``POST /v1/completions`` (vLLM's ``CompletionRequest``): ``prompt`` as token ids (a list of ints, or a list of
+  such lists; a string or list of strings is tokenised without special tokens), ``n`` (default 1),
+  ``max_tokens`` (default 16), ``temperature`` (default 1.0; 0 is greedy), ``seed`` (a request's ``n`` samples are
+  drawn together from it, so the same request gives the same samples whatever else is in flight), ``logprobs``
+  (an int >= 0: return log-probs), ``return_token_ids`` (vLLM's extension: ``token_ids`` and
+  ``prompt_token_ids`` per choice), ``return_tokens_as_token_ids`` (``logprobs.tokens`` as ``"token_id:<id>"``),
+  ``model`` (the served name, or a loaded LoRA adapter's name). The answer is vLLM's ``CompletionResponse``:
+  ``choices`` ordered prompt by prompt, each prompt's ``n`` consecutive, ``index`` = prompt index × n + sample;
+  each with ``text`` (special tokens skipped), ``finish_reason`` (``stop`` at an EOS, which ``token_ids`` and the
+  log-probs include, else ``length``), ``token_ids``/``prompt_token_ids`` (or null), and ``logprobs`` (null
+  unless asked): ``tokens``, ``token_logprobs``, ``top_logprobs`` (the sampled token and the ``logprobs`` most
+  likely ones), ``text_offset``. Each log-prob is the sampled token's under the raw logits of the serving model
+  (log-softmax at temperature 1, before temperature or any other processing): vLLM's ``raw_logprobs``
+  ``logprobs_mode``, which is what a trainer compares with its own policy's log-probs.
+* ``POST /update_weights_from_disk`` (SGLang's route): ``{"model_path": DIR}`` reloads the model (and tokenizer)
+  from that directory, dropping any LoRA adapters; answers ``{"success": true, "message": ...}`` (HTTP 400 with
+  ``success: false`` when it cannot).
+* ``POST /v1/load_lora_adapter`` (vLLM's route; vLLM needs ``VLLM_ALLOW_RUNTIME_LORA_UPDATING=True``):
+  ``{"lora_name", "lora_path", "load_inplace"}`` loads a peft adapter under that name (an existing name is HTTP
+  400 unless ``load_inplace``); answers 200 with a plain-text line, as vLLM does. ``POST
+  /v1/unload_lora_adapter`` ``{"lora_name"}`` drops one. ``GET /v1/models`` lists the adapters after the base.
+
+A weight update or adapter load waits for the running generation and blocks the next one, so every answer comes
+from one set of weights. :attr:`~OpenAICompatibleServer.weight_updates` counts the updates.
+
+Fault injection, for testing clients (set at construction or with :meth:`~OpenAICompatibleServer.set_faults`);
+every generation request (chat or token completions; not the weight routes) draws once from each seeded stream,
+so which request gets a fault depends only on ``seed`` and its arrival index:
+
+* ``fail_first``: the next N generation requests get HTTP 503;
+* ``fail_rate``: that share of generation requests gets HTTP 500 or 503;
 * ``garbage_rate``: that share gets a 200 whose body is malformed (not JSON, or JSON without
-  ``choices[0].message.content``);
-* ``delay``: every chat request waits that many seconds before its answer (to trigger client timeouts);
+  ``choices[0].message.content`` nor ``choices[i].token_ids``);
+* ``delay``: every generation request waits that many seconds before its answer (to trigger client timeouts);
 * ``api_key``: when set, a request without ``Authorization: Bearer <api_key>`` gets HTTP 401.
 
 Every request is recorded (:attr:`~OpenAICompatibleServer.log`, :attr:`~OpenAICompatibleServer.request_count`,
@@ -59,6 +88,8 @@ _GARBAGE: tuple[tuple[str, bytes], ...] = (
     ("application/json", b'{"id": "chatcmpl-garbage", "object": "chat.completion"}'),
 )
 _DEFAULT_MAX_TOKENS = 16
+_ADMIN_ROUTES = {"/update_weights_from_disk": "_update_weights_from_disk",
+                 "/v1/load_lora_adapter": "_load_lora_adapter", "/v1/unload_lora_adapter": "_unload_lora_adapter"}
 
 
 @dataclass(frozen=True)
@@ -106,7 +137,8 @@ def _number(body: dict[str, Any], key: str, default: float, low: float, integer:
 
 
 class OpenAICompatibleServer:
-    """Serves one local causal LM over OpenAI's chat-completions API, with optional injected faults."""
+    """Serves one local causal LM over OpenAI's chat and token completions APIs (with vLLM's and SGLang's weight
+    routes), with optional injected faults."""
 
     def __init__(self, model: str | Path | None = None, *, policy: tuple[Any, Any] | None = None,
                  model_name: str = "default", host: str = "127.0.0.1", port: int = 0, dtype: str = "float32",
@@ -121,6 +153,9 @@ class OpenAICompatibleServer:
         self.model, self.tokenizer = policy
         self.model.eval()
         self.model_name = model_name
+        self._dtype = dtype
+        self.adapters: dict[str, str] = {}  # LoRA adapter name -> the directory it was loaded from
+        self.weight_updates = 0
         self.api_key = api_key
         self._host, self._port = host, port
         self._lock = threading.Lock()  # faults, RNGs and statistics
@@ -275,12 +310,29 @@ class OpenAICompatibleServer:
                 ids.update(int(i) for i in source)
         return ids
 
+    @contextmanager
+    def _serving(self, name: Any) -> Iterator[Any]:
+        """Holds the model lock and yields the model set up to serve ``name`` (the base or a LoRA adapter)."""
+        if name not in (None, self.model_name) and name not in self.adapters:
+            raise _BadRequest(404, f"model {name!r} does not exist; this server serves "
+                                   f"{self.model_name!r}" + "".join(f", {a!r}" for a in self.adapters),
+                              "not_found_error")
+        with self._model_lock:
+            model = self.model
+            if name in self.adapters:  # checked again under the lock: an unload may have raced the request
+                model.set_adapter(name)
+                yield model
+            elif name not in (None, self.model_name):
+                raise _BadRequest(404, f"model {name!r} was unloaded", "not_found_error")
+            elif self.adapters:
+                with model.disable_adapter():
+                    yield model
+            else:
+                yield model
+
     def _chat_completion(self, body: dict[str, Any]) -> dict[str, Any]:
         import torch
 
-        if body.get("model") not in (None, self.model_name):
-            raise _BadRequest(404, f"model {body.get('model')!r} does not exist; this server serves "
-                                   f"{self.model_name!r}", "not_found_error")
         if body.get("stream"):
             raise _BadRequest(400, "stream is not supported by this server")
         if body.get("n", 1) != 1:
@@ -292,13 +344,14 @@ class OpenAICompatibleServer:
         seed = body.get("seed")
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
             raise _BadRequest(400, f"'seed' must be an integer, got {seed!r}")
-        tok, model = self.tokenizer, self.model
+        tok = self.tokenizer
         enc = tok([render_chat(messages, tok)], return_tensors="pt", add_special_tokens=False)
         prompt_tokens = int(enc["input_ids"].shape[1])
         if prompt_tokens == 0:
             raise _BadRequest(400, "the messages render to an empty prompt")
         sample = temperature > 0
-        with self._model_lock, torch.no_grad(), torch.random.fork_rng(devices=[], enabled=seed is not None):
+        with self._serving(body.get("model")) as model, torch.no_grad(), \
+                torch.random.fork_rng(devices=[], enabled=seed is not None):
             if seed is not None:
                 torch.manual_seed(seed)
             out = model.generate(
@@ -323,6 +376,161 @@ class OpenAICompatibleServer:
             "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
                       "total_tokens": prompt_tokens + completion_tokens},
         }
+
+    def _prompts(self, body: dict[str, Any]) -> list[list[int]]:
+        prompt = body.get("prompt")
+        if isinstance(prompt, str):
+            prompt = [prompt]
+        if not isinstance(prompt, list) or not prompt:
+            raise _BadRequest(400, "'prompt' must be token ids (a list of ints or of such lists) or text")
+        if all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
+            prompt = [prompt]
+        vocab = len(self.tokenizer)
+        out = []
+        for i, p in enumerate(prompt):
+            if isinstance(p, str):
+                p = self.tokenizer(p, add_special_tokens=False)["input_ids"]
+            if (not isinstance(p, list) or not p
+                    or not all(isinstance(t, int) and not isinstance(t, bool) and 0 <= t < vocab for t in p)):
+                raise _BadRequest(400, f"prompt[{i}] must be a non-empty list of token ids in [0, {vocab})")
+            out.append(p)
+        return out
+
+    def _completion(self, body: dict[str, Any]) -> dict[str, Any]:
+        """vLLM's ``CompletionResponse`` for a ``/v1/completions`` request (see the module docstring)."""
+        import torch
+
+        if body.get("stream"):
+            raise _BadRequest(400, "stream is not supported by this server")
+        prompts = self._prompts(body)
+        n = _number(body, "n", 1, 1, integer=True)
+        max_tokens = _number(body, "max_tokens", _DEFAULT_MAX_TOKENS, 1, integer=True)
+        temperature = float(_number(body, "temperature", 1.0, 0))
+        logprobs = body.get("logprobs")
+        if logprobs is not None:
+            logprobs = _number(body, "logprobs", 0, 0, integer=True)
+        seed = body.get("seed")
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+            raise _BadRequest(400, f"'seed' must be an integer, got {seed!r}")
+        as_ids = bool(body.get("return_tokens_as_token_ids"))
+        tok = self.tokenizer
+        sample = temperature > 0
+        choices: list[dict[str, Any]] = []
+        prompt_total = completion_total = 0
+        with self._serving(body.get("model")) as model, torch.no_grad():
+            for p_index, prompt in enumerate(prompts):
+                ids = torch.tensor([prompt] * n, dtype=torch.long, device=model.device)
+                with torch.random.fork_rng(devices=[], enabled=seed is not None):
+                    if seed is not None:
+                        torch.manual_seed(seed)
+                    out = model.generate(
+                        input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_tokens,
+                        do_sample=sample, temperature=temperature if sample else None, top_k=None, top_p=None,
+                        pad_token_id=tok.pad_token_id, eos_token_id=sorted(self._stop_ids) or None, use_cache=True,
+                        output_logits=True, return_dict_in_generate=True)
+                new = out.sequences[:, len(prompt):]
+                # raw logits, before temperature: the serving model's own distribution (vLLM's raw_logprobs)
+                logp = torch.log_softmax(torch.stack(out.logits, dim=1).float(), dim=-1)
+                for j in range(n):
+                    row = new[j].tolist()
+                    stop_at = next((i for i, t in enumerate(row) if t in self._stop_ids), None)
+                    kept = row if stop_at is None else row[:stop_at + 1]
+                    choice: dict[str, Any] = {
+                        "index": p_index * n + j, "text": tok.decode(kept, skip_special_tokens=True),
+                        "logprobs": None, "finish_reason": "length" if stop_at is None else "stop",
+                        "stop_reason": None, "token_ids": None, "prompt_token_ids": None}
+                    if body.get("return_token_ids"):
+                        choice["token_ids"], choice["prompt_token_ids"] = kept, list(prompt)
+                    if logprobs is not None:
+                        choice["logprobs"] = self._choice_logprobs(logp[j, :len(kept)], kept, logprobs, as_ids)
+                    choices.append(choice)
+                    completion_total += len(kept)
+                prompt_total += len(prompt) * n
+        with self._lock:
+            number = len(self.log) + self._in_flight
+        return {"id": f"cmpl-{number}", "object": "text_completion", "created": int(time.time()),
+                "model": body.get("model") or self.model_name, "choices": choices,
+                "usage": {"prompt_tokens": prompt_total, "completion_tokens": completion_total,
+                          "total_tokens": prompt_total + completion_total}}
+
+    def _choice_logprobs(self, logp: Any, tokens: list[int], top: int, as_ids: bool) -> dict[str, Any]:
+        import torch
+
+        def name(t: int) -> str:
+            return f"token_id:{t}" if as_ids else self.tokenizer.decode([t])
+
+        names = [name(t) for t in tokens]
+        chosen = logp.gather(1, torch.tensor(tokens, device=logp.device).unsqueeze(1)).squeeze(1).tolist()
+        tops = []
+        for i in range(len(tokens)):
+            entry = {names[i]: chosen[i]}
+            if top:
+                values, ids = logp[i].topk(min(top, logp.shape[-1]))
+                entry.update({name(int(k)): float(v) for k, v in zip(ids.tolist(), values.tolist(), strict=True)})
+            tops.append(entry)
+        offsets, at = [], 0
+        for text in names:
+            offsets.append(at)
+            at += len(text)
+        return {"text_offset": offsets, "token_logprobs": chosen, "tokens": names, "top_logprobs": tops}
+
+    def _update_weights_from_disk(self, body: dict[str, Any]) -> dict[str, Any]:
+        """SGLang's ``/update_weights_from_disk``: reload the model from ``model_path``."""
+        from rlkit.lm.models import load_policy
+
+        path = body.get("model_path")
+        if not isinstance(path, str) or not path:
+            raise _BadRequest(400, "'model_path' must be a directory")
+        try:
+            model, tokenizer = load_policy(path, dtype=self._dtype)
+        except Exception as exc:  # SGLang answers a failed load with success: false, not a 500
+            raise _BadRequest(400, f"failed to load weights from {path}: {type(exc).__name__}: {exc}") from None
+        model.eval()
+        with self._model_lock:
+            self.model, self.tokenizer = model.to(self.model.device), tokenizer
+            self.adapters = {}
+            self._stop_ids = self._stop_token_ids()
+            self.weight_updates += 1
+        return {"success": True, "message": "Succeeded to update model weights."}
+
+    def _load_lora_adapter(self, body: dict[str, Any]) -> str:
+        """vLLM's ``/v1/load_lora_adapter``: load a peft adapter under ``lora_name``."""
+        from peft import PeftModel
+
+        name, path = body.get("lora_name"), body.get("lora_path")
+        if not isinstance(name, str) or not name or not isinstance(path, str) or not path:
+            raise _BadRequest(400, "'lora_name' and 'lora_path' must be non-empty strings")
+        if name == self.model_name:
+            raise _BadRequest(400, f"{name!r} is the base model's name")
+        if not Path(path, "adapter_config.json").is_file():
+            raise _BadRequest(400, f"no LoRA adapter at {path} (no adapter_config.json)")
+        with self._model_lock:
+            if name in self.adapters and not body.get("load_inplace"):
+                raise _BadRequest(400, f"The lora adapter '{name}' has already been loaded.")
+            if name in self.adapters:
+                self.model.delete_adapter(name)
+            if isinstance(self.model, PeftModel):
+                self.model.load_adapter(path, adapter_name=name, is_trainable=False)
+            else:
+                self.model = PeftModel.from_pretrained(self.model, path, adapter_name=name, is_trainable=False)
+            self.model.eval()
+            self.adapters[name] = path
+            self.weight_updates += 1
+        return f"Success: LoRA adapter '{name}' added successfully."
+
+    def _unload_lora_adapter(self, body: dict[str, Any]) -> str:
+        """vLLM's ``/v1/unload_lora_adapter``: drop the adapter ``lora_name``."""
+        name = body.get("lora_name")
+        with self._model_lock:
+            if name not in self.adapters:
+                raise _BadRequest(404, f"The lora adapter '{name}' cannot be found.", "not_found_error")
+            del self.adapters[name]
+            if self.adapters:
+                self.model.set_adapter(next(iter(self.adapters)))  # peft warns when the active one goes
+                self.model.delete_adapter(name)
+            else:  # the last one: back to the plain base model
+                self.model = self.model.unload()
+        return f"Success: LoRA adapter '{name}' removed successfully."
 
 
 class _HTTPServer(ThreadingHTTPServer):
@@ -373,7 +581,9 @@ class _Handler(BaseHTTPRequestHandler):
                 answer = partial(self._send_error_json, 401, "invalid or missing API key", "authentication_error")
             elif self.path.rstrip("/") == "/v1/models":
                 answer = partial(self._send_json, 200, {"object": "list", "data": [
-                    {"id": app.model_name, "object": "model", "created": 0, "owned_by": "rlkit"}]})
+                    {"id": app.model_name, "object": "model", "created": 0, "owned_by": "rlkit"},
+                    *({"id": name, "object": "model", "created": 0, "owned_by": "rlkit", "root": path,
+                       "parent": app.model_name} for name, path in list(app.adapters.items()))]})
             else:
                 answer = partial(self._send_error_json, 404, f"no route {self.path}", "not_found_error")
             app._record(RequestRecord("GET", self.path, authorization, answer.args[0]))  # before answering
@@ -384,7 +594,11 @@ class _Handler(BaseHTTPRequestHandler):
         authorization = self.headers.get("Authorization")
         with app._track():
             raw = self._read_body()  # always drain the body, or keep-alive desynchronises
-            if self.path.rstrip("/") != "/v1/chat/completions":
+            route = self.path.rstrip("/")
+            if route in _ADMIN_ROUTES:
+                self._admin(route, raw, authorization)
+                return
+            if route not in ("/v1/chat/completions", "/v1/completions"):
                 self._send_error_json(404, f"no route {self.path}", "not_found_error")
                 app._record(RequestRecord("POST", self.path, authorization, 404))
                 return
@@ -409,7 +623,8 @@ class _Handler(BaseHTTPRequestHandler):
                     content_type, garbage = _GARBAGE[detail]
                     answer = partial(self._send, 200, garbage, content_type)
                 else:
-                    answer = partial(self._send_json, 200, app._chat_completion(body))
+                    handle = app._completion if route == "/v1/completions" else app._chat_completion
+                    answer = partial(self._send_json, 200, handle(body))
             except _BadRequest as exc:
                 status = exc.status
                 answer = partial(self._send_error_json, exc.status, exc.message, exc.kind)
@@ -421,9 +636,38 @@ class _Handler(BaseHTTPRequestHandler):
                                       fault if status in (200, 500, 503) and fault else None))
             answer()
 
+    def _admin(self, route: str, raw: bytes, authorization: str | None) -> None:
+        app = self.server.app
+        status = 200
+        try:
+            if not app._auth_ok(authorization):
+                raise _BadRequest(401, "invalid or missing API key", "authentication_error")
+            try:
+                body = json.loads(raw or b"null")
+            except ValueError:
+                raise _BadRequest(400, "the request body is not JSON") from None
+            if not isinstance(body, dict):
+                raise _BadRequest(400, "the request body must be a JSON object")
+            result = getattr(app, _ADMIN_ROUTES[route])(body)
+            if isinstance(result, str):  # vLLM answers the LoRA routes with a plain-text line
+                answer = partial(self._send, 200, result.encode(), "text/plain; charset=utf-8")
+            else:
+                answer = partial(self._send_json, 200, result)
+        except _BadRequest as exc:
+            status = exc.status
+            if route == "/update_weights_from_disk":  # SGLang's shape, failures included
+                answer = partial(self._send_json, exc.status, {"success": False, "message": exc.message})
+            else:
+                answer = partial(self._send_error_json, exc.status, exc.message, exc.kind)
+        except Exception as exc:
+            status = 500
+            answer = partial(self._send_error_json, 500, f"{type(exc).__name__}: {exc}", "server_error")
+        app._record(RequestRecord("POST", self.path, authorization, status))
+        answer()
+
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="Serve a local causal LM over OpenAI's chat-completions API.")
+    parser = argparse.ArgumentParser(description="Serve a local causal LM over OpenAI's completions APIs.")
     parser.add_argument("--model", default=None, help="model directory or cached hub id (default: the tiny policy)")
     parser.add_argument("--model-name", default="default", help="the name clients send as 'model'")
     parser.add_argument("--host", default="127.0.0.1")

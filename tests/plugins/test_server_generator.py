@@ -1,0 +1,262 @@
+"""The ``openai_server`` generator against a real ``OpenAICompatibleServer`` on loopback (no mocked client): the
+generator contract, log-probs after a weight sync (full weights and LoRA), greedy parity with the ``hf``
+generator, retries, the start-up error, and ``rlkit fit`` end to end."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+import torch
+
+from rlkit.cli import main
+from rlkit.core.errors import ConfigError
+from rlkit.core.registry import Registry, create_plugin_manager
+from rlkit.lm.models import build_tiny_policy, load_policy
+from rlkit.lm.sampling import GenerationRequest, sequence_log_probs
+from rlkit.testing import GeneratorContract, example_prompts
+from rlkit.testing.openai_server import OpenAICompatibleServer
+
+_REGISTRY = Registry(create_plugin_manager())
+
+
+@pytest.fixture(scope="module")
+def server():
+    with OpenAICompatibleServer() as live:  # its own copy of the tiny policy
+        yield live
+
+
+def _generator(server: OpenAICompatibleServer, **params):
+    return _REGISTRY.create("generator", "openai_server", {"base_url": server.url, "retry_backoff": 0.01, **params})
+
+
+@pytest.fixture
+def policy():
+    return load_policy(build_tiny_policy())
+
+
+def _request(records, *, g: int = 2, greedy: bool = False, seeds=(11, 22, 33)) -> GenerationRequest:
+    return GenerationRequest(records, 1 if greedy else g, 6, temperature=1.0, greedy=greedy,
+                             seeds=None if greedy else list(seeds)[:len(records)])
+
+
+def _perturb(model, seed: int = 0) -> None:
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.requires_grad:
+                p.add_(0.05 * torch.randn(p.shape, generator=gen))
+
+
+class TestServerGeneratorContract(GeneratorContract):
+    @pytest.fixture
+    def generator(self, server):
+        generator = _generator(server, sync="disk")
+        yield generator
+        generator.close()
+
+
+def test_engine_logprobs_equal_the_synced_policys_own(server, policy):
+    model, tokenizer = policy
+    generator = _generator(server, sync="disk")
+    try:
+        generator.setup(model, tokenizer)
+        assert generator.policy_version == 0
+        _perturb(model)  # an optimiser step
+        generator.sync_weights(model)
+        assert generator.policy_version == 1 and server.weight_updates >= 2
+        records = example_prompts()
+        out = generator.generate(model, tokenizer, _request(records))
+        assert out.policy_version == 1
+        assert out.engine_logprobs.shape == out.completion_mask.shape
+        assert (out.engine_logprobs[out.completion_mask == 0] == 0).all()
+        with torch.no_grad():
+            own = sequence_log_probs(model, out)
+        mask = out.completion_mask.bool()
+        torch.testing.assert_close(out.engine_logprobs[mask], own[mask], atol=1e-5, rtol=0)
+    finally:
+        generator.close()
+
+
+def test_greedy_completions_equal_the_hf_generators(server, policy):
+    model, tokenizer = policy
+    generator = _generator(server, sync="disk")
+    hf = _REGISTRY.create("generator", "hf")
+    try:
+        generator.setup(model, tokenizer)
+        records = example_prompts()
+        ours = generator.generate(model, tokenizer, _request(records, greedy=True))
+        theirs = hf.generate(model, tokenizer, _request(records, greedy=True))
+        assert ours.completion_ids.tolist() == theirs.completion_ids.tolist()
+        assert ours.texts == theirs.texts and torch.equal(ours.input_ids, theirs.input_ids)
+    finally:
+        generator.close()
+
+
+def test_completions_that_end_at_eos_are_padded_and_masked(server, policy):
+    from rlkit.lm.sampling import tokenize_prompts
+
+    model, tokenizer = policy
+    records = example_prompts()
+    ids, mask = tokenize_prompts(tokenizer, records)
+    with torch.no_grad():  # point the EOS row of the (tied) output embedding along the prompts' last hidden state
+        hidden = model(input_ids=ids, attention_mask=mask, output_hidden_states=True).hidden_states[-1][:, -1]
+        weight = model.get_output_embeddings().weight
+        weight[tokenizer.eos_token_id] += 3 * torch.nn.functional.normalize(hidden.mean(0), dim=0) * \
+            weight.norm(dim=1).mean()
+    generator = _generator(server, sync="disk")
+    try:
+        generator.setup(model, tokenizer)
+        out = generator.generate(model, tokenizer, _request(records, g=4))
+        lengths = out.completion_mask.sum(dim=1)
+        assert out.truncated.any() and (~out.truncated).any(), "the test wants some rows to end early"
+        for row in range(out.input_ids.shape[0]):
+            kept = int(lengths[row])
+            tail = out.completion_ids[row, kept:]
+            assert (tail == tokenizer.pad_token_id).all(), "padded with the pad id after the engine's tokens"
+            if not out.truncated[row]:
+                assert int(out.completion_ids[row, kept - 1]) == tokenizer.eos_token_id
+        with torch.no_grad():
+            own = sequence_log_probs(model, out)
+        keep = out.completion_mask.bool()
+        torch.testing.assert_close(out.engine_logprobs[keep], own[keep], atol=1e-5, rtol=0)
+        assert (out.engine_logprobs[~keep] == 0).all()
+    finally:
+        generator.close()
+
+
+def test_sync_every_and_none_leave_the_server_alone(server, policy):
+    model, tokenizer = policy
+    for params, pushes in (({"sync": "none"}, 0), ({"sync": "disk", "sync_every": 2}, 2)):
+        generator = _generator(server, **params)
+        try:
+            before = server.weight_updates
+            generator.setup(model, tokenizer)
+            for _ in range(3):
+                generator.sync_weights(model)
+            assert server.weight_updates - before == pushes
+            assert generator.policy_version == max(pushes - 1, 0)
+        finally:
+            generator.close()
+
+
+def test_requests_are_retried_past_server_errors(server, policy):
+    model, tokenizer = policy
+    generator = _generator(server, sync="none", retries=2)
+    try:
+        generator.setup(model, tokenizer)
+        server.set_faults(fail_first=2)
+        out = generator.generate(model, tokenizer, _request(example_prompts()))
+        assert out.input_ids.shape[0] == 2 * len(example_prompts())
+        assert server.faults_served("fail") >= 2
+    finally:
+        server.set_faults(fail_first=0)
+        generator.close()
+
+
+def test_a_server_that_is_down_is_one_config_error_naming_base_url(policy):
+    with socket.socket() as s:  # a port nothing listens on once closed
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    generator = _REGISTRY.create("generator", "openai_server",
+                                 {"base_url": f"http://127.0.0.1:{port}/v1", "retries": 0})
+    with pytest.raises(ConfigError) as caught:
+        generator.setup(*policy)
+    message = str(caught.value)
+    assert "\n" not in message and "generator.params.base_url" in message
+    assert f"cannot connect to http://127.0.0.1:{port}/v1 (connection refused); start the server" in message
+
+
+def test_lora_sync_loads_a_new_adapter_and_its_logprobs_match(policy):
+    import httpx
+    from peft import LoraConfig, get_peft_model
+
+    model, tokenizer = policy
+    model = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"]))
+    with OpenAICompatibleServer() as live:
+        generator = _generator(live, sync="lora")
+        try:
+            generator.setup(model, tokenizer)
+            assert generator.served_model == "default-v0" and "default-v0" in live.adapters
+            _perturb(model, seed=1)  # only the adapter's weights train
+            generator.sync_weights(model)
+            assert generator.served_model == "default-v1" and list(live.adapters) == ["default-v1"]
+            out = generator.generate(model, tokenizer, _request(example_prompts()))
+            assert out.policy_version == 1
+            with torch.no_grad():
+                own = sequence_log_probs(model, out)
+            mask = out.completion_mask.bool()
+            torch.testing.assert_close(out.engine_logprobs[mask], own[mask], atol=1e-5, rtol=0)
+            base = httpx.post(f"{live.url}/completions", json={"prompt": [5, 6], "max_tokens": 4, "temperature": 0,
+                                                               "logprobs": 0}, timeout=30).json()
+            with torch.no_grad(), model.disable_adapter():  # the base name serves the base weights
+                expected = torch.log_softmax(model(input_ids=torch.tensor([[5, 6]])).logits[0, -1], -1)
+            first = base["choices"][0]["logprobs"]["token_logprobs"][0]
+            assert abs(first - float(expected.max())) < 1e-5
+            chat = httpx.post(f"{live.url}/chat/completions", json={
+                "model": "default-v1", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}, timeout=30)
+            assert chat.status_code == 200, "chat completions serve adapters too"
+        finally:
+            generator.close()
+
+
+def test_the_test_server_speaks_vllms_completions_and_sglangs_weight_routes(server, tmp_path):
+    import httpx
+
+    url, root = server.url, server.url.removesuffix("/v1")
+    body = {"prompt": [[5, 6, 7], [8, 9]], "n": 2, "max_tokens": 3, "seed": 3, "logprobs": 1,
+            "return_token_ids": True, "return_tokens_as_token_ids": True}
+    answer = httpx.post(f"{url}/completions", json=body, timeout=30).json()
+    assert answer["object"] == "text_completion" and [c["index"] for c in answer["choices"]] == [0, 1, 2, 3]
+    assert [c["prompt_token_ids"] for c in answer["choices"]] == [[5, 6, 7]] * 2 + [[8, 9]] * 2
+    for choice in answer["choices"]:
+        ids, logprobs = choice["token_ids"], choice["logprobs"]
+        assert len(ids) == len(logprobs["token_logprobs"]) and choice["finish_reason"] in ("stop", "length")
+        assert logprobs["tokens"] == [f"token_id:{t}" for t in ids] and all(v <= 0 for v in logprobs["token_logprobs"])
+    assert httpx.post(f"{url}/completions", json=body, timeout=30).json()["choices"] == answer["choices"], "seeded"
+    plain = httpx.post(f"{url}/completions", json={"prompt": [5, 6], "max_tokens": 2}, timeout=30).json()
+    assert plain["choices"][0]["logprobs"] is None and plain["choices"][0]["token_ids"] is None
+    missing = httpx.post(f"{url}/completions", json={"prompt": [5], "model": "nope"}, timeout=30)
+    assert missing.status_code == 404
+    failed = httpx.post(f"{root}/update_weights_from_disk", json={"model_path": str(tmp_path / "none")}, timeout=30)
+    assert failed.status_code == 400 and failed.json()["success"] is False
+    no_adapter = httpx.post(f"{url}/load_lora_adapter", json={"lora_name": "a", "lora_path": str(tmp_path)})
+    assert no_adapter.status_code == 400
+
+
+def test_token_ids_are_read_from_token_id_names_when_absent():
+    import httpx
+
+    from rlkit_plugins.generators.openai_server import _read_choices
+
+    choice = {"index": 0, "text": "ab", "finish_reason": "length",
+              "logprobs": {"tokens": ["token_id:7", "token_id:9"], "token_logprobs": [-1.5, -0.25]}}
+    answer = httpx.Response(200, json={"choices": [choice]})
+    assert _read_choices(1)(answer) == [([7, 9], [-1.5, -0.25])]
+    assert _read_choices(2)(answer) is None, "too few choices is a malformed answer (retried)"
+    assert _read_choices(1)(httpx.Response(200, json={"choices": [{"index": 0, "text": "x"}]})) is None
+
+
+@pytest.mark.parametrize(("params", "field"), [
+    ({"sync": "weights"}, "sync"), ({"base_url": "localhost:8000"}, "base_url"), ({"sync_every": 0}, "sync_every"),
+    ({"timeout_s": 0}, "timeout_s"), ({"max_concurrency": 0}, "max_concurrency")])
+def test_bad_params_name_their_field(params, field):
+    with pytest.raises(ConfigError, match=f"generator.params.{field}"):
+        _REGISTRY.create("generator", "openai_server", params)
+
+
+def test_lora_sync_needs_a_lora_policy(server, policy):
+    generator = _generator(server, sync="lora")
+    with pytest.raises(ConfigError, match="generator.params.sync"):
+        generator.setup(*policy)
+
+
+@pytest.mark.slow
+def test_fit_samples_from_the_server_end_to_end(tmp_path):
+    with OpenAICompatibleServer() as live:
+        assert main(["fit", "generator=openai_server", f"generator.params.base_url={live.url}",
+                     "generator.params.sync=disk", "trainer.max_steps=2", "batch_size=2", "num_generations=2",
+                     "logger=none", f"hydra.run.dir={tmp_path / 'run'}"]) == 0
+        completions = [r for r in live.log if r.path.rstrip("/") == "/v1/completions"]
+        assert completions and all(r.status == 200 for r in completions)
+        assert live.weight_updates >= 3, "setup, then one push per optimiser step"
