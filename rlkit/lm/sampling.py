@@ -19,6 +19,10 @@ class SampledBatch:
 
     ``input_ids``/``attention_mask`` are ``[B*G, P+C]`` (prompt left-padded to P); the completion
     is the last C positions, ``completion_mask`` ``[B*G, C]`` is 1 up to and including EOS.
+
+    A generator that samples elsewhere (an inference engine) may add what it knows of the sampling:
+    ``engine_logprobs`` ``float32 [B*G, C]``, the sampler's log-prob of each completion token (0 past the mask), and
+    ``policy_version``, the weight version that sampled the batch (importance sampling corrects for the lag).
     """
 
     input_ids: torch.Tensor
@@ -27,6 +31,8 @@ class SampledBatch:
     prompt_length: int
     texts: list[list[str]]
     truncated: torch.Tensor
+    engine_logprobs: torch.Tensor | None = None
+    policy_version: int | None = None
 
     @property
     def completion_ids(self) -> torch.Tensor:
@@ -39,8 +45,9 @@ class SampledBatch:
     def rows(self, rows: slice | torch.Tensor) -> SampledBatch:
         """The sequences ``rows`` (a slice or an index tensor) of the flat ``[B*G]`` axis, for micro-batched
         passes (texts left out)."""
+        engine = None if self.engine_logprobs is None else self.engine_logprobs[rows]
         return SampledBatch(self.input_ids[rows], self.attention_mask[rows], self.completion_mask[rows],
-                            self.prompt_length, [], self.truncated[rows])
+                            self.prompt_length, [], self.truncated[rows], engine, self.policy_version)
 
 
 def micro_batches(num_rows: int, num_chunks: int, *, exact: bool = False) -> list[slice]:
@@ -138,6 +145,40 @@ def tokenize_prompts(tokenizer: Any, records: Sequence[dict[str, Any]]) -> tuple
     prompts = [render_prompt(r["prompt"], tokenizer) for r in records]
     enc = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
     return enc["input_ids"], enc["attention_mask"]
+
+
+def demonstration_text(record: dict[str, Any]) -> str | None:
+    """A record's demonstration: its ``completion`` (text, or TRL's conversational list whose assistant messages
+    are joined), else its ``reference``; None when it has neither."""
+    completion = record.get("completion")
+    if isinstance(completion, list):
+        parts = [m.get("content") for m in completion if isinstance(m, dict) and m.get("role") == "assistant"]
+        completion = "".join(p for p in parts if isinstance(p, str)) or None
+    if isinstance(completion, str):
+        return completion
+    reference = record.get("reference")
+    return None if reference is None else str(reference)
+
+
+def demonstration_batch(tokenizer: Any, records: Sequence[dict[str, Any]], max_new_tokens: int,
+                        device: torch.device | str = "cpu") -> SampledBatch:
+    """Each record's prompt followed by its demonstration and EOS, cut at ``max_new_tokens``, as the
+    ``SampledBatch`` a generator would return with one completion per record (prompt tokenised as for sampling)."""
+    prompt_ids, prompt_mask = tokenize_prompts(tokenizer, records)
+    rows = []
+    for i, record in enumerate(records):
+        text = demonstration_text(record)
+        if text is None:
+            raise ValueError(f"record {i} has neither a `completion` nor a `reference` to learn from")
+        ids = tokenizer(text, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+        rows.append(ids[:max_new_tokens])
+    # A cut row (no EOS) is exactly max_new_tokens long, the widest any row can be: no padding ever follows it,
+    # so padding with a pad id that equals EOS cannot end it early.
+    width = max(len(r) for r in rows)
+    completion = torch.full((len(rows), width), tokenizer.pad_token_id, dtype=prompt_ids.dtype)
+    for i, row in enumerate(rows):
+        completion[i, :len(row)] = torch.tensor(row, dtype=prompt_ids.dtype)
+    return assemble_sampled_batch(prompt_ids.to(device), prompt_mask.to(device), completion.to(device), tokenizer, 1)
 
 
 def assemble_sampled_batch(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, completion_ids: torch.Tensor,

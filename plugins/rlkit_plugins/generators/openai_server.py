@@ -299,8 +299,8 @@ class OpenAIServerGenerator:
         batch = assemble_sampled_batch(prompt_ids.repeat_interleave(g, dim=0).to(device),
                                        prompt_mask.repeat_interleave(g, dim=0).to(device), completion.to(device),
                                        tokenizer, g)
-        batch.engine_logprobs = logps.to(device).masked_fill(batch.completion_mask == 0, 0.0)  # type: ignore[attr-defined]
-        batch.policy_version = version  # type: ignore[attr-defined]
+        batch.engine_logprobs = logps.to(device).masked_fill(batch.completion_mask == 0, 0.0)
+        batch.policy_version = version
         return batch
 
 
