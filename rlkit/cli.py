@@ -12,7 +12,7 @@ from rlkit.commands.common import RELAUNCHED_COMMAND
 from rlkit.commands.data import cmd_data
 from rlkit.commands.inspect import cmd_plugins, cmd_report, cmd_rubric, cmd_validate
 from rlkit.commands.judging import cmd_calibrate, cmd_eval, cmd_score, cmd_serve
-from rlkit.commands.training import cmd_fit, cmd_train_grm
+from rlkit.commands.training import cmd_fit, cmd_sft, cmd_train_grm
 from rlkit.core.errors import RlkitError
 
 USAGE = """rlkit <command> [--debug] [key=value ...]
@@ -24,6 +24,7 @@ commands:
   calibrate   agreement of the configured judge with human labels (calibrate.labels=...), per dimension
   eval        golden-set evaluation of a checkpoint (eval.checkpoint=..., eval.prompts=...), per dimension
   fit         train the policy with the configured judge, aggregator and estimator (-m for sweeps)
+  sft         supervised warm start on the records' demonstrations (rlkit fit objective=sft)
   report      (re)build a run's report: `rlkit report outputs/<date>/<time>` (plots + report.md)
   train-grm   train a generative reward model on preference pairs or rankings (grm.data.train=...)
   serve       serve the configured judge as an HTTP reward API (serve.port=..., Ctrl-C stops it)
@@ -43,7 +44,7 @@ def cmd_new(args: Sequence[str]) -> int:
 
 
 COMMANDS = {"plugins": cmd_plugins, "validate": cmd_validate, "score": cmd_score, "calibrate": cmd_calibrate,
-            "fit": cmd_fit, "data": cmd_data, "serve": cmd_serve, "train-grm": cmd_train_grm,
+            "fit": cmd_fit, "sft": cmd_sft, "data": cmd_data, "serve": cmd_serve, "train-grm": cmd_train_grm,
             "eval": cmd_eval, "report": cmd_report,
             "rubric": cmd_rubric, "new": cmd_new}
 

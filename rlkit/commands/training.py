@@ -36,6 +36,13 @@ def cmd_fit(overrides: Sequence[str]) -> int:
     return run_hydra("fit", "fit", overrides, _fit_job)
 
 
+def cmd_sft(overrides: Sequence[str]) -> int:
+    """``rlkit sft``: ``rlkit fit objective=sft``, supervised fine-tuning on the records' demonstrations, with the
+    same checkpoints, resume, LoRA, loggers and held-out table; its ``policy/`` folder is a warm start for
+    ``rlkit fit model.name_or_path=<run dir>/policy``."""
+    return cmd_fit(["objective=sft", *overrides])
+
+
 def _train_grm_job(cfg, run_dir: Path) -> float:
     from rlkit.grm.training import print_grm_summary, train_grm
 

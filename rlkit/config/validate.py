@@ -429,4 +429,19 @@ def validate_config(cfg: DictConfig, registry: Registry, *, read_data: bool = Tr
     elif data.task not in SYNTHETIC_TASKS:
         raise ConfigError(f"unknown synthetic task {data.task!r}; available: {', '.join(SYNTHETIC_TASKS)}",
                           _where(registry, cfg, "data", "task"))
+    _check_demonstrations(result, data)
     return result
+
+
+def _check_demonstrations(result: ValidatedConfig, data: DataConfig) -> None:
+    """An objective that learns from demonstrations needs one in every record (the synthetic tasks have a
+    reference); a record without is named before any training."""
+    from rlkit.lm.sampling import demonstration_text
+
+    if getattr(result.objective, "signal", None) != "demonstrations" or result.records is None:
+        return
+    missing = [i for i, record in enumerate(result.records, 1) if demonstration_text(record) is None]
+    if missing:
+        raise DataError(f"objective={result.plugin_names['objective']} learns from demonstrations, and record "
+                        f"{missing[0]} has neither a `completion` nor a `reference`"
+                        + (f" ({len(missing) - 1} more)" if len(missing) > 1 else ""), str(data.path))

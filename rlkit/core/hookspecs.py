@@ -133,8 +133,10 @@ def rlkit_register_objectives(register: Register) -> None:
 
     * ``group_relative`` (optional, default False): True when the loss compares completions within their group
       (pairs from a group); ``rlkit validate`` then asks for ``num_generations >= 2``.
-    * ``signal``: ``"advantages"`` (the loop asks the advantage estimator for ``[B, G]`` advantages) or ``"pairs"``
-      (the loop hands the preference constructor to :meth:`pair_targets`).
+    * ``signal``: ``"advantages"`` (the loop asks the advantage estimator for ``[B, G]`` advantages), ``"pairs"``
+      (the loop hands the preference constructor to :meth:`pair_targets`) or ``"demonstrations"`` (the loop trains
+      on each record's own completion, tokenised after its prompt, instead of sampling; ``loss`` gets
+      ``CompletionLossInputs`` with zero advantages).
     * ``num_iterations: int``: optimiser steps per rollout (PPO-style inner epochs; 1 for on-policy).
     * ``needs_old_logprobs: bool``: whether ``old_logp`` must come from a separate no-grad pass (only meaningful
       with ``num_iterations > 1``; otherwise the loop passes ``logp.detach()``).

@@ -13,9 +13,10 @@ import torch
 
 from rlkit.core.types import PreferencePairs
 
-SIGNALS = ("advantages", "pairs")
-"""What an objective learns from: per-completion advantages (from the advantage estimator) or preference pairs (from
-the preference constructor)."""
+SIGNALS = ("advantages", "pairs", "demonstrations")
+"""What an objective learns from: per-completion advantages (from the advantage estimator), preference pairs (from
+the preference constructor), or demonstrations (the records' own completions, tokenised after the prompt instead of
+sampled; the loss gets :class:`CompletionLossInputs` with zero advantages)."""
 
 
 @dataclass

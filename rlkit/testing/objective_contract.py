@@ -2,9 +2,9 @@
 
 It builds the inputs the training loop would hand the objective (``rlkit.plugin.CompletionLossInputs`` or
 ``PairLossInputs``, by the objective's ``signal``) from seeded random tensors, and checks what the loop relies on:
-a finite scalar loss and detached scalar metrics, zero loss (and gradient) on zero advantages for a policy-gradient
-objective or zero gradient on identical pairs for a preference one, gradient through the policy's log-probs only,
-and padding positions that cannot change the loss.
+a finite scalar loss and detached scalar metrics; zero loss (and gradient) on zero advantages for a policy-gradient
+objective, zero gradient on identical pairs for a preference one, or on no demonstration tokens for a supervised
+one; gradient through the policy's log-probs only; and padding positions that cannot change the loss.
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ class ObjectiveContract:
 
     def _inputs(self, objective: Any, **kw: Any) -> Any:
         reference = objective.reference_use is not None
-        if objective.signal == "advantages":
+        if objective.signal in ("advantages", "demonstrations"):
             return example_completion_inputs(reference=reference, **kw)
         return example_pair_inputs(reference=reference, **kw)
 
@@ -86,7 +86,14 @@ class ObjectiveContract:
             assert torch.isfinite(value), key
 
     def test_nothing_to_learn_gives_no_gradient(self, objective: Any) -> None:
-        if objective.signal == "advantages":
+        if objective.signal == "demonstrations":
+            # no demonstration tokens: nothing to imitate
+            inputs = example_completion_inputs(reference=objective.reference_use is not None)
+            inputs.mask = torch.zeros_like(inputs.mask)
+            inputs.num_tokens = 0.0
+            loss, _ = objective.loss(inputs)
+            assert abs(float(loss.detach())) < 1e-6
+        elif objective.signal == "advantages":
             inputs = example_completion_inputs(zero_advantages=True, reference=objective.reference_use is not None)
             # on-policy and at the reference: zero advantages leave nothing to move towards
             inputs.old_logp = inputs.logp.detach()
@@ -116,7 +123,7 @@ class ObjectiveContract:
             assert tensor.grad is None or not bool(tensor.grad.abs().sum() > 0)
 
     def test_padding_positions_do_not_matter(self, objective: Any) -> None:
-        if objective.signal != "advantages":
+        if objective.signal == "pairs":
             pytest.skip("pair objectives see summed log-probs: the loop has already masked them")
         inputs = self._inputs(objective)
         loss, _ = objective.loss(inputs)

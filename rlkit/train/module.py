@@ -19,7 +19,7 @@ from rlkit.core.types import RewardBatch, Rollout
 from rlkit.lm.model_config import model_fingerprint
 from rlkit.lm.models import make_adamw
 from rlkit.lm.reference import ReferencePolicy
-from rlkit.lm.sampling import GenerationRequest, SampledBatch
+from rlkit.lm.sampling import GenerationRequest, SampledBatch, demonstration_batch
 from rlkit.reward.debias import LengthFormatDebias, completion_features
 from rlkit.reward.diagnostics import (
     ConflictWatch,
@@ -199,15 +199,21 @@ class RubricRLModule(L.LightningModule):
         # the previous step's whole iteration, Lightning's loop and data loading included
         iteration = t0 - self._step_started if self._step_started is not None else None
         self._step_started = t0
-        sampled = self.generator.generate(self.policy, self.tokenizer, self.generation_request(records))
+        signal = self.parts.objective.signal
+        if signal == "demonstrations":  # the records' own completions, tokenised as a generator would return them
+            sampled = demonstration_batch(self.tokenizer, records, self.settings.max_completion_length, self.device)
+        else:
+            sampled = self.generator.generate(self.policy, self.tokenizer, self.generation_request(records))
         t1 = time.perf_counter()
         step = self.global_step  # before the update advances it
         batch = self.score(records, sampled, step)
         spread = self.spread
         # every completion's truncation flag: a pair objective may leave cut completions out, and the metrics count them
         truncated = spread.gather(sampled.truncated.float(), self.device)
-        if self.parts.objective.signal == "pairs":
+        if signal == "pairs":
             outcome = self.pair_step(sampled, batch, truncated > 0.5)
+        elif signal == "demonstrations":
+            outcome = self.demonstration_step(sampled, batch)
         else:
             outcome = self.advantage_step(sampled, batch)
         loss, t2, t3 = outcome.loss, outcome.decided_at, outcome.logprob_at
@@ -265,6 +271,15 @@ class RubricRLModule(L.LightningModule):
         loss, metrics, logprob_at = completion_update(self, self.parts.objective, sampled,
                                                       local.reshape(-1).to(self.device))
         metrics.update(advantage_metrics(advantages))
+        return StepOutcome(loss, metrics, local, decided, logprob_at)
+
+    def demonstration_step(self, sampled: SampledBatch, batch: RewardBatch) -> StepOutcome:
+        """An objective that learns from demonstrations: no advantages to form (the objective's loss gets zeros);
+        the judge's scores of the demonstrations are still logged."""
+        local = torch.zeros(self.spread.local(batch.rewards).shape)
+        decided = time.perf_counter()
+        loss, metrics, logprob_at = completion_update(self, self.parts.objective, sampled,
+                                                      local.reshape(-1).to(self.device))
         return StepOutcome(loss, metrics, local, decided, logprob_at)
 
     def pair_step(self, sampled: SampledBatch, batch: RewardBatch, truncated: torch.Tensor) -> StepOutcome:

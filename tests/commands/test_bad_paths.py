@@ -26,6 +26,7 @@ CASES = [
     ("validate", lambda p: ["validate", f"rubric.path={p['missing']}.yaml"], "no such rubric file"),
     ("fit", lambda p: ["fit", f"data.path={p['missing']}.jsonl", f"hydra.run.dir={p['run']}"], "no such data file"),
     ("fit", lambda p: ["fit", f"ckpt_path={p['missing']}.ckpt", f"hydra.run.dir={p['run']}"], "ckpt_path: no such"),
+    ("sft", lambda p: ["sft", f"data.path={p['missing']}.jsonl", f"hydra.run.dir={p['run']}"], "no such data file"),
     ("score", lambda p: ["score", f"data.path={p['missing']}.jsonl"], "no such data file"),
     ("score", lambda p: ["score", f"data.path={p['records']}", f"score.output={p['afile']}/out.jsonl"],
      "score.output: cannot create"),
