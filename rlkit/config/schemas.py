@@ -43,6 +43,18 @@ class LoraConfig(_Schema):
         return self.r > 0
 
 
+class WarmStartConfig(_Schema):
+    """A supervised warm start of the embedded tiny policy (``rlkit/lm/warm_start.py``): before the run, the random-init
+    policy is trained ``steps`` steps on draws of the synthetic task (prompt → reference) that exclude every held-out
+    prompt of the run, with the masked token NLL of ``objective=sft``, then cached. A policy that can already do the
+    task sometimes leaves a reward room to teach; ``experiment=warm_start`` turns it on."""
+
+    steps: int = Field(default=0, ge=0, description="SFT steps; 0: the random-init policy.")
+    batch_size: int = Field(default=64, ge=1, description="Demonstrations per step, drawn with replacement.")
+    lr: float = _finite(default=3e-3, gt=0, description="AdamW learning rate of the warm start.")
+    seed: int = Field(default=0, description="Seeds the draws and the optimiser.")
+
+
 class ModelConfig(_Schema):
     """The policy (``model=<name>`` selects a preset under ``conf/model/``)."""
 
@@ -59,6 +71,8 @@ class ModelConfig(_Schema):
     lora: LoraConfig = Field(default_factory=LoraConfig, description="LoRA adapters through peft.")
     gradient_checkpointing: bool = Field(
         default=False, description="Recompute activations in backward: less memory, more compute.")
+    warm_start: WarmStartConfig = Field(default_factory=WarmStartConfig,
+                                        description="Supervised warm start of the embedded tiny policy.")
 
 
 class DataConfig(_Schema):

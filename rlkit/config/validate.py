@@ -434,11 +434,21 @@ def validate_config(cfg: DictConfig, registry: Registry, *, read_data: bool = Tr
 
 
 def _check_demonstrations(result: ValidatedConfig, data: DataConfig) -> None:
-    """An objective that learns from demonstrations needs one in every record (the synthetic tasks have a
-    reference); a record without is named before any training."""
+    """An objective that learns from demonstrations needs one in every record (the synthetic tasks have a reference);
+    a record without is named before any training. A warm start is of the embedded policy, on the synthetic task."""
     from rlkit.lm.sampling import demonstration_text
 
-    if getattr(result.objective, "signal", None) != "demonstrations" or result.records is None:
+    model = result.model
+    warm = model is not None and model.warm_start.steps > 0
+    if warm and model.name_or_path is not None:
+        raise ConfigError("warm-starts only the embedded tiny policy (model.name_or_path: null); train a policy of "
+                          "your own with `rlkit sft` and pass its policy/ folder instead", "model.warm_start.steps")
+    if warm and data.path is not None:
+        raise ConfigError("a warm start learns from draws of the synthetic task the run does not use; with "
+                          "data.path, warm-start with `rlkit sft` on demonstrations of your own",
+                          "model.warm_start.steps")
+    demonstrations = getattr(result.objective, "signal", None) == "demonstrations"
+    if not demonstrations or result.records is None:
         return
     missing = [i for i, record in enumerate(result.records, 1) if demonstration_text(record) is None]
     if missing:

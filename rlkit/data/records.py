@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import random
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -107,3 +107,10 @@ def arithmetic_task(num_prompts: int, seed: int, max_operand: int = 20) -> list[
 
 
 SYNTHETIC_TASKS = {"arithmetic": arithmetic_task}
+
+
+def disjoint_task_records(task: str, count: int, seed: int, exclude: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``count`` draws of the synthetic ``task`` under ``seed`` whose prompts are none of ``exclude``'s: demonstrations
+    a warm start may learn from without seeing a run's training or held-out prompts."""
+    taken = {json.dumps(r["prompt"], sort_keys=True) for r in exclude}
+    return [r for r in SYNTHETIC_TASKS[task](count, seed) if json.dumps(r["prompt"], sort_keys=True) not in taken]

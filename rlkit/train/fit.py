@@ -87,12 +87,35 @@ def build_trainer(validated: ValidatedConfig, run_dir: Path) -> tuple[L.Trainer,
     return trainer, logger
 
 
-def build_module(validated: ValidatedConfig) -> RubricRLModule:
-    """The policy (LoRA-wrapped if asked), its reference, the reward parts and the generator, in one module."""
+def warm_start_demonstrations(validated: ValidatedConfig, datamodule: Any) -> list[dict[str, Any]]:
+    """What a warm start learns from: draws of the synthetic task (the task's distribution, as SFT before RL learns
+    from) without any of the run's held-out prompts, so the held-out table measures what the policy can do on prompts
+    it never saw. Empty when no warm start is asked for."""
+    from rlkit.data.records import disjoint_task_records
+
+    warm = validated.model.warm_start
+    if not warm.steps:
+        return []
+    return disjoint_task_records(validated.data.task, WARM_START_POOL, warm.seed + 1_000_003,
+                                 datamodule.heldout_records)
+
+
+# Draws of the synthetic task a warm start samples from (before the run's prompts are removed).
+WARM_START_POOL = 4096
+
+
+def build_module(validated: ValidatedConfig, demonstrations: list[dict[str, Any]] | None = None) -> RubricRLModule:
+    """The policy (LoRA-wrapped if asked; warm-started on ``demonstrations`` when ``model.warm_start.steps`` asks),
+    its reference, the reward parts and the generator, in one module."""
     from rlkit.lm.models import apply_lora, enable_gradient_checkpointing, load_policy, resolve_policy_path
     from rlkit.lm.reference import build_reference
+    from rlkit.lm.warm_start import warm_start_policy
 
     path = resolve_policy_path(validated.model.name_or_path)
+    warm = validated.model.warm_start
+    if warm.steps:
+        path = warm_start_policy(path, demonstrations or [], steps=warm.steps, batch_size=warm.batch_size,
+                                 lr=warm.lr, seed=warm.seed, max_new_tokens=validated.run.max_completion_length)
     policy, tokenizer = load_policy(path, validated.model.dtype)
     if validated.model.gradient_checkpointing:
         enable_gradient_checkpointing(policy)
@@ -149,9 +172,10 @@ def fit(validated: ValidatedConfig, run_dir: Path) -> dict[str, Any]:
     trainer, logger = build_trainer(validated, run_dir)  # first: a trainer setting Lightning refuses fails fast
     module = None
     try:
-        module = build_module(validated)
-        module.monitors = monitor_host(validated, run_dir)
         datamodule = PromptDataModule(validated.data, batch_size=run.batch_size, seed=run.seed)
+        datamodule.setup()
+        module = build_module(validated, warm_start_demonstrations(validated, datamodule))
+        module.monitors = monitor_host(validated, run_dir)
         trainer.validate(module, datamodule=datamodule, verbose=False)
         start = dict(module.heldout)
         module.history = MetricsHistory(run_dir / METRICS_FILE) if trainer.is_global_zero else None
