@@ -110,6 +110,17 @@ class _BadRequest(Exception):
         self.status, self.message, self.kind = status, message, kind
 
 
+def _json_object(raw: bytes) -> dict[str, Any]:
+    """A request body that must be a JSON object; a 400 otherwise."""
+    try:
+        body = json.loads(raw or b"null")
+    except ValueError:
+        raise _BadRequest(400, "the request body is not JSON") from None
+    if not isinstance(body, dict):
+        raise _BadRequest(400, "the request body must be a JSON object")
+    return body
+
+
 def _messages(body: dict[str, Any]) -> list[dict[str, str]]:
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
@@ -613,12 +624,7 @@ class _Handler(BaseHTTPRequestHandler):
                     raise _BadRequest(401, "invalid or missing API key", "authentication_error")
                 if fault == "fail":
                     raise _BadRequest(detail, "injected failure", "server_error")
-                try:
-                    body = json.loads(raw or b"null")
-                except ValueError:
-                    raise _BadRequest(400, "the request body is not JSON") from None
-                if not isinstance(body, dict):
-                    raise _BadRequest(400, "the request body must be a JSON object")
+                body = _json_object(raw)
                 if fault == "garbage":
                     content_type, garbage = _GARBAGE[detail]
                     answer = partial(self._send, 200, garbage, content_type)
@@ -642,12 +648,7 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             if not app._auth_ok(authorization):
                 raise _BadRequest(401, "invalid or missing API key", "authentication_error")
-            try:
-                body = json.loads(raw or b"null")
-            except ValueError:
-                raise _BadRequest(400, "the request body is not JSON") from None
-            if not isinstance(body, dict):
-                raise _BadRequest(400, "the request body must be a JSON object")
+            body = _json_object(raw)
             result = getattr(app, _ADMIN_ROUTES[route])(body)
             if isinstance(result, str):  # vLLM answers the LoRA routes with a plain-text line
                 answer = partial(self._send, 200, result.encode(), "text/plain; charset=utf-8")
