@@ -254,6 +254,11 @@ class RunConfig(_Schema):
                                         "be many times faster for small models.")
     checkpoint_every: int = Field(default=20, ge=1, description="Steps between Lightning checkpoints "
                                                                 "(run_dir/checkpoints/last.ckpt is kept).")
+    engine_is_cap: float | None = _finite(
+        default=2.0, gt=0, description="Truncated importance sampling for completions an inference engine sampled "
+                                       "(a generator that returns engine log-probs, e.g. openai_server): each token's "
+                                       "loss is weighted by min(exp(old − engine log-prob), cap); null: off. TRL's "
+                                       "vllm_importance_sampling_correction, cap 2.0.")
     ckpt_path: str | None = Field(default=None, description="A Lightning checkpoint of a compatible run (same rubric "
                                                             "and model) to resume from.")
     log_samples: LogSamplesConfig = Field(default_factory=LogSamplesConfig, description=LogSamplesConfig.__doc__)

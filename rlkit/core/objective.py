@@ -31,7 +31,10 @@ class CompletionLossInputs:
     * ``mask`` ``float32 [n, C]``: 1 on completion tokens that count, 0 on padding (values there are arbitrary);
     * ``num_sequences``, ``num_tokens``: the counts of the whole step (every micro-batch and process): a loss that
       normalises by them sums over micro-batches to the one-pass loss, which is what the loop relies on;
-    * ``max_completion_length``: the run's ``max_completion_length`` (Dr. GRPO's constant normaliser).
+    * ``max_completion_length``: the run's ``max_completion_length`` (Dr. GRPO's constant normaliser);
+    * ``sampling_weights`` ``[n, C]`` or None: truncated importance weights for completions an inference engine
+      sampled (``min(exp(old_logp - engine_logp), cap)``, 0 off the mask); an objective multiplies each token's
+      policy-gradient loss by them. None when the policy sampled its own completions.
     """
 
     logp: torch.Tensor
@@ -42,6 +45,7 @@ class CompletionLossInputs:
     num_sequences: int
     num_tokens: float
     max_completion_length: int
+    sampling_weights: torch.Tensor | None = None
 
 
 @dataclass

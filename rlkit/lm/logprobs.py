@@ -10,6 +10,21 @@ import torch
 LOG_SOFTMAX_CHUNK_ELEMENTS = 1 << 24
 
 
+def truncated_importance_weights(old_logp: torch.Tensor, sampler_logp: torch.Tensor, mask: torch.Tensor,
+                                  cap: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per-token weights ``min(exp(old_logp - sampler_logp), cap)`` ``[N, C]`` (0 off the mask) that correct a loss
+    for completions an engine sampled with other weights or numerics than the policy's, plus the masked sums of the
+    uncapped ratio and of the capped tokens (for ``rollout/is_ratio_mean`` and ``rollout/is_clipped_frac``)."""
+    # TRL GRPOTrainer (vllm_importance_sampling_correction): ratio = exp(old_per_token_logps -
+    # sampling_per_token_logps), clamped at vllm_importance_sampling_cap (2.0), multiplied into the per-token loss.
+    keep = mask > 0
+    ratio = torch.exp(torch.where(keep, old_logp - sampler_logp, torch.zeros_like(old_logp)))
+    weights = torch.where(keep, ratio.clamp(max=cap), torch.zeros_like(ratio))
+    ratio_sum = torch.where(keep, ratio, torch.zeros_like(ratio)).sum()
+    clipped = (keep & (ratio > cap)).sum().to(ratio.dtype)
+    return weights, ratio_sum, clipped
+
+
 def selective_log_softmax(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
     """``logits [N, T, V]``, ``tokens [N, T]`` → ``log softmax(logits)[n, t, tokens[n, t]]`` as ``[N, T]``,
     in float32 for half-precision logits (float64 stays float64)."""

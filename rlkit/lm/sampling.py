@@ -22,7 +22,8 @@ class SampledBatch:
 
     A generator that samples elsewhere (an inference engine) may add what it knows of the sampling:
     ``engine_logprobs`` ``float32 [B*G, C]``, the sampler's log-prob of each completion token (0 past the mask), and
-    ``policy_version``, the weight version that sampled the batch (importance sampling corrects for the lag).
+    ``policy_version``, the weight version that sampled the batch, and ``policy_lag``, the optimiser steps the
+    policy has taken since those weights (importance sampling against ``engine_logprobs`` corrects for both).
     """
 
     input_ids: torch.Tensor
@@ -33,6 +34,7 @@ class SampledBatch:
     truncated: torch.Tensor
     engine_logprobs: torch.Tensor | None = None
     policy_version: int | None = None
+    policy_lag: int | None = None
 
     @property
     def completion_ids(self) -> torch.Tensor:
@@ -47,7 +49,8 @@ class SampledBatch:
         passes (texts left out)."""
         engine = None if self.engine_logprobs is None else self.engine_logprobs[rows]
         return SampledBatch(self.input_ids[rows], self.attention_mask[rows], self.completion_mask[rows],
-                            self.prompt_length, [], self.truncated[rows], engine, self.policy_version)
+                            self.prompt_length, [], self.truncated[rows], engine, self.policy_version,
+                            self.policy_lag)
 
 
 def micro_batches(num_rows: int, num_chunks: int, *, exact: bool = False) -> list[slice]:

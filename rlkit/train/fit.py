@@ -27,7 +27,7 @@ def settings_from(validated: ValidatedConfig) -> TrainingSettings:
         num_generations=run.num_generations, max_completion_length=run.max_completion_length,
         temperature=run.temperature, lr=optim.lr, weight_decay=optim.weight_decay, warmup_steps=optim.warmup_steps,
         gradient_clip_val=optim.gradient_clip_val, gradient_accumulation_steps=optim.gradient_accumulation_steps,
-        length_buckets=optim.length_buckets, seed=run.seed,
+        length_buckets=optim.length_buckets, seed=run.seed, engine_is_cap=run.engine_is_cap,
     )
 
 

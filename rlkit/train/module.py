@@ -67,6 +67,7 @@ class TrainingSettings:
     gradient_accumulation_steps: int = 1
     length_buckets: int = 1  # policy-gradient passes over rows grouped by completion length
     seed: int = 0  # the run seed; with the step and a prompt's batch position it seeds that prompt's sampling
+    engine_is_cap: float | None = 2.0  # truncated importance sampling against an engine's log-probs; None: off
 
 
 @dataclass
@@ -223,6 +224,9 @@ class RubricRLModule(L.LightningModule):
         lengths = spread.gather(sampled.completion_token_counts.float(), self.device)
         metrics = self.step_metrics(batch, lengths, truncated)
         metrics.update(outcome.metrics)
+        if sampled.policy_version is not None:  # sampled by an engine: which weights, how far behind the policy
+            metrics["rollout/policy_version"] = float(sampled.policy_version)
+            metrics["rollout/policy_lag"] = float(sampled.policy_lag or 0)
         judge_metrics = getattr(self.parts.judge, "metrics", None)
         if callable(judge_metrics):
             metrics.update({k: float(v) for k, v in judge_metrics().items()})

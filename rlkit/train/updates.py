@@ -21,7 +21,7 @@ import torch
 
 from rlkit.core.objective import CompletionLossInputs, PairLossInputs, PairTargets
 from rlkit.core.types import PreferencePairs
-from rlkit.lm.logprobs import sequence_logp_sums
+from rlkit.lm.logprobs import sequence_logp_sums, truncated_importance_weights
 from rlkit.lm.sampling import SampledBatch, length_buckets, micro_batches, sequence_log_probs
 
 
@@ -76,15 +76,25 @@ def completion_update(module: Any, objective: Any, sampled: SampledBatch, advant
             out[rows] = log_probs(sampled.rows(rows)).to(out.dtype)
         return out
 
+    # Completions an engine sampled are corrected towards the policy that trains on them, which needs the policy's
+    # own log-probs at sampling time: the old-policy pass, even for one inner iteration.
+    engine = sampled.engine_logprobs if getattr(s, "engine_is_cap", None) is not None else None
     with torch.inference_mode():
         old_logp = (all_rows(lambda sub: sequence_log_probs(module.policy, sub))
-                    if objective.needs_old_logprobs and objective.num_iterations > 1 else None)
+                    if (objective.needs_old_logprobs and objective.num_iterations > 1) or engine is not None
+                    else None)
         ref_logp = all_rows(lambda sub: module.reference.log_probs(module.policy, sub)) \
             if module.reference is not None else None
     old_logp, ref_logp = outside_inference(old_logp), outside_inference(ref_logp)
     t_logprob = time.perf_counter()
     num_tokens = float(spread.sum(mask.sum(), device))
     num_sequences = len(advantages) * spread.world_size
+    sampling_weights, is_metrics = None, {}
+    if engine is not None and old_logp is not None:
+        sampling_weights, ratio_sum, clipped = truncated_importance_weights(old_logp, engine.to(old_logp), mask,
+                                                                            s.engine_is_cap)
+        is_metrics = {"rollout/is_ratio_mean": float(spread.sum(ratio_sum, device)) / max(num_tokens, 1.0),
+                      "rollout/is_clipped_frac": float(spread.sum(clipped, device)) / max(num_tokens, 1.0)}
     for _ in range(objective.num_iterations):
         opt.zero_grad()
         loss = torch.zeros((), device=device)
@@ -94,7 +104,8 @@ def completion_update(module: Any, objective: Any, sampled: SampledBatch, advant
             part, part_metrics = objective.loss(CompletionLossInputs(
                 logp=logp, old_logp=logp.detach() if old_logp is None else old_logp[rows],
                 ref_logp=None if ref_logp is None else ref_logp[rows], advantages=advantages[rows], mask=mask[rows],
-                num_sequences=num_sequences, num_tokens=num_tokens, max_completion_length=s.max_completion_length))
+                num_sequences=num_sequences, num_tokens=num_tokens, max_completion_length=s.max_completion_length,
+                sampling_weights=None if sampling_weights is None else sampling_weights[rows]))
             module.manual_backward(part * spread.world_size)
             loss = loss + part.detach()
             share = mask[rows].sum() / max(num_tokens, 1.0)
@@ -105,6 +116,7 @@ def completion_update(module: Any, objective: Any, sampled: SampledBatch, advant
     summed = spread.sum_all({"loss": loss, **weighted}, device)
     loss_value = summed.pop("loss")
     summed["grad_norm"] = grad_norm  # the same on every process once DDP has averaged the gradients
+    summed.update(is_metrics)
     return torch.as_tensor(loss_value), summed, t_logprob
 
 

@@ -219,3 +219,14 @@ def test_adamw_is_fused_unless_a_mixed_precision_run_clips_gradients():
                           clips_gradients=True).defaults["fused"]
     assert not make_adamw([torch.nn.Parameter(torch.zeros(2, dtype=torch.float64).to("meta"))], lr=1e-3,
                           weight_decay=0.0).defaults["fused"]
+
+
+def test_truncated_importance_weights_by_hand():
+    from rlkit.lm.logprobs import truncated_importance_weights
+
+    old = torch.log(torch.tensor([[0.5, 0.5, 0.9]]))
+    engine = torch.log(torch.tensor([[0.25, 0.5, 0.1]]))  # ratios 2, 1 and (padding) 9
+    mask = torch.tensor([[1.0, 1.0, 0.0]])
+    weights, ratio_sum, clipped = truncated_importance_weights(old, engine, mask, cap=1.5)
+    assert torch.allclose(weights, torch.tensor([[1.5, 1.0, 0.0]]))
+    assert float(ratio_sum) == pytest.approx(3.0) and float(clipped) == 1.0

@@ -285,3 +285,16 @@ def test_micro_batch_losses_sum_to_the_whole_rollout(loss_type):
         total = total + part.detach()
     assert torch.allclose(total, whole.detach(), atol=1e-6)
     assert torch.allclose(split_logp.grad, whole_logp.grad, atol=1e-7)
+
+
+def test_engine_importance_weights_scale_each_tokens_surrogate():
+    from rlkit_plugins.objectives.policy_gradient import policy_gradient_loss
+
+    logp = torch.log(torch.tensor([[0.5, 0.5]]))
+    mask = torch.ones(1, 2)
+    common = dict(loss_type="dapo", num_sequences=1, num_tokens=2.0)
+    plain, _ = policy_gradient_loss(logp, logp, None, torch.tensor([1.0]), mask, **common)
+    weighted, _ = policy_gradient_loss(logp, logp, None, torch.tensor([1.0]), mask,
+                                       sampling_weights=torch.tensor([[1.5, 1.0]]), **common)
+    # on-policy ratio 1, advantage 1: each token's surrogate is -1, weighted 1.5 and 1, averaged over 2 tokens
+    assert float(plain) == pytest.approx(-1.0) and float(weighted) == pytest.approx(-1.25)

@@ -4,6 +4,7 @@ generator, retries, the start-up error, and ``rlkit fit`` end to end."""
 
 from __future__ import annotations
 
+import json
 import socket
 
 import pytest
@@ -260,3 +261,22 @@ def test_fit_samples_from_the_server_end_to_end(tmp_path):
         completions = [r for r in live.log if r.path.rstrip("/") == "/v1/completions"]
         assert completions and all(r.status == 200 for r in completions)
         assert live.weight_updates >= 3, "setup, then one push per optimiser step"
+    rows = [json.loads(line)["metrics"] for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    steps = [r for r in rows if "rollout/policy_lag" in r]
+    assert [r["rollout/policy_lag"] for r in steps] == [0.0, 0.0], "synced after every step: on-policy"
+    # the engine serves the synced weights in the same numerics: every importance ratio is ~1, none capped
+    assert all(abs(r["rollout/is_ratio_mean"] - 1) < 1e-3 and r["rollout/is_clipped_frac"] == 0 for r in steps)
+
+
+@pytest.mark.slow
+def test_a_frozen_sampler_lags_and_is_corrected(tmp_path):
+    with OpenAICompatibleServer() as live:
+        assert main(["fit", "generator=openai_server", f"generator.params.base_url={live.url}",
+                     "generator.params.sync=none", "trainer.max_steps=3", "batch_size=2", "num_generations=2",
+                     "optim.lr=0.05", "engine_is_cap=1.5", "logger=none", f"hydra.run.dir={tmp_path / 'run'}"]) == 0
+    rows = [json.loads(line)["metrics"] for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    steps = [r for r in rows if "rollout/policy_lag" in r]
+    assert [r["rollout/policy_lag"] for r in steps] == [0.0, 1.0, 2.0]
+    assert {r["rollout/policy_version"] for r in steps} == {0.0}
+    assert steps[0]["rollout/is_ratio_mean"] == pytest.approx(1.0, abs=1e-3)
+    assert abs(steps[-1]["rollout/is_ratio_mean"] - 1) > 1e-3, "the policy moved away from the frozen sampler"

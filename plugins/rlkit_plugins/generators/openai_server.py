@@ -148,6 +148,7 @@ class OpenAIServerGenerator:
         self.policy_version = 0
         self.served_model = p.model
         self._steps = 0
+        self._pushed_at = 0  # self._steps when the served weights were pushed
         self._tokenizer: Any = None
         self._sync_root: Path | None = None
         self._own_sync_root = False
@@ -178,7 +179,7 @@ class OpenAIServerGenerator:
             raise ConfigError("sync=disk sends full weights, but this policy is LoRA-wrapped: use sync=lora",
                               f"{WHERE}.sync")
         self._tokenizer = tokenizer
-        self.policy_version, self._steps, self.served_model = 0, 0, p.model
+        self.policy_version, self._steps, self._pushed_at, self.served_model = 0, 0, 0, p.model
         if p.sync != "none":
             self._push(policy, 0)
 
@@ -237,7 +238,7 @@ class OpenAIServerGenerator:
         if not ok:
             raise RuntimeError(f"weight sync to {url} failed: HTTP {response.status_code}: {snippet(response.text)}")
         previous = self.served_model
-        self.served_model, self.policy_version = name, version
+        self.served_model, self.policy_version, self._pushed_at = name, version, self._steps
         self._live.append(folder)
         if self.params.sync == "lora" and previous != self.params.model and previous != name:
             # after the new adapter serves: an unload failing costs server memory, never a wrong sample
@@ -301,6 +302,7 @@ class OpenAIServerGenerator:
                                        tokenizer, g)
         batch.engine_logprobs = logps.to(device).masked_fill(batch.completion_mask == 0, 0.0)
         batch.policy_version = version
+        batch.policy_lag = self._steps - self._pushed_at
         return batch
 
 

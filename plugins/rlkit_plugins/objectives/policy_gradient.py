@@ -43,6 +43,7 @@ def policy_gradient_loss(
     max_completion_length: int | None = None,
     num_sequences: int | None = None,
     num_tokens: float | None = None,
+    sampling_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Clipped-surrogate GRPO loss over ``[N, T]`` token log-probs; returns ``(loss, detached metrics)``.
 
@@ -74,6 +75,9 @@ def policy_gradient_loss(
     ratio = torch.exp(logp - old_logp)
     clipped = torch.clamp(ratio, 1 - eps_low, 1 + eps_high)
     per_token_loss = -torch.min(ratio * adv, clipped * adv)
+    if sampling_weights is not None:
+        # TRL: the engine's importance-sampling weight multiplies the surrogate, before the KL term is added
+        per_token_loss = per_token_loss * torch.where(keep, sampling_weights.detach().to(logp.dtype), 0.0)
     kl = None
     if beta > 0 and ref_logp is not None:
         kl = k3_kl(logp, torch.where(keep, ref_logp.detach(), 0.0))
@@ -144,7 +148,7 @@ class PolicyGradientObjective:
             inputs.logp, inputs.old_logp, inputs.ref_logp, inputs.advantages, inputs.mask,
             beta=p.beta if inputs.ref_logp is not None else 0.0, epsilon=p.epsilon, epsilon_high=p.epsilon_high,
             loss_type=p.loss_type, max_completion_length=inputs.max_completion_length,
-            num_sequences=inputs.num_sequences, num_tokens=inputs.num_tokens)
+            num_sequences=inputs.num_sequences, num_tokens=inputs.num_tokens, sampling_weights=inputs.sampling_weights)
 
 
 @hookimpl
