@@ -32,20 +32,22 @@ def warm_start_key(base: Path, records: Sequence[dict[str, Any]], settings: dict
 
 def train_on_demonstrations(policy: Any, tokenizer: Any, records: Sequence[dict[str, Any]], *, steps: int,
                             batch_size: int, lr: float, seed: int, max_new_tokens: int) -> list[float]:
-    """``steps`` AdamW steps on batches drawn (with replacement, seeded) from ``records``; the per-step losses."""
-    torch.manual_seed(seed)
+    """``steps`` AdamW steps on batches drawn (with replacement, seeded) from ``records``; the per-step losses. The
+    caller's random state is left as it was: a run must draw the same numbers whether the warm start was cached."""
     draw = random.Random(seed)
     optimiser = torch.optim.AdamW(policy.parameters(), lr=lr)
     policy.train()
     losses = []
-    for _ in range(steps):
-        batch = demonstration_batch(tokenizer, [draw.choice(records) for _ in range(batch_size)], max_new_tokens)
-        mask = batch.completion_mask.float()
-        loss = -(sequence_log_probs(policy, batch) * mask).sum() / mask.sum().clamp(min=1.0)
-        optimiser.zero_grad()
-        loss.backward()
-        optimiser.step()
-        losses.append(float(loss.detach()))
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)  # dropout, if the model has any
+        for _ in range(steps):
+            batch = demonstration_batch(tokenizer, [draw.choice(records) for _ in range(batch_size)], max_new_tokens)
+            mask = batch.completion_mask.float()
+            loss = -(sequence_log_probs(policy, batch) * mask).sum() / mask.sum().clamp(min=1.0)
+            optimiser.zero_grad()
+            loss.backward()
+            optimiser.step()
+            losses.append(float(loss.detach()))
     policy.eval()
     return losses
 
@@ -60,8 +62,9 @@ def warm_start_policy(base: Path, records: Sequence[dict[str, Any]], *, steps: i
     target = base.with_name(f"{base.name}-warm-{warm_start_key(base, records, settings)}")
 
     def write(folder: Path) -> None:
-        policy, tokenizer = load_policy(base)
-        with torch.enable_grad():
+        # loading may draw random numbers too (weights initialised before the checkpoint's overwrite them)
+        with torch.random.fork_rng(devices=[]), torch.enable_grad():
+            policy, tokenizer = load_policy(base)
             losses = train_on_demonstrations(policy, tokenizer, records, steps=steps, batch_size=batch_size, lr=lr,
                                              seed=seed, max_new_tokens=max_new_tokens)
         policy.save_pretrained(folder)

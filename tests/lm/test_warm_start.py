@@ -68,3 +68,13 @@ def test_fit_from_a_warm_start(tmp_path, monkeypatch, capsys):
     assert "final held-out mean normalised reward" in capsys.readouterr().out
     (warm,) = (tmp_path / "cache").glob("tiny-policy-*-warm-*")
     assert json.loads((warm / "warm_start.json").read_text())["steps"] == 20
+
+
+def test_a_warm_start_leaves_the_callers_random_state_alone(tmp_path):
+    base = build_tiny_policy(cache_dir=tmp_path)
+    torch.manual_seed(123)
+    expected = torch.rand(3)
+    torch.manual_seed(123)
+    warm_start.warm_start_policy(base, arithmetic_task(16, seed=1), steps=3, batch_size=4, lr=1e-3, seed=0,
+                                 max_new_tokens=8)
+    assert torch.equal(torch.rand(3), expected), "a cached warm start and a fresh one must leave the same RNG"
