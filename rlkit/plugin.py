@@ -11,7 +11,15 @@ from __future__ import annotations
 from rlkit.config.compose import resolve_path
 
 # --- the contract: marking hooks, the register callback, errors -------------------------------------------
-from rlkit.core.errors import ConfigError, DataError, JudgeError, PluginError, RlkitError, RubricError
+from rlkit.core.errors import (
+    ConfigError,
+    DataError,
+    GeneratorError,
+    JudgeError,
+    PluginError,
+    RlkitError,
+    RubricError,
+)
 from rlkit.core.hookspecs import Register
 from rlkit.core.objective import CompletionLossInputs, PairLossInputs, PairTargets
 from rlkit.core.refs import AggregatorRef, BackendRef, JudgeRef, PluginRef, WeightSchedulerRef
@@ -74,6 +82,7 @@ __all__ = [
     "ConfigError",
     "ConflictWatch",
     "DataError",
+    "GeneratorError",
     "Dimension",
     "FailureWarning",
     "GenerationRequest",

@@ -35,3 +35,7 @@ class DataError(RlkitError):
 
 class JudgeError(RlkitError):
     """A judge produced output that breaks its contract (wrong shape, out of range)."""
+
+
+class GeneratorError(RlkitError):
+    """A generator could not sample: an inference engine stopped answering or refused a weight sync mid-run."""

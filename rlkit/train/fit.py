@@ -138,6 +138,20 @@ def build_module(validated: ValidatedConfig, demonstrations: list[dict[str, Any]
                           judged_rubric=validated.rubric, generator=validated.plugins.get("generator"))
 
 
+def with_resume_hint(exc: RlkitError, run_dir: Path) -> RlkitError:
+    """``exc`` with the run's last checkpoint named, when it wrote one: the line a user resumes from."""
+    from rlkit.config.checkpoints import read_checkpoint_metadata
+
+    last = run_dir / "checkpoints" / "last.ckpt"
+    if not last.is_file():
+        return exc
+    try:
+        step = read_checkpoint_metadata(last).get("global_step")
+    except RlkitError:
+        return exc
+    return type(exc)(f"{exc.message}; the run's last checkpoint (step {step}) resumes it: ckpt_path={last}", exc.where)
+
+
 def record_heldout(history: MetricsHistory | None, step: int, heldout: dict[str, float]) -> None:
     """Held-out means into the metric history as ``heldout/<dimension>``, for the run report's start/end columns."""
     if history is not None and heldout:
@@ -180,7 +194,10 @@ def fit(validated: ValidatedConfig, run_dir: Path) -> dict[str, Any]:
         start = dict(module.heldout)
         module.history = MetricsHistory(run_dir / METRICS_FILE) if trainer.is_global_zero else None
         record_heldout(module.history, 0, start)
-        trainer.fit(module, datamodule=datamodule, ckpt_path=run.ckpt_path)
+        try:
+            trainer.fit(module, datamodule=datamodule, ckpt_path=run.ckpt_path)
+        except RlkitError as exc:  # e.g. an engine that stopped answering: say where the run can go on from
+            raise with_resume_hint(exc, run_dir) from None
         monitors = module.monitors.summary() if module.monitors is not None else {}  # writes monitors.json
         replicas = check_replicas_agree(module.policy, module.device)
         trainer.validate(module, datamodule=datamodule, verbose=False)

@@ -280,3 +280,35 @@ def test_a_frozen_sampler_lags_and_is_corrected(tmp_path):
     assert {r["rollout/policy_version"] for r in steps} == {0.0}
     assert steps[0]["rollout/is_ratio_mean"] == pytest.approx(1.0, abs=1e-3)
     assert abs(steps[-1]["rollout/is_ratio_mean"] - 1) > 1e-3, "the policy moved away from the frozen sampler"
+
+
+@pytest.mark.slow
+def test_a_server_that_dies_mid_run_is_one_line_naming_the_checkpoint_to_resume(tmp_path, capsys):
+    import threading
+    import time
+
+    run = tmp_path / "run"
+    common = ["generator=openai_server", "generator.params.sync=disk", "generator.params.retries=0",
+              "batch_size=2", "num_generations=2", "checkpoint_every=2", "logger=none", "data.num_prompts=16"]
+    live = OpenAICompatibleServer().start()
+
+    def kill_after_first_checkpoint() -> None:
+        deadline = time.monotonic() + 120
+        while not (run / "checkpoints" / "last.ckpt").is_file() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        live.stop()
+
+    killer = threading.Thread(target=kill_after_first_checkpoint, daemon=True)
+    killer.start()
+    with pytest.raises(SystemExit) as exited:
+        main(["fit", *common, f"generator.params.base_url={live.url}", "trainer.max_steps=50", f"hydra.run.dir={run}"])
+    killer.join()
+    assert exited.value.code == 2
+    lines = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("rlkit: error:")]
+    assert len(lines) == 1 and "generator.params.base_url" in lines[0], lines
+    assert f"resumes it: ckpt_path={run / 'checkpoints' / 'last.ckpt'}" in lines[0]
+    # a new server, and the run goes on from the checkpoint it names
+    with OpenAICompatibleServer() as fresh:
+        assert main(["fit", *common, f"generator.params.base_url={fresh.url}", "trainer.max_steps=4",
+                     f"ckpt_path={run / 'checkpoints' / 'last.ckpt'}", f"hydra.run.dir={tmp_path / 'resumed'}"]) == 0
+    assert torch.load(tmp_path / "resumed" / "checkpoints" / "last.ckpt", weights_only=False)["global_step"] == 4

@@ -65,6 +65,7 @@ import torch
 from rlkit.plugin import (
     ConfigError,
     GenerationRequest,
+    GeneratorError,
     SampledBatch,
     assemble_sampled_batch,
     hookimpl,
@@ -228,7 +229,8 @@ class OpenAIServerGenerator:
         try:
             response = httpx.post(url, json=payload, headers=headers, timeout=timeout)
         except httpx.TransportError as exc:
-            raise RuntimeError(f"weight sync to {url} failed: {type(exc).__name__}: {exc}") from exc
+            raise GeneratorError(f"weight sync to {url} failed: {type(exc).__name__}: {exc}",
+                                 f"{WHERE}.base_url") from None
         ok = response.status_code == 200
         if ok and self.params.sync == "disk":
             try:
@@ -236,7 +238,8 @@ class OpenAIServerGenerator:
             except ValueError:
                 ok = False
         if not ok:
-            raise RuntimeError(f"weight sync to {url} failed: HTTP {response.status_code}: {snippet(response.text)}")
+            raise GeneratorError(f"weight sync to {url} failed: HTTP {response.status_code}: "
+                                 f"{snippet(response.text)}", f"{WHERE}.base_url")
         previous = self.served_model
         self.served_model, self.policy_version, self._pushed_at = name, version, self._steps
         self._live.append(folder)
@@ -287,7 +290,8 @@ class OpenAIServerGenerator:
         rows: list[tuple[list[int], list[float]]] = []
         for i, outcome in enumerate(outcomes):
             if outcome.value is None:
-                raise RuntimeError(f"{self.base_url}/completions failed for record {i} of the batch: {outcome.error}")
+                raise GeneratorError(f"{self.base_url}/completions failed for record {i} of the batch after "
+                                     f"{self.params.retries} retries: {outcome.error}", f"{WHERE}.base_url")
             rows.extend(outcome.value)
         width = max(1, max(len(ids) for ids, _ in rows))
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
