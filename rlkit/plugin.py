@@ -55,6 +55,7 @@ from rlkit.judging.tiny_judge import (
 from rlkit.judging.types import Completion, render_chat
 
 # --- generators: what a sampler is asked for and hands back; models by path ---------------------------------
+from rlkit.lm.logprobs import masked_nll
 from rlkit.lm.models import build_tiny_policy, check_model_directory, load_policy, locate_model
 from rlkit.lm.placement import Placement, input_device, plan_placement
 from rlkit.lm.sampling import GenerationRequest, SampledBatch, assemble_sampled_batch, tokenize_prompts
@@ -133,6 +134,7 @@ __all__ = [
     "load_rubric",
     "locate_model",
     "make_view",
+    "masked_nll",
     "nan_mean_std",
     "nan_weighted_sum",
     "normalize_scores",

@@ -10,6 +10,13 @@ import torch
 LOG_SOFTMAX_CHUNK_ELEMENTS = 1 << 24
 
 
+def masked_nll(logp: torch.Tensor, mask: torch.Tensor, num_tokens: float) -> torch.Tensor:
+    """``-sum(logp * mask) / num_tokens``: the mean negative log-likelihood per completion token of the whole step
+    (``num_tokens`` counts every micro-batch and process, so micro-batch losses add up to the one-pass loss)."""
+    # where, not multiply: a padding position may hold anything, NaN included
+    return -torch.where(mask > 0, logp, torch.zeros_like(logp)).sum() / max(num_tokens, 1.0)
+
+
 def truncated_importance_weights(old_logp: torch.Tensor, sampler_logp: torch.Tensor, mask: torch.Tensor,
                                   cap: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Per-token weights ``min(exp(old_logp - sampler_logp), cap)`` ``[N, C]`` (0 off the mask) that correct a loss

@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from rlkit.lm.logprobs import masked_nll
 from rlkit.lm.models import build_cached, load_policy
 from rlkit.lm.sampling import demonstration_batch, sequence_log_probs
 
@@ -43,7 +44,7 @@ def train_on_demonstrations(policy: Any, tokenizer: Any, records: Sequence[dict[
         for _ in range(steps):
             batch = demonstration_batch(tokenizer, [draw.choice(records) for _ in range(batch_size)], max_new_tokens)
             mask = batch.completion_mask.float()
-            loss = -(sequence_log_probs(policy, batch) * mask).sum() / mask.sum().clamp(min=1.0)
+            loss = masked_nll(sequence_log_probs(policy, batch), mask, float(mask.sum()))
             optimiser.zero_grad()
             loss.backward()
             optimiser.step()

@@ -15,7 +15,8 @@ from rlkit.config import compose_config, validate_config
 from rlkit.core.objective import CompletionLossInputs
 from rlkit.lm.models import build_tiny_policy, load_policy
 from rlkit.lm.sampling import demonstration_batch, demonstration_text, tokenize_prompts
-from rlkit_plugins.objectives.sft import SupervisedObjective, masked_nll
+from rlkit.plugin import masked_nll
+from rlkit_plugins.objectives.sft import SupervisedObjective
 
 
 def test_masked_nll_by_hand():

@@ -13,14 +13,7 @@ from __future__ import annotations
 import pydantic
 import torch
 
-from rlkit.plugin import CompletionLossInputs, hookimpl
-
-
-def masked_nll(logp: torch.Tensor, mask: torch.Tensor, num_tokens: float) -> torch.Tensor:
-    """``-sum(logp * mask) / num_tokens``: the mean negative log-likelihood per completion token of the whole step
-    (``num_tokens`` counts every micro-batch and process, so micro-batch losses add up to the one-pass loss)."""
-    # where, not multiply: a padding position may hold anything, NaN included
-    return -torch.where(mask > 0, logp, torch.zeros_like(logp)).sum() / max(num_tokens, 1.0)
+from rlkit.plugin import CompletionLossInputs, hookimpl, masked_nll
 
 
 class SupervisedObjective:
