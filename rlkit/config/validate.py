@@ -159,25 +159,30 @@ class ValidatedConfig:
         that only ranks within groups hands held-out completions to ``heldout_judge`` on the user's rubric; a
         group-relative aggregator (a lone completion's rank says nothing) leaves the judge as it is. Either way the
         scores are weighted by ``heldout_weights`` and combined by ``heldout_aggregator``."""
-        if self.reward_rubric is not self.rubric:
-            return HeldoutScoring(judge=self.plugins["heldout_judge"], judge_name=self.plugin_names["heldout_judge"],
-                                  rubric=self.rubric, aggregator=self.plugins["heldout_aggregator"],
-                                  scheduler=self.plugins["heldout_weights"])
-        if is_group_relative(self.plugins.get("aggregator")):
-            return HeldoutScoring(judge=self.plugins["judge"], judge_name=self.plugin_names["judge"],
-                                  rubric=self.rubric, aggregator=self.plugins["heldout_aggregator"],
-                                  scheduler=self.plugins["heldout_weights"])
-        return None
+        ranks = self._ranks_within_groups()
+        if ranks is None:
+            return None
+        judge = "heldout_judge" if ranks == "judge" else "judge"
+        return HeldoutScoring(judge=self.plugins[judge], judge_name=self.plugin_names[judge], rubric=self.rubric,
+                              aggregator=self.plugins["heldout_aggregator"], scheduler=self.plugins["heldout_weights"])
 
     def heldout_yardstick(self) -> str | None:
         """Why held-out rewards are not the training reward, for the start/end table's title; None when they are."""
-        if self.reward_rubric is not self.rubric:
-            return (f"judge={self.plugin_names['judge']} ranks within groups: held-out scored by "
-                    f"{self.plugin_names['heldout_judge']}, reward = {self.plugin_names['heldout_aggregator']}")
-        if is_group_relative(self.plugins.get("aggregator")):
-            return (f"aggregator={self.plugin_names['aggregator']} ranks within groups: held-out reward = "
-                    f"{self.plugin_names['heldout_aggregator']} of the same scores")
+        ranks, names = self._ranks_within_groups(), self.plugin_names
+        if ranks == "judge":
+            return (f"judge={names['judge']} ranks within groups: held-out scored by {names['heldout_judge']}, "
+                    f"reward = {names['heldout_aggregator']}")
+        if ranks == "aggregator":
+            return (f"aggregator={names['aggregator']} ranks within groups: held-out reward = "
+                    f"{names['heldout_aggregator']} of the same scores")
         return None
+
+    def _ranks_within_groups(self) -> str | None:
+        """Which training part only ranks within groups, so held-out scoring needs its own yardstick: the judge
+        (it derives a ranking rubric), the aggregator (group-relative), or None."""
+        if self.reward_rubric is not self.rubric:
+            return "judge"
+        return "aggregator" if is_group_relative(self.plugins.get("aggregator")) else None
 
 
 def is_group_relative(plugin: Any) -> bool:
@@ -216,7 +221,7 @@ def check_model_path(model: ModelConfig) -> None:
         read_model_config(locate_model(model.name_or_path), f"model.name_or_path ({model.name_or_path})")
 
 
-def _check_reward_path(cfg: DictConfig, result: ValidatedConfig) -> None:
+def _check_reward_path(result: ValidatedConfig) -> None:
     estimator = result.plugins.get("advantage_estimator")
     aggregator = result.plugin_names.get("aggregator")
     if getattr(estimator, "ignores_aggregator", False) and aggregator not in (None, "weighted_sum"):
@@ -419,7 +424,7 @@ def validate_config(cfg: DictConfig, registry: Registry, *, read_data: bool = Tr
     _check_reference(registry, cfg, parts["model"], result.objective)
     if run.ckpt_path is not None:
         check_checkpoint(resolve_path(run.ckpt_path), result.rubric, parts["model"])
-    _check_reward_path(cfg, result)
+    _check_reward_path(result)
     data: Any = parts["data"]
     if data.path is not None:
         if read_data:

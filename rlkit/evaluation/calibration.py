@@ -225,7 +225,7 @@ def calibrate_options(cfg: Any) -> CalibrateOptions:
     """The ``calibrate`` block of a composed config, checked against its schema; relative paths: to the cwd."""
     from omegaconf import OmegaConf
 
-    from rlkit.config import CalibrateConfig, check_block, resolve_path
+    from rlkit.config import check_block, resolve_path
 
     node = OmegaConf.select(cfg, "calibrate", default=None)
     block = check_block(CalibrateConfig, OmegaConf.to_container(node, resolve=True) if node is not None else {},

@@ -78,7 +78,7 @@ def completion_update(module: Any, objective: Any, sampled: SampledBatch, advant
 
     # Completions an engine sampled are corrected towards the policy that trains on them, which needs the policy's
     # own log-probs at sampling time: the old-policy pass, even for one inner iteration.
-    engine = sampled.engine_logprobs if getattr(s, "engine_is_cap", None) is not None else None
+    engine = sampled.engine_logprobs if s.engine_is_cap is not None else None
     with torch.inference_mode():
         old_logp = (all_rows(lambda sub: sequence_log_probs(module.policy, sub))
                     if (objective.needs_old_logprobs and objective.num_iterations > 1) or engine is not None
