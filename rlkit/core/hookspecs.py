@@ -180,6 +180,16 @@ def rlkit_register_generators(register: Register) -> None:
       updated weights (an engine copies them in; a generator that samples with the policy itself does nothing).
     * ``close() -> None`` when the run ends.
 
+    A generator that samples elsewhere (an inference engine) may also let the loop ask ahead:
+
+    * ``max_lag: int`` (attribute) > 0 with ``submit(policy, tokenizer, request) -> pending``, where
+      ``pending.result()`` returns the ``SampledBatch``: the loop submits the next ``max_lag`` steps' requests
+      before the current step's update, so sampling overlaps training. ``sync_weights`` must not change the
+      weights a submitted request samples from (wait for it, or keep its version servable), so each batch's
+      ``policy_version`` and ``policy_lag`` say truthfully which weights sampled it.
+    * ``state_dict() -> dict`` / ``load_state_dict(state)``: what travels in checkpoints (version counters);
+      ``load_state_dict`` is called before ``setup`` on resume.
+
     rlkit's contract suite (``rlkit.testing.GeneratorContract``) checks these shapes and the weight sync.
     """
 

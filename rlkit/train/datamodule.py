@@ -64,18 +64,35 @@ class EpochShuffleSampler(Sampler[int]):
             return self.num_samples
         return self.num_samples // (self.batch_size * self.world_size) * self.batch_size
 
-    def __iter__(self):
-        order = torch.randperm(self.num_samples, generator=torch.Generator().manual_seed(self.seed + self.epoch))
-        start = 0
-        if self._skip is not None and self._skip[0] == self.epoch:
-            start = self._skip[1]
-            self._skip = None
-        order = order[start:]
+    def epoch_order(self, epoch: int, start: int = 0) -> list[int]:
+        """This process's samples of ``epoch`` from ``start`` (samples already trained on, all processes)."""
+        order = torch.randperm(self.num_samples, generator=torch.Generator().manual_seed(self.seed + epoch))[start:]
         if self.world_size > 1:
             span = self.batch_size * self.world_size
             full = len(order) // span
             order = order[:full * span].view(full, self.world_size, self.batch_size)[:, self.rank].reshape(-1)
-        return iter(order.tolist())
+        return order.tolist()
+
+    def batches_from(self, epoch: int, start: int, count: int, *, drop_last: bool) -> list[list[int]]:
+        """The next ``count`` batches (this process's sample indices) the loader yields once ``start`` samples of
+        ``epoch`` are trained on, crossing into later epochs as Lightning's loop does. Rollouts requested ahead of
+        their step read their prompts here (``rlkit.train.lookahead``)."""
+        out: list[list[int]] = []
+        for _ in range(count + 1):  # every epoch after the current one yields at least one batch
+            order = self.epoch_order(epoch, start)
+            full = len(order) // self.batch_size * self.batch_size if drop_last else len(order)
+            out.extend(order[i:i + self.batch_size] for i in range(0, full, self.batch_size))
+            if len(out) >= count:
+                break
+            epoch, start = epoch + 1, 0
+        return out[:count]
+
+    def __iter__(self):
+        start = 0
+        if self._skip is not None and self._skip[0] == self.epoch:
+            start = self._skip[1]
+            self._skip = None
+        return iter(self.epoch_order(self.epoch, start))
 
 
 def _as_list(batch: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -122,12 +139,25 @@ class PromptDataModule(L.LightningDataModule):
 
             raise DataError(f"{len(self.train_records)} training prompts do not fill one global batch of "
                             f"{self.batch_size}", "batch_size")
-        sampler = EpochShuffleSampler(len(self.train_records), self.seed, batch_size=local, rank=rank,
-                                      world_size=world)
+        sampler = self._sampler()
         if self._resume is not None:
             sampler.resume_at(*self._resume)
         return DataLoader(self.train_records, batch_size=local, sampler=sampler, collate_fn=_as_list,
-                          drop_last=len(self.train_records) >= self.batch_size)
+                          drop_last=self._drop_last())
+
+    def _sampler(self) -> EpochShuffleSampler:
+        rank, world = self._place()
+        return EpochShuffleSampler(len(self.train_records), self.seed, batch_size=self.batch_size // world,
+                                   rank=rank, world_size=world)
+
+    def _drop_last(self) -> bool:
+        return len(self.train_records) >= self.batch_size
+
+    def upcoming(self, epoch: int, samples_done: int, count: int) -> list[list[dict[str, Any]]]:
+        """This process's prompts of the ``count`` steps after ``samples_done`` samples of ``epoch``: what
+        ``train_dataloader`` will yield next, read ahead for rollouts requested before their step."""
+        batches = self._sampler().batches_from(epoch, samples_done, count, drop_last=self._drop_last())
+        return [[self.train_records[i] for i in batch] for batch in batches]
 
     def _place(self) -> tuple[int, int]:
         """(rank, world size) of this process: ``batch_size`` is the global batch, split between processes."""

@@ -33,6 +33,7 @@ from rlkit.reward.pipeline import aggregate_rewards, check_judge_output, confide
 from rlkit.runs.history import MetricsHistory, record_step
 from rlkit.train.callbacks import RolloutSnapshot
 from rlkit.train.distributed import Spread
+from rlkit.train.lookahead import RolloutQueue
 from rlkit.train.updates import completion_update, local_targets, pair_update
 
 
@@ -117,6 +118,7 @@ class RubricRLModule(L.LightningModule):
         if generator is None:
             raise ValueError("RubricRLModule needs a generator (the run's `generator` plugin)")
         self.generator = generator
+        self.rollouts = RolloutQueue(generator)  # requested ahead of their step (generator max_lag > 0)
         self.heldout: dict[str, float] = {}
         self._val_raw: list[torch.Tensor] = []
         self._val_rewards: list[torch.Tensor] = []
@@ -124,6 +126,7 @@ class RubricRLModule(L.LightningModule):
         self._data_position = (0, 0)
         self._rng_to_restore: dict[str, Any] | None = None
         self.last_rollout: RolloutSnapshot | None = None  # read by callbacks (sample tables)
+        self._requested_ahead = False
         self.history: MetricsHistory | None = None  # run_dir/metrics.jsonl, set by fit; the run report reads it
         self.conflict_watch = ConflictWatch()
         self._initial_scheduler = copy.deepcopy(parts.scheduler)
@@ -163,12 +166,14 @@ class RubricRLModule(L.LightningModule):
         """This process's place in a multi-process run (rank 0 of 1 otherwise)."""
         return Spread.current()
 
-    def generation_request(self, records: list[dict[str, Any]], *, greedy: bool = False) -> GenerationRequest:
-        """The step's request; each record's seed follows from the run seed, the step and the record's
-        position in the global batch, never from the process that holds it."""
+    def generation_request(self, records: list[dict[str, Any]], *, greedy: bool = False,
+                           step: int | None = None) -> GenerationRequest:
+        """The request of ``step`` (default: this one); each record's seed follows from the run seed, the step and
+        the record's position in the global batch, never from the process that holds it or when it is asked."""
         s, spread = self.settings, self.spread
         offset = spread.rank * len(records)
-        seeds = [((s.seed * 1_000_003 + self.global_step) * 1_000_033 + offset + i) & 0xFFFFFFFF
+        step = self.global_step if step is None else step
+        seeds = [((s.seed * 1_000_003 + step) * 1_000_033 + offset + i) & 0xFFFFFFFF
                  for i in range(len(records))]
         return GenerationRequest(records, 1 if greedy else s.num_generations, s.max_completion_length,
                                  s.temperature, greedy, seeds)
@@ -204,7 +209,7 @@ class RubricRLModule(L.LightningModule):
         if signal == "demonstrations":  # the records' own completions, tokenised as a generator would return them
             sampled = demonstration_batch(self.tokenizer, records, self.settings.max_completion_length, self.device)
         else:
-            sampled = self.generator.generate(self.policy, self.tokenizer, self.generation_request(records))
+            sampled = self.rollout(records)
         t1 = time.perf_counter()
         step = self.global_step  # before the update advances it
         batch = self.score(records, sampled, step)
@@ -227,6 +232,8 @@ class RubricRLModule(L.LightningModule):
         if sampled.policy_version is not None:  # sampled by an engine: which weights, how far behind the policy
             metrics["rollout/policy_version"] = float(sampled.policy_version)
             metrics["rollout/policy_lag"] = float(sampled.policy_lag or 0)
+        if self.rollouts.depth:
+            metrics["rollout/requested_ahead"] = float(self._requested_ahead)
         judge_metrics = getattr(self.parts.judge, "metrics", None)
         if callable(judge_metrics):
             metrics.update({k: float(v) for k, v in judge_metrics().items()})
@@ -251,6 +258,28 @@ class RubricRLModule(L.LightningModule):
         self.log("reward", metrics["reward/mean"], prog_bar=True, logger=False, batch_size=len(records))
         self.log("s/step", metrics["time/step"], prog_bar=True, logger=False, batch_size=len(records))
         return loss
+
+    def rollout(self, records: list[dict[str, Any]]) -> SampledBatch:
+        """This step's completions. With a generator that samples ahead (``max_lag`` k > 0), the rollout requested
+        for this step earlier when there is one, and before waiting for it, requests for the next k steps' prompts,
+        so the engine samples them while this step judges and updates (``rlkit.train.lookahead``)."""
+        queue, step = self.rollouts, self.global_step
+        if not queue.depth:
+            self._requested_ahead = False
+            return self.generator.generate(self.policy, self.tokenizer, self.generation_request(records))
+        pending = queue.take(step, records)
+        self._requested_ahead = pending is not None
+        if pending is None:
+            pending = self.generator.submit(self.policy, self.tokenizer, self.generation_request(records))
+        datamodule = getattr(self.trainer, "datamodule", None)
+        upcoming = getattr(datamodule, "upcoming", None)
+        if callable(upcoming):
+            queue.top_up(step, upcoming(*self._data_position, queue.depth), lambda ahead, at: self.generator.submit(
+                self.policy, self.tokenizer, self.generation_request(ahead, step=at)))
+        return pending.result()
+
+    def on_train_end(self) -> None:
+        self.rollouts.clear()  # requested for steps that will not come
 
     def log_step_metrics(self, metrics: dict[str, float]) -> None:
         """The step's metrics straight to the logger(s), at the step and cadence ``self.log`` would use.
@@ -398,6 +427,14 @@ class RubricRLModule(L.LightningModule):
             checkpoint["rlkit"]["rng_by_rank"] = rng_by_rank
         if self.monitors is not None:
             checkpoint["rlkit"]["monitors"] = self.monitors.state_dict()
+        generator_state = getattr(self.generator, "state_dict", None)
+        if callable(generator_state):
+            checkpoint["rlkit"]["generator"] = generator_state()
+        if self.rollouts.depth:
+            # every process's rollouts requested ahead (sampled by now: the weight sync waited for them), so a
+            # resumed run trains on what the uninterrupted one would have
+            by_rank = self.spread.gather_objects(self.rollouts.state_dict())
+            checkpoint["rlkit"]["rollouts_ahead_by_rank"] = by_rank
 
     def model_fingerprint(self) -> dict[str, Any]:
         """What `rlkit validate` compares a resumed run's model with (parameter shapes and LoRA rank)."""
@@ -419,6 +456,11 @@ class RubricRLModule(L.LightningModule):
             self.parts.scheduler.load_state_dict(state["weight_scheduler"])
         if "monitors" in state and self.monitors is not None:
             self.monitors.load_state_dict(state["monitors"])
+        if "generator" in state and callable(getattr(self.generator, "load_state_dict", None)):
+            self.generator.load_state_dict(state["generator"])
+        ahead = state.get("rollouts_ahead_by_rank")
+        if ahead is not None and self.rollouts.depth and len(ahead) == self.spread.world_size:
+            self.rollouts.load_state_dict(ahead[self.spread.rank], lambda: self.device)
         if "debias" in state and self.parts.debias is not None:
             try:
                 self.parts.debias.load_state_dict(state["debias"])

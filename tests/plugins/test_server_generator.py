@@ -79,6 +79,33 @@ def test_engine_logprobs_equal_the_synced_policys_own(server, policy):
         generator.close()
 
 
+def test_a_sync_waits_for_requests_out_so_a_rollout_comes_from_the_version_it_names(server, policy):
+    import copy
+
+    model, tokenizer = policy
+    generator = _generator(server, sync="disk", max_lag=1)
+    try:
+        generator.setup(model, tokenizer)
+        before = copy.deepcopy(model)
+        server.set_faults(delay=0.5)  # the request is still out when the sync comes
+        pending = generator.submit(model, tokenizer, _request(example_prompts()))
+        _perturb(model)
+        generator.sync_weights(model)
+        server.set_faults(delay=0.0)
+        out = pending.result()
+        assert (out.policy_version, out.policy_lag, generator.policy_version) == (0, 1, 1)
+        with torch.no_grad():
+            sampler, trained = sequence_log_probs(before, out), sequence_log_probs(model, out)
+        mask = out.completion_mask.bool()
+        torch.testing.assert_close(out.engine_logprobs[mask], sampler[mask], atol=1e-5, rtol=0)
+        assert (out.engine_logprobs[mask] - trained[mask]).abs().max() > 1e-3, "the sync moved the weights"
+        paths = [r.path.rstrip("/") for r in server.log]
+        assert paths.index("/v1/completions") < paths.index("/update_weights_from_disk", paths.index("/v1/completions"))
+    finally:
+        server.set_faults(delay=0.0)
+        generator.close()
+
+
 def test_greedy_completions_equal_the_hf_generators(server, policy):
     model, tokenizer = policy
     generator = _generator(server, sync="disk")
@@ -240,7 +267,7 @@ def test_token_ids_are_read_from_token_id_names_when_absent():
 
 @pytest.mark.parametrize(("params", "field"), [
     ({"sync": "weights"}, "sync"), ({"base_url": "localhost:8000"}, "base_url"), ({"sync_every": 0}, "sync_every"),
-    ({"timeout_s": 0}, "timeout_s"), ({"max_concurrency": 0}, "max_concurrency")])
+    ({"timeout_s": 0}, "timeout_s"), ({"max_concurrency": 0}, "max_concurrency"), ({"max_lag": -1}, "max_lag")])
 def test_bad_params_name_their_field(params, field):
     with pytest.raises(ConfigError, match=f"generator.params.{field}"):
         _REGISTRY.create("generator", "openai_server", params)
@@ -312,3 +339,64 @@ def test_a_server_that_dies_mid_run_is_one_line_naming_the_checkpoint_to_resume(
         assert main(["fit", *common, f"generator.params.base_url={fresh.url}", "trainer.max_steps=4",
                      f"ckpt_path={run / 'checkpoints' / 'last.ckpt'}", f"hydra.run.dir={tmp_path / 'resumed'}"]) == 0
     assert torch.load(tmp_path / "resumed" / "checkpoints" / "last.ckpt", weights_only=False)["global_step"] == 4
+
+
+def _metrics(run) -> list[dict[str, float]]:
+    rows = [json.loads(line)["metrics"] for line in (run / "metrics.jsonl").read_text().splitlines()]
+    return [r for r in rows if "rollout/policy_lag" in r]
+
+
+_AHEAD = ["generator=openai_server", "generator.params.sync=disk", "generator.params.max_lag=1", "batch_size=2",
+          "num_generations=2", "logger=none", "checkpoint_every=2", "data.num_prompts=16"]
+
+
+@pytest.mark.slow
+def test_max_lag_one_requests_the_next_step_ahead_and_resumes_exactly(tmp_path):
+    # One run of 4 steps, against one of 2 steps resumed to 4: the rollout requested ahead at step 2 travels in the
+    # checkpoint, so the resumed steps train on the same rollouts, with the same lags, as the uninterrupted ones.
+    with OpenAICompatibleServer() as live:
+        assert main(["fit", *_AHEAD, f"generator.params.base_url={live.url}", "trainer.max_steps=4",
+                     f"hydra.run.dir={tmp_path / 'straight'}"]) == 0
+        assert live.weight_updates == 5, "one push at start, one per optimiser step"
+    straight = _metrics(tmp_path / "straight")
+    assert [r["rollout/policy_lag"] for r in straight] == [0.0, 1.0, 1.0, 1.0]
+    assert [r["rollout/policy_version"] for r in straight] == [0.0, 0.0, 1.0, 2.0]
+    assert [r["rollout/requested_ahead"] for r in straight] == [0.0, 1.0, 1.0, 1.0]
+    assert any(abs(r["rollout/is_ratio_mean"] - 1) > 1e-4 for r in straight[1:]), "lagged rollouts are reweighted"
+    with OpenAICompatibleServer() as live:
+        assert main(["fit", *_AHEAD, f"generator.params.base_url={live.url}", "trainer.max_steps=2",
+                     f"hydra.run.dir={tmp_path / 'first'}"]) == 0
+    with OpenAICompatibleServer() as live:
+        assert main(["fit", *_AHEAD, f"generator.params.base_url={live.url}", "trainer.max_steps=4",
+                     f"ckpt_path={tmp_path / 'first' / 'checkpoints' / 'last.ckpt'}",
+                     f"hydra.run.dir={tmp_path / 'resumed'}"]) == 0
+    resumed = _metrics(tmp_path / "resumed")
+    assert len(resumed) == 2
+    for key in ("rollout/policy_lag", "rollout/policy_version", "rollout/requested_ahead", "rollout/is_ratio_mean",
+                "reward/mean", "loss", "completion_length"):
+        assert [r[key] for r in resumed] == pytest.approx([r[key] for r in straight[2:]], rel=1e-5, abs=1e-7), key
+    a, _ = load_policy(tmp_path / "straight" / "policy")
+    b, _ = load_policy(tmp_path / "resumed" / "policy")
+    for (name, x), (_, y) in zip(a.named_parameters(), b.named_parameters(), strict=True):
+        torch.testing.assert_close(x, y, rtol=0, atol=1e-6, msg=name)
+
+
+@pytest.mark.slow
+def test_two_processes_push_each_version_once(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    run = tmp_path / "ddp"
+    env = {**os.environ, "WANDB_SILENT": "true", "PYTHONHASHSEED": "0"}
+    env.pop("LOCAL_RANK", None)
+    with OpenAICompatibleServer() as live:
+        proc = subprocess.run([sys.executable, "-m", "rlkit", "fit", *_AHEAD, f"generator.params.base_url={live.url}",
+                               "trainer=ddp", "batch_size=4", "trainer.max_steps=3", f"hydra.run.dir={run}"],
+                              cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0, proc.stderr[-4000:]
+        assert live.weight_updates == 4, "process 0 alone pushes: once at start, once per optimiser step"
+        completions = [r for r in live.log if r.path.rstrip("/") == "/v1/completions" and r.status == 200]
+    assert "2 processes hold the same parameters" in proc.stdout
+    assert len(completions) >= 2 * 3, "each process samples its own prompts"
+    assert [r["rollout/policy_lag"] for r in _metrics(run)] == [0.0, 1.0, 1.0]

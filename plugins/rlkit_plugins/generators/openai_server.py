@@ -56,6 +56,7 @@ import asyncio
 import os
 import shutil
 import tempfile
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -70,7 +71,6 @@ from rlkit.plugin import (
     assemble_sampled_batch,
     hookimpl,
     post_with_retries,
-    run_async,
     snippet,
     tokenize_prompts,
 )
@@ -127,6 +127,10 @@ class OpenAIServerGenerator:
         sync_every: int = 1
         # Where versions are saved; the server must read the same path. null: a temporary folder.
         sync_dir: str | None = None
+        # Steps whose rollouts are requested ahead: with 1, step k+1's prompts are sampled while step k judges and
+        # updates (generation overlaps training; its rollouts are one version behind, corrected by importance
+        # sampling against the engine's log-probs). 0: the synchronous loop.
+        max_lag: int = 0
 
     def __init__(self, params: OpenAIServerGenerator.Params | None = None) -> None:
         p = params or OpenAIServerGenerator.Params()
@@ -136,7 +140,7 @@ class OpenAIServerGenerator:
         if p.sync not in _SYNCS:
             raise ConfigError(f"must be one of {', '.join(_SYNCS)}, got {p.sync!r}", f"{WHERE}.sync")
         for name, low, strict in (("timeout_s", 0, True), ("max_concurrency", 1, False), ("retries", 0, False),
-                                  ("retry_backoff", 0, False), ("sync_every", 1, False)):
+                                  ("retry_backoff", 0, False), ("sync_every", 1, False), ("max_lag", 0, False)):
             value = getattr(p, name)
             if value < low or (strict and value == low):
                 raise ConfigError(f"must be {'>' if strict else '>='} {low}, got {value}", f"{WHERE}.{name}")
@@ -146,6 +150,7 @@ class OpenAIServerGenerator:
         # The engine draws a request's samples from its seed alone (vLLM, SGLang and the test server do), so a
         # record's completions do not depend on the rest of the batch (up to the engine's batch invariance).
         self.honours_seeds = True
+        self.max_lag = p.max_lag  # read by the loop (rlkit.train.lookahead)
         self.policy_version = 0
         self.served_model = p.model
         self._steps = 0
@@ -154,6 +159,9 @@ class OpenAIServerGenerator:
         self._sync_root: Path | None = None
         self._own_sync_root = False
         self._live: list[Path] = []  # versions the server may still read, oldest first
+        self._pool: ThreadPoolExecutor | None = None
+        self._in_flight: set[Future] = set()
+        self._restored: dict[str, int] | None = None
 
     # --- lifecycle ----------------------------------------------------------------------------------------
 
@@ -180,15 +188,36 @@ class OpenAIServerGenerator:
             raise ConfigError("sync=disk sends full weights, but this policy is LoRA-wrapped: use sync=lora",
                               f"{WHERE}.sync")
         self._tokenizer = tokenizer
-        self.policy_version, self._steps, self._pushed_at, self.served_model = 0, 0, 0, p.model
+        restored, self._restored = self._restored, None
+        if restored is None:
+            self.policy_version, self._steps, self._pushed_at = 0, 0, 0
+        else:  # a resumed run: the counters go on from the checkpoint
+            self.policy_version, self._steps = restored["policy_version"], restored["steps"]
+            self._pushed_at = restored["pushed_at"]
+        self.served_model = p.model
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=p.max_lag + 1, thread_name_prefix="rlkit-generator")
         if p.sync != "none":
-            self._push(policy, 0)
+            # weights newer than the last pushed version (a resume between syncs with sync_every > 1) are a new one
+            self._push(policy, self.policy_version + (self._pushed_at != self._steps))
 
     def close(self) -> None:
-        """Remove the version folders this generator made (a temporary ``sync_dir`` entirely)."""
+        """Wait for requests still out, then remove the version folders this generator made (a temporary
+        ``sync_dir`` entirely)."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
         if self._sync_root is not None and self._own_sync_root:
             shutil.rmtree(self._sync_root, ignore_errors=True)
             self._sync_root = None
+
+    def state_dict(self) -> dict[str, int]:
+        """The version counters, saved in checkpoints: a resumed run numbers versions and lags on from them."""
+        return {"policy_version": self.policy_version, "steps": self._steps, "pushed_at": self._pushed_at}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        """Called before ``setup`` on resume; ``setup`` then serves the checkpoint's weights under that version."""
+        self._restored = {k: int(state[k]) for k in ("policy_version", "steps", "pushed_at")}
 
     # --- weight sync --------------------------------------------------------------------------------------
 
@@ -208,8 +237,35 @@ class OpenAIServerGenerator:
                 self._sync_root.mkdir(parents=True, exist_ok=True)
         return self._sync_root / f"v{version}"
 
-    @torch.no_grad()
     def _push(self, policy: Any, version: int) -> None:
+        """Make ``version`` the served weights. Requests already out finish first, so every rollout comes from one
+        version and records which; under DDP every process waits for its own, then process 0 alone saves and sends
+        the weights (they are the same on every process) and tells the others the outcome."""
+        wait(list(self._in_flight))
+        rank, world = _place()
+        name = self.params.model if self.params.sync == "disk" else f"{self.params.model}-v{version}"
+        failure: tuple[str, str] | None = None
+        if world > 1:
+            import torch.distributed as dist
+
+            dist.barrier()  # no process has a request out on the old weights once this returns
+        if rank == 0:
+            try:
+                self._send(policy, version, name)
+            except GeneratorError as exc:
+                failure = (exc.message, exc.where or f"{WHERE}.base_url")
+        if world > 1:
+            import torch.distributed as dist
+
+            box: list[Any] = [failure]
+            dist.broadcast_object_list(box, src=0)
+            failure = box[0]
+        if failure is not None:
+            raise GeneratorError(*failure)
+        self.served_model, self.policy_version, self._pushed_at = name, version, self._steps
+
+    @torch.no_grad()
+    def _send(self, policy: Any, version: int, name: str) -> None:
         import httpx
 
         folder = self._folder(version)
@@ -221,9 +277,7 @@ class OpenAIServerGenerator:
             if self._tokenizer is not None:
                 self._tokenizer.save_pretrained(folder)
             url, payload = f"{self.root}/update_weights_from_disk", {"model_path": str(folder)}
-            name = self.params.model
         else:
-            name = f"{self.params.model}-v{version}"
             url, payload = f"{self.root}/v1/load_lora_adapter", {"lora_name": name, "lora_path": str(folder),
                                                                  "load_inplace": True}
         try:
@@ -241,10 +295,10 @@ class OpenAIServerGenerator:
             raise GeneratorError(f"weight sync to {url} failed: HTTP {response.status_code}: "
                                  f"{snippet(response.text)}", f"{WHERE}.base_url")
         previous = self.served_model
-        self.served_model, self.policy_version, self._pushed_at = name, version, self._steps
         self._live.append(folder)
         if self.params.sync == "lora" and previous != self.params.model and previous != name:
-            # after the new adapter serves: an unload failing costs server memory, never a wrong sample
+            # after the new adapter serves (and no request names the old one): an unload failing costs server
+            # memory, never a wrong sample
             httpx.post(f"{self.root}/v1/unload_lora_adapter", json={"lora_name": previous}, headers=headers,
                        timeout=timeout)
         while len(self._live) > 1:  # the server has read the newest; older folders are no longer needed
@@ -275,9 +329,20 @@ class OpenAIServerGenerator:
                                   malformed=f"no {n} choices with token_ids and logprobs.token_logprobs")
                 for payload in payloads))
 
-    def generate(self, policy: Any, tokenizer: Any, request: GenerationRequest) -> SampledBatch:
-        """B × G completions from the server, record by record, with ``engine_logprobs`` and ``policy_version``."""
-        g = request.num_generations
+    def _fetch(self, payloads: list[dict[str, Any]], n: int) -> list[tuple[list[int], list[float]]]:
+        """On a worker thread (no event loop there): every record's ``n`` samples, in record order."""
+        outcomes = asyncio.run(self._ask(payloads, n))
+        rows: list[tuple[list[int], list[float]]] = []
+        for i, outcome in enumerate(outcomes):
+            if outcome.value is None:
+                raise GeneratorError(f"{self.base_url}/completions failed for record {i} of the batch after "
+                                     f"{self.params.retries} retries: {outcome.error}", f"{WHERE}.base_url")
+            rows.extend(outcome.value)
+        return rows
+
+    def submit(self, policy: Any, tokenizer: Any, request: GenerationRequest) -> PendingBatch:
+        """Send the request and return at once; ``.result()`` waits for the batch. The samples come from the
+        version served now: a later sync waits for them."""
         prompt_ids, prompt_mask = tokenize_prompts(tokenizer, request.records)
         seeds = request.seeds
         if seeds is not None and len(seeds) != len(request.records):
@@ -285,29 +350,60 @@ class OpenAIServerGenerator:
         payloads = [self._payload(prompt_ids[i][prompt_mask[i].bool()].tolist(), request,
                                   None if seeds is None or request.greedy else int(seeds[i]))
                     for i in range(len(request.records))]
-        version = self.policy_version
-        outcomes = run_async(lambda: self._ask(payloads, g), thread_name="rlkit-generator")
-        rows: list[tuple[list[int], list[float]]] = []
-        for i, outcome in enumerate(outcomes):
-            if outcome.value is None:
-                raise GeneratorError(f"{self.base_url}/completions failed for record {i} of the batch after "
-                                     f"{self.params.retries} retries: {outcome.error}", f"{WHERE}.base_url")
-            rows.extend(outcome.value)
+        if self._pool is None:  # sampling without setup (a frozen sampler used directly)
+            self._pool = ThreadPoolExecutor(max_workers=self.params.max_lag + 1, thread_name_prefix="rlkit-generator")
+        future = self._pool.submit(self._fetch, payloads, request.num_generations)
+        self._in_flight.add(future)
+        future.add_done_callback(self._in_flight.discard)
+        device = next(policy.parameters()).device  # where the hf generator's batch lives too
+        return PendingBatch(self, future, prompt_ids, prompt_mask, request.num_generations, tokenizer, device)
+
+    def generate(self, policy: Any, tokenizer: Any, request: GenerationRequest) -> SampledBatch:
+        """B × G completions from the server, record by record, with ``engine_logprobs`` and ``policy_version``."""
+        return self.submit(policy, tokenizer, request).result()
+
+
+class PendingBatch:
+    """A request out at the engine; ``result()`` assembles its batch (on the calling thread: tokenizers are not
+    safe to share across threads) and says how far behind the policy the sampling weights are by then."""
+
+    def __init__(self, generator: OpenAIServerGenerator, future: Future, prompt_ids: torch.Tensor,
+                 prompt_mask: torch.Tensor, g: int, tokenizer: Any, device: torch.device) -> None:
+        self._generator, self._future = generator, future
+        self._prompt_ids, self._prompt_mask, self._g = prompt_ids, prompt_mask, g
+        self._tokenizer, self._device = tokenizer, device
+        self.policy_version, self._served_at = generator.policy_version, generator._pushed_at
+        self._batch: SampledBatch | None = None
+
+    def result(self) -> SampledBatch:
+        if self._batch is not None:
+            return self._batch
+        rows = self._future.result()
+        tokenizer, g, device = self._tokenizer, self._g, self._device
         width = max(1, max(len(ids) for ids, _ in rows))
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-        completion = torch.full((len(rows), width), pad, dtype=prompt_ids.dtype)
+        completion = torch.full((len(rows), width), pad, dtype=self._prompt_ids.dtype)
         logps = torch.zeros(len(rows), width, dtype=torch.float32)
         for r, (ids, values) in enumerate(rows):
-            completion[r, :len(ids)] = torch.tensor(ids, dtype=prompt_ids.dtype)
+            completion[r, :len(ids)] = torch.tensor(ids, dtype=self._prompt_ids.dtype)
             logps[r, :len(values)] = torch.tensor(values, dtype=torch.float32)
-        device = next(policy.parameters()).device  # where the hf generator's batch lives too
-        batch = assemble_sampled_batch(prompt_ids.repeat_interleave(g, dim=0).to(device),
-                                       prompt_mask.repeat_interleave(g, dim=0).to(device), completion.to(device),
-                                       tokenizer, g)
+        batch = assemble_sampled_batch(self._prompt_ids.repeat_interleave(g, dim=0).to(device),
+                                       self._prompt_mask.repeat_interleave(g, dim=0).to(device),
+                                       completion.to(device), tokenizer, g)
         batch.engine_logprobs = logps.to(device).masked_fill(batch.completion_mask == 0, 0.0)
-        batch.policy_version = version
-        batch.policy_lag = self._steps - self._pushed_at
+        batch.policy_version = self.policy_version
+        batch.policy_lag = self._generator._steps - self._served_at
+        self._batch = batch
         return batch
+
+
+def _place() -> tuple[int, int]:
+    """(rank, world size) of this process in a torch.distributed run; (0, 1) otherwise."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
 
 
 @hookimpl
