@@ -10,10 +10,15 @@ in its own process, so its peak RSS is its own.
 The bound is plain torch outside both frameworks at the same shapes: one batched ``generate``, one reference
 forward under ``inference_mode``, and ``num_iterations`` × (policy forward + backward + fused AdamW step).
 
+Two more rlkit sides sample from an inference server instead of the policy's own decoding loop:
+``rlkit.testing.openai_server`` in a process of its own (vLLM's completions fields, weights synced from disk after
+every step), synchronously (``server0``, ``generator.params.max_lag=0``) and with the next step's rollouts requested
+before the current update (``server1``, ``max_lag=1``), where generation overlaps training. They run in fp32 only.
+
 Usage (TRL is the ``bench`` extra, pinned: ``pip install -e .[bench]``)::
 
     python benchmarks/vs_trl.py [--steps 8] [--warmup 2] [--sizes tiny small] [--precisions fp32 bf16]
-                                [--threads 1] [--repeats 3]
+                                [--threads 1] [--repeats 3] [--sides rlkit server0 server1 trl bound]
 
 ``--threads`` pins every side to the same number of torch threads (``OMP_NUM_THREADS`` and
 ``torch.set_num_threads``): on a busy 2-core machine two threads made one tiny ``generate`` 27x slower than one
@@ -73,6 +78,54 @@ def _median_after(values: list[float], warmup: int) -> float:
 
 
 def run_rlkit(size: str, precision: str, steps: int, warmup: int, workdir: Path) -> dict[str, Any]:
+    tokens = SIZES[size]["tokens"]
+    return _rlkit_fit(size, precision, steps, warmup, workdir,
+                      [f"++generator.params.generation_kwargs={{min_new_tokens:{tokens}}}"])
+
+
+def run_server(max_lag: int) -> Any:
+    """rlkit sampling from ``rlkit.testing.openai_server`` in a process of its own (the same thread pinning, weights
+    synced from disk after every step), the next step requested ``max_lag`` steps ahead."""
+
+    def side(size: str, precision: str, steps: int, warmup: int, workdir: Path) -> dict[str, Any]:
+        import socket
+
+        import httpx
+
+        if precision != "fp32":
+            raise SystemExit("the server sides run in fp32 only")
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        server = subprocess.Popen([sys.executable, "-m", "rlkit.testing.openai_server", "--model",
+                                   str(policy_path(size)), "--port", str(port)], stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.DEVNULL)
+        url = f"http://127.0.0.1:{port}/v1"
+        try:
+            for _ in range(600):
+                try:
+                    if httpx.get(f"{url}/models", timeout=1).status_code == 200:
+                        break
+                except httpx.TransportError:
+                    time.sleep(0.2)
+            else:
+                raise SystemExit("the server did not start")
+            out = _rlkit_fit(size, precision, steps, warmup, workdir, [
+                "generator=openai_server", f"generator.params.base_url={url}", "generator.params.sync=disk",
+                f"generator.params.max_lag={max_lag}",
+                f"generator.params.extra_body={{min_tokens:{SIZES[size]['tokens']}}}"])
+            status = Path(f"/proc/{server.pid}/status").read_text()
+            out["server_peak_rss_mb"] = int(status.split("VmHWM:")[1].split()[0]) / 1024
+            return out
+        finally:
+            server.terminate()
+            server.wait(timeout=30)
+
+    return side
+
+
+def _rlkit_fit(size: str, precision: str, steps: int, warmup: int, workdir: Path, extra: list[str]
+               ) -> dict[str, Any]:
     import csv
 
     from rlkit.cli import main
@@ -86,8 +139,7 @@ def run_rlkit(size: str, precision: str, steps: int, warmup: int, workdir: Path)
                  f"objective.params.beta={BETA}", f"objective.params.epsilon={EPSILON}",
                  f"objective.params.loss_type={LOSS_TYPE}",
                  f"objective.params.num_iterations={NUM_ITERATIONS}", f"optim.lr={LR}",
-                 f"trainer.precision={'bf16-mixed' if precision == 'bf16' else '32-true'}",
-                 f"++generator.params.generation_kwargs={{min_new_tokens:{shape['tokens']}}}"])
+                 f"trainer.precision={'bf16-mixed' if precision == 'bf16' else '32-true'}", *extra])
     if code != 0:
         raise SystemExit(f"rlkit fit exited with {code}")
     (metrics,) = run_dir.glob("csv/version_0/metrics.csv")
@@ -219,7 +271,9 @@ def run_bound(size: str, precision: str, steps: int, warmup: int, workdir: Path)
             **{phase: _median_after(values, warmup) for phase, values in phases.items()}}
 
 
-SIDES = {"rlkit": run_rlkit, "trl": run_trl, "bound": run_bound}
+SIDES = {"rlkit": run_rlkit, "server0": run_server(0), "server1": run_server(1), "trl": run_trl, "bound": run_bound}
+# rlkit's own sampler, and the server generator synchronous (max_lag 0) and one step ahead (max_lag 1)
+RLKIT_SIDES = ("rlkit", "server0", "server1")
 
 
 def measure(side: str, size: str, precision: str, steps: int, warmup: int, threads: int | None) -> dict[str, Any]:
@@ -256,6 +310,8 @@ def main() -> int:
     parser.add_argument("--precisions", nargs="+", default=["fp32", "bf16"], choices=["fp32", "bf16"])
     parser.add_argument("--threads", type=int, default=None, help="torch threads on every side (default: torch's)")
     parser.add_argument("--repeats", type=int, default=1, help="run the three sides in turn this many times")
+    parser.add_argument("--sides", nargs="+", default=list(SIDES), choices=list(SIDES),
+                        help="which sides to run (default: all)")
     parser.add_argument("--side", choices=list(SIDES), help=argparse.SUPPRESS)
     parser.add_argument("--workdir", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -271,31 +327,42 @@ def main() -> int:
     print(f"{args.steps} steps each, medians after {args.warmup} warm-up steps; beta={BETA} epsilon={EPSILON} "
           f"loss_type={LOSS_TYPE} num_iterations={NUM_ITERATIONS}; EOS suppressed (min_new_tokens); "
           f"torch threads {args.threads or 'default'}; {args.repeats} repeat(s), medians over repeats")
-    header = (f"{'size':6} {'prec':5} {'side':6} {'s/step':>8} {'samples/s':>10} {'tokens/s':>9} {'peak MB':>8}  "
+    print("server0/server1: rlkit sampling from a server process (max_lag 0/1); peak MB is the trainer's + the "
+          "server's; '% of bound' is a side's step time over the bound's (under 100%: past the synchronous bound)")
+    header = (f"{'size':6} {'prec':5} {'side':7} {'s/step':>8} {'samples/s':>10} {'tokens/s':>9} {'peak MB':>10}  "
               "notes")
     print(header)
     for size in args.sizes:
         for precision in args.precisions:
-            runs: dict[str, list[dict[str, Any]]] = {side: [] for side in SIDES}
-            ratios, of_bounds = [], []
+            sides = [side for side in args.sides if precision == "fp32" or not side.startswith("server")]
+            runs: dict[str, list[dict[str, Any]]] = {side: [] for side in sides}
+            ratios: dict[str, list[float]] = {side: [] for side in sides}
+            of_bounds: dict[str, list[float]] = {side: [] for side in sides}
             for _ in range(args.repeats):
-                for side in SIDES:
+                for side in sides:
                     runs[side].append(measure(side, size, precision, args.steps, args.warmup, args.threads))
-                ratios.append(runs["rlkit"][-1]["samples_per_s"] / runs["trl"][-1]["samples_per_s"])
-                of_bounds.append(100 * runs["rlkit"][-1]["step_s"] / runs["bound"][-1]["step_s"])
+                for side in sides:
+                    if side in RLKIT_SIDES and "trl" in runs:
+                        ratios[side].append(runs[side][-1]["samples_per_s"] / runs["trl"][-1]["samples_per_s"])
+                    if side in RLKIT_SIDES and "bound" in runs:
+                        of_bounds[side].append(100 * runs[side][-1]["step_s"] / runs["bound"][-1]["step_s"])
             results = {side: _median_result(side_runs) for side, side_runs in runs.items()}
-            r = results["rlkit"]
             for side, res in results.items():
                 note = ""
                 if side == "bound":
                     note = (f"gen {res['generation']:.2f} logprob {res['logprob']:.2f} optim {res['optim']:.2f} s")
-                if side == "rlkit":
-                    spread = (f" (repeats {min(ratios):.2f}-{max(ratios):.2f}x)" if len(ratios) > 1 else "")
-                    note = (f"{statistics.median(ratios):.2f}x TRL{spread}, {statistics.median(of_bounds):.0f}% of "
-                            f"bound; gen {r['generation']:.2f} judge {r['judge']:.3f} logprob {r['logprob']:.2f} "
-                            f"optim {r['optim']:.2f} s")
-                print(f"{size:6} {precision:5} {side:6} {res['step_s']:8.3f} {res['samples_per_s']:10.1f} "
-                      f"{res['tokens_per_s']:9.0f} {res['peak_rss_mb']:8.0f}  {note}", flush=True)
+                if side in RLKIT_SIDES:
+                    r, rs = res, ratios[side]
+                    spread = f" (repeats {min(rs):.2f}-{max(rs):.2f}x)" if len(rs) > 1 else ""
+                    vs_trl = f"{statistics.median(rs):.2f}x TRL{spread}, " if rs else ""
+                    vs_bound = f"{statistics.median(of_bounds[side]):.0f}% of bound; " if of_bounds[side] else ""
+                    note = (f"{vs_trl}{vs_bound}gen {r['generation']:.2f} judge {r['judge']:.3f} "
+                            f"logprob {r['logprob']:.2f} optim {r['optim']:.2f} s")
+                peak = f"{res['peak_rss_mb']:.0f}"
+                if "server_peak_rss_mb" in res:
+                    peak += f"+{res['server_peak_rss_mb']:.0f}"
+                print(f"{size:6} {precision:5} {side:7} {res['step_s']:8.3f} {res['samples_per_s']:10.1f} "
+                      f"{res['tokens_per_s']:9.0f} {peak:>10}  {note}", flush=True)
     return 0
 
 

@@ -41,7 +41,7 @@ from rlkit.grm.model import GenerativeRewardModel, read_grm_format
 # --- model-based judging: backends, the response cache, parsing, HTTP ---------------------------------------
 from rlkit.judging.asking import FailureWarning, JudgeBackend, ask
 from rlkit.judging.cache import ResponseCache
-from rlkit.judging.http import MAX_BACKOFF_S, post_with_retries, retry_delay, run_async, snippet
+from rlkit.judging.http import MAX_BACKOFF_S, post_with_retries, retry_delay, run_async, snippet, tls_context
 from rlkit.judging.members import check_member_judge
 from rlkit.judging.parsing import RankingParse, ScoreParse, parse_ranking, parse_scores, ranks_from_order
 from rlkit.judging.tiny_judge import (
@@ -55,10 +55,12 @@ from rlkit.judging.tiny_judge import (
 from rlkit.judging.types import Completion, render_chat
 
 # --- generators: what a sampler is asked for and hands back; models by path ---------------------------------
+from rlkit.lm.decoding import decode_with_kv_cache, loop_can_decode
 from rlkit.lm.logprobs import masked_nll
 from rlkit.lm.models import build_tiny_policy, check_model_directory, load_policy, locate_model
 from rlkit.lm.placement import Placement, input_device, plan_placement
 from rlkit.lm.sampling import GenerationRequest, SampledBatch, assemble_sampled_batch, tokenize_prompts
+from rlkit.lm.seeded import SeededSampling, group_row_seeds, seeded_gumbel
 
 # --- reward helpers: normalisation, saturation, weight schedulers, monitors -----------------------------------
 from rlkit.reward.diagnostics import ConflictWatch, conflict_rate, saturation_share
@@ -110,6 +112,7 @@ __all__ = [
     "RubricError",
     "SampledBatch",
     "ScoreParse",
+    "SeededSampling",
     "StepRecordScheduler",
     "TinyJudgeSpec",
     "WeightSchedulerRef",
@@ -127,6 +130,8 @@ __all__ = [
     "drop_close_pairs",
     "due",
     "group_labels",
+    "decode_with_kv_cache",
+    "group_row_seeds",
     "hookimpl",
     "input_device",
     "judge_records",
@@ -134,6 +139,7 @@ __all__ = [
     "load_rubric",
     "locate_model",
     "make_view",
+    "loop_can_decode",
     "masked_nll",
     "nan_mean_std",
     "nan_weighted_sum",
@@ -156,7 +162,9 @@ __all__ = [
     "rubric_from_dict",
     "run_async",
     "saturation_share",
+    "seeded_gumbel",
     "snippet",
+    "tls_context",
     "template_hash",
     "template_path",
     "tokenize_prompts",

@@ -12,7 +12,9 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import math
+import ssl
 import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -24,6 +26,16 @@ if TYPE_CHECKING:
 
 MAX_BACKOFF_S = 30.0
 T = TypeVar("T")
+
+
+@functools.cache
+def tls_context() -> ssl.SSLContext:
+    """The TLS settings every rlkit HTTP client passes as ``verify``: httpx builds a context per client by default,
+    reading the CA bundle each time (~50 ms a client on this machine), which a client made per batch or per weight
+    sync paid every step. Made once, from the same defaults (``SSL_CERT_FILE``/``SSL_CERT_DIR`` honoured)."""
+    import httpx
+
+    return httpx.create_ssl_context()
 
 
 @dataclass(frozen=True)

@@ -14,17 +14,22 @@ client needs (``.../v1``)::
 Requests: ``messages`` (``content`` a string or a list of ``{"type": "text", "text": ...}`` parts) are rendered
 with the tokenizer's chat template when it has one, else as ``role: content`` lines followed by ``assistant:``
 (the ``hf`` judge backend renders the same way); ``max_tokens`` (or ``max_completion_tokens``, default 16);
-``temperature`` (default 1.0 as in OpenAI's API; 0 is greedy); ``seed`` (makes sampling repeatable). Generation
-is serialised: one request at a time runs the model, however many are in flight.
+``temperature`` (default 1.0 as in OpenAI's API; 0 is greedy); ``seed`` (makes sampling repeatable). Chat
+requests run the model one at a time. Token completions are batched as an engine batches them: the requests that
+arrive within ``batch_window_s`` of each other are decoded in one left-padded pass (per group of equal sampling
+settings), so B concurrent requests cost about one batched ``generate``, not B.
 
 Token completions, weight updates and LoRA adapters speak the routes and fields of vLLM (>= 0.10.2) and SGLang, so
 an RL generator talks to this server as it would to them (``rlkit_plugins.generators.openai_server``):
 
 * ``POST /v1/completions`` (vLLM's ``CompletionRequest``): ``prompt`` as token ids (a list of ints, or a list of
   such lists; a string or list of strings is tokenised without special tokens), ``n`` (default 1),
-  ``max_tokens`` (default 16), ``temperature`` (default 1.0; 0 is greedy), ``seed`` (a request's ``n`` samples are
-  drawn together from it, so the same request gives the same samples whatever else is in flight), ``logprobs``
-  (an int >= 0: return log-probs), ``return_token_ids`` (vLLM's extension: ``token_ids`` and
+  ``max_tokens`` (default 16), ``min_tokens`` (vLLM's: no EOS before that many; default 0), ``temperature``
+  (default 1.0; 0 is greedy), ``seed`` (each sample's noise is a hash of the seed, its prompt's index and its
+  own index: the Gumbel-max draw of ``rlkit.lm.seeded``, so a request gets the same samples whatever else is
+  decoded beside it; one prompt with seed s draws what the ``hf`` generator's ``per_prompt_seed`` draws for a
+  record with seed s), ``logprobs`` (an int >= 0: return log-probs),
+  ``return_token_ids`` (vLLM's extension: ``token_ids`` and
   ``prompt_token_ids`` per choice), ``return_tokens_as_token_ids`` (``logprobs.tokens`` as ``"token_id:<id>"``),
   ``model`` (the served name, or a loaded LoRA adapter's name). The answer is vLLM's ``CompletionResponse``:
   ``choices`` ordered prompt by prompt, each prompt's ``n`` consecutive, ``index`` = prompt index × n + sample;
@@ -76,7 +81,7 @@ from dataclasses import dataclass
 from functools import partial
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from rlkit.judging import render_chat
 
@@ -147,6 +152,40 @@ def _number(body: dict[str, Any], key: str, default: float, low: float, integer:
     return value
 
 
+class _Row(NamedTuple):
+    """One decoded sample: its tokens (through the first stop token), their raw log-probs, the most likely (ids,
+    log-probs) at each position, and whether it ended at a stop token."""
+
+    tokens: list[int]
+    logprobs: list[float]
+    top: list[tuple[list[int], list[float]]]
+    stopped: bool
+
+
+class _Job:
+    """One token-completion request waiting to be decoded: its rows are each prompt ``n`` times, each row with its
+    own noise seed (prompt index and sample index mixed into the request's seed)."""
+
+    def __init__(self, name: Any, max_tokens: int, min_tokens: int, temperature: float, prompts: list[list[int]],
+                 n: int, seed: int, top: int = 0) -> None:
+        self.settings = (name, max_tokens, min_tokens, temperature)
+        self.top = top  # the most likely tokens to report per position, besides the sampled one
+        self.prompts, self.n, self.seed = prompts, n, seed
+        self.size = len(prompts) * n
+        self.done = threading.Event()
+        self.out: list[_Row] = []
+        self.error: Exception | None = None
+
+    def rows(self) -> list[tuple[list[int], int]]:
+        from rlkit.lm.seeded import MASK32, group_row_seeds
+
+        # the first prompt keeps the request's seed: one prompt with seed s draws what the hf generator's
+        # per_prompt_seed draws for a record with seed s
+        prompt_seeds = [(self.seed + p * 0x9E3779B9) & MASK32 for p in range(len(self.prompts))]
+        seeds = group_row_seeds(prompt_seeds, self.n).tolist()
+        return [(prompt, seeds[p * self.n + j]) for p, prompt in enumerate(self.prompts) for j in range(self.n)]
+
+
 class OpenAICompatibleServer:
     """Serves one local causal LM over OpenAI's chat and token completions APIs (with vLLM's and SGLang's weight
     routes), with optional injected faults."""
@@ -154,9 +193,11 @@ class OpenAICompatibleServer:
     def __init__(self, model: str | Path | None = None, *, policy: tuple[Any, Any] | None = None,
                  model_name: str = "default", host: str = "127.0.0.1", port: int = 0, dtype: str = "float32",
                  api_key: str | None = None, garbage_rate: float = 0.0, fail_rate: float = 0.0,
-                 fail_first: int = 0, delay: float = 0.0, seed: int = 0) -> None:
+                 fail_first: int = 0, delay: float = 0.0, seed: int = 0, batch_window_s: float = 0.005,
+                 max_batch_rows: int = 512) -> None:
         """``model``: a local model directory or cached hub id (None: the embedded tiny policy); or pass an
-        already loaded ``policy=(model, tokenizer)`` to share one between servers."""
+        already loaded ``policy=(model, tokenizer)`` to share one between servers. Token completions that arrive
+        within ``batch_window_s`` of each other are decoded together, at most ``max_batch_rows`` rows a pass."""
         if policy is None:
             from rlkit.lm.models import build_tiny_policy, load_policy
 
@@ -182,6 +223,10 @@ class OpenAICompatibleServer:
         # leaves the in-flight count only after, so counting both would count it twice in between
         self._unrecorded = 0
         self._request = threading.local()
+        self.batch_window_s, self.max_batch_rows = batch_window_s, max_batch_rows
+        self._waiting: list[_Job] = []  # token-completion requests not yet decoded, in arrival order
+        self._seeds = random.Random(f"{seed}:sampling")  # for requests without a seed
+        self.decode_passes = 0  # batched decodes run (a statistic: how well requests were batched)
         self.set_faults(garbage_rate=garbage_rate, fail_rate=fail_rate, fail_first=fail_first, delay=delay, seed=seed)
         self.reset_stats()
 
@@ -324,22 +369,30 @@ class OpenAICompatibleServer:
     @contextmanager
     def _serving(self, name: Any) -> Iterator[Any]:
         """Holds the model lock and yields the model set up to serve ``name`` (the base or a LoRA adapter)."""
+        self._check_served(name)
+        with self._model_lock, self._selected(name) as model:
+            yield model
+
+    def _check_served(self, name: Any) -> None:
         if name not in (None, self.model_name) and name not in self.adapters:
             raise _BadRequest(404, f"model {name!r} does not exist; this server serves "
                                    f"{self.model_name!r}" + "".join(f", {a!r}" for a in self.adapters),
                               "not_found_error")
-        with self._model_lock:
-            model = self.model
-            if name in self.adapters:  # checked again under the lock: an unload may have raced the request
-                model.set_adapter(name)
+
+    @contextmanager
+    def _selected(self, name: Any) -> Iterator[Any]:
+        """The model set up to serve ``name``; the caller holds the model lock."""
+        model = self.model
+        if name in self.adapters:  # checked again under the lock: an unload may have raced the request
+            model.set_adapter(name)
+            yield model
+        elif name not in (None, self.model_name):
+            raise _BadRequest(404, f"model {name!r} was unloaded", "not_found_error")
+        elif self.adapters:
+            with model.disable_adapter():
                 yield model
-            elif name not in (None, self.model_name):
-                raise _BadRequest(404, f"model {name!r} was unloaded", "not_found_error")
-            elif self.adapters:
-                with model.disable_adapter():
-                    yield model
-            else:
-                yield model
+        else:
+            yield model
 
     def _chat_completion(self, body: dict[str, Any]) -> dict[str, Any]:
         import torch
@@ -409,13 +462,12 @@ class OpenAICompatibleServer:
 
     def _completion(self, body: dict[str, Any]) -> dict[str, Any]:
         """vLLM's ``CompletionResponse`` for a ``/v1/completions`` request (see the module docstring)."""
-        import torch
-
         if body.get("stream"):
             raise _BadRequest(400, "stream is not supported by this server")
         prompts = self._prompts(body)
         n = _number(body, "n", 1, 1, integer=True)
         max_tokens = _number(body, "max_tokens", _DEFAULT_MAX_TOKENS, 1, integer=True)
+        min_tokens = min(_number(body, "min_tokens", 0, 0, integer=True), max_tokens)
         temperature = float(_number(body, "temperature", 1.0, 0))
         logprobs = body.get("logprobs")
         if logprobs is not None:
@@ -423,67 +475,160 @@ class OpenAICompatibleServer:
         seed = body.get("seed")
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
             raise _BadRequest(400, f"'seed' must be an integer, got {seed!r}")
+        name = body.get("model")
+        self._check_served(name)
+        if seed is None:
+            with self._lock:
+                seed = self._seeds.getrandbits(32)
+        job = _Job(name, max_tokens, min_tokens, temperature, prompts, n, seed, logprobs or 0)
+        self._decode_with(job)
         as_ids = bool(body.get("return_tokens_as_token_ids"))
         tok = self.tokenizer
-        sample = temperature > 0
         choices: list[dict[str, Any]] = []
         prompt_total = completion_total = 0
-        with self._serving(body.get("model")) as model, torch.no_grad():
-            for p_index, prompt in enumerate(prompts):
-                ids = torch.tensor([prompt] * n, dtype=torch.long, device=model.device)
-                with torch.random.fork_rng(devices=[], enabled=seed is not None):
-                    if seed is not None:
-                        torch.manual_seed(seed)
-                    out = model.generate(
-                        input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_tokens,
-                        do_sample=sample, temperature=temperature if sample else None, top_k=None, top_p=None,
-                        pad_token_id=tok.pad_token_id, eos_token_id=sorted(self._stop_ids) or None, use_cache=True,
-                        output_logits=True, return_dict_in_generate=True)
-                new = out.sequences[:, len(prompt):]
-                # raw logits, before temperature: the serving model's own distribution (vLLM's raw_logprobs)
-                logp = torch.log_softmax(torch.stack(out.logits, dim=1).float(), dim=-1)
-                for j in range(n):
-                    row = new[j].tolist()
-                    stop_at = next((i for i, t in enumerate(row) if t in self._stop_ids), None)
-                    kept = row if stop_at is None else row[:stop_at + 1]
-                    choice: dict[str, Any] = {
-                        "index": p_index * n + j, "text": tok.decode(kept, skip_special_tokens=True),
-                        "logprobs": None, "finish_reason": "length" if stop_at is None else "stop",
-                        "stop_reason": None, "token_ids": None, "prompt_token_ids": None}
-                    if body.get("return_token_ids"):
-                        choice["token_ids"], choice["prompt_token_ids"] = kept, list(prompt)
-                    if logprobs is not None:
-                        choice["logprobs"] = self._choice_logprobs(logp[j, :len(kept)], kept, logprobs, as_ids)
-                    choices.append(choice)
-                    completion_total += len(kept)
-                prompt_total += len(prompt) * n
+        for row, (kept, chosen, tops, stopped) in enumerate(job.out):
+            prompt = prompts[row // n]
+            choice: dict[str, Any] = {
+                "index": row, "text": tok.decode(kept, skip_special_tokens=True), "logprobs": None,
+                "finish_reason": "stop" if stopped else "length", "stop_reason": None, "token_ids": None,
+                "prompt_token_ids": None}
+            if body.get("return_token_ids"):
+                choice["token_ids"], choice["prompt_token_ids"] = kept, list(prompt)
+            if logprobs is not None:
+                choice["logprobs"] = self._choice_logprobs(kept, chosen, tops[:len(kept)], logprobs, as_ids)
+            choices.append(choice)
+            completion_total += len(kept)
+            prompt_total += len(prompt)
         with self._lock:
             number = len(self.log) + self._in_flight
         return {"id": f"cmpl-{number}", "object": "text_completion", "created": int(time.time()),
-                "model": body.get("model") or self.model_name, "choices": choices,
+                "model": name or self.model_name, "choices": choices,
                 "usage": {"prompt_tokens": prompt_total, "completion_tokens": completion_total,
                           "total_tokens": prompt_total + completion_total}}
 
-    def _choice_logprobs(self, logp: Any, tokens: list[int], top: int, as_ids: bool) -> dict[str, Any]:
+    def _decode_with(self, job: _Job) -> None:
+        """Queue ``job`` and return once it is decoded. Whichever waiting request holds the model lock decodes
+        every request queued by then (after ``batch_window_s``, so a burst arrives whole), its own included."""
+        with self._lock:
+            self._waiting.append(job)
+        while not job.done.is_set():
+            if not self._model_lock.acquire(timeout=0.01):
+                continue
+            try:
+                if job.done.is_set():
+                    break
+                if self.batch_window_s:
+                    time.sleep(self.batch_window_s)
+                with self._lock:
+                    jobs, self._waiting = self._waiting, []
+                self._decode_jobs(jobs)
+            finally:
+                self._model_lock.release()
+        if job.error is not None:
+            raise job.error
+
+    def _decode_jobs(self, jobs: list[_Job]) -> None:
+        """Decode ``jobs`` in as few left-padded passes as their settings allow; the caller holds the model
+        lock. A job that fails (its adapter unloaded meanwhile) gets its error; the others their rows."""
+        groups: dict[tuple, list[_Job]] = {}
+        for job in jobs:
+            groups.setdefault(job.settings, []).append(job)
+        for (name, max_tokens, min_tokens, temperature), group in groups.items():
+            try:
+                rows = [(prompt, seed) for job in group for prompt, seed in job.rows()]
+                top = max(job.top for job in group)
+                out: list[_Row] = []
+                with self._selected(name) as model:
+                    for at in range(0, len(rows), self.max_batch_rows):
+                        out += self._decode(model, rows[at:at + self.max_batch_rows], max_tokens, min_tokens,
+                                            temperature, top)
+                for job in group:
+                    job.out, out = out[:job.size], out[job.size:]
+            except _BadRequest as exc:
+                for job in group:
+                    job.error = exc
+            except Exception as exc:  # a server bug: every waiting request answers 500, none hangs
+                for job in group:
+                    job.error = exc
+            finally:
+                for job in group:
+                    job.done.set()
+
+    def _decode(self, model: Any, rows: list[tuple[list[int], int]], max_tokens: int, min_tokens: int,
+                temperature: float, top: int) -> list[_Row]:
+        """One batched decode of ``rows`` (prompt ids, noise seed) with rlkit's KV-cache loop (``generate`` where
+        the loop would draw differently): per row, the kept tokens (through the first stop token), their raw
+        log-probs, the ``top`` most likely (ids, log-probs) at each position, and whether it stopped."""
         import torch
 
+        from rlkit.lm.decoding import decode_with_kv_cache, loop_can_decode
+        from rlkit.lm.seeded import SeededSampling
+
+        tok = self.tokenizer
+        width = max(len(p) for p, _ in rows)
+        pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
+        ids = torch.tensor([[pad] * (width - len(p)) + p for p, _ in rows], dtype=torch.long, device=model.device)
+        mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p, _ in rows], device=model.device)
+        # Sampling is the Gumbel-max draw of rlkit.lm.seeded: a row's noise depends on its seed alone, never on
+        # the rows decoded beside it.
+        sampling = None
+        if temperature > 0:
+            sampling = SeededSampling(torch.tensor([seed for _, seed in rows], dtype=torch.int64), width, temperature)
+        chosen: list[torch.Tensor] = []
+        tops: list[tuple[torch.Tensor, torch.Tensor]] = []
+
+        def keep(raw: torch.Tensor, tokens: torch.Tensor) -> None:
+            # raw logits, before temperature or masking: the serving model's own distribution (vLLM's raw_logprobs)
+            logp = torch.log_softmax(raw.float(), dim=-1)
+            chosen.append(logp.gather(1, tokens[:, None]).squeeze(1))
+            if top:
+                values, indices = logp.topk(min(top, logp.shape[-1]), dim=-1)
+                tops.append((indices, values))
+
+        stops = sorted(self._stop_ids)
+        with torch.no_grad():
+            if loop_can_decode(model, {"min_new_tokens": min_tokens}):
+                new = decode_with_kv_cache(model, ids, mask, max_new_tokens=max_tokens, eos_token_id=stops or None,
+                                           pad_token_id=tok.pad_token_id, greedy=True, min_new_tokens=min_tokens,
+                                           logits_processor=sampling, on_step=keep)
+            else:
+                out = model.generate(
+                    input_ids=ids, attention_mask=mask, max_new_tokens=max_tokens, min_new_tokens=min_tokens or None,
+                    do_sample=False, temperature=None, top_k=None, top_p=None,
+                    logits_processor=None if sampling is None else [sampling], pad_token_id=tok.pad_token_id,
+                    eos_token_id=stops or None, use_cache=True, output_logits=True, return_dict_in_generate=True)
+                new = out.sequences[:, width:]
+                for step, logits in enumerate(out.logits):
+                    keep(logits, new[:, step])
+        self.decode_passes += 1
+        chosen_all = torch.stack(chosen, dim=1).tolist() if chosen else [[] for _ in rows]
+        result = []
+        for j in range(len(rows)):
+            row = new[j].tolist()
+            stop_at = next((i for i, t in enumerate(row) if t in self._stop_ids), None)
+            kept = row if stop_at is None else row[:stop_at + 1]
+            row_tops = [(i[j].tolist(), v[j].tolist()) for i, v in tops[:len(kept)]]
+            result.append(_Row(kept, chosen_all[j][:len(kept)], row_tops, stop_at is not None))
+        return result
+
+    def _choice_logprobs(self, tokens: list[int], chosen: list[float], tops: list[tuple[list[int], list[float]]],
+                         top: int, as_ids: bool) -> dict[str, Any]:
         def name(t: int) -> str:
             return f"token_id:{t}" if as_ids else self.tokenizer.decode([t])
 
         names = [name(t) for t in tokens]
-        chosen = logp.gather(1, torch.tensor(tokens, device=logp.device).unsqueeze(1)).squeeze(1).tolist()
-        tops = []
+        entries = []
         for i in range(len(tokens)):
             entry = {names[i]: chosen[i]}
             if top:
-                values, ids = logp[i].topk(min(top, logp.shape[-1]))
-                entry.update({name(int(k)): float(v) for k, v in zip(ids.tolist(), values.tolist(), strict=True)})
-            tops.append(entry)
+                ids, values = tops[i]
+                entry.update({name(k): v for k, v in zip(ids[:top], values[:top], strict=True)})
+            entries.append(entry)
         offsets, at = [], 0
         for text in names:
             offsets.append(at)
             at += len(text)
-        return {"text_offset": offsets, "token_logprobs": chosen, "tokens": names, "top_logprobs": tops}
+        return {"text_offset": offsets, "token_logprobs": chosen, "tokens": names, "top_logprobs": entries}
 
     def _update_weights_from_disk(self, body: dict[str, Any]) -> dict[str, Any]:
         """SGLang's ``/update_weights_from_disk``: reload the model from ``model_path``."""
@@ -547,6 +692,9 @@ class OpenAICompatibleServer:
 class _HTTPServer(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
+    # socketserver's default backlog of 5 drops the SYNs of a larger burst of new connections, and the client
+    # retransmits them a second later: a generator opening 8 connections at once waited ~1 s a step for that
+    request_queue_size = 128
     app: OpenAICompatibleServer
 
     def handle_error(self, request: Any, client_address: Any) -> None:
@@ -675,9 +823,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument("--dtype", default="float32")
     parser.add_argument("--api-key", default=None, help="require 'Authorization: Bearer <key>'")
+    parser.add_argument("--batch-window", type=float, default=0.005,
+                        help="seconds to gather concurrent token completions into one decode")
     args = parser.parse_args(argv)
     server = OpenAICompatibleServer(args.model, model_name=args.model_name, host=args.host, port=args.port,
-                                    dtype=args.dtype, api_key=args.api_key).start()
+                                    dtype=args.dtype, api_key=args.api_key, batch_window_s=args.batch_window).start()
     print(f"serving {args.model or 'the embedded tiny policy'} as {args.model_name!r} at {server.url}", flush=True)
     try:
         threading.Event().wait()

@@ -6,9 +6,9 @@ import pytest
 import torch
 
 from rlkit.core.registry import load_registry
+from rlkit.lm.decoding import loop_can_decode
 from rlkit.lm.models import TinyPolicySpec, build_tiny_policy, load_policy
 from rlkit.lm.sampling import GenerationRequest
-from rlkit_plugins.generators.hf import loop_can_decode
 
 RECORDS = [{"prompt": "1+2="}, {"prompt": "What is 17 + 25? Answer:"}, {"prompt": "9*9"}]
 

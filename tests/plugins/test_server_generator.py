@@ -121,17 +121,64 @@ def test_greedy_completions_equal_the_hf_generators(server, policy):
         generator.close()
 
 
-def test_completions_that_end_at_eos_are_padded_and_masked(server, policy):
+def _favour_eos(model, tokenizer, records) -> None:
+    """Point the EOS row of the (tied) output embedding along the prompts' last hidden state: some samples end early."""
     from rlkit.lm.sampling import tokenize_prompts
 
-    model, tokenizer = policy
-    records = example_prompts()
     ids, mask = tokenize_prompts(tokenizer, records)
-    with torch.no_grad():  # point the EOS row of the (tied) output embedding along the prompts' last hidden state
+    with torch.no_grad():
         hidden = model(input_ids=ids, attention_mask=mask, output_hidden_states=True).hidden_states[-1][:, -1]
         weight = model.get_output_embeddings().weight
         weight[tokenizer.eos_token_id] += 3 * torch.nn.functional.normalize(hidden.mean(0), dim=0) * \
             weight.norm(dim=1).mean()
+
+
+def test_seeded_samples_equal_the_hf_generators_per_prompt_seed_draws(server, policy):
+    model, tokenizer = policy
+    generator = _generator(server, sync="disk")
+    hf = _REGISTRY.create("generator", "hf", {"per_prompt_seed": True})
+    try:
+        generator.setup(model, tokenizer)
+        records = example_prompts()
+        ours = generator.generate(model, tokenizer, _request(records, g=4))
+        theirs = hf.generate(model, tokenizer, _request(records, g=4))
+        assert ours.completion_ids.tolist() == theirs.completion_ids.tolist()
+        assert len({tuple(row) for row in ours.completion_ids.tolist()}) > len(records), "samples, not copies"
+    finally:
+        generator.close()
+
+
+def test_concurrent_requests_are_decoded_together_and_each_gets_its_own_draws(policy):
+    import httpx
+
+    from rlkit.judging.http import run_async
+
+    prompts = [[5, 6, 7], [8, 9], [10, 11, 12, 13], [14]]
+
+    async def ask(url: str, bodies: list[dict]) -> list[dict]:
+        import asyncio
+
+        async with httpx.AsyncClient(timeout=60) as client:
+            answers = await asyncio.gather(*(client.post(f"{url}/completions", json=b) for b in bodies))
+        return [a.json()["choices"] for a in answers]
+
+    bodies = [{"prompt": p, "n": 3, "max_tokens": 5, "seed": 40 + i, "logprobs": 0, "return_token_ids": True}
+              for i, p in enumerate(prompts)]
+    with OpenAICompatibleServer(policy=policy, batch_window_s=0.3) as live:
+        together = run_async(lambda: ask(live.url, bodies))
+        assert live.decode_passes == 1, "four requests in one window: one batched decode"
+        alone = [run_async(lambda b=b: ask(live.url, [b]))[0] for b in bodies]
+        assert live.decode_passes == 5
+    for mine, single in zip(together, alone, strict=True):
+        assert [c["token_ids"] for c in mine] == [c["token_ids"] for c in single], "independent of its neighbours"
+        for a, b in zip(mine, single, strict=True):
+            assert a["logprobs"]["token_logprobs"] == pytest.approx(b["logprobs"]["token_logprobs"], abs=1e-5)
+
+
+def test_completions_that_end_at_eos_are_padded_and_masked(server, policy):
+    model, tokenizer = policy
+    records = example_prompts()
+    _favour_eos(model, tokenizer, records)
     generator = _generator(server, sync="disk")
     try:
         generator.setup(model, tokenizer)
@@ -151,6 +198,20 @@ def test_completions_that_end_at_eos_are_padded_and_masked(server, policy):
         assert (out.engine_logprobs[~keep] == 0).all()
     finally:
         generator.close()
+
+
+def test_extra_body_reaches_the_engine(server, policy):
+    model, tokenizer = policy
+    records = example_prompts()
+    _favour_eos(model, tokenizer, records)
+    for extra, all_full in (({}, False), ({"min_tokens": 6}, True)):  # vLLM's min_tokens: no EOS before 6
+        generator = _generator(server, sync="disk", extra_body=extra)
+        try:
+            generator.setup(model, tokenizer)
+            out = generator.generate(model, tokenizer, _request(records, g=4))
+            assert bool((out.completion_token_counts == 6).all()) is all_full
+        finally:
+            generator.close()
 
 
 def test_sync_every_and_none_leave_the_server_alone(server, policy):

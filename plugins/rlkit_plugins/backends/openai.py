@@ -39,7 +39,16 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from rlkit.plugin import MAX_BACKOFF_S, Completion, ConfigError, hookimpl, post_with_retries, retry_delay, run_async
+from rlkit.plugin import (
+    MAX_BACKOFF_S,
+    Completion,
+    ConfigError,
+    hookimpl,
+    post_with_retries,
+    retry_delay,
+    run_async,
+    tls_context,
+)
 from rlkit_plugins.backends.reachability import probe
 
 __all__ = ["MAX_BACKOFF_S", "OpenAIBackend"]
@@ -141,7 +150,8 @@ class OpenAIBackend:
         p = self.params
         slots = asyncio.Semaphore(p.concurrency)
         limits = httpx.Limits(max_connections=p.concurrency, max_keepalive_connections=p.concurrency)
-        async with httpx.AsyncClient(timeout=httpx.Timeout(p.timeout), limits=limits, headers=headers) as client:
+        async with httpx.AsyncClient(timeout=httpx.Timeout(p.timeout), limits=limits, headers=headers,
+                                     verify=tls_context()) as client:
             return list(await asyncio.gather(*(self._complete_one(client, slots, chat) for chat in chats)))
 
     async def _complete_one(self, client: httpx.AsyncClient, slots: asyncio.Semaphore,

@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from rlkit.plugin import retry_delay, snippet
+from rlkit.plugin import retry_delay, snippet, tls_context
 
 if TYPE_CHECKING:
     import httpx
@@ -56,7 +56,7 @@ def probe(url: str, *, headers: dict[str, str], timeout: float, max_retries: int
         if attempt:
             time.sleep(retry_delay(backoff, attempt - 1))
         try:
-            return Probe(httpx.get(url, headers=headers, timeout=timeout), attempts=attempt + 1)
+            return Probe(httpx.get(url, headers=headers, timeout=timeout, verify=tls_context()), attempts=attempt + 1)
         except httpx.TransportError as exc:
             failure = connect_failure(exc, timeout)
     return Probe(None, failure, max_retries + 1)

@@ -72,6 +72,7 @@ from rlkit.plugin import (
     hookimpl,
     post_with_retries,
     snippet,
+    tls_context,
     tokenize_prompts,
 )
 from rlkit_plugins.backends.reachability import probe
@@ -131,6 +132,9 @@ class OpenAIServerGenerator:
         # updates (generation overlaps training; its rollouts are one version behind, corrected by importance
         # sampling against the engine's log-probs). 0: the synchronous loop.
         max_lag: int = 0
+        # Sent with every completions request on top of rlkit's fields: the engine's own sampling extras, e.g.
+        # {min_tokens: 16} (vLLM), {top_k: 50}, or {repetition_penalty: 1.1}. null: none.
+        extra_body: dict[str, Any] | None = None
 
     def __init__(self, params: OpenAIServerGenerator.Params | None = None) -> None:
         p = params or OpenAIServerGenerator.Params()
@@ -281,7 +285,7 @@ class OpenAIServerGenerator:
             url, payload = f"{self.root}/v1/load_lora_adapter", {"lora_name": name, "lora_path": str(folder),
                                                                  "load_inplace": True}
         try:
-            response = httpx.post(url, json=payload, headers=headers, timeout=timeout)
+            response = httpx.post(url, json=payload, headers=headers, timeout=timeout, verify=tls_context())
         except httpx.TransportError as exc:
             raise GeneratorError(f"weight sync to {url} failed: {type(exc).__name__}: {exc}",
                                  f"{WHERE}.base_url") from None
@@ -300,7 +304,7 @@ class OpenAIServerGenerator:
             # after the new adapter serves (and no request names the old one): an unload failing costs server
             # memory, never a wrong sample
             httpx.post(f"{self.root}/v1/unload_lora_adapter", json={"lora_name": previous}, headers=headers,
-                       timeout=timeout)
+                       timeout=timeout, verify=tls_context())
         while len(self._live) > 1:  # the server has read the newest; older folders are no longer needed
             shutil.rmtree(self._live.pop(0), ignore_errors=True)
 
@@ -311,7 +315,7 @@ class OpenAIServerGenerator:
             "model": self.served_model, "prompt": prompt, "n": request.num_generations,
             "max_tokens": request.max_new_tokens, "temperature": 0.0 if request.greedy else request.temperature,
             "logprobs": 0, "return_token_ids": True, "return_tokens_as_token_ids": True,
-            "skip_special_tokens": True, "stream": False}
+            "skip_special_tokens": True, "stream": False, **(self.params.extra_body or {})}
         if seed is not None:
             body["seed"] = seed
         return body
@@ -322,7 +326,8 @@ class OpenAIServerGenerator:
         p = self.params
         slots = asyncio.Semaphore(p.max_concurrency)
         limits = httpx.Limits(max_connections=p.max_concurrency, max_keepalive_connections=p.max_concurrency)
-        async with httpx.AsyncClient(headers=self._headers(), timeout=p.timeout_s, limits=limits) as client:
+        async with httpx.AsyncClient(headers=self._headers(), timeout=p.timeout_s, limits=limits,
+                                     verify=tls_context()) as client:
             return await asyncio.gather(*(
                 post_with_retries(client, f"{self.base_url}/completions", payload, slots=slots, timeout=p.timeout_s,
                                   max_retries=p.retries, backoff=p.retry_backoff, read=_read_choices(n),

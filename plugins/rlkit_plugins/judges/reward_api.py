@@ -39,6 +39,7 @@ from rlkit.plugin import (
     rubric_from_dict,
     run_async,
     snippet,
+    tls_context,
 )
 from rlkit_plugins.backends.reachability import connect_failure
 
@@ -104,7 +105,8 @@ class RewardApiJudge:
             if attempt:
                 time.sleep(retry_delay(p.backoff, attempt - 1))
             try:
-                response = httpx.get(f"{self._base}/v1/info", headers=self._headers(), timeout=p.timeout)
+                response = httpx.get(f"{self._base}/v1/info", headers=self._headers(), timeout=p.timeout,
+                                     verify=tls_context())
             except httpx.HTTPError as exc:
                 error, connected = connect_failure(exc, p.timeout), False
                 continue
@@ -191,8 +193,8 @@ class RewardApiJudge:
         p = self.params
         slots = asyncio.Semaphore(p.concurrency)
         limits = httpx.Limits(max_connections=p.concurrency, max_keepalive_connections=p.concurrency)
-        async with httpx.AsyncClient(timeout=httpx.Timeout(p.timeout), limits=limits,
-                                     headers=self._headers()) as client:
+        async with httpx.AsyncClient(timeout=httpx.Timeout(p.timeout), limits=limits, headers=self._headers(),
+                                     verify=tls_context()) as client:
             return list(await asyncio.gather(*(
                 post_with_retries(client, f"{self._base}/v1/reward", payload, slots=slots, timeout=p.timeout,
                                   max_retries=p.max_retries, backoff=p.backoff, read=read,
