@@ -17,10 +17,12 @@ tools:
   pairs in=<records.jsonl> out=<pairs.jsonl> [mode=all|adjacent] [near_duplicate=0.9]
         [near_duplicate_method=ngram|embedding]
         listwise {prompt, responses: [{text, rank}]} (rank 1 = best) or pairwise {prompt, chosen, rejected}
-        records in (optional "domain"); de-duplicated pairwise records out, plus <out>.report.json and, when
-        lines are bad, <out>.rejects.jsonl. mode=all pairs every two ranks, adjacent only neighbouring ranks;
-        pairs whose two texts are >= near_duplicate similar are dropped (ngram: character 3-gram Jaccard;
-        embedding: sentence-embedding cosine).
+        (TRL's preference format; chosen/rejected as text or assistant messages, or conversations with an
+        implicit prompt) records in (optional "domain"); de-duplicated pairwise records out, plus
+        <out>.report.json and, when lines are bad, <out>.rejects.jsonl. Pairs out are TRL's format: a chat
+        prompt's chosen/rejected are written as one assistant message each. mode=all pairs every two ranks,
+        adjacent only neighbouring ranks; pairs whose two texts are >= near_duplicate similar are dropped
+        (ngram: character 3-gram Jaccard; embedding: sentence-embedding cosine).
   prepare in=<records.jsonl or datasets dir> out=<prepared.jsonl> [text_field=prompt] [pii=true]
         [dedup=embedding|ngram|none] [dedup_threshold=0.92] [embedding_model=<name>]
         [mix=easy:3,medium:5,hard:2] [mix_field=difficulty] [size=N] [seed=0] [split=<name>]

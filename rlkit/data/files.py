@@ -88,3 +88,22 @@ def write_data_files(out: Path, records: Iterable[dict[str, Any]] | None, reject
         rejects_path.unlink(missing_ok=True)  # a previous run's rejects would describe another input
     written["report"] = atomic_write_text(report_path, json.dumps(report, indent=2, ensure_ascii=False) + "\n")
     return written
+
+
+def source_fingerprint(path: Path) -> dict[str, Any]:
+    """``{"size", "sha256"}`` of a data source: a file's bytes, or for a directory (a ``datasets`` save) every file
+    under it, by relative path and content, so a changed or renamed shard changes the digest."""
+    import hashlib
+
+    path = Path(path)
+    files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
+    digest = hashlib.sha256()
+    size = 0
+    for file in files:
+        if file is not path:
+            digest.update(file.relative_to(path).as_posix().encode() + b"\0")
+        with file.open("rb") as fh:
+            for block in iter(lambda fh=fh: fh.read(1 << 20), b""):
+                digest.update(block)
+        size += file.stat().st_size
+    return {"size": size, "sha256": digest.hexdigest()}

@@ -3,9 +3,13 @@
 Two line formats, told apart per line:
 
 * listwise ``{"prompt", "responses": [{"text", "rank"}, ...], "domain"?}``: rank 1 is best, equal ranks tie;
-* pairwise ``{"prompt", "chosen", "rejected", "domain"?}``: TRL's field names.
+* pairwise ``{"prompt", "chosen", "rejected", "domain"?}``: TRL's preference format, read in any of its forms
+  (``chosen``/``rejected`` as text or as assistant messages, or whole conversations with an implicit prompt).
 
-The functions here are pure (no printing); ``rlkit data pairs`` in ``rlkit/cli.py`` wires them to files.
+Pairs are written as TRL's ``DPOTrainer`` and ``RewardTrainer`` read them: explicit ``prompt``, and for a chat
+prompt, ``chosen``/``rejected`` as one assistant message each (TRL's conversational preference format), since TRL
+applies the chat template to prompt and answer together. The functions here are pure (no printing);
+``rlkit data pairs`` wires them to files.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ import pydantic
 
 from rlkit.core.errors import DataError
 from rlkit.data.files import Reject, read_jsonl_records, sidecar_paths, write_data_files
-from rlkit.data.records import _prompt_problem, prompt_text
+from rlkit.data.records import _prompt_problem, from_trl, prompt_text
 from rlkit.text.dedup import SimilarityMethod, pair_similarities
 from rlkit.text.similarity import normalize_whitespace
 
@@ -57,8 +61,12 @@ class PreferencePair:
     reference: str | None = None  # a reference answer, when the data has one (a judge may be shown it)
 
     def to_json(self) -> dict[str, Any]:
-        """The pairwise JSONL record (``domain`` and ``reference`` only when set)."""
-        out: dict[str, Any] = {"prompt": self.prompt, "chosen": self.chosen, "rejected": self.rejected}
+        """The pairwise JSONL record in TRL's preference format (``domain`` and ``reference`` only when set)."""
+        if isinstance(self.prompt, str):
+            out: dict[str, Any] = {"prompt": self.prompt, "chosen": self.chosen, "rejected": self.rejected}
+        else:
+            out = {"prompt": self.prompt, "chosen": [{"role": "assistant", "content": self.chosen}],
+                   "rejected": [{"role": "assistant", "content": self.rejected}]}
         if self.domain is not None:
             out["domain"] = self.domain
         if self.reference is not None:
@@ -94,6 +102,11 @@ def _parse_record(record: Any, line: int) -> PreferenceRecord | str:
     """The typed record, or the reason the line is rejected."""
     if not isinstance(record, dict):
         return f"a record must be a JSON object, got {type(record).__name__}"
+    if "responses" not in record:
+        converted = from_trl(record)  # TRL's conversational and implicit-prompt forms
+        if isinstance(converted, str):
+            return converted
+        record = converted
     if "prompt" not in record:
         return 'missing "prompt"'
     problem = _prompt_problem(record["prompt"])

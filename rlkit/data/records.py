@@ -32,10 +32,113 @@ def _completion_problem(record: dict[str, Any]) -> str | None:
             return '"completions" must be a non-empty list of strings'
         return None
     if "completion" not in record:
-        return 'missing "completion" (or "completions")'
+        return 'missing "completion" (or "completions", or "chosen" and "rejected")'
     if not isinstance(record["completion"], str):
         return '"completion" must be a string'
     return None
+
+
+def _is_messages(value: Any) -> bool:
+    return isinstance(value, list) and bool(value) and all(isinstance(m, dict) and "role" in m for m in value)
+
+
+def content_text(content: Any) -> str:
+    """A chat message's content as text: a string, or the text parts of a list of content parts."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(p.get("text", "") for p in content if isinstance(p, dict) and p.get("type", "text") == "text")
+    return "" if content is None else str(content)
+
+
+def assistant_text(messages: Sequence[dict[str, Any]]) -> str:
+    """The answer a conversational completion ends with: its last assistant message (all its text when there is
+    none, e.g. a completion written as a single message of another role)."""
+    answers = [m for m in messages if isinstance(m, dict) and m.get("role") == "assistant"]
+    if answers:
+        return content_text(answers[-1].get("content"))
+    return "".join(content_text(m.get("content")) for m in messages if isinstance(m, dict))
+
+
+def _split_conversation(messages: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], str | None]:
+    """A whole conversation as (prompt turns, final assistant answer or None)."""
+    if messages[-1].get("role") == "assistant":
+        return messages[:-1], content_text(messages[-1].get("content"))
+    return messages, None
+
+
+def from_trl(record: dict[str, Any], *, need_completions: bool = False) -> dict[str, Any] | str:
+    """A record in one of TRL's dataset formats as an rlkit record, or why it cannot be one.
+
+    TRL's formats (trl docs, "Dataset formats and types"): ``prompt`` as text or messages; ``completion``,
+    ``chosen`` and ``rejected`` as text or as messages (conversational), the answer being the last assistant turn;
+    ``messages`` alone (conversational language modelling: the turns before the last assistant message are the
+    prompt, that message the completion); ``chosen``/``rejected`` conversations without a ``prompt`` (implicit
+    prompt: their shared opening turns). With ``need_completions``, a preference record's ``chosen`` and
+    ``rejected`` are the completions to score. rlkit's own records come back unchanged.
+    """
+    out = dict(record)
+    if "prompt" not in out and "messages" in out:
+        if not _is_messages(out["messages"]):
+            return '"messages" must be a non-empty list of chat messages {role, content}'
+        prompt, answer = _split_conversation(out.pop("messages"))
+        if not prompt:
+            return '"messages" has no turn before the assistant\'s answer to use as the prompt'
+        out["prompt"] = prompt
+        if answer is not None and "completion" not in out and "completions" not in out:
+            out["completion"] = answer
+    if "prompt" not in out and _is_messages(out.get("chosen")) and _is_messages(out.get("rejected")):
+        chosen, rejected = out["chosen"], out["rejected"]
+        shared = 0
+        while shared < min(len(chosen), len(rejected)) - 1 and chosen[shared] == rejected[shared]:
+            shared += 1
+        if shared == 0:
+            return '"chosen" and "rejected" share no opening turn to use as the prompt; add a "prompt"'
+        out["prompt"], out["chosen"], out["rejected"] = chosen[:shared], chosen[shared:], rejected[shared:]
+    for key in ("completion", "chosen", "rejected"):
+        if _is_messages(out.get(key)):
+            out[key] = assistant_text(out[key])
+    if isinstance(out.get("completions"), list):
+        out["completions"] = [assistant_text(c) if _is_messages(c) else c for c in out["completions"]]
+    if need_completions and "completion" not in out and "completions" not in out and "chosen" in out:
+        if not isinstance(out.get("chosen"), str) or not isinstance(out.get("rejected"), str):
+            return '"chosen" and "rejected" must both be text or chat messages'
+        out["completions"] = [out["chosen"], out["rejected"]]
+    return out
+
+
+def _check_record(record: Any, need_completions: bool) -> dict[str, Any] | str:
+    if not isinstance(record, dict):
+        return f"a record must be a JSON object, got {type(record).__name__}"
+    converted = from_trl(record, need_completions=need_completions)
+    if isinstance(converted, str):
+        return converted
+    if "prompt" not in converted:
+        return 'missing "prompt" (or TRL\'s "messages")'
+    return _prompt_problem(converted["prompt"]) or (
+        _completion_problem(converted) if need_completions else None) or converted
+
+
+def _jsonl_lines(path: Path) -> Iterable[tuple[int, Any]]:
+    """(line number, parsed JSON or the reason the line is not JSON) for every non-blank line."""
+    with path.open("rb") as fh:
+        for line_no, raw in enumerate(fh, start=1):
+            try:
+                # Some editors start a UTF-8 file with a byte-order mark; it is not part of the JSON.
+                text = raw.decode("utf-8-sig" if line_no == 1 else "utf-8")
+            except UnicodeDecodeError as exc:
+                yield line_no, _Problem(f"not UTF-8 (byte {exc.start})")
+                continue
+            if not text.strip():
+                continue
+            try:
+                yield line_no, json.loads(text)
+            except json.JSONDecodeError as exc:
+                yield line_no, _Problem(f"invalid JSON ({exc.msg} at column {exc.colno})")
+
+
+class _Problem(str):
+    """A line that could not be parsed, told apart from a JSON string value."""
 
 
 def read_jsonl(path: str | Path, *, need_completions: bool = False) -> list[dict[str, Any]]:
@@ -43,49 +146,35 @@ def read_jsonl(path: str | Path, *, need_completions: bool = False) -> list[dict
 
     A record is a JSON object with ``prompt`` (text or chat messages) and any other fields
     (``reference`` for match checks). With ``need_completions`` each record also carries
-    ``completion`` or ``completions``.
+    ``completion`` or ``completions``. TRL's dataset formats are read too (:func:`from_trl`), and ``path`` may be a
+    directory saved with ``datasets``' ``save_to_disk`` (its rows are reported as ``row N``, from 0).
     """
     path = Path(path)
-    if not path.is_file():
-        raise DataError("no such data file", str(path))
+    if path.is_dir():
+        from rlkit.data.hf_datasets import dataset_rows
+
+        rows, unit = dataset_rows(path), "row"
+    elif path.is_file():
+        rows, unit = _jsonl_lines(path), "line"
+    else:
+        raise DataError("no such data file or datasets directory", str(path))
     problems: list[tuple[int, str]] = []
     records: list[dict[str, Any]] = []
-    with path.open("rb") as fh:
-        for line_no, raw in enumerate(fh, start=1):
-            try:
-                # Some editors start a UTF-8 file with a byte-order mark; it is not part of the JSON.
-                text = raw.decode("utf-8-sig" if line_no == 1 else "utf-8")
-            except UnicodeDecodeError as exc:
-                problems.append((line_no, f"not UTF-8 (byte {exc.start})"))
-                continue
-            if not text.strip():
-                continue
-            try:
-                record = json.loads(text)
-            except json.JSONDecodeError as exc:
-                problems.append((line_no, f"invalid JSON ({exc.msg} at column {exc.colno})"))
-                continue
-            if not isinstance(record, dict):
-                problems.append((line_no, f"a record must be a JSON object, got {type(record).__name__}"))
-                continue
-            if "prompt" not in record:
-                problems.append((line_no, 'missing "prompt"'))
-                continue
-            problem = _prompt_problem(record["prompt"]) or (
-                _completion_problem(record) if need_completions else None
-            )
-            if problem:
-                problems.append((line_no, problem))
-                continue
-            records.append(record)
+    for position, value in rows:
+        checked = value if isinstance(value, _Problem) else _check_record(value, need_completions)
+        if isinstance(checked, str):
+            problems.append((position, checked))
+        else:
+            records.append(checked)
     if problems:
-        shown = "; ".join(f"line {n}: {p}" for n, p in problems[:MAX_REPORTED_LINES])
+        shown = "; ".join(f"{unit} {n}: {p}" for n, p in problems[:MAX_REPORTED_LINES])
         more = f"; and {len(problems) - MAX_REPORTED_LINES} more" if len(problems) > MAX_REPORTED_LINES else ""
         if len(problems) == 1:
-            raise DataError(problems[0][1], f"{path}:{problems[0][0]}")
-        raise DataError(f"{len(problems)} bad lines: {shown}{more}", str(path))
+            where = f"{path}:{problems[0][0]}" if unit == "line" else f"{path} row {problems[0][0]}"
+            raise DataError(problems[0][1], where)
+        raise DataError(f"{len(problems)} bad {unit}s: {shown}{more}", str(path))
     if not records:
-        raise DataError("the file holds no records", str(path))
+        raise DataError("the file holds no records" if unit == "line" else "the dataset holds no records", str(path))
     return records
 
 

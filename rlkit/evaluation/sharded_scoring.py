@@ -30,6 +30,7 @@ from omegaconf import DictConfig, OmegaConf
 from rlkit.config import ScoreConfig, ValidatedConfig, check_block, resolve_path
 from rlkit.core.atomic import atomic_write_text
 from rlkit.core.errors import ConfigError, DataError, JudgeError
+from rlkit.data.files import source_fingerprint
 from rlkit.evaluation.scoring import JudgeRetriesExhausted, ScoreResult, score_records, scored_lines
 
 MANIFEST = "manifest.json"
@@ -53,14 +54,6 @@ def shards_dir(output: Path) -> Path:
     return output.with_name(output.name + ".shards")
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def run_manifest(validated: ValidatedConfig, shard_size: int) -> dict[str, Any]:
     """What a sharded run scores; a resumed run must match it field by field."""
     assert validated.records is not None and validated.data.path is not None
@@ -70,7 +63,7 @@ def run_manifest(validated: ValidatedConfig, shard_size: int) -> dict[str, Any]:
                      for k in REWARD_CONFIG_KEYS}
     return {
         "format": MANIFEST_FORMAT,
-        "input": {"path": str(source.resolve()), "size": source.stat().st_size, "sha256": _sha256(source)},
+        "input": {"path": str(source.resolve()), **source_fingerprint(source)},
         "records": len(validated.records),
         "shard_size": shard_size,
         "rubric_hash": validated.rubric.content_hash,

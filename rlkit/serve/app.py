@@ -1,6 +1,8 @@
 """``rlkit serve``: the configured judge, aggregator and rubric behind an HTTP reward API (FastAPI).
 
-``POST /v1/reward`` scores one group (a prompt and its responses), ``GET /v1/info`` says which rubric it scores,
+``POST /v1/reward`` scores one group (a prompt and its responses), ``POST /v1/rewards`` (also at ``/get_reward``,
+OpenRLHF's path) a flat batch of prompt/completion rows as TRL's and OpenRLHF's remote reward functions send it,
+``GET /v1/info`` says which rubric it scores,
 ``GET /health`` answers without auth, and ``POST /v1/chat/completions`` answers OpenAI-style when the judge is a
 generative model on the ``hf`` backend. ``/openapi.json`` is the schema. Guards, in order: bearer token (401),
 per-client rate limit (429 with Retry-After), body size (413), strict JSON (422: no NaN/Infinity, no float
@@ -28,7 +30,11 @@ from rlkit.core.errors import ConfigError, RlkitError
 from rlkit.core.rubric import Rubric
 from rlkit.core.types import RewardBatch, Rollout
 from rlkit.evaluation.scoring import aggregate_judged, completion_ranks
+from rlkit.integrations.scorer import RubricScorer
+from rlkit.integrations.trl import completion_text
 from rlkit.serve.protocol import (
+    BatchRewardRequest,
+    BatchRewardResponse,
     ChatRequest,
     ChatResponse,
     DimensionInfo,
@@ -231,6 +237,37 @@ def create_app(validated: ValidatedConfig, settings: ServeSettings) -> Any:
                                                        strict=True))]
         return RewardResponse(rubric=info.scored_rubric.identity(), judge=judge_name,
                               dimensions=info.scored_rubric.dimensions, results=results)
+
+    scorer = RubricScorer(validated)
+
+    async def rewards(request: BatchRewardRequest, unscored: float | None = None) -> BatchRewardResponse:
+        """Score a flat batch, one completion per row (TRL's or OpenRLHF's shape), consecutive rows of one prompt
+        forming a group. ``?unscored=0`` puts that number where no dimension could be scored, for clients (such as
+        OpenRLHF) that need a number in every row; without it such a reward is null."""
+        if unscored is not None and not math.isfinite(unscored):
+            raise HTTPException(422, "unscored must be a finite number")
+        records, completions = request.rows()
+        texts = [completion_text(c) for c in completions]
+        n, longest = len(texts), max(len(t) for t in texts)
+        if n > settings.max_responses:
+            raise HTTPException(413, f"{n} rows, over serve.max_responses={settings.max_responses}")
+        if longest > settings.max_response_chars:
+            raise HTTPException(413, f"a completion of {longest} characters, over serve.max_response_chars="
+                                     f"{settings.max_response_chars}")
+        began = time.perf_counter()
+        scored = await in_worker(lambda: scorer.score(records, texts), "judging")
+        log.info("rewards: %d rows, %d chars, %.3f s", n, sum(map(len, texts)), time.perf_counter() - began)
+        values = [_finite(float(r)) for r in scored.rewards.tolist()]
+        values = [unscored if v is None else v for v in values]
+        logs = {name: [_finite(float(v)) for v in scored.raw[:, j].tolist()]
+                for j, name in enumerate(scored.dimension_names)}
+        return BatchRewardResponse(rewards=values, scores=values, extra_logs=logs, rubric=info.scored_rubric.identity())
+
+    app.post("/v1/rewards", response_model=BatchRewardResponse, responses=errors, dependencies=secured,
+             summary="Score a batch of prompt/completion rows (TRL's and OpenRLHF's remote reward shape)")(rewards)
+    # OpenRLHF's reward servers answer at /get_reward (openrlhf/cli/serve_rm.py); the same call, left out of the schema
+    app.post("/get_reward", response_model=BatchRewardResponse, responses=errors, dependencies=secured,
+             include_in_schema=False)(rewards)
 
     @app.post("/v1/chat/completions", response_model=ChatResponse, responses={**errors, 404: {"model": ErrorBody}},
               dependencies=secured)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 Scalar = str | int | Annotated[float, Field(allow_inf_nan=False)] | bool | None
 
@@ -125,3 +125,73 @@ class ChatResponse(BaseModel):
         return cls(id=f"chatcmpl-{time.time_ns()}", created=created, model=model,
                    choices=[ChatChoice(index=0, message=ChatMessage(role="assistant", content=text),
                                        finish_reason="stop")])
+
+
+Turn = str | Annotated[list[ChatMessage], Field(min_length=1)]
+
+
+class BatchRewardRequest(BaseModel):
+    """A flat batch, one completion per row, as TRL's and OpenRLHF's remote reward functions send it.
+
+    TRL's shape: ``prompts`` and ``completions`` (text or chat messages), plus dataset columns as lists with one
+    value per row (``"reference": ["7", "7"]``), as TRL hands them to a reward function. OpenRLHF's shape
+    (``openrlhf/utils/remote_rm_utils.py``): ``query`` (each prompt followed by its response, as one text),
+    ``prompts`` and ``labels`` (read as the ``reference`` field rubric checks match against). Consecutive rows with
+    the same prompt and columns form a group, as both trainers lay out the samples of a prompt.
+    """
+
+    # other keys are per-row columns: a list with one JSON scalar per row
+    model_config = ConfigDict(extra="allow")
+    __pydantic_extra__: dict[str, list[Scalar]] = Field(init=False)
+
+    prompts: list[Turn] = Field(min_length=1, description="one prompt per row, text or chat messages",
+                                examples=[["3+4=", "3+4="]])
+    completions: list[Turn] | None = Field(default=None, description="TRL: one completion per row, text or chat "
+                                                                      "messages (the last assistant turn is judged)",
+                                           examples=[["7", "12"]])
+    query: list[str] | None = Field(default=None, description="OpenRLHF: each row's prompt followed by its "
+                                                               "response, one text")
+    labels: list[Scalar] | None = Field(default=None, description="OpenRLHF: each row's label, read as the "
+                                                                   "reference field", examples=[["7", "7"]])
+
+    @model_validator(mode="after")
+    def _rows(self) -> BatchRewardRequest:
+        n = len(self.prompts)
+        if (self.completions is None) == (self.query is None):
+            raise ValueError("give either completions (TRL) or query (OpenRLHF), one per prompt")
+        for name, values in [("completions", self.completions), ("query", self.query), ("labels", self.labels),
+                             *(self.model_extra or {}).items()]:
+            if values is not None and len(values) != n:
+                raise ValueError(f"{name} has {len(values)} values for {n} prompts")
+        extra = self.model_extra or {}
+        if "prompt" in extra or ("reference" in extra and self.labels is not None):
+            raise ValueError("a column named 'prompt', or 'reference' beside labels, would hide the request's own")
+        if self.query is not None:
+            for i, (prompt, query) in enumerate(zip(self.prompts, self.query, strict=True)):
+                if not isinstance(prompt, str) or not query.startswith(prompt):
+                    raise ValueError(f"query[{i}] does not start with prompts[{i}]: OpenRLHF's query is the prompt "
+                                     "text followed by the response")
+        return self
+
+    def rows(self) -> tuple[list[dict[str, Any]], list[Any]]:
+        """Each row's record (prompt, columns, ``reference`` from ``labels``) and its completion."""
+        columns = dict(self.model_extra or {})
+        if self.labels is not None:
+            columns["reference"] = self.labels
+        records = [{**{k: v[i] for k, v in columns.items()},
+                    "prompt": p if isinstance(p, str) else [m.model_dump() for m in p]}
+                   for i, p in enumerate(self.prompts)]
+        if self.query is not None:
+            return records, [q[len(p):] for q, p in zip(self.query, self.prompts, strict=True)]
+        completions = [c if isinstance(c, str) else [m.model_dump() for m in c] for c in self.completions or []]
+        return records, completions
+
+
+class BatchRewardResponse(BaseModel):
+    rewards: list[float | None] = Field(description="one reward per row, in order; null when no dimension could be "
+                                                    "scored (TRL's convention), or the request's ?unscored= value")
+    scores: list[float | None] = Field(description="the same rewards: OpenRLHF reads `scores` for dynamic filtering")
+    extra_logs: dict[str, list[float | None]] = Field(
+        description="each rubric dimension's raw score per row, in its own range; null where not scored "
+                    "(OpenRLHF logs these)")
+    rubric: RubricIdentity = Field(description="the rubric the scores follow")
