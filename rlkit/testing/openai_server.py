@@ -15,8 +15,8 @@ Requests: ``messages`` (``content`` a string or a list of ``{"type": "text", "te
 with the tokenizer's chat template when it has one, else as ``role: content`` lines followed by ``assistant:``
 (the ``hf`` judge backend renders the same way); ``max_tokens`` (or ``max_completion_tokens``, default 16);
 ``temperature`` (default 1.0 as in OpenAI's API; 0 is greedy); ``seed`` (makes sampling repeatable). Chat
-requests run the model one at a time. Token completions are batched as an engine batches them: the requests that
-arrive within ``batch_window_s`` of each other are decoded in one left-padded pass (per group of equal sampling
+requests run the model one at a time. Token completions are batched as an engine batches them: requests that arrive
+less than ``batch_window_s`` apart are decoded in one left-padded pass (per group of equal sampling
 settings), so B concurrent requests cost about one batched ``generate``, not B.
 
 Token completions, weight updates and LoRA adapters speak the routes and fields of vLLM (>= 0.10.2) and SGLang, so
@@ -225,6 +225,8 @@ class OpenAICompatibleServer:
         self._request = threading.local()
         self.batch_window_s, self.max_batch_rows = batch_window_s, max_batch_rows
         self._waiting: list[_Job] = []  # token-completion requests not yet decoded, in arrival order
+        self._queue_ready = threading.Condition()  # guards _waiting and _leading; notified when a lead ends
+        self._leading = False
         self._seeds = random.Random(f"{seed}:sampling")  # for requests without a seed
         self.decode_passes = 0  # batched decodes run (a statistic: how well requests were batched)
         self.set_faults(garbage_rate=garbage_rate, fail_rate=fail_rate, fail_first=fail_first, delay=delay, seed=seed)
@@ -507,25 +509,43 @@ class OpenAICompatibleServer:
                           "total_tokens": prompt_total + completion_total}}
 
     def _decode_with(self, job: _Job) -> None:
-        """Queue ``job`` and return once it is decoded. Whichever waiting request holds the model lock decodes
-        every request queued by then (after ``batch_window_s``, so a burst arrives whole), its own included."""
-        with self._lock:
+        """Queue ``job`` and return once it is decoded. One waiting request at a time leads: once the burst it
+        belongs to has arrived (``_gather_burst``) it decodes every request queued by then, its own included;
+        the others sleep until their job is done or the lead is free (no polling: on a tiny model the decode loop
+        is bound by the interpreter, and threads waking to poll slowed it by a third)."""
+        with self._queue_ready:
             self._waiting.append(job)
-        while not job.done.is_set():
-            if not self._model_lock.acquire(timeout=0.01):
-                continue
+            while not job.done.is_set() and self._leading:
+                self._queue_ready.wait()
+            if job.done.is_set():
+                lead = False
+            else:
+                self._leading = lead = True
+        if lead:
             try:
-                if job.done.is_set():
-                    break
-                if self.batch_window_s:
-                    time.sleep(self.batch_window_s)
-                with self._lock:
+                self._gather_burst()
+                with self._queue_ready:
                     jobs, self._waiting = self._waiting, []
-                self._decode_jobs(jobs)
+                with self._model_lock:
+                    self._decode_jobs(jobs)
             finally:
-                self._model_lock.release()
+                with self._queue_ready:
+                    self._leading = False
+                    self._queue_ready.notify_all()
         if job.error is not None:
             raise job.error
+
+    def _gather_burst(self) -> None:
+        """Wait until no request has joined the queue for ``batch_window_s`` (at most 20 windows): a client's
+        concurrent requests arrive over a few milliseconds, and one fixed window split them between passes."""
+        seen, deadline = -1, time.monotonic() + 20 * self.batch_window_s
+        while self.batch_window_s and time.monotonic() < deadline:
+            with self._queue_ready:
+                queued = len(self._waiting)
+            if queued == seen:
+                return
+            seen = queued
+            time.sleep(self.batch_window_s)
 
     def _decode_jobs(self, jobs: list[_Job]) -> None:
         """Decode ``jobs`` in as few left-padded passes as their settings allow; the caller holds the model

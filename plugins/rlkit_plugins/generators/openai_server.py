@@ -243,19 +243,22 @@ class OpenAIServerGenerator:
 
     def _push(self, policy: Any, version: int) -> None:
         """Make ``version`` the served weights. Requests already out finish first, so every rollout comes from one
-        version and records which; under DDP every process waits for its own, then process 0 alone saves and sends
-        the weights (they are the same on every process) and tells the others the outcome."""
-        wait(list(self._in_flight))
+        version and records which; under DDP process 0 alone saves and sends the weights (they are the same on every
+        process), once every process's requests are answered, and tells the others the outcome."""
         rank, world = _place()
         name = self.params.model if self.params.sync == "disk" else f"{self.params.model}-v{version}"
         failure: tuple[str, str] | None = None
+        # saved while requests may still be out (the server reads the folder only when told): writing the weights
+        # overlaps their sampling
+        folder = self._save(policy, version) if rank == 0 else None
+        wait(list(self._in_flight))
         if world > 1:
             import torch.distributed as dist
 
             dist.barrier()  # no process has a request out on the old weights once this returns
-        if rank == 0:
+        if folder is not None:
             try:
-                self._send(policy, version, name)
+                self._send(folder, name)
             except GeneratorError as exc:
                 failure = (exc.message, exc.where or f"{WHERE}.base_url")
         if world > 1:
@@ -269,17 +272,20 @@ class OpenAIServerGenerator:
         self.served_model, self.policy_version, self._pushed_at = name, version, self._steps
 
     @torch.no_grad()
-    def _send(self, policy: Any, version: int, name: str) -> None:
-        import httpx
-
+    def _save(self, policy: Any, version: int) -> Path:
         folder = self._folder(version)
         if folder.exists():  # a resumed run, or an earlier run's folder: never serve stale files
             shutil.rmtree(folder)
         policy.save_pretrained(folder)
+        if self.params.sync == "disk" and self._tokenizer is not None:
+            self._tokenizer.save_pretrained(folder)
+        return folder
+
+    def _send(self, folder: Path, name: str) -> None:
+        import httpx
+
         headers, timeout = self._headers(), self.params.timeout_s
         if self.params.sync == "disk":
-            if self._tokenizer is not None:
-                self._tokenizer.save_pretrained(folder)
             url, payload = f"{self.root}/update_weights_from_disk", {"model_path": str(folder)}
         else:
             url, payload = f"{self.root}/v1/load_lora_adapter", {"lora_name": name, "lora_path": str(folder),
