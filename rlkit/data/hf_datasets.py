@@ -9,9 +9,9 @@ from typing import Any
 from rlkit.core.errors import DataError
 
 
-def load_dataset_dir(path: Path) -> Any:
-    """The one ``Dataset`` saved at ``path``: a ``DatasetDict`` of one split is that split; of several, the user
-    points at one (each split is a ``save_to_disk`` directory of its own)."""
+def load_dataset_dir(path: Path, split: str | None = None, *, split_hint: str = "") -> Any:
+    """The ``Dataset`` saved at ``path``: a ``DatasetDict`` of one split is that split; of several, ``split``
+    names one (``split_hint`` says how the user names it; by default, point at its own directory)."""
     try:
         import datasets
     except ImportError:
@@ -23,10 +23,15 @@ def load_dataset_dir(path: Path) -> Any:
         raise DataError(f"not a dataset saved with save_to_disk ({str(exc).splitlines()[0]})", str(path)) from None
     if isinstance(data, datasets.DatasetDict):
         splits = list(data)
-        if len(splits) != 1:
-            raise DataError(f"the dataset has splits {', '.join(splits)}; point at one, e.g. {path / splits[0]}",
-                            str(path))
-        data = data[splits[0]]
+        if split is None and len(splits) != 1:
+            hint = split_hint or f"point at one, e.g. {path / splits[0]}"
+            raise DataError(f"the dataset has splits {', '.join(splits)}; {hint}", str(path))
+        split = split or splits[0]
+        if split not in data:
+            raise DataError(f"no split {split!r}; splits: {', '.join(splits)}", str(path))
+        data = data[split]
+    elif split is not None:
+        raise DataError(f"split={split} given, but the dataset has no splits", str(path))
     return data
 
 

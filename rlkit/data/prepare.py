@@ -18,6 +18,7 @@ import pydantic
 
 from rlkit.core.errors import DataError
 from rlkit.data.files import Reject, read_jsonl_records
+from rlkit.data.hf_datasets import load_dataset_dir
 from rlkit.data.records import _prompt_problem, prompt_text
 from rlkit.text.dedup import DedupMethod, EmbeddingSimilarity, near_duplicates
 from rlkit.text.pii import KINDS, scrub_value
@@ -90,24 +91,7 @@ def _parser(text_field: str):
 
 
 def _read_dataset(path: Path, text_field: str, split: str | None) -> tuple[list[SourceRecord], list[Reject]]:
-    try:
-        import datasets
-    except ImportError:
-        raise DataError("reading a datasets directory needs the `datasets` package: pip install datasets",
-                        str(path)) from None
-    try:
-        data = datasets.load_from_disk(str(path))
-    except (FileNotFoundError, ValueError, OSError) as exc:
-        raise DataError(f"not a dataset saved with save_to_disk ({exc})", str(path)) from None
-    if isinstance(data, datasets.DatasetDict):
-        if split is None and len(data) != 1:
-            raise DataError(f"the dataset has splits {', '.join(data)}; choose one with split=NAME", str(path))
-        split = split or next(iter(data))
-        if split not in data:
-            raise DataError(f"no split {split!r}; splits: {', '.join(data)}", str(path))
-        data = data[split]
-    elif split is not None:
-        raise DataError(f"split={split} given, but the dataset has no splits", str(path))
+    data = load_dataset_dir(path, split, split_hint="choose one with split=NAME")
     parse = _parser(text_field)
     records: list[SourceRecord] = []
     rejects: list[Reject] = []
