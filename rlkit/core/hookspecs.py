@@ -164,8 +164,9 @@ def rlkit_register_generators(register: Register) -> None:
 
     The loop calls, in this order:
 
-    * ``setup(policy, tokenizer) -> None`` once, when training starts, with the policy on its device (an
-      inference engine starts here and loads the policy's current weights).
+    * ``setup(policy, tokenizer) -> None`` before the first ``generate`` (``rlkit fit`` evaluates the held-out
+      split before training), with the policy on its device (an inference engine starts here and loads the
+      policy's current weights); again when a checkpoint has replaced those weights (a resumed run).
     * ``generate(policy, tokenizer, request: rlkit.plugin.GenerationRequest) -> rlkit.plugin.SampledBatch``
       once per training step (and with ``request.greedy`` for held-out evaluation). For B records it returns
       B × ``request.num_generations`` sequences, record by record, each record's G completions consecutive:

@@ -119,6 +119,7 @@ class RubricRLModule(L.LightningModule):
             raise ValueError("RubricRLModule needs a generator (the run's `generator` plugin)")
         self.generator = generator
         self.rollouts = RolloutQueue(generator)  # requested ahead of their step (generator max_lag > 0)
+        self._generator_stale = True  # not set up on the policy's weights yet
         self.heldout: dict[str, float] = {}
         self._val_raw: list[torch.Tensor] = []
         self._val_rewards: list[torch.Tensor] = []
@@ -178,8 +179,19 @@ class RubricRLModule(L.LightningModule):
         return GenerationRequest(records, 1 if greedy else s.num_generations, s.max_completion_length,
                                  s.temperature, greedy, seeds)
 
+    def _generator_serves_policy(self) -> None:
+        """Set the generator up on the policy's current weights, once, and again after a checkpoint replaced them:
+        an engine must serve the policy before held-out evaluation samples from it (``rlkit fit`` evaluates the
+        start before training starts) and before training does."""
+        if self._generator_stale:
+            self.generator.setup(self.policy, self.tokenizer)
+            self._generator_stale = False
+
+    def on_validation_start(self) -> None:
+        self._generator_serves_policy()
+
     def on_fit_start(self) -> None:
-        self.generator.setup(self.policy, self.tokenizer)
+        self._generator_serves_policy()
         spread = self.spread
         if spread.distributed:
             # The same seed on every process would draw the same sampling noise for different prompts.
@@ -456,6 +468,7 @@ class RubricRLModule(L.LightningModule):
             self.parts.scheduler.load_state_dict(state["weight_scheduler"])
         if "monitors" in state and self.monitors is not None:
             self.monitors.load_state_dict(state["monitors"])
+        self._generator_stale = True  # the checkpoint's weights replace the ones the generator was set up on
         if "generator" in state and callable(getattr(self.generator, "load_state_dict", None)):
             self.generator.load_state_dict(state["generator"])
         ahead = state.get("rollouts_ahead_by_rank")

@@ -225,6 +225,9 @@ def test_sync_every_and_none_leave_the_server_alone(server, policy):
                 generator.sync_weights(model)
             assert server.weight_updates - before == pushes
             assert generator.policy_version == max(pushes - 1, 0)
+            if params["sync"] == "disk":  # held-out evaluation samples the policy as it is: a stale version goes out
+                generator.generate(model, tokenizer, _request(example_prompts(), greedy=True))
+                assert server.weight_updates - before == pushes + 1 and generator.policy_version == pushes
         finally:
             generator.close()
 
@@ -342,18 +345,25 @@ def test_lora_sync_needs_a_lora_policy(server, policy):
 
 @pytest.mark.slow
 def test_fit_samples_from_the_server_end_to_end(tmp_path):
-    with OpenAICompatibleServer() as live:
+    # a server that serves other weights than the policy's until the generator's first sync
+    with OpenAICompatibleServer(policy=load_policy(build_tiny_policy())) as live:
+        _perturb(live.model, seed=3)
         assert main(["fit", "generator=openai_server", f"generator.params.base_url={live.url}",
                      "generator.params.sync=disk", "trainer.max_steps=2", "batch_size=2", "num_generations=2",
                      "logger=none", f"hydra.run.dir={tmp_path / 'run'}"]) == 0
         completions = [r for r in live.log if r.path.rstrip("/") == "/v1/completions"]
         assert completions and all(r.status == 200 for r in completions)
-        assert live.weight_updates >= 3, "setup, then one push per optimiser step"
+        assert live.weight_updates == 3, "setup, then one push per optimiser step"
     rows = [json.loads(line)["metrics"] for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     steps = [r for r in rows if "rollout/policy_lag" in r]
     assert [r["rollout/policy_lag"] for r in steps] == [0.0, 0.0], "synced after every step: on-policy"
     # the engine serves the synced weights in the same numerics: every importance ratio is ~1, none capped
     assert all(abs(r["rollout/is_ratio_mean"] - 1) < 1e-3 and r["rollout/is_clipped_frac"] == 0 for r in steps)
+    assert main(["fit", "trainer.max_steps=1", "batch_size=2", "num_generations=2", "logger=none",
+                 f"hydra.run.dir={tmp_path / 'hf'}"]) == 0
+    hf_rows = [json.loads(line)["metrics"] for line in (tmp_path / "hf" / "metrics.jsonl").read_text().splitlines()]
+    start, hf_start = ([r for r in table if "heldout/reward" in r][0] for table in (rows, hf_rows))
+    assert start == hf_start, "the start table scores the policy (sampled by the engine after its first sync)"
 
 
 @pytest.mark.slow

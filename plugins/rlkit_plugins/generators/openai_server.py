@@ -56,6 +56,7 @@ import asyncio
 import os
 import shutil
 import tempfile
+import warnings
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
@@ -201,7 +202,11 @@ class OpenAIServerGenerator:
         self.served_model = p.model
         if self._pool is None:
             self._pool = ThreadPoolExecutor(max_workers=p.max_lag + 1, thread_name_prefix="rlkit-generator")
-        if p.sync != "none":
+        if p.sync == "none":
+            warnings.warn("generator.params.sync=none: the engine keeps its own weights, so held-out evaluation "
+                          "(the start/end tables) scores the engine's model, not the policy being trained",
+                          stacklevel=2)
+        else:
             # weights newer than the last pushed version (a resume between syncs with sync_every > 1) are a new one
             self._push(policy, self.policy_version + (self._pushed_at != self._steps))
 
@@ -354,6 +359,9 @@ class OpenAIServerGenerator:
     def submit(self, policy: Any, tokenizer: Any, request: GenerationRequest) -> PendingBatch:
         """Send the request and return at once; ``.result()`` waits for the batch. The samples come from the
         version served now: a later sync waits for them."""
+        if request.greedy and self.params.sync != "none" and self._pushed_at != self._steps:
+            # held-out evaluation measures the policy as it is, not the last version sync_every let through
+            self._push(policy, self.policy_version + 1)
         prompt_ids, prompt_mask = tokenize_prompts(tokenizer, request.records)
         seeds = request.seeds
         if seeds is not None and len(seeds) != len(request.records):
