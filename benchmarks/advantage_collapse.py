@@ -41,8 +41,10 @@ dimensions:
 def run(method: str, seed: int, steps: int, root: Path, rubric: Path) -> dict[str, float]:
     run_dir = root / f"{method}-{seed}"
     choice = "objective=group_dpo" if method == "group_dpo" else f"advantage={method}"
-    cmd = [sys.executable, "-m", "rlkit", "fit", "logger=csv", f"seed={seed}", f"trainer.max_steps={steps}",
-           choice, f"rubric.path={rubric}", "log_samples.every=0", f"hydra.run.dir={run_dir}"]
+    # model=tiny_random: the figures recorded here were measured from random weights
+    cmd = [sys.executable, "-m", "rlkit", "fit", "logger=csv", "model=tiny_random", f"seed={seed}",
+           f"trainer.max_steps={steps}", choice, f"rubric.path={rubric}", "log_samples.every=0",
+           f"hydra.run.dir={run_dir}"]
     done = subprocess.run(cmd, capture_output=True, text=True)
     if done.returncode != 0:
         raise SystemExit(f"{method} seed {seed} failed:\n{done.stderr[-3000:]}")

@@ -1,11 +1,14 @@
-"""Does the default run learn? Runs `rlkit fit` over seeds, and a control with learning rate 0.
+"""Does the default run teach what a user most wants to see a reward teach, being right? Runs `rlkit fit` over
+seeds, and a control with learning rate 0.
 
-Prints, per run, the mean training reward over the first and last 10% of steps and the gain, and the held-out
-correctness (greedy, before and after training) with its change; then the medians of the learning runs and of the
-controls. Usage:
+The default policy is the warm-started tiny policy (`model=tiny`: supervised steps on the arithmetic task, cached,
+then RL at a fine-tuning rate). Prints, per run, the mean training reward over the first and last 10% of steps, the
+held-out correctness (greedy, before and after training) with its change, and the run's wall time; then a markdown
+start/end table and the medians. Exits 0 when the median held-out correctness change of the learning runs is at
+least +0.10 and the control's is under 0.02 in size (issue 26's targets). Usage:
 
     python benchmarks/default_learning.py [--seeds 1 2 3] [--steps 60] [-- objective=group_dpo ...]
-    python benchmarks/default_learning.py -- experiment=warm_start      # RL from the warm-started tiny policy
+    python benchmarks/default_learning.py -- model=tiny_random      # from random weights (correctness barely moves)
 """
 
 from __future__ import annotations
@@ -17,7 +20,27 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
+from dataclasses import dataclass
 from pathlib import Path
+
+HELDOUT_GAIN_TARGET = 0.10
+CONTROL_DRIFT_LIMIT = 0.02
+
+
+@dataclass
+class Run:
+    label: str
+    seed: int
+    reward_first: float
+    reward_last: float
+    held_start: float
+    held_end: float
+    seconds: float
+
+    @property
+    def held_change(self) -> float:
+        return self.held_end - self.held_start
 
 
 def heldout_change(run_dir: Path, dimension: str = "correctness") -> tuple[float, float]:
@@ -27,23 +50,37 @@ def heldout_change(run_dir: Path, dimension: str = "correctness") -> tuple[float
     return held[0], held[-1]
 
 
-def run(seed: int, steps: int, lr: float | None, root: Path, extra: list[str]) -> tuple[float, float]:
+def run(seed: int, steps: int, lr: float | None, root: Path, extra: list[str]) -> Run:
     run_dir = root / f"seed{seed}-lr{lr}"
     cmd = ["rlkit", "fit", "logger=csv", f"seed={seed}", f"trainer.max_steps={steps}", f"hydra.run.dir={run_dir}",
            *extra]
     if lr is not None:
         cmd.append(f"optim.lr={lr}")
-    subprocess.run(cmd, check=True, capture_output=True, text=True)
+    started = time.monotonic()
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        sys.exit(f"{' '.join(cmd)} failed:\n{proc.stderr[-2000:]}")
+    seconds = time.monotonic() - started
     (metrics,) = run_dir.glob("csv/version_0/metrics.csv")
     with metrics.open() as fh:
         rewards = [float(r["reward/mean"]) for r in csv.DictReader(fh) if r.get("reward/mean")]
     k = max(1, len(rewards) // 10)
-    first, last = statistics.mean(rewards[:k]), statistics.mean(rewards[-k:])
-    label = "control lr=0" if lr == 0 else "default"
     start, end = heldout_change(run_dir)
-    print(f"{label:>13} seed {seed}: first 10% {first:.3f}  last 10% {last:.3f}  gain {last - first:+.3f}  "
-          f"held-out correctness {start:.3f} -> {end:.3f} ({end - start:+.3f})", flush=True)
-    return last - first, end - start
+    result = Run("control lr=0" if lr == 0 else "RL", seed, statistics.mean(rewards[:k]),
+                 statistics.mean(rewards[-k:]), start, end, seconds)
+    print(f"{result.label:>13} seed {seed}: training reward first 10% {result.reward_first:.3f}  last 10% "
+          f"{result.reward_last:.3f}  held-out correctness {start:.3f} -> {end:.3f} ({result.held_change:+.3f})  "
+          f"{seconds:.0f} s", flush=True)
+    return result
+
+
+def table(runs: list[Run]) -> str:
+    """The start/end table as benchmarks/README.md shows it."""
+    lines = ["| run | seed | training reward, first → last 10% | held-out correctness, start → end | wall time |",
+             "|---|---|---|---|---|"]
+    lines += [f"| {r.label} | {r.seed} | {r.reward_first:.3f} → {r.reward_last:.3f} | {r.held_start:.3f} → "
+              f"{r.held_end:.3f} ({r.held_change:+.3f}) | {r.seconds:.0f} s |" for r in runs]
+    return "\n".join(lines)
 
 
 def main() -> int:
@@ -57,13 +94,16 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         learning = [run(s, args.steps, None, Path(tmp), args.overrides) for s in args.seeds]
         controls = [run(s, args.steps, 0.0, Path(tmp), args.overrides) for s in args.seeds]
-    gains, held = [g for g, _ in learning], [h for _, h in learning]
-    control_gains, control_held = [g for g, _ in controls], [h for _, h in controls]
-    print(f"median gain, default:      {statistics.median(gains):+.3f}  (target >= 0.2)")
-    print(f"median gain, control lr=0: {statistics.median(control_gains):+.3f}  (target < 0.05)")
-    print(f"median held-out correctness change, default:      {statistics.median(held):+.3f}")
-    print(f"median held-out correctness change, control lr=0: {statistics.median(control_held):+.3f}")
-    return 0 if statistics.median(gains) >= 0.2 and statistics.median(control_gains) < 0.05 else 1
+    held = statistics.median(r.held_change for r in learning)
+    control = statistics.median(r.held_change for r in controls)
+    print()
+    print(table(learning + controls))
+    print()
+    print(f"median training-reward gain, RL: {statistics.median(r.reward_last - r.reward_first for r in learning):+.3f}"
+          f", control: {statistics.median(r.reward_last - r.reward_first for r in controls):+.3f}")
+    print(f"median held-out correctness change, RL:      {held:+.3f}  (target >= +{HELDOUT_GAIN_TARGET:.2f})")
+    print(f"median held-out correctness change, control: {control:+.3f}  (target |change| < {CONTROL_DRIFT_LIMIT})")
+    return 0 if held >= HELDOUT_GAIN_TARGET and abs(control) < CONTROL_DRIFT_LIMIT else 1
 
 
 if __name__ == "__main__":

@@ -125,8 +125,8 @@ def main() -> None:
 
         # 4. a policy trained against the served GRM
         fit_run = out / "fit"
-        seconds, stdout = _run(["fit", "judge=reward_api", f"judge.params.base_url={base}", "logger=csv",
-                                f"trainer.max_steps={args.fit_steps}", f"hydra.run.dir={fit_run}"], env)
+        seconds, stdout = _run(["fit", "model=tiny_random", "judge=reward_api", f"judge.params.base_url={base}",
+                                "logger=csv", f"trainer.max_steps={args.fit_steps}", f"hydra.run.dir={fit_run}"], env)
         print(f"rlkit fit judge=reward_api ({args.fit_steps} steps, {seconds / 60:.1f} min):")
         print("\n".join("  " + line for line in stdout.splitlines() if line.strip())[-3000:])
     finally:

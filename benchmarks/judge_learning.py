@@ -56,8 +56,9 @@ def yardstick(policy_dir: Path | None, seed: int, prompts: int = 64, samples: in
 def run(name: str, overrides: list[str], steps: int, seed: int, root: Path,
         extra: tuple[str, ...] = ()) -> dict[str, float]:
     run_dir = root / name
-    cmd = ["rlkit", "fit", "logger=csv", f"seed={seed}", f"trainer.max_steps={steps}", f"hydra.run.dir={run_dir}",
-           *overrides, *extra]
+    # model=tiny_random: the figures recorded here were measured from random weights
+    cmd = ["rlkit", "fit", "logger=csv", "model=tiny_random", f"seed={seed}", f"trainer.max_steps={steps}",
+           f"hydra.run.dir={run_dir}", *overrides, *extra]
     done = subprocess.run(cmd, capture_output=True, text=True)
     if done.returncode:
         print(done.stdout[-2000:], done.stderr[-4000:], sep="\n")

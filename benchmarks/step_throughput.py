@@ -35,8 +35,9 @@ def measure(overrides: list[str], steps: int, warmup: int, root: Path, child: st
     """One `rlkit fit` in its own process. ``child`` is the code it runs (it prints ``PEAK_RSS_KB``); its
     whole stdout comes back as ``stdout``, for a child that reports more."""
     run_dir = root / "run"
-    args = ["fit", "logger=csv", f"trainer.max_steps={steps}", "log_samples.every=0", f"hydra.run.dir={run_dir}",
-            *overrides]
+    # model=tiny_random: the figures recorded here were measured from random weights
+    args = ["fit", "logger=csv", "model=tiny_random", f"trainer.max_steps={steps}", "log_samples.every=0",
+            f"hydra.run.dir={run_dir}", *overrides]
     done = subprocess.run([sys.executable, "-c", child, json.dumps(args)], capture_output=True, text=True)
     if done.returncode != 0:
         raise SystemExit(f"rlkit fit failed:\n{done.stderr[-3000:]}")

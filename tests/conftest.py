@@ -16,6 +16,18 @@ def registry() -> Registry:
     return Registry(create_plugin_manager())
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _shared_warm_starts(tmp_path_factory):
+    """One home for the session's warm starts (``$RLKIT_WARM_START_CACHE``), so the default policy's, trained once
+    (~12 s), serves every test that runs ``fit`` in a cache of its own, subprocesses included (they inherit the
+    environment). Tests of where a warm start goes or how it trains unset it."""
+    from rlkit.lm.models import WARM_START_CACHE_ENV
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(WARM_START_CACHE_ENV, str(tmp_path_factory.mktemp("warm-starts")))
+        yield
+
+
 @pytest.fixture(autouse=True)
 def _clear_hydra():
     yield
@@ -33,7 +45,6 @@ def _fresh_run_registry():
     run_registry.cache_clear()
     yield
     run_registry.cache_clear()
-
 
 
 @pytest.fixture

@@ -10,6 +10,7 @@ import re
 from typing import Any, Literal
 
 import pydantic
+from omegaconf import OmegaConf
 from pydantic import Field
 
 # A description that would say "see below" is a sign the key needs one here: the reference page is built from these.
@@ -47,12 +48,21 @@ class WarmStartConfig(_Schema):
     """A supervised warm start of the embedded tiny policy (``rlkit/lm/warm_start.py``): before the run, the random-init
     policy is trained ``steps`` steps on draws of the synthetic task (prompt → reference) that exclude every held-out
     prompt of the run, with the masked token NLL of ``objective=sft``, then cached. A policy that can already do the
-    task sometimes leaves a reward room to teach; ``experiment=warm_start`` turns it on."""
+    task sometimes leaves a reward room to teach: it is the default policy (``model=tiny``)."""
 
-    steps: int = Field(default=0, ge=0, description="SFT steps; 0: the random-init policy.")
+    steps: int = Field(default=0, ge=0, description="SFT steps; 0: the random-init policy. `model=tiny` sets 600 where "
+                                                    "a warm start can be made, `model=tiny_random` 0; set by hand, it "
+                                                    "must be 0 with model.name_or_path or data.path.")
     batch_size: int = Field(default=64, ge=1, description="Demonstrations per step, drawn with replacement.")
     lr: float = _finite(default=3e-3, gt=0, description="AdamW learning rate of the warm start.")
     seed: int = Field(default=0, description="Seeds the draws and the optimiser.")
+
+
+def embedded_only(steps: int, name_or_path: str | None, data_path: str | None) -> int:
+    """``steps`` where the run uses the embedded policy on the synthetic task, else 0: the OmegaConf resolver
+    ``rlkit.embedded_only`` of ``conf/model/tiny.yaml``. A default must not ask for a warm start where none can be
+    made (a model of the user's, or a data file), while the same number set by hand there is refused."""
+    return steps if name_or_path is None and data_path is None else 0
 
 
 class ModelConfig(_Schema):
@@ -105,9 +115,11 @@ class LoggerConfig(_Schema):
 
 
 class OptimConfig(_Schema):
-    """AdamW on the policy. The default suits the embedded tiny policy; real models train at ~1e-6."""
+    """AdamW on the policy. The default suits the embedded, warm-started tiny policy; ``model=tiny_random`` (from
+    random weights) sets 2e-3; real models train at ~1e-6."""
 
-    lr: float = _finite(default=2e-3, ge=0, description="Learning rate.")
+    lr: float = _finite(default=2e-4, ge=0, description="Learning rate. A fine-tuning rate: 2e-3 undoes the default "
+                                                        "policy's warm start (benchmarks/README.md).")
     weight_decay: float = _finite(default=0.0, ge=0, description="AdamW weight decay.")
     warmup_steps: int = Field(default=0, ge=0, description="Linear learning-rate warm-up steps.")
     gradient_clip_val: float | None = _finite(default=1.0, gt=0,
@@ -224,6 +236,32 @@ class EvalConfig(_Schema):
         return value
 
 
+class SamplingConfig(_Schema):
+    """Dynamic sampling (DAPO): groups that teach nothing are replaced by groups of more prompts
+    (``rlkit/train/dynamic_sampling.py``), and the reward of completions cut at the length limit. Logged as
+    ``sampling/groups_dropped``, ``sampling/extra_rounds`` and ``sampling/informative_frac``."""
+
+    filter: Literal["none", "zero_spread", "mean_range"] = Field(
+        default="none", description="Which groups a step keeps: `none` all (no extra sampling); `zero_spread` those "
+                                    "whose rewards differ; `mean_range` those whose mean reward lies in [lo, hi].")
+    lo: float = _finite(default=0.0, description="`mean_range`: the lowest group mean reward kept.")
+    hi: float = _finite(default=1.0, description="`mean_range`: the highest group mean reward kept.")
+    max_rounds: int = Field(default=3, ge=0, description="Extra rounds of prompts a step may sample to replace dropped "
+                                                         "groups (each at most a batch); then it trains on what it "
+                                                         "has.")
+    truncated: Literal["keep", "value", "mask"] = Field(
+        default="keep", description="The reward of completions cut at max_completion_length: `keep` the judge's, "
+                                    "`value` replace it by truncated_value, `mask` none (advantage 0, out of the "
+                                    "group's statistics).")
+    truncated_value: float = _finite(default=0.0, description="`truncated: value`: the reward of a cut completion.")
+
+    @pydantic.model_validator(mode="after")
+    def _range(self) -> SamplingConfig:
+        if self.lo > self.hi:
+            raise ValueError(f"lo ({self.lo}) is greater than hi ({self.hi})")
+        return self
+
+
 class RunConfig(_Schema):
     """The top-level keys of ``conf/fit.yaml`` (plugin groups, ``model``, ``data``, ``rubric``, ``trainer`` and
     ``logger`` are checked by their own schemas)."""
@@ -263,6 +301,7 @@ class RunConfig(_Schema):
                                                             "and model) to resume from.")
     log_samples: LogSamplesConfig = Field(default_factory=LogSamplesConfig, description=LogSamplesConfig.__doc__)
     debias: DebiasConfig = Field(default_factory=DebiasConfig, description="Length/format bias correction.")
+    sampling: SamplingConfig = Field(default_factory=SamplingConfig, description=SamplingConfig.__doc__)
     optim: OptimConfig = Field(default_factory=OptimConfig, description=OptimConfig.__doc__)
     score: ScoreConfig = Field(default_factory=ScoreConfig, description="`rlkit score`.")
     serve: ServeConfig = Field(default_factory=ServeConfig, description="`rlkit serve`.")
@@ -293,3 +332,8 @@ def register_run_defaults() -> None:
     from hydra.core.config_store import ConfigStore
 
     ConfigStore.instance().store(name=RUN_DEFAULTS, node=RunConfig().model_dump(mode="json"))
+
+
+# Registered on import rather than with the defaults: a config composed elsewhere (a submitit job unpickles one)
+# is resolved by validate_config, which imports this module.
+OmegaConf.register_new_resolver("rlkit.embedded_only", embedded_only, replace=True)

@@ -68,6 +68,11 @@ def spec_hash(spec: TinyPolicySpec) -> str:
     return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:12]
 
 
+# Where warm starts (rlkit.lm.warm_start) go when set, instead of beside their base in the rlkit cache: many caches
+# (each test's own, say) can then share the one that took a while to train, while what builds in a second stays in each.
+WARM_START_CACHE_ENV = "RLKIT_WARM_START_CACHE"
+
+
 def default_cache_dir() -> Path:
     """``$RLKIT_CACHE`` if set, else ``~/.cache/rlkit``."""
     return Path(os.environ.get("RLKIT_CACHE") or Path.home() / ".cache" / "rlkit").expanduser()

@@ -2,15 +2,16 @@
 reward has room to teach (every RL recipe starts from one: SFT, then RL).
 
 The random-init policy is trained on demonstrations (prompt → reference) with the masked token NLL of
-``objective=sft`` in a plain torch loop, then saved with ``save_pretrained`` into the cache beside it and loaded back
-by path like any checkpoint. The folder's name hashes the base policy, the demonstrations and the settings, so a run
-trains it once and later runs reuse it.
+``objective=sft`` in a plain torch loop, then saved with ``save_pretrained`` into the cache beside it (or under
+``$RLKIT_WARM_START_CACHE``) and loaded back by path like any checkpoint. The folder's name hashes the base policy,
+the demonstrations and the settings, so a run trains it once and later runs reuse it.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 import random
 from collections.abc import Sequence
 from pathlib import Path
@@ -19,8 +20,14 @@ from typing import Any
 import torch
 
 from rlkit.lm.logprobs import masked_nll
-from rlkit.lm.models import build_cached, load_policy
+from rlkit.lm.models import WARM_START_CACHE_ENV, build_cached, load_policy
 from rlkit.lm.sampling import demonstration_batch, sequence_log_probs
+
+
+def warm_start_cache_dir(base: Path) -> Path:
+    """``$RLKIT_WARM_START_CACHE`` if set, else the folder holding the base policy (the rlkit cache)."""
+    home = os.environ.get(WARM_START_CACHE_ENV)
+    return Path(home).expanduser() if home else base.parent
 
 
 def warm_start_key(base: Path, records: Sequence[dict[str, Any]], settings: dict[str, Any]) -> str:
@@ -39,28 +46,37 @@ def train_on_demonstrations(policy: Any, tokenizer: Any, records: Sequence[dict[
     optimiser = torch.optim.AdamW(policy.parameters(), lr=lr)
     policy.train()
     losses = []
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)  # dropout, if the model has any
-        for _ in range(steps):
-            batch = demonstration_batch(tokenizer, [draw.choice(records) for _ in range(batch_size)], max_new_tokens)
-            mask = batch.completion_mask.float()
-            loss = masked_nll(sequence_log_probs(policy, batch), mask, float(mask.sum()))
-            optimiser.zero_grad()
-            loss.backward()
-            optimiser.step()
-            losses.append(float(loss.detach()))
+    threads = torch.get_num_threads()
+    # One thread: the tiny policy's matrices are too small to share, and on a 2-core machine busy with other work 60
+    # steps took 3.9 s on one thread and 4.8 to 84 s on two. It also keeps the weights from depending on the core
+    # count (through the order of summation), which the cache key does not hold.
+    torch.set_num_threads(1)
+    try:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)  # dropout, if the model has any
+            for _ in range(steps):
+                batch = demonstration_batch(tokenizer, [draw.choice(records) for _ in range(batch_size)],
+                                            max_new_tokens)
+                mask = batch.completion_mask.float()
+                loss = masked_nll(sequence_log_probs(policy, batch), mask, float(mask.sum()))
+                optimiser.zero_grad()
+                loss.backward()
+                optimiser.step()
+                losses.append(float(loss.detach()))
+    finally:
+        torch.set_num_threads(threads)
     policy.eval()
     return losses
 
 
 def warm_start_policy(base: Path, records: Sequence[dict[str, Any]], *, steps: int, batch_size: int, lr: float,
                       seed: int, max_new_tokens: int) -> Path:
-    """The base policy trained ``steps`` steps on ``records``' demonstrations, saved beside it in the cache (built
-    once, atomically, and reused); ``steps=0`` is the base itself."""
+    """The base policy trained ``steps`` steps on ``records``' demonstrations, saved in :func:`warm_start_cache_dir`
+    (built once, atomically, and reused); ``steps=0`` is the base itself."""
     if steps == 0:
         return base
     settings = {"steps": steps, "batch_size": batch_size, "lr": lr, "seed": seed, "max_new_tokens": max_new_tokens}
-    target = base.with_name(f"{base.name}-warm-{warm_start_key(base, records, settings)}")
+    target = warm_start_cache_dir(base) / f"{base.name}-warm-{warm_start_key(base, records, settings)}"
 
     def write(folder: Path) -> None:
         # loading may draw random numbers too (weights initialised before the checkpoint's overwrite them)

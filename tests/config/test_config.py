@@ -50,16 +50,11 @@ def records_file(tmp_path: Path) -> Path:
 # Validating judge=reward_api asks its server what it judges: tests/serve/test_serve.py validates it against a live one.
 # judge=grm names the folder rlkit train-grm saved: tests/grm/test_grm.py validates it with one it trained.
 NEEDS_SERVER = {("judge", "reward_api"), ("judge", "grm")}
-# A warm start learns from the synthetic task, so it validates on the synthetic task rather than a data file (with one
-# it is refused: tests/lm/test_warm_start.py).
-SYNTHETIC_ONLY = {("experiment", "warm_start")}
-
 
 @pytest.mark.parametrize(("group", "option"), [o for o in OPTIONS if o not in NEEDS_SERVER],
                          ids=[f"{g}={o}" for g, o in OPTIONS if (g, o) not in NEEDS_SERVER])
 def test_every_option_composes_and_validates(registry, group, option, records_file):
-    data = [] if (group, option) in SYNTHETIC_ONLY else [f"data.path={records_file}"]
-    cfg = compose_config(registry, [f"{group}={option}", *data])
+    cfg = compose_config(registry, [f"{group}={option}", f"data.path={records_file}"])
     validated = validate_config(cfg, registry)
     kind = KINDS_BY_GROUP.get(group)
     if kind is not None:

@@ -370,7 +370,8 @@ def test_fit_samples_from_the_server_end_to_end(tmp_path):
 def test_a_frozen_sampler_lags_and_is_corrected(tmp_path):
     with OpenAICompatibleServer() as live:
         assert main(["fit", "generator=openai_server", f"generator.params.base_url={live.url}",
-                     "generator.params.sync=none", "trainer.max_steps=3", "batch_size=2", "num_generations=2",
+                     "generator.params.sync=none", "model=tiny_random", "trainer.max_steps=3", "batch_size=2",
+                     "num_generations=2",
                      "optim.lr=0.05", "engine_is_cap=1.5", "logger=none", f"hydra.run.dir={tmp_path / 'run'}"]) == 0
     rows = [json.loads(line)["metrics"] for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     steps = [r for r in rows if "rollout/policy_lag" in r]
@@ -387,7 +388,8 @@ def test_a_server_that_dies_mid_run_is_one_line_naming_the_checkpoint_to_resume(
 
     run = tmp_path / "run"
     common = ["generator=openai_server", "generator.params.sync=disk", "generator.params.retries=0",
-              "batch_size=2", "num_generations=2", "checkpoint_every=2", "logger=none", "data.num_prompts=16"]
+              "model=tiny_random", "batch_size=2", "num_generations=2", "checkpoint_every=2", "logger=none",
+              "data.num_prompts=16"]
     live = OpenAICompatibleServer().start()
 
     def kill_after_first_checkpoint() -> None:
@@ -417,8 +419,9 @@ def _metrics(run) -> list[dict[str, float]]:
     return [r for r in rows if "rollout/policy_lag" in r]
 
 
+# the random-init policy: a warm start of its own for 16 prompts would cost each fit ~12 s and test nothing here
 _AHEAD = ["generator=openai_server", "generator.params.sync=disk", "generator.params.max_lag=1", "batch_size=2",
-          "num_generations=2", "logger=none", "checkpoint_every=2", "data.num_prompts=16"]
+          "num_generations=2", "logger=none", "checkpoint_every=2", "data.num_prompts=16", "model=tiny_random"]
 
 
 @pytest.mark.slow

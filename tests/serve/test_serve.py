@@ -420,7 +420,7 @@ def test_fit_trains_against_rlkit_serve_with_the_local_rule_rewards(tmp_path, mo
         run_dir = tmp_path / "run"
         code = main(["fit", "judge=reward_api", f"judge.params.base_url={url}", "experiment=quick", "logger=csv",
                      "trainer.max_steps=2", "batch_size=2", "num_generations=4", "log_samples.every=1",
-                     "data.num_prompts=16", f"hydra.run.dir={run_dir}"])
+                     "data.num_prompts=16", "model=tiny_random", f"hydra.run.dir={run_dir}"])
         assert code == 0, capsys.readouterr().err
         with next(run_dir.glob("csv/version_0/metrics.csv")).open() as fh:
             rows = [r for r in csv.DictReader(fh) if r.get("reward/mean")]

@@ -90,7 +90,9 @@ _COMPARED = ("loss", "grad_norm", "kl", "reward/mean", "reward/std", "advantages
 def test_two_gloo_processes_match_one_process_on_the_same_global_batch(tmp_path, objective):
     from rlkit.lm.models import build_tiny_policy, load_policy
 
-    common = ["logger=csv", "trainer.max_steps=3", "batch_size=4", "num_generations=4", "data.num_prompts=24",
+    # from the random weights the comparison below starts from, at the rate they train at
+    common = ["model=tiny_random", "logger=csv", "trainer.max_steps=3", "batch_size=4", "num_generations=4",
+              "data.num_prompts=24",
               "generator.params.per_prompt_seed=true", "checkpoint_every=100", "log_samples.every=0", *objective]
     single = _fit(tmp_path, "single", *common)
     ddp = _fit(tmp_path, "ddp", *common, "trainer=ddp")
