@@ -94,7 +94,9 @@ def rlkit_register_advantage_estimators(register: Register) -> None:
     An estimator has ``advantages(batch: rlkit.RewardBatch) -> torch.Tensor`` returning
     ``float32 [B, G]`` with no NaN: a completion whose reward is NaN gets advantage 0. It reads
     the whole batch (raw and normalised scores, weights, reward, rubric), so per-dimension
-    methods need no other contract. An estimator whose groups are zero-mean by construction sets
+    methods need no other contract. The training loop adds ``batch.extras["completion_lengths"]``, the
+    completions' token counts ``float32 [B, G]``, for estimators that weigh by length (OPO); a batch from
+    elsewhere may lack it. An estimator whose groups are zero-mean by construction sets
     the class attribute ``zero_mean_groups = True`` and the contract suite checks it. An estimator that compares
     completions within their group sets ``group_relative = True``, and ``rlkit validate`` asks for
     ``num_generations >= 2`` (a group of one would give every advantage 0).

@@ -12,6 +12,7 @@ from torch.utils.data import DataLoader, Sampler
 
 from rlkit.config import DataConfig, resolve_path
 from rlkit.data.records import SYNTHETIC_TASKS, read_jsonl
+from rlkit.train.dynamic_sampling import take
 
 
 def _record_key(record: dict[str, Any]) -> str:
@@ -158,6 +159,12 @@ class PromptDataModule(L.LightningDataModule):
         ``train_dataloader`` will yield next, read ahead for rollouts requested before their step."""
         batches = self._sampler().batches_from(epoch, samples_done, count, drop_last=self._drop_last())
         return [[self.train_records[i] for i in batch] for batch in batches]
+
+    def read(self, epoch: int, samples_done: int, count: int) -> tuple[list[dict[str, Any]], tuple[int, int]]:
+        """``count`` prompts of the sampler's order from ``samples_done`` into ``epoch`` (every sample of each epoch,
+        on into the next; one process) and the position after them: dynamic sampling draws its prompts here."""
+        indices, position = take(self._sampler().epoch_order, (epoch, samples_done), count)
+        return [self.train_records[i] for i in indices], position
 
     def _place(self) -> tuple[int, int]:
         """(rank, world size) of this process: ``batch_size`` is the global batch, split between processes."""

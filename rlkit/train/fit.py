@@ -17,6 +17,7 @@ from rlkit.runs.history import METRICS_FILE, MetricsHistory
 from rlkit.runs.lightning import StreamingCheckpointIO, quiet_lightning
 from rlkit.runs.loggers import finish_logger, make_logger
 from rlkit.train.callbacks import SampleLogger
+from rlkit.train.dynamic_sampling import SamplingSettings
 from rlkit.train.module import RewardParts, RubricRLModule, TrainingSettings
 from rlkit.train.monitoring import monitor_host, summary_lines
 
@@ -28,6 +29,7 @@ def settings_from(validated: ValidatedConfig) -> TrainingSettings:
         temperature=run.temperature, lr=optim.lr, weight_decay=optim.weight_decay, warmup_steps=optim.warmup_steps,
         gradient_clip_val=optim.gradient_clip_val, gradient_accumulation_steps=optim.gradient_accumulation_steps,
         length_buckets=optim.length_buckets, seed=run.seed, engine_is_cap=run.engine_is_cap,
+        sampling=SamplingSettings(**run.sampling.model_dump()),
     )
 
 

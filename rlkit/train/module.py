@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import copy
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import lightning as L
@@ -33,6 +33,17 @@ from rlkit.reward.pipeline import aggregate_rewards, check_judge_output, confide
 from rlkit.runs.history import MetricsHistory, record_step
 from rlkit.train.callbacks import RolloutSnapshot
 from rlkit.train.distributed import Spread
+from rlkit.train.dynamic_sampling import (
+    SamplingRound,
+    SamplingSettings,
+    concat_sampled,
+    extra_round_size,
+    informative_groups,
+    pick_informative,
+    sampling_metrics,
+    select_groups,
+    shape_truncated,
+)
 from rlkit.train.lookahead import RolloutQueue
 from rlkit.train.updates import completion_update, local_targets, pair_update
 
@@ -69,6 +80,27 @@ class TrainingSettings:
     length_buckets: int = 1  # policy-gradient passes over rows grouped by completion length
     seed: int = 0  # the run seed; with the step and a prompt's batch position it seeds that prompt's sampling
     engine_is_cap: float | None = 2.0  # truncated importance sampling against an engine's log-probs; None: off
+    sampling: SamplingSettings = field(default_factory=SamplingSettings)  # dynamic sampling, cut completions' reward
+
+
+@dataclass
+class Judged:
+    """What the judge said of one batch (every process's groups), before weights, bias correction and aggregation."""
+
+    raw: torch.Tensor                 # [B, G, D]
+    lengths: torch.Tensor             # [B, G] completion token counts
+    features: torch.Tensor | None     # [B, G, F] for the bias correction
+    confidence: torch.Tensor | None   # [B] the judge's group confidence
+
+    def groups(self, index: torch.Tensor) -> Judged:
+        pick = lambda t: None if t is None else t[index.to(t.device)]  # noqa: E731
+        return Judged(pick(self.raw), pick(self.lengths), pick(self.features), pick(self.confidence))
+
+    @staticmethod
+    def cat(parts: list[Judged]) -> Judged:
+        join = lambda ts: None if ts[0] is None else torch.cat(ts)  # noqa: E731
+        return Judged(*(join([getattr(p, name) for p in parts]) for name in ("raw", "lengths", "features",
+                                                                             "confidence")))
 
 
 @dataclass
@@ -134,12 +166,24 @@ class RubricRLModule(L.LightningModule):
         self.diagnostics = RunningMeans()
         self._step_started: float | None = None
         self.monitors = monitors  # rlkit.train.monitoring.MonitorHost, or None (monitors=[])
+        if settings.sampling.filters and parts.objective is not None and parts.objective.signal == "demonstrations":
+            from rlkit.core.errors import ConfigError
+
+            raise ConfigError(f"{settings.sampling.filter} filters groups by reward spread; an objective that learns "
+                              "from demonstrations samples no groups: use sampling.filter=none", "sampling.filter")
+        # (epoch, prompts read in it) of the prompts a filtering step draws, extra rounds included: ahead of
+        # `_data_position` (what the loader yielded) once a step draws more; None until the first such step
+        self._sampling_position: tuple[int, int] | None = None
 
     # --- pipeline pieces -----------------------------------------------------------------------
 
     def score(self, records: list[dict[str, Any]], sampled: SampledBatch, step: int,
               scheduler: Any | None = None, *, heldout: bool = False) -> RewardBatch:
         """Judge, check, debias (training only), aggregate. ``heldout`` scores leave the bias correction out."""
+        return self.reward_batch(self.judge(records, sampled, heldout=heldout), step, scheduler, heldout=heldout)
+
+    def judge(self, records: list[dict[str, Any]], sampled: SampledBatch, *, heldout: bool = False) -> Judged:
+        """The judge's checked scores of every process's groups (held-out: this process's, which are all)."""
         rollout = as_rollout(records, sampled)
         judge = self.parts.judge
         raw = check_judge_output(judge.score(rollout, self.judged_rubric), rollout, self.rubric,
@@ -156,11 +200,21 @@ class RubricRLModule(L.LightningModule):
             features = None if features is None else spread.gather(features, self.device)
             if confidence is not None:
                 confidence = spread.gather(torch.as_tensor(confidence, dtype=torch.float32), self.device)
-        if debias is not None:
-            raw = debias.correct(raw, features)
+        lengths = rollout.completion_token_counts
+        if not heldout:
+            lengths = self.spread.gather(lengths.to(self.device), self.device)
+        return Judged(raw, lengths, features, confidence)
+
+    def reward_batch(self, judged: Judged, step: int, scheduler: Any | None = None, *, heldout: bool = False,
+                     debias: Any = None) -> RewardBatch:
+        """Debias (training only; ``debias`` overrides the run's), weigh and aggregate judged scores. The batch's
+        ``extras["completion_lengths"]`` carries the completions' token counts for estimators that weigh by length."""
+        debias = None if heldout else (debias if debias is not None else self.parts.debias)
+        raw = judged.raw if debias is None else debias.correct(judged.raw, judged.features)
         batch = aggregate_rewards(raw, self.rubric, scheduler or self.parts.scheduler, self.parts.aggregator, step,
                                   self.parts.score_normalization)
-        return with_group_confidence(batch, confidence, self.parts.judge_name)
+        batch = with_group_confidence(batch, judged.confidence, self.parts.judge_name)
+        return replace(batch, extras={**batch.extras, "completion_lengths": judged.lengths.float().cpu()})
 
     @property
     def spread(self) -> Spread:
@@ -168,11 +222,12 @@ class RubricRLModule(L.LightningModule):
         return Spread.current()
 
     def generation_request(self, records: list[dict[str, Any]], *, greedy: bool = False,
-                           step: int | None = None) -> GenerationRequest:
+                           step: int | None = None, first_row: int = 0) -> GenerationRequest:
         """The request of ``step`` (default: this one); each record's seed follows from the run seed, the step and
-        the record's position in the global batch, never from the process that holds it or when it is asked."""
+        the record's position in the global batch (after ``first_row`` prompts the step drew before: dynamic
+        sampling's extra rounds), never from the process that holds it or when it is asked."""
         s, spread = self.settings, self.spread
-        offset = spread.rank * len(records)
+        offset = first_row * spread.world_size + spread.rank * len(records)
         step = self.global_step if step is None else step
         seeds = [((s.seed * 1_000_003 + step) * 1_000_033 + offset + i) & 0xFFFFFFFF
                  for i in range(len(records))]
@@ -193,6 +248,11 @@ class RubricRLModule(L.LightningModule):
     def on_fit_start(self) -> None:
         self._generator_serves_policy()
         spread = self.spread
+        if spread.distributed and self.settings.sampling.filters:
+            from rlkit.core.errors import ConfigError
+
+            raise ConfigError(f"{self.settings.sampling.filter} runs on one process for now: its extra rounds would "
+                              "leave processes with different numbers of groups", "sampling.filter")
         if spread.distributed:
             # The same seed on every process would draw the same sampling noise for different prompts.
             torch.manual_seed(self.settings.seed + 7919 * spread.rank)
@@ -211,6 +271,8 @@ class RubricRLModule(L.LightningModule):
             restore_rng_state(self._rng_to_restore)
             self._rng_to_restore = None
         epoch, done = self._data_position
+        if self._sampling_position is None:
+            self._sampling_position = (epoch, done)
         trained = len(records) * self.spread.world_size  # the sampler's position counts the global batch
         self._data_position = (self.current_epoch, (done if epoch == self.current_epoch else 0) + trained)
         t0 = time.perf_counter()
@@ -218,16 +280,22 @@ class RubricRLModule(L.LightningModule):
         iteration = t0 - self._step_started if self._step_started is not None else None
         self._step_started = t0
         signal = self.parts.objective.signal
+        step = self.global_step  # before the update advances it
+        judged: Judged | None = None
+        filtered: dict[str, float] = {}  # the sampling/ metrics of a filtering step
         if signal == "demonstrations":  # the records' own completions, tokenised as a generator would return them
             sampled = demonstration_batch(self.tokenizer, records, self.settings.max_completion_length, self.device)
+        elif self.settings.sampling.filters:
+            records, sampled, judged, filtered = self.informative_rollout(step, len(records))
         else:
             sampled = self.rollout(records)
         t1 = time.perf_counter()
-        step = self.global_step  # before the update advances it
-        batch = self.score(records, sampled, step)
+        batch = self.score(records, sampled, step) if judged is None else self.reward_batch(judged, step)
         spread = self.spread
         # every completion's truncation flag: a pair objective may leave cut completions out, and the metrics count them
         truncated = spread.gather(sampled.truncated.float(), self.device)
+        if self.settings.sampling.truncated != "keep":
+            batch = batch.with_rewards(self.shaped_rewards(batch.rewards, truncated))
         if signal == "pairs":
             outcome = self.pair_step(sampled, batch, truncated > 0.5)
         elif signal == "demonstrations":
@@ -241,6 +309,7 @@ class RubricRLModule(L.LightningModule):
         lengths = spread.gather(sampled.completion_token_counts.float(), self.device)
         metrics = self.step_metrics(batch, lengths, truncated)
         metrics.update(outcome.metrics)
+        metrics.update(filtered)
         if sampled.policy_version is not None:  # sampled by an engine: which weights, how far behind the policy
             metrics["rollout/policy_version"] = float(sampled.policy_version)
             metrics["rollout/policy_lag"] = float(sampled.policy_lag or 0)
@@ -271,10 +340,11 @@ class RubricRLModule(L.LightningModule):
         self.log("s/step", metrics["time/step"], prog_bar=True, logger=False, batch_size=len(records))
         return loss
 
-    def rollout(self, records: list[dict[str, Any]]) -> SampledBatch:
+    def rollout(self, records: list[dict[str, Any]], ahead_from: tuple[int, int] | None = None) -> SampledBatch:
         """This step's completions. With a generator that samples ahead (``max_lag`` k > 0), the rollout requested
-        for this step earlier when there is one, and before waiting for it, requests for the next k steps' prompts,
-        so the engine samples them while this step judges and updates (``rlkit.train.lookahead``)."""
+        for this step earlier when there is one, and before waiting for it, requests for the next k steps' prompts
+        (read from ``ahead_from``, by default where the loader stands), so the engine samples them while this step
+        judges and updates (``rlkit.train.lookahead``)."""
         queue, step = self.rollouts, self.global_step
         if not queue.depth:
             self._requested_ahead = False
@@ -286,9 +356,56 @@ class RubricRLModule(L.LightningModule):
         datamodule = getattr(self.trainer, "datamodule", None)
         upcoming = getattr(datamodule, "upcoming", None)
         if callable(upcoming):
-            queue.top_up(step, upcoming(*self._data_position, queue.depth), lambda ahead, at: self.generator.submit(
+            queue.top_up(step, upcoming(*(ahead_from or self._data_position), queue.depth),
+                         lambda ahead, at: self.generator.submit(
                 self.policy, self.tokenizer, self.generation_request(ahead, step=at)))
         return pending.result()
+
+    def informative_rollout(self, step: int, wanted: int) -> tuple[list[dict[str, Any]], SampledBatch, Judged,
+                                                                   dict[str, float]]:
+        """Dynamic sampling: ``wanted`` prompts read at the sampling position, then more while fewer than ``wanted``
+        groups are informative and ``max_rounds`` allows (``rlkit.train.dynamic_sampling``). Returns the prompts,
+        completions and judged scores of the informative groups kept, and the ``sampling/`` metrics."""
+        from rlkit.core.errors import ConfigError
+
+        settings, datamodule = self.settings.sampling, getattr(self.trainer, "datamodule", None)
+        if not callable(getattr(datamodule, "read", None)):
+            raise ConfigError("filtering groups needs a data module that reads its order ahead (rlkit's own)",
+                              "sampling.filter")
+        position = self._sampling_position or self._data_position
+        rounds: list[SamplingRound] = []
+        drawn = kept = 0
+        while True:
+            count = wanted if not rounds else extra_round_size(wanted - kept, kept, drawn, wanted)
+            records, position = datamodule.read(*position, count)
+            if not rounds:
+                sampled = self.rollout(records, ahead_from=position)
+            else:  # never requested ahead: which prompts a step adds is known only now
+                request = self.generation_request(records, step=step, first_row=drawn)
+                sampled = self.generator.generate(self.policy, self.tokenizer, request)
+            judged = self.judge(records, sampled)
+            # The filter sees rewards from copies of the stateful parts; the kept groups' batch advances them once.
+            trial = self.reward_batch(judged, step, copy.deepcopy(self.parts.scheduler),
+                                      debias=copy.deepcopy(self.parts.debias)).rewards
+            if settings.truncated != "keep":
+                trial = self.shaped_rewards(trial, self.spread.gather(sampled.truncated.float(), self.device))
+            rounds.append(SamplingRound(records, sampled, judged, informative_groups(trial.cpu(), settings)))
+            drawn, kept = drawn + len(records), kept + int(rounds[-1].keep.sum())
+            if kept >= wanted or len(rounds) > settings.max_rounds:
+                break
+        self._sampling_position = position
+        picked = pick_informative(rounds, wanted)
+        pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.tokenizer.eos_token_id
+        sampled = concat_sampled([select_groups(rounds[i].sampled, groups) for i, groups in picked], pad_id)
+        judged = Judged.cat([rounds[i].judged.groups(groups) for i, groups in picked])
+        records = [rounds[i].records[int(g)] for i, groups in picked for g in groups]
+        return records, sampled, judged, sampling_metrics(rounds, wanted)
+
+    def shaped_rewards(self, rewards: torch.Tensor, truncated: torch.Tensor) -> torch.Tensor:
+        """``sampling.truncated``'s reward for completions cut at the length limit (``truncated``: every row's flag)."""
+        s = self.settings.sampling
+        return shape_truncated(rewards, truncated.reshape(rewards.shape).to(rewards.device) > 0.5, s.truncated,
+                               s.truncated_value)
 
     def on_train_end(self) -> None:
         self.rollouts.clear()  # requested for steps that will not come
@@ -430,6 +547,8 @@ class RubricRLModule(L.LightningModule):
         checkpoint["rlkit"] = {"rubric": self.judged_rubric.identity(), "model": self.model_fingerprint(),
                                "weight_scheduler": self.parts.scheduler.state_dict(),
                                "rng": rng_by_rank[0], "data_position": list(self._data_position)}
+        if self.settings.sampling.filters and self._sampling_position is not None:
+            checkpoint["rlkit"]["sampling_position"] = list(self._sampling_position)
         objective_state = getattr(self.parts.objective, "state_dict", None)
         if callable(objective_state):
             checkpoint["rlkit"]["objective"] = objective_state()
@@ -489,6 +608,8 @@ class RubricRLModule(L.LightningModule):
         objective_state = state.get("objective", state.get("ordering"))
         if objective_state is not None and callable(getattr(self.parts.objective, "load_state_dict", None)):
             self.parts.objective.load_state_dict(objective_state)
+        if "sampling_position" in state:
+            self._sampling_position = tuple(state["sampling_position"])
         if "data_position" in state:
             self._data_position = tuple(state["data_position"])
             datamodule = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None

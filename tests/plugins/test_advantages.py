@@ -1,4 +1,4 @@
-"""The gdpo, rank and rloo advantage estimators against values computed by hand."""
+"""The gdpo, rank, rloo, reinforce_pp, pass_at_k and opo advantage estimators against values computed by hand."""
 
 from __future__ import annotations
 
@@ -18,13 +18,17 @@ from rlkit.cli import main
 from rlkit.testing import example_reward_batch
 from rlkit_plugins.advantages.gdpo import GroupDecoupledAdvantage, gdpo_advantages
 from rlkit_plugins.advantages.grpo import group_normalized_advantages
+from rlkit_plugins.advantages.opo import OptimalBaselineAdvantage, opo_advantages
+from rlkit_plugins.advantages.pass_at_k import PassAtKAdvantage, pass_at_k_advantages
 from rlkit_plugins.advantages.rank import RankAdvantage, group_ranks, rank_advantages
+from rlkit_plugins.advantages.reinforce_pp import ReinforcePlusPlusAdvantage, reinforce_pp_advantages
 from rlkit_plugins.advantages.rloo import LeaveOneOutAdvantage, leave_one_out_advantages
 
 NAN = float("nan")
 EPS = 1e-4
 CONF = Path(__file__).resolve().parents[2] / "conf" / "advantage"
-ESTIMATORS = {"gdpo": GroupDecoupledAdvantage, "rank": RankAdvantage, "rloo": LeaveOneOutAdvantage}
+ESTIMATORS = {"gdpo": GroupDecoupledAdvantage, "rank": RankAdvantage, "rloo": LeaveOneOutAdvantage,
+              "reinforce_pp": ReinforcePlusPlusAdvantage, "pass_at_k": PassAtKAdvantage}
 
 
 def _unbiased_std(values: list[float]) -> float:
@@ -297,15 +301,150 @@ def test_yaml_spells_out_every_default(name):
     assert node["params"] == dataclasses.asdict(ESTIMATORS[name].Params())
 
 
-@pytest.mark.parametrize("name", sorted(ESTIMATORS))
+@pytest.mark.parametrize("name", [*sorted(ESTIMATORS), "opo"])
 def test_cli_validates(name):
     assert main(["validate", f"advantage={name}"]) == 0
 
 
-@pytest.mark.parametrize("name", ["rank", "rloo"])
+@pytest.mark.parametrize("name", ["rank", "rloo", "reinforce_pp", "pass_at_k", "opo"])
 def test_reward_estimators_need_rewards(name):
     batch = example_reward_batch()
-    est = ESTIMATORS[name](ESTIMATORS[name].Params())
+    est = OptimalBaselineAdvantage() if name == "opo" else ESTIMATORS[name](ESTIMATORS[name].Params())
     with pytest.raises(ValueError, match="aggregated rewards"):
         est.advantages(type(batch)(rubric=batch.rubric, raw_scores=batch.raw_scores, scores=batch.scores,
                                    weights=batch.weights))
+
+
+# --- reinforce_pp -------------------------------------------------------------------------------
+
+
+def test_reinforce_pp_matches_hand_computation():
+    # REINFORCE++-baseline (arXiv 2501.03262): A = r - group mean, then (A - batch mean) / (batch std + eps).
+    rewards = torch.tensor([[1.0, 0.0, 0.0, 1.0], [0.5, 0.5, 0.5, 0.5], [1.0, 0.75, 0.25, 0.0]])
+    centred = [0.5, -0.5, -0.5, 0.5, 0, 0, 0, 0, 0.5, 0.25, -0.25, -0.5]  # the saturated group enters as zeros
+    sd = _unbiased_std(centred) + EPS  # sqrt(1.625 / 11); the batch mean is 0
+    expected = torch.tensor([[0.5, -0.5, -0.5, 0.5], [0.0] * 4, [0.5, 0.25, -0.25, -0.5]]) / sd
+    adv = reinforce_pp_advantages(rewards)
+    assert torch.allclose(adv, expected, atol=1e-6)
+    # unlike GRPO, a group whose rewards barely differ is not blown up to its own unit std
+    close = torch.tensor([[1.0, 0.0, 0.0, 1.0], [0.55, 0.45, 0.5, 0.5]])
+    assert reinforce_pp_advantages(close)[1, 0] < 0.2 < 1.0 < group_normalized_advantages(close)[1, 0]
+
+
+def test_reinforce_pp_loo_baseline_and_batch_mean():
+    # loo: 1 - (3+3+0)/3 = -1, 3 - 4/3 = 5/3, 5/3, 0 - 7/3; [2, 0] → 2, -2; the batch mean is not 0
+    rewards = torch.tensor([[1.0, 3.0, 3.0, NAN, 0.0], [2.0, 0.0, NAN, NAN, NAN]])
+    loo = [-1.0, 5 / 3, 5 / 3, -7 / 3, 2.0, -2.0]
+    m, sd = sum(loo) / 6, _unbiased_std(loo) + EPS
+    expected = torch.tensor([[(v - m) / sd for v in loo[:3]] + [0.0, (loo[3] - m) / sd],
+                             [(2 - m) / sd, (-2 - m) / sd, 0.0, 0.0, 0.0]])
+    assert torch.allclose(reinforce_pp_advantages(rewards, "loo"), expected, atol=1e-6)
+
+
+def test_reinforce_pp_degenerate_groups_get_exact_zero_and_params_are_checked():
+    rewards = torch.tensor([[0.1, 0.1, 0.1], [NAN, 0.5, NAN], [NAN, NAN, NAN], [0.3, NAN, 0.3], [0.0, 1.0, 0.2]])
+    adv = reinforce_pp_advantages(rewards)
+    assert torch.equal(adv[:4], torch.zeros(4, 3))
+    assert adv[4].abs().min() > 0
+    with pytest.raises(ConfigError) as err:
+        ReinforcePlusPlusAdvantage(ReinforcePlusPlusAdvantage.Params(baseline="batch"))  # type: ignore[arg-type]
+    assert err.value.where == "advantage.params.baseline"
+    with pytest.raises(ConfigError) as err:
+        ReinforcePlusPlusAdvantage(ReinforcePlusPlusAdvantage.Params(eps=0.0))
+    assert err.value.where == "advantage.params.eps"
+
+
+# --- pass_at_k ----------------------------------------------------------------------------------
+
+
+def test_pass_at_k_matches_the_analytic_formula():
+    # n = 5, c = 2, k = 2 (Chen et al., arXiv 2508.10751, eqs. 9-11):
+    # R = 1 - C(3,2)/C(5,2) = 0.7, sigma = sqrt(0.21), A+ = 0.3/sigma, A- = (0.3 - C(2,1)/C(4,1))/sigma
+    adv = pass_at_k_advantages(torch.tensor([[1.0, 0.0, 0.0, 1.0, 0.0]]), k=2)
+    sigma = math.sqrt(0.21)
+    plus, minus = 0.3 / sigma, (0.3 - 0.5) / sigma
+    assert torch.allclose(adv, torch.tensor([[plus, minus, minus, plus, minus]]), atol=1e-6)
+    assert abs(float(adv.sum())) < 1e-5  # zero-mean group
+
+
+def test_pass_at_k_agrees_with_pkpo_and_with_grpo_at_k_1():
+    rewards = torch.tensor([[1.0, 0.0, 1.0, 0.0, 0.0, 0.0]])
+    n, c, k = 6, 2, 3
+    # PKPO (arXiv 2505.15201) binary transform: k/n for a success, k/n * rho(n-1, c, k-1) for a failure
+    rho = 1 - math.comb(n - 1 - c, k - 1) / math.comb(n - 1, k - 1)
+    gap = k / n * (1 - rho)
+    adv = pass_at_k_advantages(rewards, k=k)
+    mean = 1 - math.comb(n - c, k) / math.comb(n, k)
+    assert math.isclose(float(adv[0, 0] - adv[0, 1]), gap * n / (k * math.sqrt(mean * (1 - mean))), rel_tol=1e-5)
+    # k = 1: GRPO on the success indicator with the population std
+    p = c / n
+    grpo = torch.tensor([[(r - p) / math.sqrt(p * (1 - p)) for r in (1, 0, 1, 0, 0, 0)]])
+    assert torch.allclose(pass_at_k_advantages(rewards, k=1), grpo, atol=1e-6)
+
+
+def test_pass_at_k_threshold_nan_and_unlearnable_groups():
+    rewards = torch.tensor([[0.9, 0.2, NAN, 0.95], [1.0, 1.0, 1.0, 1.0], [0.0, 0.1, 0.2, 0.3], [0.9, NAN, NAN, 0.1]])
+    adv = pass_at_k_advantages(rewards, k=2, threshold=0.9)
+    # group 0: n = 3 scored, c = 2: R = 1 - 0 = 1 (every pair holds a success), so no signal at k = 2
+    assert torch.equal(adv[:3], torch.zeros(3, 4))
+    assert torch.equal(adv[3], torch.zeros(4))  # n = 2, c = 1: R = 1 again
+    adv = pass_at_k_advantages(rewards, k=1, threshold=0.9)
+    assert adv[0, 2] == 0 and adv[0, 0] > 0 > adv[0, 1]
+
+
+def test_pass_at_k_params_are_checked():
+    with pytest.raises(ConfigError) as err:
+        PassAtKAdvantage(PassAtKAdvantage.Params(k=0))
+    assert err.value.where == "advantage.params.k"
+    with pytest.warns(UserWarning, match="num_generations >= 8"):
+        adv = PassAtKAdvantage(PassAtKAdvantage.Params(k=8)).advantages(example_reward_batch(group=6))
+    assert torch.equal(adv, torch.zeros(4, 6))
+
+
+# --- opo ----------------------------------------------------------------------------------------
+
+
+def test_opo_length_weighted_baseline_matches_hand_computation():
+    # OPO (arXiv 2505.23585, §3.2): b = sum(l r) / sum(l); A = r - b, no std
+    rewards = torch.tensor([[1.0, 0.0, 0.0], [0.2, NAN, 0.8]])
+    lengths = torch.tensor([[10.0, 20.0, 30.0], [30.0, 99.0, 10.0]])
+    b0 = 10 / 60
+    b1 = (30 * 0.2 + 10 * 0.8) / 40  # the unscored completion's length does not count
+    expected = torch.tensor([[1 - b0, -b0, -b0], [0.2 - b1, 0.0, 0.8 - b1]])
+    assert torch.allclose(opo_advantages(rewards, lengths), expected, atol=1e-6)
+    # equal lengths: plain group centring
+    assert torch.allclose(opo_advantages(rewards), group_normalized_advantages(rewards, "none"), atol=1e-6)
+
+
+def test_opo_reads_lengths_from_the_batch_and_zeroes_degenerate_groups():
+    batch = example_reward_batch()
+    lengths = torch.arange(1, batch.shape[0] * batch.shape[1] + 1, dtype=torch.float32).view(batch.shape[:2])
+    with_lengths = dataclasses.replace(batch, extras={"completion_lengths": lengths})
+    est = OptimalBaselineAdvantage()
+    assert torch.allclose(est.advantages(with_lengths), opo_advantages(batch.rewards, lengths))
+    assert not torch.allclose(est.advantages(with_lengths), est.advantages(batch))
+    rewards = torch.tensor([[0.4, 0.4], [NAN, 0.4]])
+    assert torch.equal(opo_advantages(rewards, torch.tensor([[3.0, 9.0], [1.0, 1.0]])), torch.zeros(2, 2))
+
+
+def test_opo_yaml_has_no_params():
+    node = yaml.safe_load((CONF / "opo.yaml").read_text())
+    assert node == {"name": "opo", "params": {}}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["reinforce_pp", "pass_at_k", "opo"])
+def test_new_estimators_train_by_config_alone(name, tmp_path, monkeypatch):
+    import csv
+
+    monkeypatch.setenv("RLKIT_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    monkeypatch.chdir(tmp_path)
+    # the tiny policy rarely scores 1.0: pass@2 at a reachable threshold so groups have successes and failures
+    extra = ["advantage.params.k=2", "advantage.params.threshold=0.3"] if name == "pass_at_k" else []
+    assert main(["fit", "model=tiny_random", "logger=csv", "trainer.max_steps=2", "batch_size=4",
+                 "num_generations=4", f"advantage={name}", *extra, f"hydra.run.dir={tmp_path / 'run'}"]) == 0
+    (path,) = (tmp_path / "run").glob("csv/version_0/metrics.csv")
+    rows = [r for r in csv.DictReader(path.open()) if r.get("reward/mean")]
+    assert len(rows) == 2 and all(math.isfinite(float(r["loss"])) for r in rows)
+    assert any(float(r["advantages/std"]) > 0 for r in rows), "some group carried a signal"

@@ -129,6 +129,19 @@ def length_check(unit: str, lo: float, hi: float) -> BatchCheck:
     return run
 
 
+def overlong_check(unit: str, max_len: int, cache: int) -> BatchCheck:
+    """DAPO's soft overlong punishment (arXiv 2503.14476, eq. 13; TRL's ``get_soft_overlong_punishment``) plus 1:
+    1.0 up to ``max_len - cache``, falling linearly to 0.0 at ``max_len`` and beyond. In a dimension of range
+    [-1, 0] the score is DAPO's penalty itself: 0, then ``(max_len - cache - size) / cache``, then -1."""
+    def run(batch: Batch) -> np.ndarray:
+        if unit == "tokens":
+            size = np.asarray(batch.tokens, dtype=np.float64).reshape(batch.size)
+        else:
+            size = batch.chars if unit == "chars" else batch.words
+        return np.clip(1.0 + (max_len - cache - size) / cache, 0.0, 1.0)
+    return run
+
+
 def repetition(words: list[str], n: int) -> float:
     """1 - unique / total word n-grams; 0 when there are fewer than n words."""
     total = len(words) - n + 1
