@@ -21,7 +21,9 @@ commands:
   plugins     list every registered plugin by kind, with the distribution that provides it
   validate    compose the config and check every part (plugins, params, rubric, data, model path)
   score       score prompt/completion records (data.path=...) with the configured judge
-  calibrate   agreement of the configured judge with human labels (calibrate.labels=...), per dimension
+  calibrate   agreement of the configured judge with human labels (calibrate.labels=...), per dimension and step
+              window; `rlkit calibrate sample <run dir> n=300`: a stratified set of a run's samples to label
+  label       label a labelling file in the terminal: `rlkit label <run dir>/labelling/step_0000050.jsonl`
   eval        golden-set evaluation of a checkpoint (eval.checkpoint=..., eval.prompts=...), per dimension
   fit         train the policy with the configured judge, aggregator and estimator (-m for sweeps)
   sft         supervised warm start on the records' demonstrations (rlkit fit objective=sft)
@@ -29,12 +31,27 @@ commands:
   train-grm   train a generative reward model on preference pairs or rankings (grm.data.train=...)
   serve       serve the configured judge as an HTTP reward API (serve.port=..., Ctrl-C stops it)
   data        data tools: pairs (rankings -> preference pairs), prepare (PII, de-dup, mix); `rlkit data` for help
-  rubric      rubric versions: `rlkit rubric diff old.yaml new.yaml`, `rlkit rubric hash rubric.yaml`
+  rubric      rubric versions: `rlkit rubric diff old.yaml new.yaml`, `rlkit rubric hash rubric.yaml`;
+              per-prompt rubrics from references: `rlkit rubric generate data.path=... judge=llm generate.output=DIR`
   new         scaffold a plugin package: `rlkit new plugin NAME --kind judge` (rlkit new for help)
 
 Overrides are Hydra's: judge=rule rubric.path=/abs/rubric.yaml data.path=/abs/records.jsonl
 Set --debug or HYDRA_FULL_ERROR=1 to see tracebacks."""
 
+
+
+def cmd_label(args: Sequence[str]) -> int:
+    from rlkit.commands.label import cmd_label as label
+
+    return label(args)
+
+
+def cmd_rubric_tools(args: Sequence[str]) -> int:
+    if args and args[0] == "generate":
+        from rlkit.commands.rubric_generate import cmd_rubric_generate
+
+        return cmd_rubric_generate(args[1:])
+    return cmd_rubric(args)
 
 
 def cmd_new(args: Sequence[str]) -> int:
@@ -45,8 +62,8 @@ def cmd_new(args: Sequence[str]) -> int:
 
 COMMANDS = {"plugins": cmd_plugins, "validate": cmd_validate, "score": cmd_score, "calibrate": cmd_calibrate,
             "fit": cmd_fit, "sft": cmd_sft, "data": cmd_data, "serve": cmd_serve, "train-grm": cmd_train_grm,
-            "eval": cmd_eval, "report": cmd_report,
-            "rubric": cmd_rubric, "new": cmd_new}
+            "eval": cmd_eval, "report": cmd_report, "label": cmd_label,
+            "rubric": cmd_rubric_tools, "new": cmd_new}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -70,7 +70,9 @@ RUBRIC_USAGE = """rlkit rubric <tool> ...
 tools:
   diff OLD.yaml NEW.yaml   dimensions added, removed and changed (each field, anchors level by level), versions
                            and content hashes, and what the changelog still needs
-  hash RUBRIC.yaml         the content hash to store as `hash:` in the changelog entry for the rubric's version"""
+  hash RUBRIC.yaml         the content hash to store as `hash:` in the changelog entry for the rubric's version
+  generate data.path=... judge=llm generate.output=DIR
+                           per-prompt rubrics (7-20 criteria) from reference answers, via the judge's backend"""
 
 
 def cmd_rubric(args: Sequence[str]) -> int:

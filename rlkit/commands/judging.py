@@ -47,6 +47,12 @@ def cmd_score(overrides: Sequence[str]) -> int:
                       str(row["scored"]), str(row["unscored"]))
     console = rich_console()
     console.print(table)
+    from rlkit.evaluation.redundancy import REDUNDANT_RHO, redundant_pairs
+
+    for pair in redundant_pairs(result.raw_scores, result.dimension_names):
+        console.print(f"redundant: {pair.first} and {pair.second} rank completions alike (Spearman ρ {pair.rho:.3f} "
+                      f"over {pair.n}, |ρ| >= {REDUNDANT_RHO:g}): one measures what the other does; merge them or "
+                      "make them distinct (the rubric's dimensions should not overlap)", markup=False)
     if sharded is not None:
         resumed = f" ({sharded.shards_skipped} of {sharded.shards} shards from an earlier run in " \
                   f"{shards_dir(Path(options.output))})" if sharded.shards_skipped else ""
@@ -55,15 +61,24 @@ def cmd_score(overrides: Sequence[str]) -> int:
 
 
 def cmd_calibrate(overrides: Sequence[str]) -> int:
+    if overrides and overrides[0] == "sample":
+        from rlkit.commands.calibration_sample import cmd_calibrate_sample
+
+        return cmd_calibrate_sample(overrides[1:])
     from dataclasses import replace
 
     from rlkit.evaluation.calibration import (
+        DEFAULT_OUTPUT,
         calibrate,
+        calibrate_by_window,
         calibrate_options,
         judge_records,
         log_calibration,
-        read_labels,
+        log_windows,
+        read_all_labels,
+        run_dir_of,
         write_report,
+        write_windows,
     )
     from rlkit.evaluation.scoring import score_records
     from rlkit.runs.loggers import finish_logger, logger_name, make_logger
@@ -79,8 +94,12 @@ def cmd_calibrate(overrides: Sequence[str]) -> int:
                           "dimensions one by one; calibrate needs a judge that does (rule, llm, hybrid, ensemble)",
                           "judge")
     options = calibrate_options(cfg)
+    run_dir = run_dir_of(options.labels)
+    if run_dir is not None and str(options.output) == DEFAULT_OUTPUT:
+        # labels of a run's own completions: the numbers belong with the run, and in its report
+        options = replace(options, output=run_dir / "calibration")
     check_writable(options.output, "calibrate.output", folder=True)
-    labelled = read_labels(options.labels, rubric)
+    labelled = read_all_labels(options.labels, rubric)
     judge = validated.plugin_names["judge"]
     scored = score_records(replace(validated, records=judge_records(labelled)),
                            batch_size=int(cfg.score.batch_size))
@@ -98,16 +117,37 @@ def cmd_calibrate(overrides: Sequence[str]) -> int:
     if report.flagged:
         console.print(f"flagged (κ or ρ below {report.threshold:g}, or undefined): {', '.join(report.flagged)} "
                       "— its anchors need rewriting")
-    paths = write_report(report, options.output)
-    console.print(f"wrote {paths[0]} and {len(paths) - 1} confusion-matrix PNGs")
+    windows = calibrate_by_window(labelled, scored.raw_scores, rubric, options.threshold)
+    if len(windows) > 1 or (windows and run_dir is not None):
+        _print_windows(console, windows)
+    paths = write_report(report, options.output, windows)
+    console.print(f"wrote {paths[0]} and {len(paths) - 1} confusion-matrix PNGs", markup=False)
+    if windows:
+        console.print(f"wrote {write_windows(windows, report, options.output)}", markup=False)
+    if run_dir is not None:
+        from rlkit.runs.report import build_report
+
+        console.print(f"run report with judge-human agreement by step window: {build_report(run_dir)}", markup=False)
     logger = make_logger(cfg, options.output, job_type="calibrate")
     if logger:
         try:
             log_calibration(report, logger, paths[1:])
+            if windows:
+                log_windows(windows, logger)
         finally:
             finish_logger(logger)
         console.print(f"logged the numbers to {logger_name(cfg)} under {options.output}")
     return 0
+
+
+def _print_windows(console, windows) -> None:
+    table = Table(title="judge vs human labels by step window (first step of each)")
+    for column in ("window", "dimension", "n", "κ", "ρ", "bias"):
+        table.add_column(column, justify="left" if column == "dimension" else "right")
+    for w in windows:
+        for row in w.report.rows:
+            table.add_row(str(w.window), row.name, str(row.n), fmt(row.kappa), fmt(row.spearman), fmt(row.bias))
+    console.print(table)
 
 
 def cmd_eval(overrides: Sequence[str]) -> int:

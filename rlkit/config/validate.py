@@ -405,6 +405,9 @@ def validate_config(cfg: DictConfig, registry: Registry, *, read_data: bool = Tr
             # the judge checks the rubric it is asked with; every later part, what the scores follow
             check(rubric if kind.key == "judge" else result.reward_rubric)
         if kind.key == "judge":
+            if rubric.per_record and not getattr(plugin, "scores_per_record", False):
+                raise ConfigError(f"rubric {rubric.name} is per_record (each record scored against its own rubric); "
+                                  f"judge={entry.name} does not score that way: use judge=rule or judge=llm", "judge")
             derive = getattr(plugin, "scored_rubric", None)
             result.reward_rubric = derive(rubric) if callable(derive) else rubric
         result.plugins[kind.key] = plugin

@@ -17,6 +17,14 @@ from rlkit.core.errors import RlkitError, RubricError
 
 MAX_DIMENSIONS_BEFORE_WARNING = 7
 
+# Per-prompt rubrics (Rubrics as Rewards, Gunjal et al. 2025, arXiv:2507.17746): each criterion is a yes/no check
+# tagged with how much it matters. A pitfall describes a mistake; when the response makes it, its weight is subtracted.
+# The categories are RaR's; these weights are the ones rlkit's issue 24 attributes to RaR (not yet checked against
+# the paper's text: verify before quoting them as the paper's).
+CriterionCategory = Literal["essential", "important", "optional", "pitfall"]
+CATEGORY_WEIGHTS: dict[str, float] = {"essential": 1.0, "important": 0.7, "optional": 0.3, "pitfall": 0.8}
+MIN_CRITERIA, MAX_CRITERIA = 7, 20
+
 
 class RubricWarning(UserWarning):
     """A rubric that is valid but probably unwise (e.g. too many dimensions to judge reliably)."""
@@ -79,6 +87,8 @@ class Dimension(_Strict):
     gate: float | None = None
     condition: Condition | None = None
     checks: list[dict[str, Any]] | None = None
+    # set on the criteria of a per-prompt rubric (``rlkit rubric generate``); left out of the hash when unset
+    category: CriterionCategory | None = None
 
     @field_validator("weight")
     @classmethod
@@ -103,6 +113,8 @@ class Dimension(_Strict):
             raise ValueError(f"anchors for levels {sorted(outside)} lie outside range [{lo:g}, {hi:g}]")
         if self.gate is not None and not lo <= self.gate <= hi:
             raise ValueError(f"gate {self.gate:g} lies outside range [{lo:g}, {hi:g}]")
+        if self.category is not None and self.type != "binary":
+            raise ValueError(f"a criterion ({self.category}) is a yes/no check: type must be binary")
         return self
 
     @property
@@ -127,6 +139,9 @@ class Rubric(_Strict):
     # judge name -> its prompt template (a shipped name such as judge/rubric_scores.jinja, or a path
     # relative to this file): the template is part of the rubric, so its text enters the content hash.
     templates: dict[str, str] = Field(default_factory=dict)
+    # a frame rubric: each record is scored against its own per-prompt rubric (its ``rubric`` field), and these
+    # dimensions summarise that record's criteria (``rubric=per_record``)
+    per_record: bool = False
     source: str | None = Field(default=None, exclude=True)
 
     _version_as_text = field_validator("version", mode="before")(_as_text)
@@ -140,6 +155,13 @@ class Rubric(_Strict):
             raise ValueError(f"duplicate dimension names: {', '.join(dupes)}")
         if all(d.weight == 0 for d in self.dimensions):
             raise ValueError("all dimension weights are 0; at least one must be positive")
+        tagged = [d.category is not None for d in self.dimensions]
+        if any(tagged) and not all(tagged):
+            raise ValueError("either every dimension is a criterion with a category (a per-prompt rubric) or none is")
+        if all(tagged) and all(d.category == "pitfall" for d in self.dimensions):
+            raise ValueError("a per-prompt rubric needs at least one criterion that is not a pitfall")
+        if self.per_record and any(tagged):
+            raise ValueError("per_record marks a frame rubric: its dimensions summarise criteria, they are none")
         for d in self.dimensions:
             if d.condition is not None:
                 if d.condition.dimension not in names:
@@ -184,6 +206,12 @@ class Rubric(_Strict):
         """The content that defines the rubric; the changelog describes it and is left out. Templates count
         by their text, so editing one changes the hash as editing an anchor would."""
         data = self.model_dump(mode="json", exclude={"changelog", "source", "templates"})
+        # fields added later count only when set, so every rubric written before them keeps its hash
+        if not data.get("per_record"):
+            data.pop("per_record", None)
+        for dim in data["dimensions"]:
+            if dim.get("category") is None:
+                dim.pop("category", None)
         if self.templates:
             data["templates"] = {judge: hashlib.sha256(path.read_bytes()).hexdigest()
                                  for judge in sorted(self.templates) if (path := self.template_path(judge))}
@@ -198,6 +226,11 @@ class Rubric(_Strict):
     @property
     def short_hash(self) -> str:
         return self.content_hash[:12]
+
+    @property
+    def is_criteria_rubric(self) -> bool:
+        """A per-prompt rubric: every dimension is a criterion tagged with a category."""
+        return all(d.category is not None for d in self.dimensions)
 
     def identity(self) -> dict[str, str]:
         """What travels with every run and checkpoint."""
@@ -249,7 +282,12 @@ def rubric_from_dict(data: Any, source: str = "<rubric>", *, verify_changelog: b
         rubric.template_path(judge)  # a missing template fails here, naming the rubric file and field
     if verify_changelog:  # off only for tools that inspect a stale changelog (`rlkit rubric hash/diff`)
         check_changelog(rubric, source)
-    if len(rubric.dimensions) > MAX_DIMENSIONS_BEFORE_WARNING:
+    criteria = rubric.is_criteria_rubric
+    if criteria and not MIN_CRITERIA <= len(rubric.dimensions) <= MAX_CRITERIA:
+        raise RubricError(f"a per-prompt rubric has {MIN_CRITERIA}–{MAX_CRITERIA} criteria, got "
+                          f"{len(rubric.dimensions)}", f"{source}: dimensions")
+    # criteria are single yes/no checks, not the judgement calls the warning is about
+    if not criteria and len(rubric.dimensions) > MAX_DIMENSIONS_BEFORE_WARNING:
         warnings.warn(
             f"{source}: {len(rubric.dimensions)} dimensions; judges agree less as dimensions grow, "
             f"consider at most {MAX_DIMENSIONS_BEFORE_WARNING}",

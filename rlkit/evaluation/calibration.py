@@ -38,6 +38,7 @@ from rlkit.data.records import MAX_REPORTED_LINES, read_jsonl
 
 DEFAULT_THRESHOLD = CalibrateConfig.model_fields["threshold"].default
 DEFAULT_LABELS = CalibrateConfig.model_fields["labels"].default
+DEFAULT_OUTPUT = CalibrateConfig.model_fields["output"].default
 REPORT_NAME = "calibration.md"
 
 
@@ -175,7 +176,7 @@ def _record_problem(record: dict[str, Any], dims: dict[str, Dimension], rubric: 
     return None
 
 
-def _line_numbers(path: Path) -> list[int]:
+def line_numbers(path: Path) -> list[int]:
     """Line numbers of the non-blank lines, i.e. of the records ``read_jsonl`` returned, in order."""
     numbers = []
     with path.open("rb") as fh:
@@ -196,7 +197,7 @@ def read_labels(path: str | Path, rubric: Rubric) -> list[dict[str, Any]]:
     records = read_jsonl(path, need_completions=True)
     dims = {d.name: d for d in rubric.dimensions}
     problems = []
-    for line_no, record in zip(_line_numbers(path), records, strict=True):
+    for line_no, record in zip(line_numbers(path), records, strict=True):
         problem = _record_problem(record, dims, rubric)
         if problem:
             problems.append((line_no, problem))
@@ -445,8 +446,10 @@ def render_markdown(report: CalibrationReport, png_names: Sequence[str] | None =
     return "\n".join(lines) + "\n"
 
 
-def write_report(report: CalibrationReport, out_dir: str | Path) -> list[Path]:
-    """Write ``calibration.md`` and one confusion-matrix PNG per dimension, each atomically; return the paths."""
+def write_report(report: CalibrationReport, out_dir: str | Path,
+                 windows: Sequence[WindowAgreement] = ()) -> list[Path]:
+    """Write ``calibration.md`` (with the step-window section when there are windows) and one confusion-matrix PNG
+    per dimension, each atomically; return the paths."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     names = _png_names(report.rows)
@@ -456,6 +459,134 @@ def write_report(report: CalibrationReport, out_dir: str | Path) -> list[Path]:
         _atomic_write(path, lambda fh, row=row: _plot_confusion(row, fh))
         written.append(path)
     md = out / REPORT_NAME
-    text = render_markdown(report, names)
+    text = render_markdown(report, names) + (render_windows_markdown(windows) if windows else "")
     _atomic_write(md, lambda fh: fh.write(text.encode("utf-8")))
     return [md, *written]
+
+
+# --- agreement by step window (labels of a run's own completions) --------------------------------------------------
+
+WINDOWS_NAME = "windows.json"
+
+
+@dataclass
+class WindowAgreement:
+    """Agreement over the labelled lines of one step window (``window``: its first step)."""
+
+    window: int
+    report: CalibrationReport
+
+
+def window_of(record: dict[str, Any]) -> int | None:
+    """The step window a labelled line belongs to: its ``window``, else its ``step``; None when it has neither."""
+    for key in ("window", "step"):
+        value = record.get(key)
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    return None
+
+
+def calibrate_by_window(labels_records: Sequence[dict[str, Any]], judge_scores: Any, rubric: Rubric,
+                        threshold: float = DEFAULT_THRESHOLD) -> list[WindowAgreement]:
+    """κ, ρ and bias per dimension within each step window, in step order; [] when no line names a step.
+
+    The trend is the collusion signal: judge–human agreement on the policy's own outputs falling as training goes
+    on, while the judge's agreement with itself (``judge_stability``) stays put."""
+    scores = np.asarray(judge_scores.detach().cpu().numpy() if hasattr(judge_scores, "detach") else judge_scores,
+                        dtype=float)
+    groups: dict[int, list[int]] = {}
+    for i, record in enumerate(labels_records):
+        window = window_of(record)
+        if window is not None:
+            groups.setdefault(window, []).append(i)
+    return [WindowAgreement(window, calibrate([labels_records[i] for i in rows], scores[rows], rubric, threshold,
+                                              judge=None))
+            for window, rows in sorted(groups.items())]
+
+
+def windows_payload(windows: Sequence[WindowAgreement], report: CalibrationReport) -> dict[str, Any]:
+    """The JSON of ``windows.json`` (NaN as null), read by the run report."""
+    def number(x: float) -> float | None:
+        return None if math.isnan(x) else round(float(x), 6)
+
+    return {"judge": report.judge, "rubric": report.rubric, "threshold": report.threshold,
+            "windows": [{"window": w.window, "lines": w.report.total, "dimensions": [
+                {"name": row.name, "n": row.n, "kappa": number(row.kappa), "spearman": number(row.spearman),
+                 "bias": number(row.bias), "flagged": row.flagged} for row in w.report.rows]} for w in windows]}
+
+
+def render_windows_markdown(windows: Sequence[WindowAgreement]) -> str:
+    """The section of ``calibration.md`` with one row per step window and dimension."""
+    lines = ["", "## Agreement by step window", "",
+             "Each window holds the completions labelled from those training steps (the `label_sample` monitor's "
+             "measurement step, or a step bin of `rlkit calibrate sample`). Agreement falling from window to window "
+             "while the judge is unchanged is the sign of a policy that pleases the judge, not the humans.", "",
+             "| window (first step) | dimension | n | κ | ρ | bias | flagged |", "|--:|---|--:|--:|--:|--:|---|"]
+    for w in windows:
+        for row in w.report.rows:
+            lines.append(f"| {w.window} | {_md(row.name)} | {row.n} | {_num(row.kappa)} | {_num(row.spearman)} | "
+                         f"{_num(row.bias)} | {'**yes**' if row.flagged else 'no'} |")
+    return "\n".join(lines) + "\n"
+
+
+def write_windows(windows: Sequence[WindowAgreement], report: CalibrationReport, out_dir: str | Path) -> Path:
+    """``windows.json`` in the output folder (atomic); the run report reads it."""
+    path = Path(out_dir) / WINDOWS_NAME
+    text = json.dumps(windows_payload(windows, report), indent=2, ensure_ascii=False) + "\n"
+    _atomic_write(path, lambda fh: fh.write(text.encode("utf-8")))
+    return path
+
+
+def log_windows(windows: Sequence[WindowAgreement], logger: Any) -> None:
+    """Each window's numbers at its first step (``calibration/window/<dim>/kappa``, ...), so a logger plots them
+    against training steps; and the table ``calibration/windows`` to W&B."""
+    from rlkit.runs.loggers import is_wandb
+
+    rows = []
+    for w in windows:
+        metrics = {}
+        for row in w.report.rows:
+            metrics.update({f"calibration/window/{row.name}/kappa": row.kappa,
+                            f"calibration/window/{row.name}/spearman": row.spearman,
+                            f"calibration/window/{row.name}/n": float(row.n)})
+            rows.append([w.window, row.name, row.n, None if math.isnan(row.kappa) else row.kappa,
+                         None if math.isnan(row.spearman) else row.spearman])
+        logger.log_metrics(metrics, step=w.window)
+    if is_wandb(logger):
+        import wandb
+
+        logger.log_metrics({"calibration/windows": wandb.Table(
+            columns=["window", "dimension", "n", "kappa", "spearman"], data=rows)})
+
+
+def labels_files(path: Path) -> list[Path]:
+    """The labels file, or every ``*.jsonl`` of a folder (a run's ``labelling/``) in name order."""
+    if path.is_dir():
+        files = sorted(p for p in path.glob("*.jsonl") if not p.name.startswith("."))
+        if not files:
+            raise DataError("no *.jsonl labelling files in this folder", str(path))
+        return files
+    return [path]
+
+
+def read_all_labels(path: Path, rubric: Rubric) -> list[dict[str, Any]]:
+    """Every labelled line of a file or folder; lines of a labelling file left wholly unlabelled are dropped
+    (the judge would be asked for nothing)."""
+    records: list[dict[str, Any]] = []
+    for file in labels_files(path):
+        lines = read_labels(file, rubric)
+        records += [r for r in lines
+                    if "dimensions" not in r or any(v is not None for v in (r.get("labels") or {}).values())]
+    if not records:
+        raise DataError("no line has a label yet: label them first (`rlkit label <file>`)", str(path))
+    return records
+
+
+def run_dir_of(labels: Path) -> Path | None:
+    """The run directory whose ``labelling/`` folder (or a file in it) ``labels`` is, else None."""
+    from rlkit.runs.history import METRICS_FILE
+
+    folder = labels if labels.is_dir() else labels.parent
+    if folder.name == "labelling" and (folder.parent / METRICS_FILE).is_file():
+        return folder.parent
+    return None

@@ -21,6 +21,8 @@ REPORT_DIR = "report"
 REPORT_NAME = "report.md"
 ALERTS_FILE = "alerts.jsonl"     # written by the monitor host (rlkit.train.monitoring); may be absent
 MONITORS_FILE = "monitors.json"  # likewise
+# written by `rlkit calibrate` on labels of this run's own completions (rlkit.evaluation.calibration); may be absent
+AGREEMENT_FILE = "calibration/windows.json"
 MAX_SUMMARY_CHARS = 400
 
 History = list[tuple[int, dict[str, float]]]
@@ -105,6 +107,46 @@ def probe_history(summaries: dict[str, Any]) -> tuple[list[str], list[dict[str, 
                 isinstance(m, dict) and isinstance(m.get("scores"), list) and "step" in m for m in measured):
             return [str(p) for p in prompts], measured
     return None
+
+
+def read_agreement(path: Path) -> dict[str, Any] | None:
+    """Judge–human agreement by step window (``rlkit calibrate`` on this run's labelling files), or None."""
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise DataError(f"invalid JSON ({exc.msg} at line {exc.lineno})", str(path)) from None
+    if not isinstance(data, dict) or not isinstance(data.get("windows"), list):
+        raise DataError('expected {"windows": [{"window", "dimensions": [...]}, ...]}', str(path))
+    return data
+
+
+def agreement_table(agreement: dict[str, Any] | None) -> tuple[list[str], list[list[Any]]]:
+    columns = ["window (first step)", "dimension", "n", "kappa", "spearman", "bias"]
+    rows = [[w.get("window"), d.get("name"), d.get("n"), d.get("kappa"), d.get("spearman"), d.get("bias")]
+            for w in (agreement or {}).get("windows", []) for d in w.get("dimensions", [])]
+    return columns, rows
+
+
+def plot_agreement(agreement: dict[str, Any]) -> bytes | None:
+    by_dim: dict[str, list[tuple[int, float]]] = {}
+    for window in agreement["windows"]:
+        for dim in window.get("dimensions", []):
+            if dim.get("kappa") is not None:
+                by_dim.setdefault(dim["name"], []).append((window["window"], dim["kappa"]))
+    if not by_dim:
+        return None
+    fig, axes = _figure()
+    ax = axes[0, 0]
+    for name, points in by_dim.items():
+        ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=name)
+    ax.axhline(agreement.get("threshold", 0.6), color="grey", linestyle="--", linewidth=0.8)
+    ax.set_xlabel("step")
+    ax.set_ylabel("quadratic-weighted κ")
+    ax.set_title("judge–human agreement on the run's own completions", fontsize=10)
+    ax.legend(fontsize=7)
+    return _png(fig)
 
 
 # --- plots -----------------------------------------------------------------------------------------
@@ -208,7 +250,8 @@ def plot_probes(probes: tuple[list[str], list[dict[str, Any]]]) -> bytes | None:
     return _png(fig)
 
 
-def plots(history: History, dims: list[str], summaries: dict[str, Any]) -> dict[str, Callable[[], bytes | None]]:
+def plots(history: History, dims: list[str], summaries: dict[str, Any],
+          agreement: dict[str, Any] | None = None) -> dict[str, Callable[[], bytes | None]]:
     """File stem → a function drawing that PNG (None when the run logged nothing for it)."""
     golden = prefixed_keys(history, "eval/")
     probes = probe_history(summaries)
@@ -226,6 +269,7 @@ def plots(history: History, dims: list[str], summaries: dict[str, Any]) -> dict[
         "golden": lambda: _lines(history, [(k, k[len("eval/"):]) for k in golden], "golden-set evaluation",
                                  "mean") if golden else None,
         "probes": lambda: plot_probes(probes) if probes else None,
+        "judge_human_agreement": lambda: plot_agreement(agreement) if agreement else None,
     }
 
 
@@ -273,7 +317,7 @@ def alerts_table(alerts: list[dict[str, Any]]) -> tuple[list[str], list[list[Any
 
 
 def render_markdown(run_dir: Path, history: History, dims: list[str], alerts: list[dict[str, Any]],
-                    summaries: dict[str, Any], pngs: dict[str, str]) -> str:
+                    summaries: dict[str, Any], pngs: dict[str, str], agreement: dict[str, Any] | None = None) -> str:
     steps = series(history, "reward/mean")[0] or [s for s, _ in history]  # training steps, not eval-only lines
     lines = [f"# Run report: `{_md(run_dir.name)}`", "",
              f"{len(steps)} training steps logged ({steps[0]}–{steps[-1]}), from `{METRICS_FILE}`; "
@@ -301,6 +345,14 @@ def render_markdown(run_dir: Path, history: History, dims: list[str], alerts: li
             if len(text) > MAX_SUMMARY_CHARS:
                 text = text[:MAX_SUMMARY_CHARS] + " …"
             lines.append(f"- **{_md(key)}**: `{text.replace('`', chr(39))}`")
+    if agreement:
+        lines += ["", "## Judge–human agreement by step window", "",
+                  f"`rlkit calibrate` on human labels of this run's own completions (judge `{agreement.get('judge')}`,"
+                  f" `{AGREEMENT_FILE}`). Agreement falling over training while the judge is unchanged means the "
+                  "policy pleases the judge, not the humans.", ""]
+        columns, rows = agreement_table(agreement)
+        lines += ["| " + " | ".join(columns) + " |", "|--:|---|--:|--:|--:|--:|"]
+        lines += [f"| {r[0]} | {_md(r[1])} | {r[2]} | {_num(r[3])} | {_num(r[4])} | {_num(r[5])} |" for r in rows]
     lines += ["", "## Plots", ""]
     for stem, name in pngs.items():
         lines += [f"### {stem.replace('_', ' ')}", "", f"![{stem}]({name})", ""]
@@ -333,12 +385,13 @@ def write_report(run_dir: str | Path) -> RunReport:
     history = read_history(run_dir / METRICS_FILE)
     alerts = read_alerts(run_dir / ALERTS_FILE)
     summaries = read_monitor_summaries(run_dir / MONITORS_FILE)
+    agreement = read_agreement(run_dir / AGREEMENT_FILE)
     dims = dimensions_of(history)
     out = run_dir / REPORT_DIR
     out.mkdir(parents=True, exist_ok=True)
     report = RunReport(markdown=out / REPORT_NAME)
     pngs: dict[str, str] = {}
-    for stem, draw in plots(history, dims, summaries).items():
+    for stem, draw in plots(history, dims, summaries, agreement).items():
         data = draw()
         if data is None:
             continue
@@ -348,7 +401,9 @@ def write_report(run_dir: str | Path) -> RunReport:
         report.images[f"report/{stem}"] = path
     report.tables["report/dimensions"] = dimension_table(history, dims)
     report.tables["report/alerts"] = alerts_table(alerts)
-    atomic_write_text(report.markdown, render_markdown(run_dir, history, dims, alerts, summaries, pngs))
+    if agreement:
+        report.tables["report/judge_human_agreement"] = agreement_table(agreement)
+    atomic_write_text(report.markdown, render_markdown(run_dir, history, dims, alerts, summaries, pngs, agreement))
     return report
 
 

@@ -1,7 +1,7 @@
 """The monitor contract suite: finite metrics, well-formed alerts, a JSON summary, determinism, resumable state.
 
 The suite's views follow rlkit's default task (the shipped arithmetic rubric and its rule judge), so monitors
-that read labelled files for that task (``judge_drift``) run on them unchanged; override ``monitor_views`` for
+that read labelled files for that task (``judge_stability``) run on them unchanged; override ``monitor_views`` for
 a monitor that needs another rubric.
 """
 

@@ -48,6 +48,9 @@ CASES = [
     ("train-grm", lambda p: ["train-grm", f"ckpt_path={p['missing']}.ckpt", f"hydra.run.dir={p['run']}"],
      "ckpt_path: no such file"),
     ("new", lambda p: ["new", "plugin", "short", "--kind", "judge", "--dir", f"{p['afile']}/pkg"], "--dir: cannot"),
+    ("label", lambda p: ["label", f"{p['missing']}.jsonl"], "no such labelling file"),
+    ("calibrate", lambda p: ["calibrate", "sample", str(p["missing"])], "no such run directory"),
+    ("rubric", lambda p: ["rubric", "generate", f"data.path={p['missing']}.jsonl"], "no such data file"),
 ]
 
 

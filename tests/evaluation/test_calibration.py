@@ -312,7 +312,8 @@ def test_cli_calibrate_logs_the_report_to_wandb_offline(tmp_path, capsys, monkey
     monkeypatch.setenv("WANDB_SILENT", "true")
     reports = []
     write = rlkit.evaluation.calibration.write_report
-    monkeypatch.setattr(rlkit.evaluation.calibration, "write_report", lambda r, out: reports.append(r) or write(r, out))
+    monkeypatch.setattr(rlkit.evaluation.calibration, "write_report",
+                        lambda r, out, *windows: reports.append(r) or write(r, out, *windows))
     out = tmp_path / "cal"
     assert main(["calibrate", f"calibrate.output={out}"]) == 0  # logger: wandb is the default
     assert "logged the numbers to wandb" in capsys.readouterr().out

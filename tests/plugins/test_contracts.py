@@ -236,8 +236,9 @@ def test_contract_catches_a_generator_that_never_syncs_and_a_misaligned_mask():
 class TestMonitors(MonitorContract):
     @pytest.fixture(params=_REGISTRY.names("monitor"))
     def monitor(self, request):
-        # every measurement due on the suite's steps (judge_drift and probes default to rarer cadences)
-        every = {"judge_drift": {"every": 2}, "probes": {"every": 2}}.get(request.param, {})
+        # every measurement due on the suite's steps (these default to rarer cadences)
+        every = {name: {"every": 2} for name in ("judge_drift", "judge_stability", "label_sample", "probes")}.get(
+            request.param, {})
         return _build_with("monitor", request.param, every)
 
 

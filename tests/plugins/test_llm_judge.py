@@ -164,8 +164,10 @@ def test_ensemble_logs_agreement_per_dimension(cache_env):
 @pytest.mark.parametrize("overrides", [["judge=hybrid"], ["judge=ensemble", "aggregator=lexicographic"]])
 def test_fit_with_hybrid_and_ensemble_judges(cache_env, tmp_path, capsys, overrides):
     run_dir = tmp_path / "run"
-    assert main(["fit", *overrides, "logger=csv", "trainer.max_steps=4", "batch_size=4", "num_generations=4",
-                 f"hydra.run.dir={run_dir}"]) == 0
+    # model=tiny_random: the yardstick check needs the held-out reward to move in 4 steps, as it does from random
+    # weights at their rate (the warm-started policy's moved 0.0009)
+    assert main(["fit", "model=tiny_random", *overrides, "logger=csv", "trainer.max_steps=4", "batch_size=4",
+                 "num_generations=4", f"hydra.run.dir={run_dir}"]) == 0
     rows = _rows(run_dir)
     assert len(rows) == 4 and all(math.isfinite(float(r["loss"])) for r in rows)
     if "aggregator=lexicographic" in overrides:
@@ -208,3 +210,52 @@ def test_cascade_escalates_only_undecided_groups(cache_env):
     assert torch.equal(scores[0], cheap[0]), "a decided group keeps the cheap scores"
     assert judge.metrics()["judge/escalated_groups"] == 0.5
     assert judge.stages[1].metrics()["judge/requests"] == 2, "only the undecided group reached the LLM"
+
+
+def test_permutation_median_undoes_a_position_biased_judge():
+    """A judge that gives whichever dimension it reads first that dimension's top level: one order keeps the bias,
+    three orders (each dimension first at most once: base, [3,0,2,1], [1,2,3,0]) take the median back to the
+    unbiased scores, and the disagreement between orders shows in judge/swap_consistency."""
+    import re
+
+    from rlkit.testing.canned_chat import CannedChatServer
+
+    rubric = load_rubric(RUBRIC)
+    unbiased = {"format": 0, "correctness": 0, "brevity": 2, "repetition": 2}
+    top = {d.name: int(d.high) for d in rubric.dimensions}
+
+    def biased(messages):
+        listed = re.findall(r"^\* (\w+) \(", messages[-1]["content"], flags=re.MULTILINE)
+        return json.dumps({name: top[name] if k == 0 else unbiased[name] for k, name in enumerate(listed)})
+
+    rollout = Rollout(records=[{"prompt": "7+5=", "reference": "12"}], completions=[["the sum is 12", "12!"]])
+    with CannedChatServer(biased) as server:
+        backend = {"name": "openai", "params": {"base_url": server.url, "max_retries": 0}}
+        once = _judge(backend=backend, permutations=1)
+        one = once.score(rollout, rubric)
+        thrice = _judge(backend=backend, permutations=3)
+        three = thrice.score(rollout, rubric)
+    names = rubric.dimension_names
+    assert one[0, 0].tolist() == [1.0, 0.0, 2.0, 2.0], "one order: the first-listed dimension (format) is inflated"
+    assert "judge/swap_consistency" not in once.metrics()
+    assert three[0].tolist() == [[float(unbiased[n]) for n in names]] * 2, "the median of three orders: unbiased"
+    # per completion, only brevity is never listed first, so only it is the same in every order: 1 of 4
+    assert thrice.metrics()["judge/swap_consistency"] == pytest.approx(0.25)
+
+
+def test_reference_leak_check_warns_when_the_prompt_holds_the_answer():
+    from rlkit.testing.canned_chat import CannedChatServer
+
+    rubric = load_rubric(RUBRIC)
+    rollout = Rollout(records=[{"prompt": "7+5= (hint: 12)", "reference": "12"}, {"prompt": "3+4=", "reference": "7"}],
+                      completions=[["12"], ["7"]])  # the completions hold the answers too: those are not leaks
+    answer = json.dumps({"format": 1, "correctness": 1, "brevity": 5, "repetition": 5})
+    with CannedChatServer(lambda messages: answer) as server:
+        backend = {"name": "openai", "params": {"base_url": server.url, "max_retries": 0}}
+        judge = _judge(backend=backend, reference_leak_check=True)
+        with pytest.warns(UserWarning, match=r"verbatim in the judge's prompt for 1 of 2 records \(first: '7\+5= "):
+            judge.score(rollout, rubric)
+        assert judge.metrics()["judge/reference_leaks"] == 1.0
+        quiet = _judge(backend=backend)  # off by default: no check, no metric
+        quiet.score(rollout, rubric)
+        assert "judge/reference_leaks" not in quiet.metrics()

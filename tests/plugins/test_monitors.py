@@ -107,7 +107,7 @@ def test_reward_collapse_when_every_completion_scores_the_maximum():
     assert metrics[0]["at_max"] == 1.0 and "every completion scores the maximum" in alerts[0].message
 
 
-def test_judge_drift_flags_a_judge_that_degrades():
+def test_judge_stability_flags_a_judge_that_degrades():
     labels_path = resolve_path("pkg://rlkit.conf/calibration/arithmetic_labels.jsonl")
     truth = {(r["prompt"], r["completion"]): r["labels"] for r in read_labels(labels_path, RUBRIC)}
     quality = {"good": True}
@@ -121,7 +121,7 @@ def test_judge_drift_flags_a_judge_that_degrades():
                           for v, d in zip(good, RUBRIC.dimensions, strict=True)]])
         return torch.tensor(rows, dtype=torch.float32)
 
-    m = monitor("judge_drift", every=2, max_drop=0.2)
+    m = monitor("judge_stability", every=2, max_drop=0.2)
     m.check_rubric(RUBRIC)
     views = [view(s, [["4"]], judge_scores=judge_scores) for s in range(5)]
     metrics, alerts = [], []
@@ -131,14 +131,73 @@ def test_judge_drift_flags_a_judge_that_degrades():
         alerts.extend(m.alerts())
     assert metrics[1] == {} and metrics[0]["agreement"] == pytest.approx(1.0)
     assert metrics[4]["agreement"] < 0.5 and metrics[4]["start_agreement"] == pytest.approx(1.0)
-    assert [a.step for a in alerts] == [4] and "collusion" in alerts[0].message
+    assert [a.step for a in alerts] == [4] and "scores the same texts differently" in alerts[0].message
+    assert alerts[0].monitor == "judge_stability"
 
 
-def test_judge_drift_labels_must_fit_the_rubric():
+def test_judge_stability_is_constant_for_a_deterministic_judge_whatever_the_policy_writes():
+    """Why it is not a collusion check: the policy's texts never reach it, so its number cannot move."""
+    labels_path = resolve_path("pkg://rlkit.conf/calibration/arithmetic_labels.jsonl")
+    rule = REGISTRY.create("judge", "rule", {})
+
+    def judge_scores(records, completions):
+        from rlkit import Rollout
+
+        return rule.score(Rollout(records=list(records), completions=[list(c) for c in completions]), RUBRIC)
+
+    m = monitor("judge_stability", every=1, labels=str(labels_path))
+    policies = [["4"], ["First, the answer is 4. Finally 4."], ["no idea"]]
+    metrics = [m.observe(step, view(step, [texts], judge_scores=judge_scores)) for step, texts in enumerate(policies)]
+    assert len({x["agreement"] for x in metrics}) == 1
+
+
+def test_judge_drift_is_the_deprecated_name_of_judge_stability():
+    with pytest.warns(FutureWarning, match="judge_drift is now judge_stability"):
+        m = monitor("judge_drift")
+    assert m.key == "judge_drift" and type(m).__mro__[1].__name__ == "JudgeStability"
+
+
+def test_judge_stability_labels_must_fit_the_rubric():
     from rlkit.testing import example_rubric
 
     with pytest.raises(Exception, match="unknown dimension"):
-        monitor("judge_drift").check_rubric(example_rubric())
+        monitor("judge_stability").check_rubric(example_rubric())
+
+
+def test_label_sample_writes_a_reward_stratified_sample_of_the_live_completions(tmp_path):
+    from rlkit.evaluation.calibration import read_labels
+    from rlkit.evaluation.labelling import read_labelling
+
+    m = monitor("label_sample", every=5, size=4, output=str(tmp_path))
+    g = 8
+    texts = [[f"completion {i}-{j}" for j in range(g)] for i in range(2)]
+    rewards = torch.arange(16, dtype=torch.float32).reshape(2, g) / 15  # distinct: slices are known
+    assert m.observe(3, view(3, texts, rewards=rewards)) == {}  # not due
+    assert m.observe(5, view(5, texts, rewards=rewards)) == {"written": 4.0}
+    path = tmp_path / "step_0000005.jsonl"
+    lines = read_labelling(path)
+    # one from each quarter of the reward order: ranks 0-3, 4-7, 8-11, 12-15
+    ranks = sorted(round(line["reward"] * 15) for line in lines)
+    assert [r // 4 for r in ranks] == [0, 1, 2, 3]
+    assert all(line["step"] == 5 and line["window"] == 5 for line in lines)
+    assert lines[0]["dimensions"][0]["anchors"] == {"0": "No number first", "1": "Starts with a number"}
+    assert all(v is None for line in lines for v in line["labels"].values())
+    assert lines[0]["rubric"]["hash"] == RUBRIC.content_hash and set(lines[0]["judge"]) == set(RUBRIC.dimension_names)
+    assert len(read_labels(path, RUBRIC)) == 4  # what rlkit calibrate reads
+    # the same step again draws the same sample (seeded by step)
+    again = monitor("label_sample", every=5, size=4, output=str(tmp_path / "again"))
+    again.observe(5, view(5, texts, rewards=rewards))
+    assert (tmp_path / "again" / "step_0000005.jsonl").read_text() == path.read_text()
+    assert m.summary() == {"files": 1, "last": str(path)}
+
+
+def test_label_sample_outside_a_run_keeps_the_sample_in_memory(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    m = monitor("label_sample", every=1, size=30)
+    assert m.observe(0, view(0, [["4", "5"]])) == {"written": 2.0}
+    assert [line["completion"] for line in m.samples[0]] == ["4", "5"] and not any(tmp_path.iterdir())
+    with pytest.raises(ConfigError, match="monitors.label_sample.params.size"):
+        monitor("label_sample", size=0)
 
 
 def test_probes_record_group_scores_over_time():
@@ -235,9 +294,11 @@ def test_fit_logs_monitors_writes_summary_and_a_forced_alert(tmp_path, monkeypat
     monkeypatch.setenv("WANDB_SILENT", "true")
     monkeypatch.chdir(tmp_path)
     run_dir = tmp_path / "run"
-    code = main(["fit", "logger=csv", "trainer.max_steps=2", "batch_size=2", "num_generations=2",
+    # model=tiny_random: these data settings would need a warm start of their own
+    code = main(["fit", "model=tiny_random", "logger=csv", "trainer.max_steps=2", "batch_size=2", "num_generations=2",
                  "max_completion_length=8", "data.num_prompts=16",
-                 "monitors=[template_phrases,length_drift,reward_collapse,judge_drift]",
+                 "monitors=[template_phrases,length_drift,reward_collapse,judge_stability,label_sample]",
+                 "monitors.label_sample.params.every=1", "monitors.label_sample.params.size=3",
                  "monitors.template_phrases.params.patterns=[.]", "monitors.template_phrases.params.threshold=0.1",
                  f"hydra.run.dir={run_dir}"])
     out = capsys.readouterr().out
@@ -250,9 +311,11 @@ def test_fit_logs_monitors_writes_summary_and_a_forced_alert(tmp_path, monkeypat
     for key in ("monitors/template_phrases/share", "monitors/length_drift/value",
                 "monitors/reward_collapse/flat_groups", "monitors/reward_collapse/saturated/correctness"):
         assert all(r[key] != "" for r in rows), key
-    assert rows[0]["monitors/judge_drift/agreement"] != ""
+    assert rows[0]["monitors/judge_stability/agreement"] != ""
+    assert [r["monitors/label_sample/written"] for r in rows] == ["3.0", "3.0"]
+    assert sorted(p.name for p in (run_dir / "labelling").iterdir()) == ["step_0000000.jsonl", "step_0000001.jsonl"]
     summary = json.loads((run_dir / "monitors.json").read_text())
-    assert set(summary) == {"template_phrases", "length_drift", "reward_collapse", "judge_drift"}
+    assert set(summary) == {"template_phrases", "length_drift", "reward_collapse", "judge_stability", "label_sample"}
     assert summary["template_phrases"]["measurements"] == 2
     (alert,) = [json.loads(line) for line in (run_dir / "alerts.jsonl").read_text().splitlines()]
     assert alert["monitor"] == "template_phrases" and alert["step"] == 0

@@ -15,6 +15,10 @@ scores on which every order agreed is logged as ``judge/swap_consistency``. Answ
 for the run (``rlkit.judging.cache``). ``metrics()`` reports the last call's parse-failure rate, retries,
 latency and cache hit rate; the training loop logs them every step.
 
+With ``rubric=per_record`` each record is scored against its own per-prompt rubric (``rlkit rubric generate``), one
+call per record, and its criteria are summarised into the frame's dimensions (``rlkit_plugins.judges.per_record``);
+``metrics()`` then describe the last record's call.
+
 With the default ``hf`` backend and no model, the judge is the offline tiny judge, trained on CPU on
 first use and cached (``rlkit.judging.tiny_judge``), asked with the compact template it was trained on.
 
@@ -27,7 +31,9 @@ from __future__ import annotations
 
 import math
 import random
+import re
 import statistics
+import warnings
 from collections.abc import Hashable
 from dataclasses import dataclass, field
 from typing import Literal
@@ -52,6 +58,7 @@ from rlkit.plugin import (
     template_hash,
     template_path,
 )
+from rlkit_plugins.judges.per_record import RecordRubrics, check_frame, score_per_record
 from rlkit_plugins.judges.rule import RuleJudge
 
 FULL_TEMPLATE = "judge/rubric_scores.jinja"
@@ -59,6 +66,8 @@ COMPACT_TEMPLATE = "judge/rubric_scores_compact.jinja"
 
 
 class LLMJudge:
+    scores_per_record = True  # takes rubric=per_record: each record against its own rubric (judges.per_record)
+
     @dataclass
     class Params:
         backend: BackendRef = field(default_factory=lambda: PluginRef.to("judge_backend", "hf"))
@@ -67,6 +76,9 @@ class LLMJudge:
         failure_policy: Literal["nan", "min", "drop_group"] = "nan"
         permutations: int = 1
         failure_warning: float = 0.05  # warn when the parse-failure rate of a call exceeds this
+        reference_leak_check: bool = False
+        """Warn once when a record's reference appears verbatim in the judge's prompt outside the completion (a
+        judge shown the answer key grades by string match, not by the rubric); logs judge/reference_leaks."""
 
     def __init__(self, params: Params) -> None:
         from rlkit.plugin import build_tiny_judge
@@ -82,11 +94,16 @@ class LLMJudge:
         if params.template is not None:
             template_path(params.template)  # fail at validate time on a missing template
         self.cache = ResponseCache()
+        self._record_rubrics = RecordRubrics()
         self._last: dict[str, float] = {}
         self._warning = FailureWarning("llm", params.failure_warning, params.parse_retries, params.failure_policy)
+        self._leak_warned = False
+        self._last_leaks = 0
 
     def check_rubric(self, rubric: Rubric) -> None:
         """Before any scoring: a backend that asks a server must reach it (probed once)."""
+        if rubric.per_record:
+            check_frame(rubric, "llm")
         self.backend.check_ready()
 
     def _orders(self, rubric: Rubric) -> list[list[int]]:
@@ -99,6 +116,9 @@ class LLMJudge:
         return orders
 
     def score(self, rollout: Rollout, rubric: Rubric) -> torch.Tensor:
+        if rubric.per_record:
+            # each record's criteria are asked as the binary dimensions of its own rubric
+            return score_per_record(rollout, rubric, self._record_rubrics, self.score)
         backend = self.backend.get()
         identity = backend.identity()
         template = chosen_template(self.params.template, rubric, "llm", self.default_template)
@@ -117,6 +137,9 @@ class LLMJudge:
                     key = ResponseCache.key(judge="llm", backend=identity, template=t_hash, rubric=r_hash,
                                             permutation=k, prompt=prompt, completion=completion)
                     requests[(i, j, k)] = (key, [{"role": "user", "content": text}])
+
+        if self.params.reference_leak_check:
+            self._check_reference_leak(rollout, rubric, template)
 
         def read(slot: Hashable, text: str) -> tuple[dict[str, float] | None, bool]:
             got = parse_scores(text, rubric)
@@ -151,8 +174,30 @@ class LLMJudge:
         if compared:
             # the share of (completion, dimension) scores that every dimension order agreed on
             self._last["judge/swap_consistency"] = consistent / compared
+        if self.params.reference_leak_check:
+            self._last["judge/reference_leaks"] = float(self._last_leaks)
         self._warning.check(rate, "dimension scores")
         return scores
+
+    def _check_reference_leak(self, rollout: Rollout, rubric: Rubric, template: str) -> None:
+        """Warn once when the judge's prompt holds a record's reference as a whole word, more often than the template
+        and rubric alone do (their anchors may quote an answer) and outside the completion (which may give it)."""
+        leaked = []
+        bare = render_template(template, rubric=rubric, prompt="", completion="")
+        for record in rollout.records:
+            reference = record.get("reference")
+            if not isinstance(reference, str) or not reference.strip():
+                continue
+            word = re.compile(r"(?<!\w)" + re.escape(reference.strip()) + r"(?!\w)")
+            text = render_template(template, rubric=rubric, prompt=prompt_text(record["prompt"]), completion="")
+            if len(word.findall(text)) > len(word.findall(bare)):
+                leaked.append(prompt_text(record["prompt"]))
+        self._last_leaks = len(leaked)
+        if leaked and not self._leak_warned:
+            self._leak_warned = True
+            warnings.warn(f"judge llm: the reference answer appears verbatim in the judge's prompt for {len(leaked)} "
+                          f"of {len(rollout.records)} records (first: {leaked[0][:60]!r}; template {template}); "
+                          "the judge is shown the answer key", UserWarning, stacklevel=3)
 
     def metrics(self) -> dict[str, float]:
         """The last ``score`` call's parse-failure rate, retries, requests, cache hit rate and latency."""

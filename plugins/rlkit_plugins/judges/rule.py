@@ -1,4 +1,7 @@
-"""The built-in ``rule`` judge: scores dimensions from declarative checks listed in the rubric."""
+"""The built-in ``rule`` judge: scores dimensions from declarative checks listed in the rubric.
+
+With ``rubric=per_record`` each record is scored against its own per-prompt rubric, whose criteria carry the checks
+(``rlkit_plugins.judges.per_record``)."""
 
 from __future__ import annotations
 
@@ -14,6 +17,7 @@ import torch
 
 from rlkit.plugin import JudgeError, Rollout, Rubric, RubricError, hookimpl
 from rlkit_plugins.judges import rule_features as rf
+from rlkit_plugins.judges.per_record import RecordRubrics, check_frame, score_per_record
 from rlkit_plugins.judges.rule_features import Batch, BatchCheck
 
 NAN = float("nan")
@@ -37,6 +41,8 @@ _VALUES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "max_ratio": ((lambda v: _num(v) and 0 <= v <= 1), "a number in [0, 1]"),
     "unit": ((lambda v: v in ("chars", "words", "tokens")), "one of chars, words, tokens"),
     "mode": ((lambda v: v in ("exact", "numeric")), "one of exact, numeric"),
+    "max_len": ((lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 1), "an integer >= 1"),
+    "cache": ((lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 1), "an integer >= 1"),
 }
 # type -> (required keys, optional keys); every check also takes `type` and `weight`.
 _TYPES: dict[str, tuple[set[str], set[str]]] = {
@@ -46,6 +52,7 @@ _TYPES: dict[str, tuple[set[str], set[str]]] = {
     "repetition": (set(), {"n", "max_ratio"}),
     "json": (set(), {"required_keys"}),
     "match": (set(), {"field", "mode", "case_sensitive", "extract", "tolerance"}),
+    "overlong": ({"max_len", "cache"}, {"unit"}),
 }
 
 
@@ -90,6 +97,8 @@ def _validate(check: dict[str, Any], where: str) -> str:
             raise RubricError("a length check needs min, max or both", where)
         if check.get("min", 0) > check.get("max", math.inf):
             raise RubricError(f"min ({check['min']}) is greater than max ({check['max']})", f"{where}.min")
+    if kind == "overlong" and check["cache"] > check["max_len"]:
+        raise RubricError(f"cache ({check['cache']}) is greater than max_len ({check['max_len']})", f"{where}.cache")
     if kind == "match" and check.get("mode", "exact") == "exact":
         for key in sorted({"extract", "tolerance"} & set(check)):
             raise RubricError(f"{key} applies only to mode: numeric", f"{where}.{key}")
@@ -110,6 +119,8 @@ def _build(kind: str, c: dict[str, Any], case_sensitive: bool, where: str) -> Ba
         return rf.repetition_check(c.get("n", 3), c.get("max_ratio", 0.2))
     if kind == "json":
         return rf.json_check(c.get("required_keys", []))
+    if kind == "overlong":
+        return rf.overlong_check(c.get("unit", "tokens"), c["max_len"], c["cache"])
     extract = c.get("extract")
     pat = _regex(extract, cs, f"{where}.extract") if extract else None
     if pat is not None and pat.groups < 1:
@@ -121,6 +132,8 @@ def _build(kind: str, c: dict[str, Any], case_sensitive: bool, where: str) -> Ba
 class RuleJudge:
     """Scores each dimension as the (weighted) share of its declarative checks that pass."""
 
+    scores_per_record = True  # takes rubric=per_record: each record against its own rubric (judges.per_record)
+
     @dataclass
     class Params:
         case_sensitive: bool = False
@@ -128,6 +141,7 @@ class RuleJudge:
     def __init__(self, params: RuleJudge.Params | None = None) -> None:
         self.params = params or RuleJudge.Params()
         self._plans: dict[tuple[str, str | None], list[_DimPlan | None]] = {}
+        self._record_rubrics = RecordRubrics()
 
     def _plan(self, rubric: Rubric) -> list[_DimPlan | None]:
         # The source is part of the key so error locations name the file actually in use.
@@ -149,21 +163,27 @@ class RuleJudge:
             kind = _validate(check, f"{at}.checks[{j}]")
             checks.append((float(check.get("weight", 1.0)),
                            _build(kind, check, self.params.case_sensitive, f"{at}.checks[{j}]")))
-            needs_tokens |= kind == "length" and check.get("unit") == "tokens"
+            needs_tokens |= (kind == "length" and check.get("unit") == "tokens") or (
+                kind == "overlong" and check.get("unit", "tokens") == "tokens")
         return _DimPlan(at, dim.type == "binary", dim.low, dim.high, checks, needs_tokens)
 
     def check_rubric(self, rubric: Rubric) -> None:
         """Raise RubricError for any dimension this judge should score but cannot."""
+        if rubric.per_record:
+            check_frame(rubric, "rule")  # each record's own criteria are checked when it is first scored
+            return
         self._plan(rubric)
 
     def score(self, rollout: Rollout, rubric: Rubric) -> torch.Tensor:
         """Raw scores float32 [B, G, D] in each dimension's range; NaN where no check applies."""
+        if rubric.per_record:
+            return score_per_record(rollout, rubric, self._record_rubrics, self.score)
         plan = self._plan(rubric)
         b_size, g_size, d_size = rollout.num_prompts, rollout.group_size, len(rubric.dimensions)
         counts = rollout.completion_token_counts
         for dim in plan:
             if counts is None and dim is not None and dim.needs_tokens:
-                raise JudgeError("a length check with unit: tokens needs rollout.completion_token_counts, "
+                raise JudgeError("a length or overlong check with unit: tokens needs rollout.completion_token_counts, "
                                  "which is None", dim.where)
         if counts is not None and tuple(counts.shape) != (b_size, g_size):
             raise JudgeError(f"completion_token_counts must be [{b_size}, {g_size}], "

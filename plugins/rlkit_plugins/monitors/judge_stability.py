@@ -1,10 +1,20 @@
-"""``judge_drift``: every ``every`` steps the run's judge scores a small human-labelled probe set; agreement
-(quadratic-weighted kappa, as ``rlkit calibrate`` computes it) falling below its first measurement flags a
-judge that has drifted, or that the policy has learned to collude with."""
+"""``judge_stability``: every ``every`` steps the run's judge scores a fixed human-labelled probe set; agreement
+(quadratic-weighted kappa, as ``rlkit calibrate`` computes it) falling below its first measurement flags a judge
+whose scoring of the *same* texts changed during the run.
+
+What it measures is the judge's stability, not judge/policy collusion: the policy's outputs never enter the probe
+set, so a judge the policy has learned to please scores those fixed texts exactly as before. With a deterministic
+judge (``rule``, ``llm`` at temperature 0 with its response cache) the agreement is constant for the whole run. It
+earns its place with judges that can change under a run: a served model behind a moving alias, a GRM refreshed
+mid-run, a sampling judge, a judge backend replaced on resume. The collusion check is humans on the live outputs:
+the ``label_sample`` monitor, ``rlkit label`` and ``rlkit calibrate`` by step window.
+
+``judge_drift``, its former name, still selects it and warns that it is deprecated."""
 
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,7 +33,7 @@ from rlkit.plugin import (
 )
 
 
-class JudgeDrift:
+class JudgeStability:
     """Logs ``agreement`` (mean kappa over the labelled dimensions), ``start_agreement`` and ``kappa/<dim>``;
     alerts when agreement falls more than ``max_drop`` below the first measurement."""
 
@@ -34,8 +44,10 @@ class JudgeDrift:
         max_drop: float = 0.1
         limit: int = 0  # score only the first `limit` labelled lines (0: all)
 
+    key = "judge_stability"
+
     def __init__(self, params: Params) -> None:
-        where = "monitors.judge_drift.params"
+        where = f"monitors.{self.key}.params"
         if params.every < 1:
             raise ConfigError("must be >= 1", f"{where}.every")
         if params.max_drop <= 0 or params.limit < 0:
@@ -52,7 +64,7 @@ class JudgeDrift:
         """Read the labels now, so a bad file or an unknown dimension fails before training."""
         path = resolve_path(self.params.labels)
         if not path.is_file():
-            raise ConfigError(f"no labels file {path}", "monitors.judge_drift.params.labels")
+            raise ConfigError(f"no labels file {path}", f"monitors.{self.key}.params.labels")
         records = read_labels(path, rubric)
         self.labelled = records[:self.params.limit] if self.params.limit else records
         self.rubric = rubric
@@ -61,7 +73,7 @@ class JudgeDrift:
         if not due(step, self.params.every):
             return {}
         if view.judge_scores is None:
-            raise ConfigError("judge_drift needs the run's judge; it runs inside rlkit fit", "monitors.judge_drift")
+            raise ConfigError(f"{self.key} needs the run's judge; it runs inside rlkit fit", f"monitors.{self.key}")
         if self.labelled is None or self.rubric is not view.rubric:
             self.check_rubric(view.rubric)
         assert self.labelled is not None
@@ -75,10 +87,10 @@ class JudgeDrift:
         self.history.append((step, agreement))
         below = self.first - agreement > self.params.max_drop
         if below and not self.below:
-            self._alerts.append(Alert("judge_drift", step,
-                                      f"judge agreement with the labelled probe set fell to {agreement:.3f} from "
-                                      f"{self.first:.3f} (limit -{self.params.max_drop:g}): judge drift or "
-                                      "judge/policy collusion"))
+            self._alerts.append(Alert(self.key, step,
+                                      f"judge agreement with the fixed labelled probe set fell to {agreement:.3f} "
+                                      f"from {self.first:.3f} (limit -{self.params.max_drop:g}): the judge scores the "
+                                      "same texts differently than at the start of the run"))
         self.below = below
         return {"agreement": agreement, "start_agreement": self.first,
                 **{f"kappa/{name}": k for name, k in kappas.items()}}
@@ -100,6 +112,19 @@ class JudgeDrift:
         self.history = [tuple(h) for h in state["history"]]
 
 
+class JudgeDrift(JudgeStability):
+    """The former name of ``judge_stability``: the same monitor, with a warning."""
+
+    key = "judge_drift"
+
+    def __init__(self, params: JudgeStability.Params) -> None:
+        warnings.warn("monitor judge_drift is now judge_stability (it measures the judge's stability on a fixed set, "
+                      "not collusion; for that see label_sample); the old name will be removed", FutureWarning,
+                      stacklevel=2)
+        super().__init__(params)
+
+
 @hookimpl
 def rlkit_register_monitors(register):
+    register("judge_stability", JudgeStability)
     register("judge_drift", JudgeDrift)

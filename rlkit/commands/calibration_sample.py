@@ -1,0 +1,28 @@
+"""``rlkit calibrate sample <run dir> n=300``: a stratified set of a run's samples, written for labelling."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from rlkit.core.errors import ConfigError
+
+USAGE = ("usage: rlkit calibrate sample <run dir> [n=300] [seed=0] [step_bins=4] [reward_bins=4] "
+         "[output=<file>] [rubric=<rubric.yaml>]")
+
+
+def cmd_calibrate_sample(args: Sequence[str]) -> int:
+    from rlkit.evaluation.calibration_sample import build_calibration_set, sample_options
+
+    positional = [a for a in args if "=" not in a]
+    if len(positional) != 1:
+        raise ConfigError(USAGE, "rlkit calibrate sample")
+    options = sample_options(dict(a.split("=", 1) for a in args if "=" in a))
+    path, drawn = build_calibration_set(Path(positional[0]), options)
+    per_window: dict[int, int] = {}
+    for (window, _), taken in drawn.strata.items():
+        per_window[window] = per_window.get(window, 0) + taken
+    windows = ", ".join(f"from step {w}: {n}" for w, n in sorted(per_window.items()))
+    print(f"wrote {len(drawn.lines)} of {drawn.available} distinct completions to {path} ({len(drawn.strata)} strata "
+          f"of step window x reward slice; {windows}); label them with: rlkit label {path}")
+    return 0

@@ -1,0 +1,188 @@
+"""``rlkit calibrate sample <run dir> n=300``: a calibration set to label, drawn from a run's ``samples.jsonl``.
+
+Stratified three ways, so that a few hundred labels say something about every part of the run:
+
+* by **step**: the run's logged steps are cut into ``step_bins`` bins of about equal size (each bin is a step
+  window of ``rlkit calibrate``'s by-window report, named by its first step);
+* by **reward quantile**: within a step bin, completions are cut into ``reward_bins`` equal slices of the reward
+  order (unscored rewards form a slice of their own), so high-reward completions, where a judge the policy has
+  learned to please over-scores, are as present as low-reward ones;
+* by **dimension**: the strata are visited round-robin, one completion at a time; the k-th completion taken from
+  a stratum serves dimension ``k mod D`` and is the candidate whose level on that dimension is the rarest so far
+  in the set, so every dimension's low and high levels are both present.
+
+Identical (prompt, completion) pairs are taken once; draws are seeded (``seed``). The set is written atomically in
+the labelling format (``rlkit.evaluation.labelling``), by default to ``<run dir>/labelling/calibration_set.jsonl``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rlkit.core.errors import ConfigError, DataError
+from rlkit.core.rubric import Rubric, load_rubric
+from rlkit.evaluation.labelling import LABELLING_DIR, labelling_line, write_lines
+
+SAMPLES_FILE = "samples.jsonl"
+SET_NAME = "calibration_set.jsonl"
+
+
+@dataclass(frozen=True)
+class SampleOptions:
+    n: int = 300
+    seed: int = 0
+    step_bins: int = 4
+    reward_bins: int = 4
+    output: Path | None = None
+    rubric: str | None = None
+
+
+@dataclass
+class CalibrationSet:
+    lines: list[dict[str, Any]]
+    strata: dict[tuple[int, int], int] = field(default_factory=dict)  # (step window, reward slice) -> taken
+    available: int = 0
+
+
+def sample_options(args: dict[str, str]) -> SampleOptions:
+    """``n=``, ``seed=``, ``step_bins=``, ``reward_bins=``, ``output=``, ``rubric=`` of the command line."""
+    known = {"n", "seed", "step_bins", "reward_bins", "output", "rubric"}
+    for key in args:
+        if key not in known:
+            raise ConfigError(f"unknown option; valid: {', '.join(sorted(known))}", f"calibrate sample {key}")
+    ints: dict[str, int] = {}
+    for key in ("n", "seed", "step_bins", "reward_bins"):
+        if key in args:
+            try:
+                ints[key] = int(args[key])
+            except ValueError:
+                raise ConfigError(f"must be a whole number, got {args[key]!r}", f"calibrate sample {key}") from None
+            if key != "seed" and ints[key] < 1:
+                raise ConfigError("must be >= 1", f"calibrate sample {key}")
+    output = Path(args["output"]).expanduser() if args.get("output") else None
+    return SampleOptions(**ints, output=output, rubric=args.get("rubric"))
+
+
+def read_samples(path: Path, rubric: Rubric) -> list[dict[str, Any]]:
+    """The run's logged samples; a bad line is a ``DataError`` naming it."""
+    if not path.is_file():
+        raise DataError(f"no {SAMPLES_FILE}: the run logged no samples (run.log_samples.every=0?)", str(path))
+    rows = []
+    for number, raw in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        if not raw.strip():
+            continue
+        try:
+            row = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            raise DataError(f"invalid JSON ({exc.msg} at column {exc.colno})", f"{path}:{number}") from None
+        if not isinstance(row, dict) or not isinstance(row.get("completion"), str) or \
+                not isinstance(row.get("step"), int) or "prompt" not in row:
+            raise DataError('expected {"step", "prompt", "completion", "reward", <dimension>: score, ...}',
+                            f"{path}:{number}")
+        rows.append(row)
+    if not rows:
+        raise DataError("no samples in the file", str(path))
+    missing = [d for d in rubric.dimension_names if d not in rows[0]]
+    if missing:
+        raise DataError(f"the samples have no scores for {', '.join(missing)} of rubric {rubric.name}; is this "
+                        "the run's rubric? (rubric=<path> picks another)", str(path))
+    return rows
+
+
+def run_rubric(run_dir: Path, override: str | None) -> Rubric:
+    """The run's rubric: ``override``, else ``rubric.path`` of the run's saved Hydra config."""
+    from omegaconf import OmegaConf
+
+    from rlkit.config import resolve_path
+
+    if override:
+        return load_rubric(resolve_path(override))
+    saved = run_dir / ".hydra" / "config.yaml"
+    if not saved.is_file():
+        raise ConfigError(f"no saved config {saved} to find the run's rubric; give rubric=<rubric.yaml>",
+                          "calibrate sample rubric")
+    path = OmegaConf.select(OmegaConf.load(saved), "rubric.path", default=None)
+    if not path:
+        raise ConfigError(f"{saved} names no rubric.path; give rubric=<rubric.yaml>", "calibrate sample rubric")
+    return load_rubric(resolve_path(str(path)))
+
+
+def _bins(count: int, bins: int) -> list[int]:
+    """Bin of each of ``count`` ordered items, ``bins`` bins of about equal size."""
+    bins = min(bins, count) or 1
+    return [i * bins // count for i in range(count)]
+
+
+def _value(x: Any) -> float:
+    return math.nan if x is None else float(x)
+
+
+def stratify(rows: list[dict[str, Any]], rubric: Rubric, options: SampleOptions) -> CalibrationSet:
+    """Draw the stratified set (see the module docstring)."""
+    rng = random.Random(options.seed)
+    seen: set[tuple[str, str]] = set()
+    unique = []
+    for row in rows:
+        key = (json.dumps(row["prompt"], sort_keys=True), row["completion"])
+        if key not in seen:
+            seen.add(key)
+            unique.append(row)
+    steps = sorted({row["step"] for row in unique})
+    step_bin = dict(zip(steps, _bins(len(steps), options.step_bins), strict=True))
+    first_step = {}
+    for step in steps:
+        first_step.setdefault(step_bin[step], step)
+    strata: dict[tuple[int, int], list[dict[str, Any]]] = {}
+    for b in sorted(set(step_bin.values())):
+        members = [r for r in unique if step_bin[r["step"]] == b]
+        scored = sorted((r for r in members if not math.isnan(_value(r.get("reward")))), key=lambda r: r["reward"])
+        for r, q in zip(scored, _bins(len(scored), options.reward_bins), strict=True):
+            strata.setdefault((first_step[b], q), []).append(r)
+        unscored = [r for r in members if math.isnan(_value(r.get("reward")))]
+        if unscored:
+            strata[(first_step[b], options.reward_bins)] = unscored
+    for members in strata.values():
+        rng.shuffle(members)  # ties in rarity go to a seeded draw
+    dims = rubric.dimensions
+    levels: list[Counter] = [Counter() for _ in dims]  # per dimension: how often each level is in the set
+
+    def level(row: dict[str, Any], d: int) -> Any:
+        x = _value(row.get(dims[d].name))
+        return "unscored" if math.isnan(x) else math.floor(x + 0.5)
+
+    out = CalibrationSet(lines=[], strata={key: 0 for key in strata}, available=len(unique))
+    turn = dict.fromkeys(strata, 0)
+    while len(out.lines) < options.n and any(strata.values()):
+        for key in sorted(strata):
+            members = strata[key]
+            if not members or len(out.lines) >= options.n:
+                continue
+            d = turn[key] % len(dims)
+            turn[key] += 1
+            pick = min(range(len(members)), key=lambda i: levels[d][level(members[i], d)])
+            row = members.pop(pick)
+            for x in range(len(dims)):
+                levels[x][level(row, x)] += 1
+            out.strata[key] += 1
+            out.lines.append(labelling_line(prompt=row["prompt"], completion=row["completion"], rubric=rubric,
+                                            step=row["step"], window=key[0], reward=row.get("reward"),
+                                            judge={n: row.get(n) for n in rubric.dimension_names}))
+    out.lines.sort(key=lambda line: (line["window"], line["step"]))
+    return out
+
+
+def build_calibration_set(run_dir: Path, options: SampleOptions) -> tuple[Path, CalibrationSet]:
+    """Read the run's samples and rubric, draw the set, write it; return where and what."""
+    if not run_dir.is_dir():
+        raise DataError("no such run directory", str(run_dir))
+    rubric = run_rubric(run_dir, options.rubric)
+    drawn = stratify(read_samples(run_dir / SAMPLES_FILE, rubric), rubric, options)
+    path = options.output or run_dir / LABELLING_DIR / SET_NAME
+    write_lines(path, drawn.lines)
+    return path, drawn

@@ -1,0 +1,121 @@
+"""Labelling files: completions from a run, waiting for a human's level on each rubric dimension.
+
+Written by the ``label_sample`` monitor (every N steps of ``rlkit fit``, the run's own completions) and by ``rlkit
+calibrate sample`` (a stratified set from a run's ``samples.jsonl``); filled in by ``rlkit label``; read by ``rlkit
+calibrate`` as its labels file. One JSON object per line:
+
+* ``prompt``, ``completion``, ``reference`` (optional): what is labelled;
+* ``step``: the training step that sampled the completion; ``window``: the first step of the step window it is
+  reported under (the monitor's measurement step; a step bin for ``calibrate sample``);
+* ``dimensions``: the rubric's dimensions as the labeller needs them: ``name``, ``description``, ``type``,
+  ``range`` and ``anchors`` (level → text), so the file can be labelled without the rubric at hand;
+* ``rubric``: the rubric's name, version and hash; ``judge`` and ``reward``: what the run's judge said (never shown
+  to the labeller: it would anchor the human on the judge);
+* ``labels``: ``{dimension: level or null}``, null until labelled; ``skipped``: dimensions the labeller passed on.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from rlkit.core.atomic import atomic_write_text
+from rlkit.core.errors import DataError
+from rlkit.core.rubric import Rubric
+from rlkit.data.records import prompt_text
+
+LABELLING_DIR = "labelling"
+
+
+def dimension_info(rubric: Rubric) -> list[dict[str, Any]]:
+    """What a labeller needs of each dimension: range and anchor texts (levels as text keys, as JSON has them)."""
+    return [{"name": d.name, "description": d.description, "type": d.type, "range": [d.low, d.high],
+             "anchors": {f"{level:g}": anchor.text for level, anchor in sorted(d.anchors.items())}}
+            for d in rubric.dimensions]
+
+
+def _number(x: Any) -> float | None:
+    if x is None:
+        return None
+    value = float(x)
+    return None if math.isnan(value) else round(value, 6)
+
+
+def labelling_line(*, prompt: Any, completion: str, rubric: Rubric, step: int, window: int,
+                   judge: dict[str, Any] | None = None, reward: Any = None, reference: Any = None) -> dict[str, Any]:
+    """One line of a labelling file, every label still null."""
+    line: dict[str, Any] = {"prompt": prompt if isinstance(prompt, str) else prompt_text(prompt),
+                            "completion": completion}
+    if reference is not None:
+        line["reference"] = reference
+    line.update({"step": int(step), "window": int(window), "rubric": rubric.identity(),
+                 "judge": {k: _number(v) for k, v in (judge or {}).items()}, "reward": _number(reward),
+                 "dimensions": dimension_info(rubric), "labels": {d.name: None for d in rubric.dimensions}})
+    return line
+
+
+def write_lines(path: Path, lines: Sequence[dict[str, Any]]) -> Path:
+    """The whole file at once (atomic): a labeller's save never leaves half a file."""
+    return atomic_write_text(path, "".join(json.dumps(line, ensure_ascii=False) + "\n" for line in lines))
+
+
+def _check_line(line: Any) -> str | None:
+    if not isinstance(line, dict):
+        return "expected a JSON object"
+    if not isinstance(line.get("completion"), str):
+        return 'needs "completion" (text)'
+    dims = line.get("dimensions")
+    if not isinstance(dims, list) or not dims or not all(
+            isinstance(d, dict) and isinstance(d.get("name"), str) and isinstance(d.get("range"), list)
+            and len(d["range"]) == 2 and all(isinstance(v, int | float) for v in d["range"]) for d in dims):
+        return 'needs "dimensions": [{"name", "range": [low, high], "anchors"}, ...] (as `rlkit calibrate sample` ' \
+               "and the label_sample monitor write them)"
+    labels = line.get("labels")
+    if not isinstance(labels, dict):
+        return 'needs "labels": {"<dimension>": level or null}'
+    names = {d["name"]: d for d in dims}
+    for key, value in labels.items():
+        if key not in names:
+            return f'"labels.{key}": not one of the line\'s dimensions ({", ".join(names)})'
+        low, high = names[key]["range"]
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)
+                                  or not low <= value <= high or value != int(value)):
+            return f'"labels.{key}": {json.dumps(value)} is not a whole level in [{low:g}, {high:g}]'
+    return None
+
+
+def read_labelling(path: str | Path) -> list[dict[str, Any]]:
+    """The lines of a labelling file; the first bad one is a ``DataError`` naming its line."""
+    path = Path(path)
+    if not path.is_file():
+        raise DataError("no such labelling file", str(path))
+    lines: list[dict[str, Any]] = []
+    for number, raw in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        if not raw.strip():
+            continue
+        try:
+            line = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            raise DataError(f"invalid JSON ({exc.msg} at column {exc.colno})", f"{path}:{number}") from None
+        problem = _check_line(line)
+        if problem:
+            raise DataError(problem, f"{path}:{number}")
+        lines.append(line)
+    if not lines:
+        raise DataError("the file holds no lines to label", str(path))
+    return lines
+
+
+def pending(line: dict[str, Any]) -> list[dict[str, Any]]:
+    """The line's dimensions still waiting for a level (neither labelled nor skipped)."""
+    skipped = set(line.get("skipped") or [])
+    labels = line.get("labels") or {}
+    return [d for d in line["dimensions"] if labels.get(d["name"]) is None and d["name"] not in skipped]
+
+
+def labelled(lines: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The lines with at least one level: only these are worth a judge's call in ``rlkit calibrate``."""
+    return [line for line in lines if any(v is not None for v in (line.get("labels") or {}).values())]
