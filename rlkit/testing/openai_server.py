@@ -657,6 +657,8 @@ class OpenAICompatibleServer:
         path = body.get("model_path")
         if not isinstance(path, str) or not path:
             raise _BadRequest(400, "'model_path' must be a directory")
+        if self._load_weights_in_place(Path(path)):
+            return {"success": True, "message": "Succeeded to update model weights."}
         try:
             model, tokenizer = load_policy(path, dtype=self._dtype)
         except Exception as exc:  # SGLang answers a failed load with success: false, not a 500
@@ -668,6 +670,34 @@ class OpenAICompatibleServer:
             self._stop_ids = self._stop_token_ids()
             self.weight_updates += 1
         return {"success": True, "message": "Succeeded to update model weights."}
+
+    def _load_weights_in_place(self, path: Path) -> bool:
+        """Copy the tensors of ``path/model.safetensors`` into the served model when they match its parameters name
+        for name and shape, as SGLang updates weights in place; False (nothing changed) for anything else: sharded
+        or other formats, another architecture, LoRA adapters loaded. Rebuilding the model and its tokenizer from the
+        folder took ~35 ms of every weight sync of the tiny policy."""
+        import torch
+        from safetensors.torch import load_file
+
+        file = path / "model.safetensors"
+        if self.adapters or not file.is_file():
+            return False
+        try:
+            tensors = load_file(str(file))
+        except Exception:  # unreadable here: the full load reports it
+            return False
+        params = dict(self.model.state_dict())
+        if set(tensors) - set(params) or any(tensors[k].shape != params[k].shape for k in tensors):
+            return False
+        # a name the file leaves out must share its storage with one it has (tied embeddings), or it would go stale
+        covered = {params[k].data_ptr() for k in tensors}
+        if any(params[k].data_ptr() not in covered for k in set(params) - set(tensors)):
+            return False
+        with self._model_lock, torch.no_grad():
+            for name, value in tensors.items():
+                params[name].copy_(value)
+            self.weight_updates += 1
+        return True
 
     def _load_lora_adapter(self, body: dict[str, Any]) -> str:
         """vLLM's ``/v1/load_lora_adapter``: load a peft adapter under ``lora_name``."""
