@@ -17,15 +17,12 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-import httpx
+from rlkit.testing.openai_server import server_process
 
 sys.path.insert(0, str(Path(__file__).parent))
 from default_learning import Run, run, table  # noqa: E402 - a sibling script, not a package
@@ -33,39 +30,17 @@ from default_learning import Run, run, table  # noqa: E402 - a sibling script, n
 SAMPLERS = {"hf": None, "server0": 0, "server1": 1}  # sampler -> max_lag of the server generator (None: no server)
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def run_with(sampler: str, seed: int, steps: int, root: Path, overrides: list[str]) -> Run:
     max_lag = SAMPLERS[sampler]
     if max_lag is None:
         result = run(seed, steps, None, root / sampler, overrides)
         return dataclasses.replace(result, label=sampler)
-    port = _free_port()
     # The server starts from the embedded random-init policy; the generator's first sync gives it the run's own
     # (warm-started) weights before anything is sampled.
-    server = subprocess.Popen([sys.executable, "-m", "rlkit.testing.openai_server", "--port", str(port)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}/v1"
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                if httpx.get(f"{url}/models", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                if time.monotonic() > deadline:
-                    sys.exit("the test server did not start")
-                time.sleep(0.2)
+    with server_process() as (url, _):
         result = run(seed, steps, None, root / sampler, [
             "generator=openai_server", f"generator.params.base_url={url}", f"generator.params.max_lag={max_lag}",
             *overrides])
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
     return dataclasses.replace(result, label=sampler)
 
 

@@ -88,38 +88,18 @@ def run_server(max_lag: int) -> Any:
     synced from disk after every step), the next step requested ``max_lag`` steps ahead."""
 
     def side(size: str, precision: str, steps: int, warmup: int, workdir: Path) -> dict[str, Any]:
-        import socket
-
-        import httpx
+        from rlkit.testing.openai_server import server_process
 
         if precision != "fp32":
             raise SystemExit("the server sides run in fp32 only")
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            port = sock.getsockname()[1]
-        server = subprocess.Popen([sys.executable, "-m", "rlkit.testing.openai_server", "--model",
-                                   str(policy_path(size)), "--port", str(port)], stdout=subprocess.DEVNULL,
-                                  stderr=subprocess.DEVNULL)
-        url = f"http://127.0.0.1:{port}/v1"
-        try:
-            for _ in range(600):
-                try:
-                    if httpx.get(f"{url}/models", timeout=1).status_code == 200:
-                        break
-                except httpx.TransportError:
-                    time.sleep(0.2)
-            else:
-                raise SystemExit("the server did not start")
+        with server_process(policy_path(size)) as (url, server):
             out = _rlkit_fit(size, precision, steps, warmup, workdir, [
                 "generator=openai_server", f"generator.params.base_url={url}", "generator.params.sync=disk",
                 f"generator.params.max_lag={max_lag}",
                 f"generator.params.extra_body={{min_tokens:{SIZES[size]['tokens']}}}"])
             status = Path(f"/proc/{server.pid}/status").read_text()
             out["server_peak_rss_mb"] = int(status.split("VmHWM:")[1].split()[0]) / 1024
-            return out
-        finally:
-            server.terminate()
-            server.wait(timeout=30)
+        return out
 
     return side
 

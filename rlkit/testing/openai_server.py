@@ -865,6 +865,30 @@ class _Handler(BaseHTTPRequestHandler):
         answer()
 
 
+@contextmanager
+def server_process(model: str | Path | None = None, *, timeout: float = 120.0) -> Iterator[tuple[str, Any]]:
+    """``python -m rlkit.testing.openai_server`` in a process of its own on a free port (the caller's environment,
+    thread pinning included): yields its base URL and the ``subprocess.Popen`` once it serves, and stops it after."""
+    import subprocess
+    import sys
+
+    command = [sys.executable, "-m", "rlkit.testing.openai_server", "--port", "0"]
+    if model is not None:
+        command += ["--model", str(model)]
+    server = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        deadline = time.monotonic() + timeout
+        line = ""
+        while " at http://" not in line:  # main() prints "serving ... at <url>" once it listens
+            line = server.stdout.readline()
+            if not line or time.monotonic() > deadline:
+                raise RuntimeError(f"the test server did not start (exit code {server.poll()})")
+        yield line.rsplit(" at ", 1)[1].strip(), server
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Serve a local causal LM over OpenAI's completions APIs.")
     parser.add_argument("--model", default=None, help="model directory or cached hub id (default: the tiny policy)")

@@ -474,3 +474,14 @@ def test_two_processes_push_each_version_once(tmp_path):
     assert "2 processes hold the same parameters" in proc.stdout
     assert len(completions) >= 2 * 3, "each process samples its own prompts"
     assert [r["rollout/policy_lag"] for r in _metrics(run)] == [0.0, 1.0, 1.0]
+
+
+def test_server_process_serves_on_a_free_port_and_stops_after():
+    import httpx
+
+    from rlkit.testing.openai_server import server_process
+
+    with server_process() as (url, process):
+        assert url.startswith("http://127.0.0.1:") and url.endswith("/v1")
+        assert httpx.get(f"{url}/models", timeout=10).json()["data"][0]["id"] == "default"
+    assert process.poll() is not None, "the server process is stopped on leaving"
