@@ -27,7 +27,7 @@ from rlkit.core.refs import AggregatorRef, BackendRef, JudgeRef, PluginRef, Weig
 # --- what flows between plugins: rubric, rollouts, scores, pairs ----------------------------------------------
 from rlkit.core.registry import hookimpl
 from rlkit.core.rubric import Anchor, Dimension, Rubric, load_rubric, rubric_from_dict
-from rlkit.core.stats import nan_mean_std, nan_weighted_sum
+from rlkit.core.stats import nan_mean_std, nan_weighted_sum, scored_values_differ
 from rlkit.core.templates import chosen_template, render_template, template_hash, template_path
 from rlkit.core.types import PreferencePairs, RewardBatch, Rollout
 from rlkit.data.records import prompt_text
@@ -162,6 +162,7 @@ __all__ = [
     "rubric_from_dict",
     "run_async",
     "saturation_share",
+    "scored_values_differ",
     "seeded_gumbel",
     "snippet",
     "tls_context",

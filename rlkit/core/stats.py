@@ -45,3 +45,12 @@ def nan_weighted_sum(scores: torch.Tensor, weights: torch.Tensor) -> torch.Tenso
     weighted = (torch.where(valid, scores, torch.zeros_like(scores)) * w).sum(dim=-1)
     return torch.where(total > 0, weighted / total.clamp(min=torch.finfo(scores.dtype).tiny),
                        torch.full_like(total, float("nan")))
+
+
+def scored_values_differ(x: torch.Tensor, valid: torch.Tensor, dim: int = 1) -> torch.Tensor:
+    """Whether the scored entries of ``x`` (``valid``) take more than one value along ``dim`` (kept as size 1).
+    Estimators give a group without contrast exact zeros: centring equal rewards leaves a rounding error, which a
+    division by a tiny std or a batch normalisation would turn into an advantage."""
+    hi = torch.where(valid, x, torch.full_like(x, -torch.inf)).amax(dim=dim, keepdim=True)
+    lo = torch.where(valid, x, torch.full_like(x, torch.inf)).amin(dim=dim, keepdim=True)
+    return hi > lo

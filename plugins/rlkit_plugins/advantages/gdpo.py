@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import torch
 
-from rlkit.plugin import ConfigError, RewardBatch, hookimpl, nan_mean_std
+from rlkit.plugin import ConfigError, RewardBatch, hookimpl, nan_mean_std, scored_values_differ
 
 
 def gdpo_advantages(scores: torch.Tensor, weights: torch.Tensor, eps: float = 1e-4,
@@ -45,9 +45,7 @@ def gdpo_advantages(scores: torch.Tensor, weights: torch.Tensor, eps: float = 1e
     z = (scores - mean) / (std + eps)
     # A saturated dimension has z = 0 exactly; computing it would divide a rounding error in the
     # mean by eps and could leave a group of identical completions a non-zero advantage.
-    hi = torch.where(valid, scores, torch.full_like(scores, -torch.inf)).amax(dim=1, keepdim=True)
-    lo = torch.where(valid, scores, torch.full_like(scores, torch.inf)).amin(dim=1, keepdim=True)
-    z = torch.where(valid & (hi == lo), torch.zeros_like(z), z)
+    z = torch.where(valid & ~scored_values_differ(scores, valid), torch.zeros_like(z), z)
     # nansum with unrenormalised weights, as TRL: an unscored dimension adds nothing.
     summed = torch.where(valid, z * weights.to(z), torch.zeros_like(z)).sum(dim=-1)
     scored = valid.any(dim=-1)

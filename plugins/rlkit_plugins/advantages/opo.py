@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import torch
 
-from rlkit.plugin import RewardBatch, hookimpl
+from rlkit.plugin import RewardBatch, hookimpl, scored_values_differ
 
 LENGTHS_KEY = "completion_lengths"
 
@@ -41,9 +41,7 @@ def opo_advantages(rewards: torch.Tensor, lengths: torch.Tensor | None = None) -
     baseline = (weight * torch.where(valid, r, torch.zeros_like(r))).sum(dim=1, keepdim=True) / weight.sum(
         dim=1, keepdim=True).clamp(min=1e-12)
     n = valid.sum(dim=1, keepdim=True)
-    hi = torch.where(valid, r, torch.full_like(r, -torch.inf)).amax(dim=1, keepdim=True)
-    lo = torch.where(valid, r, torch.full_like(r, torch.inf)).amin(dim=1, keepdim=True)
-    informative = valid & (n >= 2) & (hi > lo)
+    informative = valid & (n >= 2) & scored_values_differ(r, valid)
     return torch.where(informative, r - baseline, torch.zeros_like(r)).float()
 
 

@@ -26,7 +26,7 @@ from typing import Literal, get_args
 
 import torch
 
-from rlkit.plugin import ConfigError, RewardBatch, hookimpl
+from rlkit.plugin import ConfigError, RewardBatch, hookimpl, scored_values_differ
 
 RankMethod = Literal["linear", "softmax", "wins"]
 
@@ -63,10 +63,8 @@ def rank_advantages(rewards: torch.Tensor, method: RankMethod = "linear", temper
         adv = wins / spread - 0.5
     else:
         raise ValueError(f"method must be linear, softmax or wins, got {method!r}")
-    hi = torch.where(valid, rewards, torch.full_like(rewards, -torch.inf)).amax(dim=1, keepdim=True)
-    lo = torch.where(valid, rewards, torch.full_like(rewards, torch.inf)).amin(dim=1, keepdim=True)
     # Exact zeros for groups without an order: the softmax of equal logits is 1/n only up to rounding.
-    no_order = (n < 2) | (hi == lo)
+    no_order = (n < 2) | ~scored_values_differ(rewards, valid)
     return torch.where(valid & ~no_order, adv, torch.zeros_like(adv)).float()
 
 

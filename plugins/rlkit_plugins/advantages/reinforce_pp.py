@@ -25,7 +25,7 @@ from typing import Literal, get_args
 
 import torch
 
-from rlkit.plugin import ConfigError, RewardBatch, hookimpl, nan_mean_std
+from rlkit.plugin import ConfigError, RewardBatch, hookimpl, nan_mean_std, scored_values_differ
 
 Baseline = Literal["group", "loo"]
 
@@ -42,10 +42,8 @@ def reinforce_pp_advantages(rewards: torch.Tensor, baseline: Baseline = "group",
     total = torch.where(valid, r, torch.zeros_like(r)).sum(dim=1, keepdim=True)
     others = (total - r) / (n - 1).clamp(min=1)
     adv = r - (total / n.clamp(min=1) if baseline == "group" else others)
-    hi = torch.where(valid, r, torch.full_like(r, -torch.inf)).amax(dim=1, keepdim=True)
-    lo = torch.where(valid, r, torch.full_like(r, torch.inf)).amin(dim=1, keepdim=True)
     counted = valid & (n >= 2)
-    informative = counted & (hi > lo)
+    informative = counted & scored_values_differ(r, valid)
     # Equal rewards centre to 0 only up to rounding in the sum; make it exact before the batch statistics.
     adv = torch.where(informative, adv, torch.where(counted, torch.zeros_like(adv), torch.full_like(adv, torch.nan)))
     mean, std, _ = nan_mean_std(adv.reshape(-1), dim=0)

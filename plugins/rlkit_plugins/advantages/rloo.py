@@ -18,7 +18,7 @@ from typing import Literal, get_args
 
 import torch
 
-from rlkit.plugin import ConfigError, RewardBatch, hookimpl, nan_mean_std
+from rlkit.plugin import ConfigError, RewardBatch, hookimpl, nan_mean_std, scored_values_differ
 
 RlooScale = Literal["none", "group"]
 
@@ -38,10 +38,8 @@ def leave_one_out_advantages(rewards: torch.Tensor, scale: RlooScale = "none", e
     if scale == "group":
         _, std, _ = nan_mean_std(r, dim=1, keepdim=True)
         adv = adv / (std + eps)
-    hi = torch.where(valid, r, torch.full_like(r, -torch.inf)).amax(dim=1, keepdim=True)
-    lo = torch.where(valid, r, torch.full_like(r, torch.inf)).amin(dim=1, keepdim=True)
     # Equal rewards give r_i - baseline = 0 only up to rounding in the sum; make it exact.
-    no_contrast = (n < 2) | (hi == lo)
+    no_contrast = (n < 2) | ~scored_values_differ(r, valid)
     return torch.where(valid & ~no_contrast, adv, torch.zeros_like(adv)).float()
 
 
