@@ -29,7 +29,7 @@ from rlkit.core.registry import hookimpl
 from rlkit.core.rubric import Anchor, Dimension, Rubric, load_rubric, rubric_from_dict
 from rlkit.core.stats import nan_mean_std, nan_weighted_sum, scored_values_differ
 from rlkit.core.templates import chosen_template, render_template, template_hash, template_path
-from rlkit.core.types import PreferencePairs, RewardBatch, Rollout
+from rlkit.core.types import EnvStep, Episode, PreferencePairs, RewardBatch, Rollout
 from rlkit.data.records import prompt_text
 from rlkit.data.records import read_jsonl as read_records
 from rlkit.evaluation.calibration import DEFAULT_LABELS as DEFAULT_CALIBRATION_LABELS
@@ -78,6 +78,8 @@ __all__ = [
     "AggregatorRef",
     "Alert",
     "Anchor",
+    "EnvStep",
+    "Episode",
     "BackendRef",
     "BaselineDrift",
     "Completion",

@@ -83,6 +83,12 @@ class ModelConfig(_Schema):
         default=False, description="Recompute activations in backward: less memory, more compute.")
     warm_start: WarmStartConfig = Field(default_factory=WarmStartConfig,
                                         description="Supervised warm start of the embedded tiny policy.")
+    chat_template: str | None = Field(
+        default=None, description="A Jinja chat template file (a path or pkg://) that replaces the tokenizer's own, as "
+                                  "TRL's chat_template_path; null: the tokenizer's. Multi-turn environments need one.")
+    response_template: str | None = Field(
+        default=None, description="A YAML or JSON file holding transformers' response_template (how a reply's tool "
+                                  "calls are read, `parse_response`); null: the tokenizer's own, if any.")
 
 
 class DataConfig(_Schema):

@@ -219,6 +219,50 @@ def check_model_path(model: ModelConfig) -> None:
 
     if model.name_or_path is not None:
         read_model_config(locate_model(model.name_or_path), f"model.name_or_path ({model.name_or_path})")
+    read_chat_format(model)
+
+
+def _check_environment(result: ValidatedConfig) -> None:
+    """A multi-turn environment samples each turn after the last: nothing to request ahead, no demonstrations to
+    play (its episodes are the rollouts)."""
+    environment = result.plugins.get("environment")
+    if environment is None or int(getattr(environment, "max_turns", 1)) <= 1:
+        return
+    if int(getattr(result.plugins.get("generator"), "max_lag", 0) or 0) > 0:
+        raise ConfigError("a multi-turn environment samples each turn after the last one, so its rollouts cannot be "
+                          "requested ahead: use generator.params.max_lag=0", "generator.params.max_lag")
+    if getattr(result.objective, "signal", None) == "demonstrations":
+        raise ConfigError("an objective that learns from demonstrations plays no episodes: use environment="
+                          "single_turn (multi-turn demonstrations are records whose completion holds tool turns)",
+                          "environment")
+
+
+def read_chat_format(model: ModelConfig) -> tuple[str | None, dict[str, Any] | None]:
+    """``model.chat_template``'s text and ``model.response_template``'s dict (None where unset), read and checked."""
+    import yaml
+
+    from rlkit.config.compose import resolve_path
+
+    template = response = None
+    if model.chat_template is not None:
+        path = resolve_path(model.chat_template)
+        try:
+            template = path.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise ConfigError(f"cannot read {path}: {exc.strerror or exc}", "model.chat_template") from None
+    if model.response_template is not None:
+        path = resolve_path(model.response_template)
+        try:
+            response = yaml.safe_load(path.read_text(encoding="utf-8"))
+        except (OSError, yaml.YAMLError) as exc:
+            raise ConfigError(f"cannot read {path}: {str(exc).splitlines()[0]}", "model.response_template") from None
+        from transformers.utils.chat_parsing.response_templates import load_response_template
+
+        try:
+            load_response_template(response)
+        except (ValueError, TypeError) as exc:
+            raise ConfigError(f"{path}: not a response_template: {exc}", "model.response_template") from None
+    return template, response
 
 
 def _check_reward_path(result: ValidatedConfig) -> None:
@@ -227,6 +271,28 @@ def _check_reward_path(result: ValidatedConfig) -> None:
     if getattr(estimator, "ignores_aggregator", False) and aggregator not in (None, "weighted_sum"):
         warnings.warn(f"advantage={result.plugin_names['advantage_estimator']} forms advantages from the "
                       f"dimensions directly; aggregator={aggregator} only feeds the logged reward", stacklevel=2)
+
+
+def _check_prompt_sampler(run: RunConfig, result: ValidatedConfig, data: DataConfig) -> None:
+    """A sampler that picks each step's prompts and dynamic sampling, which reads its prompts on in the epoch shuffle
+    itself, would each decide what a step trains on: one of them must. A sampler that picks is set up (on a copy) on
+    the run's records, so records it cannot use fail here."""
+    import copy
+
+    from rlkit.data.records import SYNTHETIC_TASKS
+
+    sampler = result.plugins.get("prompt_sampler")
+    if not callable(getattr(sampler, "pick", None)):
+        return
+    if run.sampling.filter != "none":
+        raise ConfigError(f"sampler={result.plugin_names['prompt_sampler']} picks each step's prompts and "
+                          f"sampling.filter={run.sampling.filter} reads them on in the epoch shuffle; use "
+                          "sampler=uniform or sampling.filter=none", "sampler, sampling.filter")
+    records = result.records
+    if records is None and data.path is None and data.task in SYNTHETIC_TASKS:
+        records = SYNTHETIC_TASKS[data.task](data.num_prompts, data.seed)
+    if records:
+        copy.deepcopy(sampler).setup(records, run.seed)
 
 
 def _check_group_size(run: RunConfig, result: ValidatedConfig) -> None:
@@ -428,6 +494,7 @@ def validate_config(cfg: DictConfig, registry: Registry, *, read_data: bool = Tr
     if run.ckpt_path is not None:
         check_checkpoint(resolve_path(run.ckpt_path), result.rubric, parts["model"])
     _check_reward_path(result)
+    _check_environment(result)
     data: Any = parts["data"]
     if data.path is not None:
         if read_data:
@@ -438,6 +505,7 @@ def validate_config(cfg: DictConfig, registry: Registry, *, read_data: bool = Tr
         raise ConfigError(f"unknown synthetic task {data.task!r}; available: {', '.join(SYNTHETIC_TASKS)}",
                           _where(registry, cfg, "data", "task"))
     _check_demonstrations(result, data)
+    _check_prompt_sampler(run, result, data)
     return result
 
 

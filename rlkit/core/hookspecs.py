@@ -194,6 +194,73 @@ def rlkit_register_generators(register: Register) -> None:
       ``load_state_dict`` is called before ``setup`` on resume.
 
     rlkit's contract suite (``rlkit.testing.GeneratorContract``) checks these shapes and the weight sync.
+    A generator honours ``request.prompt_token_ids`` when given (one id list per record): it samples after exactly
+    those ids, never re-tokenising them (a multi-turn episode's later turns).
+    """
+
+
+@hookspec
+def rlkit_register_prompt_samplers(register: Register) -> None:
+    """Register prompt-sampler factories: which training prompts each step trains on (``sampler=<name>``).
+
+    The data loader walks an epoch shuffle of the training records (a fresh permutation per epoch, from the run seed
+    and the epoch alone), which paces the run and resumes mid-epoch. A sampler has:
+
+    * ``setup(records: list[dict], seed: int) -> None``: the training records (the held-out split removed), in the
+      order ``pick`` indexes them, and the run seed; once, before anything else. It raises ``rlkit.DataError`` for
+      records it cannot use, and decides ``adaptive``.
+    * ``pick(draw: int, proposed: list[int]) -> list[int]`` (optional): the indices of the records step ``draw``
+      trains on (``draw`` counts the steps this sampler picked for, 0, 1, ..., resumed runs included),
+      ``len(proposed)`` distinct ones when there are that many records, where ``proposed`` is what the epoch shuffle
+      would train on. A pure function of ``draw``, ``proposed`` and what ``observe`` saw: it must not change the
+      sampler's state, and its randomness comes from the run seed and ``draw``, because the loop may call it ahead of
+      the step (a generator's ``max_lag`` lookahead) and again at the step. A sampler without ``pick`` trains on the
+      epoch shuffle as it is (``uniform``).
+    * ``adaptive: bool`` (attribute, read after ``setup``): True when ``pick`` depends on what ``observe`` saw. The
+      loop then cannot read the next steps' prompts ahead, and a generator with ``max_lag`` samples each step when
+      it starts; False promises that ``pick`` depends on ``draw`` and ``proposed`` alone.
+    * ``observe(draw: int, indices: list[int], raw_scores: torch.Tensor, rubric: rlkit.Rubric) -> None``: after
+      step ``draw``, the judge's raw scores ``float32 [B, G, D]`` (NaN = not scored; ``rubric`` is what they
+      follow) of the records ``indices`` it trained on. Called only for a sampler with ``pick``.
+    * ``state_dict() -> dict`` / ``load_state_dict(state)``: what ``observe`` learnt, as plain values (numbers,
+      strings, None, lists and dicts of them); it travels in checkpoints, and ``load_state_dict`` is called after
+      ``setup``, so a resumed run picks exactly what the uninterrupted one would.
+    * optional ``metrics() -> dict[str, float]``: logged as ``sampler/<metric>`` after every step.
+
+    A sampler with ``pick`` runs on one process, and not with dynamic sampling's ``sampling.filter`` (which reads its
+    prompts on in the epoch shuffle itself): ``rlkit validate`` refuses that combination.
+    ``rlkit.testing.PromptSamplerContract`` checks the indices, that ``pick`` is pure and seeded, and that a sampler
+    restored from ``state_dict`` picks what the uninterrupted one does.
+    """
+
+
+@hookspec
+def rlkit_register_environments(register: Register) -> None:
+    """Register environment factories: what a rollout is, one policy turn or an episode (``environment=<name>``).
+
+    The default ``single_turn`` is prompt → one completion. An environment has:
+
+    * ``max_turns: int``: the most policy turns an episode takes (1: single turn, the loop samples exactly as
+      without an environment); ``max_tokens: int | None``: the episode's token budget after the prompt, policy and
+      environment tokens together (None: only ``max_completion_length`` per policy turn bounds it).
+    * ``reset(record) -> str | list[dict]``: the episode's first observation, a prompt string or chat messages
+      (``{"role", "content"}``), from a prompt record.
+    * ``step(messages, completion) -> rlkit.plugin.EnvStep``: after a policy turn, with ``messages`` the conversation
+      before it and ``completion`` the text the policy just sampled: ``observation`` (messages to append, e.g.
+      ``{"role": "tool", "name": ..., "content": ...}``; empty when done), ``done`` and ``info`` (a dict of
+      counts such as ``tool_calls`` and ``tool_errors``, summed over the episode into ``Episode.info`` and the
+      ``episode/`` metrics). It never raises on what the policy wrote: a malformed tool call or a failing tool is
+      an observation the policy sees.
+    * optional ``tools() -> list[dict]``: JSON schemas of the tools (transformers' ``tools=`` format), rendered
+      into the prompt by the tokenizer's chat template.
+    * optional ``setup(tokenizer) -> None``: called once with the policy's tokenizer before the first multi-turn
+      episode (to read tool calls in its chat format); may raise ``rlkit.ConfigError`` when it cannot work with it.
+    * optional ``close() -> None`` when the run ends.
+
+    The loop (``rlkit.train.episodes``) plays G episodes per record, policy turns sampled through the generator,
+    each next turn sampled after the exact token ids so far (environment turns are tokenised as the chat template
+    renders them after the policy's end-of-turn token, never re-tokenising earlier turns); environment tokens are
+    attended to and left out of the loss. ``rlkit.testing.EnvironmentContract`` checks the contract.
     """
 
 

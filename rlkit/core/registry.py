@@ -61,6 +61,8 @@ KINDS: tuple[PluginKind, ...] = (
     PluginKind("weight_scheduler", "rlkit_register_weight_schedulers", "weights", "weight schedulers"),
     PluginKind("objective", "rlkit_register_objectives", "objective", "objectives"),
     PluginKind("generator", "rlkit_register_generators", "generator", "generators"),
+    PluginKind("prompt_sampler", "rlkit_register_prompt_samplers", "sampler", "prompt samplers"),
+    PluginKind("environment", "rlkit_register_environments", "environment", "environments"),
     PluginKind("judge_backend", "rlkit_register_judge_backends", "judge_backend", "judge backends",
                selected_by="judge.params.backend"),
     PluginKind("monitor", "rlkit_register_monitors", "monitors", "monitors", many=True),

@@ -13,17 +13,53 @@ if TYPE_CHECKING:
 
 
 @dataclass(frozen=True)
+class Episode:
+    """One multi-turn episode as an environment played it out (``rlkit_register_environments``).
+
+    ``messages`` is the whole conversation: the environment's first messages, then each policy turn (``role:
+    assistant``, its sampled text) and each environment turn (tool results, a simulated user's replies) in order.
+    ``turns`` holds the policy turns' texts alone, in order (what step-scoped rubric dimensions score); ``info``
+    what the environment reported along the way (``tool_calls``, ``tool_errors``, ``ended``: why the episode
+    stopped: ``done``, ``max_turns``, ``max_tokens`` or ``truncated``).
+    """
+
+    messages: tuple[dict[str, Any], ...]
+    turns: tuple[str, ...]
+    info: dict[str, Any] = field(default_factory=dict)
+    first_turn: int = 0  # the index in ``messages`` of the first policy turn (the messages before it: the prompt)
+
+    @property
+    def num_turns(self) -> int:
+        return len(self.turns)
+
+
+@dataclass(frozen=True)
+class EnvStep:
+    """What an environment answers after a policy turn: messages to append (tool results, a simulated user's reply;
+    empty when done), whether the episode is over, and counts to add to the episode's ``info``."""
+
+    observation: list[dict[str, Any]] = field(default_factory=list)
+    done: bool = True
+    info: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class Rollout:
     """What a judge scores: B prompt records, each with G completions.
 
     ``records[b]`` is the prompt's data record (``prompt`` plus any fields such as
     ``reference``); ``completions[b][g]`` is the text of completion g. The training loop adds
     ``completion_token_counts`` ``[B, G]`` so judges can bound length in tokens.
+
+    With a multi-turn environment, ``completions[b][g]`` is the episode's last policy turn (its final answer, so a
+    single-turn judge reads what it always read) and ``episodes[b][g]`` the whole :class:`Episode`; ``episodes`` is
+    None for single-turn rollouts.
     """
 
     records: Sequence[dict[str, Any]]
     completions: Sequence[Sequence[str]]
     completion_token_counts: torch.Tensor | None = None
+    episodes: Sequence[Sequence[Episode]] | None = None
 
     def __post_init__(self) -> None:
         if len(self.records) != len(self.completions):
@@ -31,6 +67,8 @@ class Rollout:
         sizes = {len(group) for group in self.completions}
         if len(sizes) > 1:
             raise ValueError(f"every prompt needs the same number of completions, got sizes {sorted(sizes)}")
+        if self.episodes is not None and [len(e) for e in self.episodes] != [len(c) for c in self.completions]:
+            raise ValueError("episodes must be [B][G] like completions")
 
     @property
     def num_prompts(self) -> int:

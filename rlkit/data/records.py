@@ -195,7 +195,24 @@ def arithmetic_task(num_prompts: int, seed: int, max_operand: int = 20) -> list[
     return records
 
 
-SYNTHETIC_TASKS = {"arithmetic": arithmetic_task}
+def calculator_task(num_prompts: int, seed: int) -> list[dict[str, Any]]:
+    """Two-digit products, too hard for the tiny policy to work out alone and easy with ``environment=tools``'
+    calculator: chat prompts, a numeric ``reference``, and a demonstration ``completion`` (TRL's conversational
+    format) that calls the tool and copies its result, for a warm start."""
+    rng = random.Random(seed)
+    records = []
+    for i in range(num_prompts):
+        a, b = rng.randint(10, 99), rng.randint(10, 99)
+        call = f'[calc(e="{a}*{b}")]'
+        records.append({"id": f"calc-{i}", "prompt": [{"role": "user", "content": f"{a}*{b}"}],
+                        "reference": str(a * b),
+                        "completion": [{"role": "assistant", "content": call},
+                                       {"role": "tool", "name": "calc", "content": str(a * b)},
+                                       {"role": "assistant", "content": str(a * b)}]})
+    return records
+
+
+SYNTHETIC_TASKS = {"arithmetic": arithmetic_task, "calculator": calculator_task}
 
 
 def disjoint_task_records(task: str, count: int, seed: int, exclude: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:

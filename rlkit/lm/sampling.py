@@ -10,6 +10,7 @@ import numpy as np
 import torch
 
 from rlkit.data.records import prompt_text
+from rlkit.lm.conversation import is_conversation
 from rlkit.lm.logprobs import mask_after_eos, selective_log_softmax, truncated_rows
 
 
@@ -35,6 +36,11 @@ class SampledBatch:
     engine_logprobs: torch.Tensor | None = None
     policy_version: int | None = None
     policy_lag: int | None = None
+    # Multi-turn episodes (``rlkit.train.episodes``): ``episodes`` [B][G] the conversations (``rlkit.Episode``), and per
+    # row the policy turns' [start, end) columns in the completion. The completion then holds the environment's
+    # tokens between policy turns: attended to, but 0 in ``completion_mask`` (no loss, no KL, no count).
+    episodes: list[list[Any]] | None = None
+    turn_spans: list[list[tuple[int, int]]] | None = None
 
     @property
     def completion_ids(self) -> torch.Tensor:
@@ -42,15 +48,28 @@ class SampledBatch:
 
     @property
     def completion_token_counts(self) -> torch.Tensor:
+        """The policy's own tokens per row (an episode's environment tokens are not counted)."""
         return self.completion_mask.sum(dim=1)
+
+    @property
+    def completion_spans(self) -> torch.Tensor:
+        """Completion columns each row occupies, environment tokens included: the width a log-prob pass needs."""
+        if self.turn_spans is None:
+            return self.completion_token_counts
+        return torch.tensor([spans[-1][1] if spans else 0 for spans in self.turn_spans],
+                            device=self.completion_mask.device)
 
     def rows(self, rows: slice | torch.Tensor) -> SampledBatch:
         """The sequences ``rows`` (a slice or an index tensor) of the flat ``[B*G]`` axis, for micro-batched
         passes (texts left out)."""
         engine = None if self.engine_logprobs is None else self.engine_logprobs[rows]
+        spans = None
+        if self.turn_spans is not None:
+            picked = range(len(self.turn_spans))[rows] if isinstance(rows, slice) else rows.tolist()
+            spans = [self.turn_spans[i] for i in picked]
         return SampledBatch(self.input_ids[rows], self.attention_mask[rows], self.completion_mask[rows],
                             self.prompt_length, [], self.truncated[rows], engine, self.policy_version,
-                            self.policy_lag)
+                            self.policy_lag, turn_spans=spans)
 
 
 def micro_batches(num_rows: int, num_chunks: int, *, exact: bool = False) -> list[slice]:
@@ -141,13 +160,38 @@ class GenerationRequest:
     temperature: float = 1.0
     greedy: bool = False
     seeds: Sequence[int] | None = None
+    # One token-id list per record, sampled after exactly as given (a multi-turn episode's conversation so far,
+    # whose earlier turns must not be re-tokenised); None: each record's ``prompt`` is rendered and tokenised.
+    prompt_token_ids: Sequence[Sequence[int]] | None = None
 
 
-def tokenize_prompts(tokenizer: Any, records: Sequence[dict[str, Any]]) -> tuple[torch.Tensor, torch.Tensor]:
-    """Left-padded prompt ids and attention mask ``[B, P]`` (chat prompts through the chat template)."""
-    prompts = [render_prompt(r["prompt"], tokenizer) for r in records]
-    enc = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
-    return enc["input_ids"], enc["attention_mask"]
+def tokenize_prompts(tokenizer: Any, records: Sequence[dict[str, Any]],
+                     token_ids: Sequence[Sequence[int]] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Left-padded prompt ids and attention mask ``[B, P]`` (chat prompts through the chat template); with
+    ``token_ids`` (a request's ``prompt_token_ids``), those ids left-padded instead."""
+    if token_ids is None:
+        prompts = [render_prompt(r["prompt"], tokenizer) for r in records]
+        enc = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
+        return enc["input_ids"], enc["attention_mask"]
+    if len(token_ids) != len(records):
+        raise ValueError(f"{len(token_ids)} prompt token lists for {len(records)} records")
+    return left_padded([list(ids) for ids in token_ids], pad_id(tokenizer))
+
+
+def pad_id(tokenizer: Any) -> int:
+    return tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+
+
+def left_padded(rows: Sequence[Sequence[int]], pad: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``int64 [N, W]`` ids left-padded with ``pad`` to the longest row, and their attention mask."""
+    width = max((len(r) for r in rows), default=0)
+    ids = torch.full((len(rows), width), pad, dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for i, row in enumerate(rows):
+        if row:
+            ids[i, width - len(row):] = torch.tensor(row, dtype=torch.long)
+            mask[i, width - len(row):] = 1
+    return ids, mask
 
 
 def demonstration_text(record: dict[str, Any]) -> str | None:
@@ -167,6 +211,8 @@ def demonstration_batch(tokenizer: Any, records: Sequence[dict[str, Any]], max_n
                         device: torch.device | str = "cpu") -> SampledBatch:
     """Each record's prompt followed by its demonstration and EOS, cut at ``max_new_tokens``, as the
     ``SampledBatch`` a generator would return with one completion per record (prompt tokenised as for sampling)."""
+    if any(is_conversation(r.get("completion")) for r in records):
+        return conversation_batch(tokenizer, records, max_new_tokens, device)
     prompt_ids, prompt_mask = tokenize_prompts(tokenizer, records)
     rows = []
     for i, record in enumerate(records):
@@ -182,6 +228,44 @@ def demonstration_batch(tokenizer: Any, records: Sequence[dict[str, Any]], max_n
     for i, row in enumerate(rows):
         completion[i, :len(row)] = torch.tensor(row, dtype=prompt_ids.dtype)
     return assemble_sampled_batch(prompt_ids.to(device), prompt_mask.to(device), completion.to(device), tokenizer, 1)
+
+
+def conversation_batch(tokenizer: Any, records: Sequence[dict[str, Any]], max_new_tokens: int,
+                       device: torch.device | str = "cpu") -> SampledBatch:
+    """Demonstrations with multi-turn completions (tool results between assistant turns) as the ``SampledBatch`` of
+    the episodes they show: only the assistant's tokens in ``completion_mask``; single-turn ones as one turn."""
+    from rlkit.lm.conversation import conversation_ids
+
+    prompts, rows, masks, spans = [], [], [], []
+    for i, record in enumerate(records):
+        completion = record.get("completion")
+        if not isinstance(completion, list):
+            text = demonstration_text(record)
+            if text is None:
+                raise ValueError(f"record {i} has neither a `completion` nor a `reference` to learn from")
+            completion = [{"role": "assistant", "content": text}]
+        p, ids, mask, turns = conversation_ids(tokenizer, record["prompt"], completion, max_new_tokens)
+        prompts.append(p)
+        rows.append(ids)
+        masks.append(mask)
+        spans.append(turns)
+    pad = pad_id(tokenizer)
+    prompt_ids, prompt_mask = left_padded(prompts, pad)
+    width = max(1, max(len(r) for r in rows))
+    completion_ids = torch.full((len(rows), width), pad, dtype=torch.long)
+    attend = torch.zeros((len(rows), width), dtype=prompt_mask.dtype)
+    policy = torch.zeros((len(rows), width), dtype=torch.long)
+    for i, (ids, mask) in enumerate(zip(rows, masks, strict=True)):
+        completion_ids[i, :len(ids)] = torch.tensor(ids, dtype=torch.long)
+        attend[i, :len(ids)] = 1
+        policy[i, :len(ids)] = torch.tensor(mask, dtype=torch.long)
+    eos = tokenizer.eos_token_id
+    truncated = torch.tensor([not turns or ids[turns[-1][1] - 1] != eos for ids, turns in zip(rows, spans,
+                                                                                              strict=True)])
+    texts = [[demonstration_text(r) or ""] for r in records]
+    return SampledBatch(torch.cat([prompt_ids, completion_ids], dim=1).to(device),
+                        torch.cat([prompt_mask, attend], dim=1).to(device), policy.to(device), prompt_ids.shape[1],
+                        texts, truncated.to(device), turn_spans=spans)
 
 
 def assemble_sampled_batch(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, completion_ids: torch.Tensor,
@@ -212,7 +296,7 @@ def sequence_log_probs(model: Any, sampled: SampledBatch) -> torch.Tensor:
     No KV cache: a single pass never reads one back.
     """
     p, c = sampled.prompt_length, sampled.completion_mask.shape[1]
-    keep = max(int(sampled.completion_mask.sum(dim=1).max()), 1) if sampled.completion_mask.numel() else c
+    keep = max(int(sampled.completion_spans.max()), 1) if sampled.completion_mask.numel() else c
     used = sampled.attention_mask[:, :p].any(dim=0).nonzero()
     start = min(int(used[0]) if len(used) else p - 1, p - 1)  # keep at least the token predicting the first one
     ids = sampled.input_ids[:, start:p + keep]

@@ -19,6 +19,7 @@ from typing import Any
 
 import torch
 
+from rlkit.lm.conversation import apply_chat_format
 from rlkit.lm.logprobs import masked_nll
 from rlkit.lm.models import WARM_START_CACHE_ENV, build_cached, load_policy
 from rlkit.lm.sampling import demonstration_batch, sequence_log_probs
@@ -70,18 +71,24 @@ def train_on_demonstrations(policy: Any, tokenizer: Any, records: Sequence[dict[
 
 
 def warm_start_policy(base: Path, records: Sequence[dict[str, Any]], *, steps: int, batch_size: int, lr: float,
-                      seed: int, max_new_tokens: int) -> Path:
+                      seed: int, max_new_tokens: int,
+                      chat_format: tuple[str | None, dict[str, Any] | None] = (None, None)) -> Path:
     """The base policy trained ``steps`` steps on ``records``' demonstrations, saved in :func:`warm_start_cache_dir`
-    (built once, atomically, and reused); ``steps=0`` is the base itself."""
+    (built once, atomically, and reused); ``steps=0`` is the base itself. ``chat_format`` (a chat template and a
+    response template) is set on the tokenizer first: the demonstrations are rendered with it, and it is saved."""
     if steps == 0:
         return base
-    settings = {"steps": steps, "batch_size": batch_size, "lr": lr, "seed": seed, "max_new_tokens": max_new_tokens}
+    settings: dict[str, Any] = {"steps": steps, "batch_size": batch_size, "lr": lr, "seed": seed,
+                                "max_new_tokens": max_new_tokens}
+    if chat_format != (None, None):  # older cache folders keep their names
+        settings["chat_format"] = list(chat_format)
     target = warm_start_cache_dir(base) / f"{base.name}-warm-{warm_start_key(base, records, settings)}"
 
     def write(folder: Path) -> None:
         # loading may draw random numbers too (weights initialised before the checkpoint's overwrite them)
         with torch.random.fork_rng(devices=[]), torch.enable_grad():
             policy, tokenizer = load_policy(base)
+            apply_chat_format(tokenizer, *chat_format)
             losses = train_on_demonstrations(policy, tokenizer, records, steps=steps, batch_size=batch_size, lr=lr,
                                              seed=seed, max_new_tokens=max_new_tokens)
         policy.save_pretrained(folder)

@@ -27,18 +27,22 @@ from rlkit.testing.contracts import (
     example_rollout,
     example_rubric,
 )
+from rlkit.testing.environment_contract import EnvironmentContract
 from rlkit.testing.monitor_contract import MonitorContract, example_monitor_views
 from rlkit.testing.objective_contract import ObjectiveContract, example_completion_inputs, example_pair_inputs
+from rlkit.testing.sampler_contract import PromptSamplerContract, example_sampler_records, example_sampler_rubric
 
 __all__ = [
     "AdvantageEstimatorContract",
     "AggregatorContract",
+    "EnvironmentContract",
     "GeneratorContract",
     "JudgeBackendContract",
     "JudgeContract",
     "MonitorContract",
     "ObjectiveContract",
     "PreferenceConstructorContract",
+    "PromptSamplerContract",
     "WeightSchedulerContract",
     "example_chats",
     "example_completion_inputs",
@@ -48,6 +52,8 @@ __all__ = [
     "example_reward_batch",
     "example_rollout",
     "example_rubric",
+    "example_sampler_records",
+    "example_sampler_rubric",
     "plugin_names",
     "validate_overrides",
 ]

@@ -416,5 +416,27 @@ class GeneratorContract:
         other_seed = self._generate(generator, policy, records[1:2], seeds=[23])
         assert self._generate(generator, policy, records[1:2], seeds=[23]).texts == other_seed.texts
 
+    def test_samples_after_the_given_prompt_token_ids(self, generator: Any, policy: tuple[Any, Any],
+                                                      records: list[dict[str, Any]]) -> None:
+        """A multi-turn episode's next turn continues exactly the ids it hands over (``prompt_token_ids``): the
+        rendered prompt's ids give the same greedy answer, and a conversation that is no rendered text's
+        tokenisation (ids glued across a boundary) comes back verbatim as the prompt."""
+        from rlkit.lm.sampling import GenerationRequest, tokenize_prompts
+
+        model, tokenizer = policy
+        generator.setup(*policy)
+        ids, mask = tokenize_prompts(tokenizer, records)
+        given = [row[m.bool()].tolist() for row, m in zip(ids, mask, strict=True)]
+        rendered = self._generate(generator, policy, records, greedy=True, num_generations=1)
+        request = GenerationRequest(records, 1, self.max_new_tokens, greedy=True, prompt_token_ids=given)
+        assert generator.generate(model, tokenizer, request).texts == rendered.texts
+        glued = [given[0] + [tokenizer.eos_token_id] + given[1], given[2]]
+        out = generator.generate(model, tokenizer, GenerationRequest(records[:2], 2, self.max_new_tokens,
+                                                                     prompt_token_ids=glued))
+        p = out.prompt_length
+        for row in range(4):
+            prompt = out.input_ids[row, :p][out.attention_mask[row, :p].bool()].tolist()
+            assert prompt == glued[row // 2], "the prompt ids were re-tokenised or reordered"
+
     def test_has_close(self, generator: Any) -> None:
         assert callable(getattr(generator, "close", None))

@@ -25,6 +25,17 @@ class RolloutSnapshot:
     raw_scores: torch.Tensor
     rewards: torch.Tensor
     advantages: torch.Tensor
+    episodes: list[list[Any]] | None = None  # multi-turn rollouts: each completion's whole episode
+
+
+def conversation_text(messages: Any) -> str:
+    """An episode after its prompt, one ``role: content`` line per turn (tool results named by their tool)."""
+    lines = []
+    for m in messages:
+        role = m.get("role")
+        lines.append(f"{role}" + (f"[{m['name']}]" if role == "tool" and m.get("name") else "") +
+                     f": {m.get('content')}")
+    return "\n".join(lines)
 
 
 def _number(value: float) -> float | None:
@@ -34,6 +45,8 @@ def _number(value: float) -> float | None:
 def sample_rows(snapshot: RolloutSnapshot, rubric: Rubric, limit: int) -> tuple[list[str], list[list[Any]]]:
     """Columns and up to ``limit`` rows: the first completion of every prompt, then the second, …"""
     columns = ["step", "prompt", "completion", "reward", "advantage", *rubric.dimension_names]
+    if snapshot.episodes is not None:
+        columns.insert(3, "episode")
     b, g = snapshot.rewards.shape
     rows = []
     for j in range(g):
@@ -41,10 +54,13 @@ def sample_rows(snapshot: RolloutSnapshot, rubric: Rubric, limit: int) -> tuple[
             if len(rows) == limit:
                 return columns, rows
             prompt = snapshot.records[i]["prompt"]
-            rows.append([snapshot.step, prompt if isinstance(prompt, str) else prompt_text(prompt),
-                         snapshot.completions[i][j], _number(float(snapshot.rewards[i, j])),
-                         _number(float(snapshot.advantages[i, j])),
-                         *(_number(float(v)) for v in snapshot.raw_scores[i, j])])
+            row = [snapshot.step, prompt if isinstance(prompt, str) else prompt_text(prompt),
+                   snapshot.completions[i][j], _number(float(snapshot.rewards[i, j])),
+                   _number(float(snapshot.advantages[i, j])), *(_number(float(v)) for v in snapshot.raw_scores[i, j])]
+            if snapshot.episodes is not None:
+                episode = snapshot.episodes[i][j]
+                row.insert(3, conversation_text(episode.messages[episode.first_turn:]))
+            rows.append(row)
     return columns, rows
 
 

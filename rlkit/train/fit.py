@@ -66,6 +66,7 @@ def check_replicas_agree(policy: Any, device: Any) -> int:
 def build_trainer(validated: ValidatedConfig, run_dir: Path) -> tuple[L.Trainer, Any]:
     """The Lightning trainer of ``trainer.*`` with rlkit's checkpoints, sample log and logger."""
     from rlkit.evaluation.golden import golden_callbacks
+    from rlkit.train.datamodule import SamplerFeedback
 
     cfg = validated.cfg
     golden = golden_callbacks(validated, run_dir)  # before the logger: a bad golden set leaves no W&B run open
@@ -80,7 +81,7 @@ def build_trainer(validated: ValidatedConfig, run_dir: Path) -> tuple[L.Trainer,
                            validated.reward_rubric)
     try:
         trainer = L.Trainer(default_root_dir=str(run_dir), logger=logger, num_sanity_val_steps=0,
-                            callbacks=[checkpoints, samples, *golden],
+                            callbacks=[checkpoints, samples, SamplerFeedback(), *golden],
                             check_val_every_n_epoch=None,
                             val_check_interval=None, enable_model_summary=False, **trainer_kwargs)
     except (TypeError, ValueError) as exc:  # Lightning's MisconfigurationException is a ValueError
@@ -109,16 +110,21 @@ WARM_START_POOL = 4096
 def build_module(validated: ValidatedConfig, demonstrations: list[dict[str, Any]] | None = None) -> RubricRLModule:
     """The policy (LoRA-wrapped if asked; warm-started on ``demonstrations`` when ``model.warm_start.steps`` asks),
     its reference, the reward parts and the generator, in one module."""
+    from rlkit.config.validate import read_chat_format
+    from rlkit.lm.conversation import apply_chat_format
     from rlkit.lm.models import apply_lora, enable_gradient_checkpointing, load_policy, resolve_policy_path
     from rlkit.lm.reference import build_reference
     from rlkit.lm.warm_start import warm_start_policy
 
     path = resolve_policy_path(validated.model.name_or_path)
     warm = validated.model.warm_start
+    chat_format = read_chat_format(validated.model)
     if warm.steps:
         path = warm_start_policy(path, demonstrations or [], steps=warm.steps, batch_size=warm.batch_size,
-                                 lr=warm.lr, seed=warm.seed, max_new_tokens=validated.run.max_completion_length)
+                                 lr=warm.lr, seed=warm.seed, max_new_tokens=validated.run.max_completion_length,
+                                 chat_format=chat_format)
     policy, tokenizer = load_policy(path, validated.model.dtype)
+    apply_chat_format(tokenizer, *chat_format)
     if validated.model.gradient_checkpointing:
         enable_gradient_checkpointing(policy)
     lora = validated.model.lora
@@ -137,7 +143,8 @@ def build_module(validated: ValidatedConfig, demonstrations: list[dict[str, Any]
                         score_normalization=validated.run.score_normalization,
                         debias=build_debias(validated), heldout=validated.heldout_scoring())
     return RubricRLModule(policy, tokenizer, validated.reward_rubric, parts, settings_from(validated), reference,
-                          judged_rubric=validated.rubric, generator=validated.plugins.get("generator"))
+                          judged_rubric=validated.rubric, generator=validated.plugins.get("generator"),
+                          environment=validated.plugins.get("environment"))
 
 
 def with_resume_hint(exc: RlkitError, run_dir: Path) -> RlkitError:
@@ -188,7 +195,9 @@ def fit(validated: ValidatedConfig, run_dir: Path) -> dict[str, Any]:
     trainer, logger = build_trainer(validated, run_dir)  # first: a trainer setting Lightning refuses fails fast
     module = None
     try:
-        datamodule = PromptDataModule(validated.data, batch_size=run.batch_size, seed=run.seed)
+        datamodule = PromptDataModule(validated.data, batch_size=run.batch_size, seed=run.seed,
+                                      sampler=validated.plugins.get("prompt_sampler"),
+                                      sampler_name=validated.plugin_names.get("prompt_sampler", "uniform"))
         datamodule.setup()
         module = build_module(validated, warm_start_demonstrations(validated, datamodule))
         module.monitors = monitor_host(validated, run_dir)
@@ -211,6 +220,9 @@ def fit(validated: ValidatedConfig, run_dir: Path) -> dict[str, Any]:
         finish_logger(logger)
         if module is not None:
             module.generator.close()
+            close = getattr(validated.plugins.get("environment"), "close", None)
+            if callable(close):
+                close()
     final_dir = run_dir / "policy"
     if trainer.is_global_zero:  # every process holds the same weights; one writes them
         final_dir = save_policy(module.policy, module.tokenizer, final_dir, validated.model.lora.save)

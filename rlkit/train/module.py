@@ -44,6 +44,7 @@ from rlkit.train.dynamic_sampling import (
     select_groups,
     shape_truncated,
 )
+from rlkit.train.episodes import EpisodeRunner, episode_metrics
 from rlkit.train.lookahead import RolloutQueue
 from rlkit.train.updates import completion_update, local_targets, pair_update
 
@@ -115,10 +116,12 @@ class StepOutcome:
 
 
 def as_rollout(records: list[dict[str, Any]], sampled: SampledBatch) -> Rollout:
-    """What a judge scores: the records, their sampled completions and the completions' token counts."""
+    """What a judge scores: the records, their sampled completions (an episode's last policy turn), the
+    completions' token counts and, for multi-turn rollouts, the episodes."""
     g = len(sampled.texts[0])
     return Rollout(records=records, completions=sampled.texts,
-                   completion_token_counts=sampled.completion_token_counts.view(len(records), g).cpu())
+                   completion_token_counts=sampled.completion_token_counts.view(len(records), g).cpu(),
+                   episodes=sampled.episodes)
 
 
 def advantage_metrics(advantages: torch.Tensor) -> dict[str, float]:
@@ -135,7 +138,8 @@ class RubricRLModule(L.LightningModule):
 
     def __init__(self, policy: Any, tokenizer: Any, rubric: Rubric, parts: RewardParts,
                  settings: TrainingSettings, reference: ReferencePolicy | None = None,
-                 judged_rubric: Rubric | None = None, generator: Any = None, monitors: Any = None) -> None:
+                 judged_rubric: Rubric | None = None, generator: Any = None, monitors: Any = None,
+                 environment: Any = None) -> None:
         super().__init__()
         self.automatic_optimization = False
         self.policy = policy
@@ -150,7 +154,14 @@ class RubricRLModule(L.LightningModule):
         if generator is None:
             raise ValueError("RubricRLModule needs a generator (the run's `generator` plugin)")
         self.generator = generator
+        # what a rollout is (rlkit.train.episodes); None: one completion per sample, as `single_turn`
+        self.episodes = EpisodeRunner(environment, tokenizer) if environment is not None else None
         self.rollouts = RolloutQueue(generator)  # requested ahead of their step (generator max_lag > 0)
+        if self.rollouts.depth and self.episodes is not None and self.episodes.multi_turn:
+            from rlkit.core.errors import ConfigError
+
+            raise ConfigError("a multi-turn environment samples each turn after the last one, so its rollouts "
+                              "cannot be requested ahead: use generator.params.max_lag=0", "generator.params.max_lag")
         self._generator_stale = True  # not set up on the policy's weights yet
         self.heldout: dict[str, float] = {}
         self._val_raw: list[torch.Tensor] = []
@@ -176,6 +187,16 @@ class RubricRLModule(L.LightningModule):
         self._sampling_position: tuple[int, int] | None = None
 
     # --- pipeline pieces -----------------------------------------------------------------------
+
+    def first_turn(self, records: list[dict[str, Any]], step: int | None = None) -> GenerationRequest:
+        """A request a generator can be handed directly (asked ahead): single-turn, shaped by the environment."""
+        request = self.generation_request(records, step=step)
+        return request if self.episodes is None else self.episodes.first_turn(request)
+
+    def sample(self, request: GenerationRequest) -> SampledBatch:
+        """The generator's completions of ``request``, played out as episodes by the run's environment."""
+        generate = lambda r: self.generator.generate(self.policy, self.tokenizer, r)  # noqa: E731
+        return generate(request) if self.episodes is None else self.episodes.run(generate, request)
 
     def score(self, records: list[dict[str, Any]], sampled: SampledBatch, step: int,
               scheduler: Any | None = None, *, heldout: bool = False) -> RewardBatch:
@@ -304,12 +325,13 @@ class RubricRLModule(L.LightningModule):
             outcome = self.advantage_step(sampled, batch)
         loss, t2, t3 = outcome.loss, outcome.decided_at, outcome.logprob_at
         self.last_rollout = RolloutSnapshot(step, records, sampled.texts, spread.local(batch.raw_scores),
-                                            spread.local(batch.rewards), outcome.advantages)
+                                            spread.local(batch.rewards), outcome.advantages, sampled.episodes)
         t4 = time.perf_counter()
         lengths = spread.gather(sampled.completion_token_counts.float(), self.device)
         metrics = self.step_metrics(batch, lengths, truncated)
         metrics.update(outcome.metrics)
         metrics.update(filtered)
+        metrics.update(episode_metrics(sampled))
         if sampled.policy_version is not None:  # sampled by an engine: which weights, how far behind the policy
             metrics["rollout/policy_version"] = float(sampled.policy_version)
             metrics["rollout/policy_lag"] = float(sampled.policy_lag or 0)
@@ -348,17 +370,17 @@ class RubricRLModule(L.LightningModule):
         queue, step = self.rollouts, self.global_step
         if not queue.depth:
             self._requested_ahead = False
-            return self.generator.generate(self.policy, self.tokenizer, self.generation_request(records))
+            return self.sample(self.generation_request(records))
         pending = queue.take(step, records)
         self._requested_ahead = pending is not None
         if pending is None:
-            pending = self.generator.submit(self.policy, self.tokenizer, self.generation_request(records))
+            pending = self.generator.submit(self.policy, self.tokenizer, self.first_turn(records))
         datamodule = getattr(self.trainer, "datamodule", None)
         upcoming = getattr(datamodule, "upcoming", None)
         if callable(upcoming):
             queue.top_up(step, upcoming(*(ahead_from or self._data_position), queue.depth),
                          lambda ahead, at: self.generator.submit(
-                self.policy, self.tokenizer, self.generation_request(ahead, step=at)))
+                self.policy, self.tokenizer, self.first_turn(ahead, step=at)))
         return pending.result()
 
     def informative_rollout(self, step: int, wanted: int) -> tuple[list[dict[str, Any]], SampledBatch, Judged,
@@ -382,7 +404,7 @@ class RubricRLModule(L.LightningModule):
                 sampled = self.rollout(records, ahead_from=position)
             else:  # never requested ahead: which prompts a step adds is known only now
                 request = self.generation_request(records, step=step, first_row=drawn)
-                sampled = self.generator.generate(self.policy, self.tokenizer, request)
+                sampled = self.sample(request)
             judged = self.judge(records, sampled)
             # The filter sees rewards from copies of the stateful parts; the kept groups' batch advances them once.
             trial = self.reward_batch(judged, step, copy.deepcopy(self.parts.scheduler),
@@ -499,7 +521,7 @@ class RubricRLModule(L.LightningModule):
         self._val_raw, self._val_rewards = [], []
 
     def validation_step(self, records: list[dict[str, Any]], batch_idx: int) -> None:
-        sampled = self.generator.generate(self.policy, self.tokenizer, self.generation_request(records, greedy=True))
+        sampled = self.sample(self.generation_request(records, greedy=True))
         other = self.parts.heldout
         if other is not None:
             rollout = as_rollout(records, sampled)

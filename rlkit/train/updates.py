@@ -66,7 +66,7 @@ def completion_update(module: Any, objective: Any, sampled: SampledBatch, advant
     # rows, so any split gives the same gradient.
     n_rows = sampled.completion_mask.shape[0]
     # One process may merge passes that save under 5% of the positions; DDP processes must make as many.
-    chunks = length_buckets(sampled.completion_token_counts, max(s.gradient_accumulation_steps, s.length_buckets),
+    chunks = length_buckets(sampled.completion_spans, max(s.gradient_accumulation_steps, s.length_buckets),
                             width=sampled.prompt_length, max_rows=-(-n_rows // max(s.gradient_accumulation_steps, 1)),
                             slack=None if spread.world_size > 1 else 0.05)
 

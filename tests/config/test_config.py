@@ -71,7 +71,7 @@ def test_default_config_validates_without_data_file(registry):
     assert validated.records is None
     assert validated.rubric.name == "arithmetic"
     assert set(validated.plugin_names) == {"judge", "aggregator", "advantage_estimator", "weight_scheduler",
-                                           "objective", "generator"}
+                                           "objective", "generator", "prompt_sampler", "environment"}
 
 
 def test_trl_hyperparameter_names(registry):

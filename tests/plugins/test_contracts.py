@@ -9,11 +9,13 @@ from rlkit.core.registry import Registry, create_plugin_manager
 from rlkit.testing import (
     AdvantageEstimatorContract,
     AggregatorContract,
+    EnvironmentContract,
     GeneratorContract,
     JudgeBackendContract,
     JudgeContract,
     ObjectiveContract,
     PreferenceConstructorContract,
+    PromptSamplerContract,
     WeightSchedulerContract,
 )
 from rlkit.testing.monitor_contract import MonitorContract
@@ -132,6 +134,16 @@ class TestGenerators(GeneratorContract):
         generator.close()
 
 
+class TestEnvironments(EnvironmentContract):
+    """Every registered environment, with its default params."""
+
+    @pytest.fixture(params=_REGISTRY.names("environment"))
+    def environment(self, request):
+        environment = _REGISTRY.create("environment", request.param, {})
+        yield environment
+        environment.close()
+
+
 class TestJudgeBackends(JudgeBackendContract):
     @pytest.fixture
     def backend(self, built_judge_backend):
@@ -146,7 +158,7 @@ def test_builtin_judge_backends_are_all_tested():
 def test_every_kind_is_covered_by_a_suite():
     assert {k.key for k in _REGISTRY.kinds()} == {
         "judge", "aggregator", "advantage_estimator", "preference_constructor", "weight_scheduler", "judge_backend",
-        "generator", "monitor", "objective"}
+        "environment", "generator", "monitor", "objective"}
 
 
 def test_contract_catches_a_broken_estimator():
@@ -250,3 +262,23 @@ def _build_with(kind: str, name: str, params: dict):
 
         check(arithmetic_rubric())
     return plugin
+
+
+class TestPromptSamplers(PromptSamplerContract):
+    @pytest.fixture(params=_REGISTRY.names("prompt_sampler"))
+    def sampler(self, request):
+        return _build("prompt_sampler", request.param)
+
+
+class TestPromptSamplersOnRecordsWithoutDifficulty(PromptSamplerContract):
+    """Without a ``difficulty`` field, difficulty_mix measures levels (an adaptive sampler)."""
+
+    @pytest.fixture(params=_REGISTRY.names("prompt_sampler"))
+    def sampler(self, request):
+        return _build("prompt_sampler", request.param)
+
+    @pytest.fixture
+    def records(self):
+        from rlkit.testing import example_sampler_records
+
+        return example_sampler_records(difficulty=False)

@@ -215,7 +215,7 @@ def test_dimension_for_another_judge_is_nan_and_not_checked():
 @pytest.mark.parametrize(
     ("check", "path", "message"),
     [
-        ({"type": "sentiment"}, ".checks[1].type", "valid types: json, keywords, length"),
+        ({"type": "sentiment"}, ".checks[1].type", "valid types: episode, json, keywords, length"),
         ({"pattern": "x"}, ".checks[1].type", "no type"),
         ({"type": "regex", "pattern": "x", "colour": 1}, ".checks[1].colour", "unknown key 'colour'"),
         ({"type": "regex"}, ".checks[1].pattern", "needs 'pattern'"),

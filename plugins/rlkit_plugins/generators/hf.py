@@ -58,7 +58,7 @@ class HFGenerator:
     @torch.no_grad()
     def generate(self, policy: Any, tokenizer: Any, request: GenerationRequest) -> SampledBatch:
         g = request.num_generations
-        prompt_ids, prompt_mask = tokenize_prompts(tokenizer, request.records)
+        prompt_ids, prompt_mask = tokenize_prompts(tokenizer, request.records, request.prompt_token_ids)
         device = next(policy.parameters()).device
         ids = prompt_ids.repeat_interleave(g, dim=0).to(device)
         attn = prompt_mask.repeat_interleave(g, dim=0).to(device)

@@ -362,7 +362,7 @@ class OpenAIServerGenerator:
         if request.greedy and self.params.sync != "none" and self._pushed_at != self._steps:
             # held-out evaluation measures the policy as it is, not the last version sync_every let through
             self._push(policy, self.policy_version + 1)
-        prompt_ids, prompt_mask = tokenize_prompts(tokenizer, request.records)
+        prompt_ids, prompt_mask = tokenize_prompts(tokenizer, request.records, request.prompt_token_ids)
         seeds = request.seeds
         if seeds is not None and len(seeds) != len(request.records):
             raise ValueError(f"{len(seeds)} seeds for {len(request.records)} records")

@@ -33,7 +33,7 @@ _STRS = (lambda v: isinstance(v, list) and bool(v) and all(isinstance(s, str) an
 _BOOL = (lambda v: isinstance(v, bool)), "true or false"
 _NONNEG = (lambda v: _num(v) and v >= 0), "a number >= 0"
 _VALUES: dict[str, tuple[Callable[[Any], bool], str]] = {
-    "pattern": _STR, "extract": _STR, "field": _STR, "absent": _BOOL, "case_sensitive": _BOOL,
+    "pattern": _STR, "extract": _STR, "field": _STR, "key": _STR, "absent": _BOOL, "case_sensitive": _BOOL,
     "any": _STRS, "all": _STRS, "none": _STRS, "required_keys": _STRS,
     "min": _NONNEG, "max": _NONNEG, "tolerance": _NONNEG,
     "weight": ((lambda v: _num(v) and v > 0), "a number > 0"),
@@ -53,6 +53,7 @@ _TYPES: dict[str, tuple[set[str], set[str]]] = {
     "json": (set(), {"required_keys"}),
     "match": (set(), {"field", "mode", "case_sensitive", "extract", "tolerance"}),
     "overlong": ({"max_len", "cache"}, {"unit"}),
+    "episode": ({"key"}, {"min", "max"}),  # a count a multi-turn environment reported (Episode.info)
 }
 
 
@@ -97,6 +98,8 @@ def _validate(check: dict[str, Any], where: str) -> str:
             raise RubricError("a length check needs min, max or both", where)
         if check.get("min", 0) > check.get("max", math.inf):
             raise RubricError(f"min ({check['min']}) is greater than max ({check['max']})", f"{where}.min")
+    if kind == "episode" and "min" not in check and "max" not in check:
+        raise RubricError("an episode check needs min, max or both", where)
     if kind == "overlong" and check["cache"] > check["max_len"]:
         raise RubricError(f"cache ({check['cache']}) is greater than max_len ({check['max_len']})", f"{where}.cache")
     if kind == "match" and check.get("mode", "exact") == "exact":
@@ -121,6 +124,8 @@ def _build(kind: str, c: dict[str, Any], case_sensitive: bool, where: str) -> Ba
         return rf.json_check(c.get("required_keys", []))
     if kind == "overlong":
         return rf.overlong_check(c.get("unit", "tokens"), c["max_len"], c["cache"])
+    if kind == "episode":
+        return rf.episode_check(c["key"], c.get("min", -math.inf), c.get("max", math.inf))
     extract = c.get("extract")
     pat = _regex(extract, cs, f"{where}.extract") if extract else None
     if pat is not None and pat.groups < 1:
@@ -191,15 +196,19 @@ class RuleJudge:
         texts = [text for group in rollout.completions for text in group]
         records = [record for record in rollout.records for _ in range(g_size)]
         tokens = [int(n) for row in counts.tolist() for n in row] if counts is not None else None
-        # Identical completions of one prompt (common once a policy converges) are scored once.
-        position: dict[tuple[str, int, int | None], int] = {}
-        keys = zip(texts, map(id, records), tokens if tokens is not None else repeat(None), strict=False)
+        infos = [e.info for group in rollout.episodes for e in group] if rollout.episodes is not None else None
+        # Identical completions of one prompt (common once a policy converges) are scored once; an episode's
+        # counts are part of what makes two completions identical.
+        position: dict[tuple[Any, ...], int] = {}
+        keys = zip(texts, map(id, records), tokens if tokens is not None else repeat(None),
+                   map(id, infos) if infos is not None else repeat(None), strict=False)
         index = [position.setdefault(key, len(position)) for key in keys]  # the length before any insertion
         if len(position) < len(index):
             firsts = np.unique(np.asarray(index), return_index=True)[1].tolist()
             texts, records = [texts[i] for i in firsts], [records[i] for i in firsts]
             tokens = [tokens[i] for i in firsts] if tokens is not None else None
-        batch = Batch(texts, records, tokens)
+            infos = [infos[i] for i in firsts] if infos is not None else None
+        batch = Batch(texts, records, tokens, infos)
         columns = np.stack([_score_dimension(dim, batch) for dim in plan], axis=1)
         return torch.from_numpy(columns[np.asarray(index, dtype=np.int64)]).reshape(b_size, g_size, d_size)
 

@@ -32,8 +32,9 @@ BatchCheck = Callable[["Batch"], np.ndarray]  # batch -> float64 [N] of 1.0 / 0.
 class Batch:
     """The distinct (text, record, token count) items of one score call, with features shared by checks."""
 
-    def __init__(self, texts: list[str], records: list[dict[str, Any]], tokens: list[int] | None) -> None:
-        self.texts, self.records, self.tokens = texts, records, tokens
+    def __init__(self, texts: list[str], records: list[dict[str, Any]], tokens: list[int] | None,
+                 infos: list[dict[str, Any]] | None = None) -> None:
+        self.texts, self.records, self.tokens, self.infos = texts, records, tokens, infos
         self.size = len(texts)
 
     @cached_property
@@ -139,6 +140,17 @@ def overlong_check(unit: str, max_len: int, cache: int) -> BatchCheck:
         else:
             size = batch.chars if unit == "chars" else batch.words
         return np.clip(1.0 + (max_len - cache - size) / cache, 0.0, 1.0)
+    return run
+
+
+def episode_check(key: str, lo: float, hi: float) -> BatchCheck:
+    """1 where the episode's ``info[key]`` (a count its environment reported; 0 when absent) lies in [lo, hi]; NaN
+    for single-turn completions, which have no episode."""
+    def run(batch: Batch) -> np.ndarray:
+        if batch.infos is None:
+            return np.full(batch.size, NAN)
+        values = np.fromiter((float(i.get(key, 0.0)) for i in batch.infos), dtype=np.float64, count=batch.size)
+        return ((values >= lo) & (values <= hi)).astype(np.float64)
     return run
 
 

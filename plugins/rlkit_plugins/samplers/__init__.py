@@ -1,0 +1,1 @@
+"""Built-in prompt samplers: which training prompts each step trains on."""
