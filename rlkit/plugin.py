@@ -30,6 +30,7 @@ from rlkit.core.rubric import Anchor, Dimension, Rubric, load_rubric, rubric_fro
 from rlkit.core.stats import nan_mean_std, nan_weighted_sum, scored_values_differ
 from rlkit.core.templates import chosen_template, render_template, template_hash, template_path
 from rlkit.core.types import EnvStep, Episode, PreferencePairs, RewardBatch, Rollout
+from rlkit.data.prepare import allocate as allocate_shares
 from rlkit.data.records import prompt_text
 from rlkit.data.records import read_jsonl as read_records
 from rlkit.evaluation.calibration import DEFAULT_LABELS as DEFAULT_CALIBRATION_LABELS
@@ -118,6 +119,7 @@ __all__ = [
     "StepRecordScheduler",
     "TinyJudgeSpec",
     "WeightSchedulerRef",
+    "allocate_shares",
     "ask",
     "assemble_sampled_batch",
     "build_tiny_judge",

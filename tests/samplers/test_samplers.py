@@ -13,9 +13,9 @@ import torch
 from rlkit.config import DataConfig
 from rlkit.core.errors import ConfigError, DataError
 from rlkit.core.registry import Registry, create_plugin_manager
+from rlkit.plugin import allocate_shares as allocate
 from rlkit.testing import example_sampler_records, example_sampler_rubric
 from rlkit.train.datamodule import PromptDataModule
-from rlkit_plugins.samplers.difficulty_mix import allocate
 from rlkit_plugins.samplers.outcomes import draw_order
 
 REGISTRY = Registry(create_plugin_manager())

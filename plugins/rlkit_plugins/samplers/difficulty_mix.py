@@ -27,7 +27,7 @@ from typing import Any
 
 import torch
 
-from rlkit.plugin import ConfigError, DataError, Rubric, hookimpl, prompt_text
+from rlkit.plugin import ConfigError, DataError, Rubric, allocate_shares, hookimpl, prompt_text
 from rlkit_plugins.samplers.outcomes import (
     check_dimension,
     check_length,
@@ -38,17 +38,6 @@ from rlkit_plugins.samplers.outcomes import (
 )
 
 BANDS = ("easy", "medium", "hard")
-
-
-def allocate(shares: dict[str, float], size: int) -> dict[str, int]:
-    """``size`` places split over ``shares`` by largest remainder; ties go to the level listed first."""
-    total = sum(shares.values())
-    exact = {level: size * w / total for level, w in shares.items()}
-    places = {level: math.floor(x) for level, x in exact.items()}
-    order = sorted(shares, key=lambda level: -(exact[level] - places[level]))  # stable: listed order breaks ties
-    for level in order[:size - sum(places.values())]:
-        places[level] += 1
-    return places
 
 
 class DifficultyMixSampler:
@@ -130,7 +119,7 @@ class DifficultyMixSampler:
         n, size = len(self.rate), len(proposed)
         levels = [self.level(i) for i in range(n)]
         present = {level: w for level, w in self.params.mix.items() if level in set(levels)}
-        places = allocate(present, size)
+        places = allocate_shares(present, size)
         order = draw_order(self.seed, draw, n)
         batch: list[int] = []
         taken: set[int] = set()
