@@ -225,6 +225,11 @@ def check_model_path(model: ModelConfig) -> None:
 def _check_environment(result: ValidatedConfig) -> None:
     """A multi-turn environment samples each turn after the last: nothing to request ahead, no demonstrations to
     play (its episodes are the rollouts)."""
+    if result.rubric.step_dimensions and callable(getattr(result.plugins.get("judge"), "scored_rubric", None)):
+        step = result.rubric.dimensions[result.rubric.step_dimensions[0]].name
+        raise ConfigError(f"dimension {step!r} is `scope: step` (scored on each turn alone); judge="
+                          f"{result.plugin_names.get('judge')} ranks whole groups instead: use judge=rule or judge=llm",
+                          "judge")
     environment = result.plugins.get("environment")
     if environment is None or int(getattr(environment, "max_turns", 1)) <= 1:
         return

@@ -100,6 +100,12 @@ def rlkit_register_advantage_estimators(register: Register) -> None:
     the class attribute ``zero_mean_groups = True`` and the contract suite checks it. An estimator that compares
     completions within their group sets ``group_relative = True``, and ``rlkit validate`` asks for
     ``num_generations >= 2`` (a group of one would give every advantage 0).
+
+    Multi-turn credit: with a multi-turn environment the batch's extras carry ``num_turns`` (``int [B, G]``, each
+    episode's policy turns) and, when the rubric has ``scope: step`` dimensions, ``step_scores`` (``float32
+    [B, G, T, D]`` normalised to [0, 1], NaN where a turn does not exist and in episode-scoped dimensions). An estimator
+    that sets ``per_turn = True`` may return ``[B, G, T]``, one advantage per policy turn (0 where a turn does not
+    exist); the loop gives each turn's tokens its advantage. For single-turn batches it must return ``[B, G]``.
     """
 
 
@@ -249,7 +255,8 @@ def rlkit_register_environments(register: Register) -> None:
       before it and ``completion`` the text the policy just sampled: ``observation`` (messages to append, e.g.
       ``{"role": "tool", "name": ..., "content": ...}``; empty when done), ``done`` and ``info`` (a dict of
       counts such as ``tool_calls`` and ``tool_errors``, summed over the episode into ``Episode.info`` and the
-      ``episode/`` metrics). It never raises on what the policy wrote: a malformed tool call or a failing tool is
+      ``episode/`` metrics; a turn whose observation never reaches the policy, at the turn limit or past the token
+      budget, does not count). It never raises on what the policy wrote: a malformed tool call or a failing tool is
       an observation the policy sees.
     * optional ``tools() -> list[dict]``: JSON schemas of the tools (transformers' ``tools=`` format), rendered
       into the prompt by the tokenizer's chat template.

@@ -27,7 +27,8 @@ class CompletionLossInputs:
     * ``old_logp`` ``[n, C]``: the same under the policy that sampled them (no grad; ``logp.detach()`` when the
       objective asked for no old-policy pass, so the ratio is 1 in the first inner iteration);
     * ``ref_logp`` ``[n, C]`` or None: under the reference, when the objective uses one;
-    * ``advantages`` ``float32 [n]``: one per completion, no NaN;
+    * ``advantages`` ``float32 [n]``: one per completion, no NaN; or ``[n, C]``, one per token, when the estimator
+      credits each turn of a multi-turn episode (its ``per_turn`` advantages spread over the turns' tokens);
     * ``mask`` ``float32 [n, C]``: 1 on completion tokens that count, 0 on padding (values there are arbitrary);
     * ``num_sequences``, ``num_tokens``: the counts of the whole step (every micro-batch and process): a loss that
       normalises by them sums over micro-batches to the one-pass loss, which is what the loop relies on;

@@ -89,6 +89,9 @@ class Dimension(_Strict):
     checks: list[dict[str, Any]] | None = None
     # set on the criteria of a per-prompt rubric (``rlkit rubric generate``); left out of the hash when unset
     category: CriterionCategory | None = None
+    # `step`: scored on each policy turn of a multi-turn episode (step scores [B, G, T]; the episode's score is their
+    # mean); `episode` (default): scored once on the episode. Left out of the hash when `episode`.
+    scope: Literal["episode", "step"] = "episode"
 
     @field_validator("weight")
     @classmethod
@@ -180,6 +183,11 @@ class Rubric(_Strict):
         return self
 
     @property
+    def step_dimensions(self) -> list[int]:
+        """Indices of the dimensions scored per policy turn (``scope: step``)."""
+        return [i for i, d in enumerate(self.dimensions) if d.scope == "step"]
+
+    @property
     def dimension_names(self) -> list[str]:
         return [d.name for d in self.dimensions]
 
@@ -212,6 +220,8 @@ class Rubric(_Strict):
         for dim in data["dimensions"]:
             if dim.get("category") is None:
                 dim.pop("category", None)
+            if dim.get("scope") == "episode":
+                dim.pop("scope", None)
         if self.templates:
             data["templates"] = {judge: hashlib.sha256(path.read_bytes()).hexdigest()
                                  for judge in sorted(self.templates) if (path := self.template_path(judge))}

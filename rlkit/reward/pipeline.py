@@ -127,7 +127,8 @@ def confidence_scaled(advantages: torch.Tensor, batch: RewardBatch) -> torch.Ten
     confidence = batch.extras.get("group_confidence")
     if confidence is None:
         return advantages
-    return advantages * confidence.to(advantages.device, advantages.dtype).unsqueeze(1)
+    confidence = confidence.to(advantages.device, advantages.dtype)
+    return advantages * confidence.view(-1, *[1] * (advantages.dim() - 1))  # [B, G] or per turn [B, G, T]
 
 
 @dataclass

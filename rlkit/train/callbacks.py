@@ -26,6 +26,7 @@ class RolloutSnapshot:
     rewards: torch.Tensor
     advantages: torch.Tensor
     episodes: list[list[Any]] | None = None  # multi-turn rollouts: each completion's whole episode
+    step_scores: torch.Tensor | None = None  # [B, G, T, D] raw step scores (rubrics with `scope: step` dimensions)
 
 
 def conversation_text(messages: Any) -> str:
@@ -47,6 +48,9 @@ def sample_rows(snapshot: RolloutSnapshot, rubric: Rubric, limit: int) -> tuple[
     columns = ["step", "prompt", "completion", "reward", "advantage", *rubric.dimension_names]
     if snapshot.episodes is not None:
         columns.insert(3, "episode")
+    step_dims = [i for i, d in enumerate(rubric.dimensions) if d.scope == "step"] \
+        if snapshot.step_scores is not None else []
+    columns += [f"{rubric.dimensions[i].name}/steps" for i in step_dims]
     b, g = snapshot.rewards.shape
     rows = []
     for j in range(g):
@@ -60,6 +64,9 @@ def sample_rows(snapshot: RolloutSnapshot, rubric: Rubric, limit: int) -> tuple[
             if snapshot.episodes is not None:
                 episode = snapshot.episodes[i][j]
                 row.insert(3, conversation_text(episode.messages[episode.first_turn:]))
+            for k in step_dims:  # each turn's score in turn order, space-separated (a W&B cell holds text)
+                row.append(" ".join(f"{float(v):g}" for v in snapshot.step_scores[i, j, :, k]
+                                    if not math.isnan(float(v))))
             rows.append(row)
     return columns, rows
 

@@ -182,7 +182,9 @@ def episode_metrics(sampled: SampledBatch) -> dict[str, float]:
     flat = [e for group in sampled.episodes for e in group]
     n = max(len(flat), 1)
     env_tokens = float(sampled.completion_spans.sum() - sampled.completion_token_counts.sum())
-    out = {"episode/turns": sum(e.num_turns for e in flat) / n, "episode/env_tokens": env_tokens / n}
+    turns = sum(e.num_turns for e in flat)
+    out = {"episode/turns": turns / n, "episode/env_tokens": env_tokens / n,
+           "episode/turn_length": float(sampled.completion_token_counts.sum()) / max(turns, 1)}
     for ending in ENDINGS:
         out[f"episode/ended_{ending}"] = sum(e.info.get("ended") == ending for e in flat) / n
     counts = sorted({k for e in flat for k, v in e.info.items() if isinstance(v, int | float)})
@@ -192,3 +194,26 @@ def episode_metrics(sampled: SampledBatch) -> dict[str, float]:
         calls = sum(float(e.info.get("tool_calls", 0.0)) for e in flat)
         out["episode/tool_error_rate"] = sum(float(e.info.get("tool_errors", 0.0)) for e in flat) / max(calls, 1.0)
     return out
+
+
+def token_advantages(advantages: torch.Tensor, turn_spans: list[list[tuple[int, int]]] | None,
+                     width: int) -> torch.Tensor:
+    """Per-turn advantages ``[N, T]`` as the loss takes them: ``[N, C]``, each policy turn's tokens its turn's
+    advantage (environment tokens and padding 0, outside the mask anyway); for single-turn rows (no ``turn_spans``)
+    the first turn's, ``[N]``, exactly what a per-completion estimator gives."""
+    if turn_spans is None:
+        return advantages[:, 0]
+    out = torch.zeros((advantages.shape[0], width), dtype=advantages.dtype, device=advantages.device)
+    for row, spans in enumerate(turn_spans):
+        for t, (start, end) in enumerate(spans[:advantages.shape[1]]):
+            out[row, start:end] = advantages[row, t]
+    return out
+
+
+def episode_means(advantages: torch.Tensor, num_turns: torch.Tensor | None) -> torch.Tensor:
+    """``[B, G]``: each episode's per-turn advantages ``[B, G, T]`` averaged over the turns it has (for the samples
+    table and the advantage metrics)."""
+    t = advantages.shape[-1]
+    counts = num_turns if num_turns is not None else torch.ones(advantages.shape[:2], dtype=torch.long)
+    exists = torch.arange(t).view(1, 1, -1) < counts.to(advantages.device).view(*advantages.shape[:2], 1)
+    return (advantages * exists).sum(dim=-1) / exists.sum(dim=-1).clamp(min=1)

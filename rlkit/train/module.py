@@ -29,7 +29,14 @@ from rlkit.reward.diagnostics import (
     saturated_groups,
     unique_counts,
 )
-from rlkit.reward.pipeline import aggregate_rewards, check_judge_output, confidence_scaled, with_group_confidence
+from rlkit.reward.pipeline import (
+    aggregate_rewards,
+    check_judge_output,
+    confidence_scaled,
+    normalize_scores,
+    with_group_confidence,
+)
+from rlkit.reward.steps import score_steps, single_turn_steps, turn_token_counts, with_step_means
 from rlkit.runs.history import MetricsHistory, record_step
 from rlkit.train.callbacks import RolloutSnapshot
 from rlkit.train.distributed import Spread
@@ -44,7 +51,7 @@ from rlkit.train.dynamic_sampling import (
     select_groups,
     shape_truncated,
 )
-from rlkit.train.episodes import EpisodeRunner, episode_metrics
+from rlkit.train.episodes import EpisodeRunner, episode_means, episode_metrics, token_advantages
 from rlkit.train.lookahead import RolloutQueue
 from rlkit.train.updates import completion_update, local_targets, pair_update
 
@@ -92,16 +99,20 @@ class Judged:
     lengths: torch.Tensor             # [B, G] completion token counts
     features: torch.Tensor | None     # [B, G, F] for the bias correction
     confidence: torch.Tensor | None   # [B] the judge's group confidence
+    steps: torch.Tensor | None = None      # [B, G, T, D] step scores (rubrics with `scope: step` dimensions)
+    num_turns: torch.Tensor | None = None  # [B, G] policy turns per episode (multi-turn rollouts)
 
     def groups(self, index: torch.Tensor) -> Judged:
         pick = lambda t: None if t is None else t[index.to(t.device)]  # noqa: E731
-        return Judged(pick(self.raw), pick(self.lengths), pick(self.features), pick(self.confidence))
+        return Judged(*(pick(getattr(self, name)) for name in JUDGED_FIELDS))
 
     @staticmethod
     def cat(parts: list[Judged]) -> Judged:
         join = lambda ts: None if ts[0] is None else torch.cat(ts)  # noqa: E731
-        return Judged(*(join([getattr(p, name) for p in parts]) for name in ("raw", "lengths", "features",
-                                                                             "confidence")))
+        return Judged(*(join([getattr(p, name) for p in parts]) for name in JUDGED_FIELDS))
+
+
+JUDGED_FIELDS = ("raw", "lengths", "features", "confidence", "steps", "num_turns")
 
 
 @dataclass
@@ -209,6 +220,7 @@ class RubricRLModule(L.LightningModule):
         judge = self.parts.judge
         raw = check_judge_output(judge.score(rollout, self.judged_rubric), rollout, self.rubric,
                                  self.parts.judge_name)
+        own = raw  # this process's groups
         report = getattr(judge, "group_confidence", None)
         confidence = report() if callable(report) else None
         debias = None if heldout else self.parts.debias
@@ -224,7 +236,29 @@ class RubricRLModule(L.LightningModule):
         lengths = rollout.completion_token_counts
         if not heldout:
             lengths = self.spread.gather(lengths.to(self.device), self.device)
-        return Judged(raw, lengths, features, confidence)
+        steps = num_turns = None
+        if self.rubric.step_dimensions:
+            steps = self.step_scores(rollout, sampled, own)
+            if not heldout:
+                steps = self.spread.gather(steps.to(self.device), self.device)
+            raw = with_step_means(raw, steps.to(raw.device), self.rubric)
+        if sampled.turn_spans is not None:
+            num_turns = torch.tensor([len(s) for s in sampled.turn_spans]).view(rollout.num_prompts, -1)
+            if not heldout:
+                num_turns = self.spread.gather(num_turns.to(self.device), self.device)
+        return Judged(raw, lengths, features, confidence, steps, num_turns)
+
+    def step_scores(self, rollout: Rollout, sampled: SampledBatch, raw: torch.Tensor) -> torch.Tensor:
+        """This process's step scores ``[B, G, T, D]`` (``rlkit.reward.steps``), T the environment's turn limit;
+        for single-turn rollouts the completion's own scores ``raw``."""
+        if rollout.episodes is None:
+            return single_turn_steps(raw.cpu(), self.rubric)
+        limit = int(self.episodes.environment.max_turns) if self.episodes is not None else 1
+        b, g = rollout.num_prompts, rollout.group_size
+        judge, name = self.parts.judge, self.parts.judge_name
+        return score_steps(lambda turn: check_judge_output(judge.score(turn, self.judged_rubric), turn, self.rubric,
+                                                           name),
+                           rollout, self.rubric, limit, turn_token_counts(sampled.turn_spans, b, g, limit))
 
     def reward_batch(self, judged: Judged, step: int, scheduler: Any | None = None, *, heldout: bool = False,
                      debias: Any = None) -> RewardBatch:
@@ -235,7 +269,13 @@ class RubricRLModule(L.LightningModule):
         batch = aggregate_rewards(raw, self.rubric, scheduler or self.parts.scheduler, self.parts.aggregator, step,
                                   self.parts.score_normalization)
         batch = with_group_confidence(batch, judged.confidence, self.parts.judge_name)
-        return replace(batch, extras={**batch.extras, "completion_lengths": judged.lengths.float().cpu()})
+        extras = {**batch.extras, "completion_lengths": judged.lengths.float().cpu()}
+        if judged.steps is not None:  # estimators that credit turns read these (rlkit_register_advantage_estimators)
+            extras["step_scores"] = normalize_scores(judged.steps.cpu(), self.rubric)
+            extras["step_raw_scores"] = judged.steps.cpu()
+        if judged.num_turns is not None:
+            extras["num_turns"] = judged.num_turns.cpu()
+        return replace(batch, extras=extras)
 
     @property
     def spread(self) -> Spread:
@@ -325,7 +365,9 @@ class RubricRLModule(L.LightningModule):
             outcome = self.advantage_step(sampled, batch)
         loss, t2, t3 = outcome.loss, outcome.decided_at, outcome.logprob_at
         self.last_rollout = RolloutSnapshot(step, records, sampled.texts, spread.local(batch.raw_scores),
-                                            spread.local(batch.rewards), outcome.advantages, sampled.episodes)
+                                            spread.local(batch.rewards), outcome.advantages, sampled.episodes,
+                                            spread.local(steps) if (steps := batch.extras.get("step_raw_scores"))
+                                            is not None else None)
         t4 = time.perf_counter()
         lengths = spread.gather(sampled.completion_token_counts.float(), self.device)
         metrics = self.step_metrics(batch, lengths, truncated)
@@ -451,9 +493,15 @@ class RubricRLModule(L.LightningModule):
         then the objective's updates on this process's completions."""
         advantages = confidence_scaled(self.parts.estimator.advantages(batch), batch)  # the global batch's
         local = self.spread.local(advantages)
+        if advantages.dim() == 3:  # one per policy turn (rlkit.train.episodes): each turn's tokens get its own
+            flat = token_advantages(local.reshape(-1, local.shape[-1]), sampled.turn_spans,
+                                    sampled.completion_mask.shape[1])
+            advantages = episode_means(advantages, batch.extras.get("num_turns"))
+            local = self.spread.local(advantages)
+        else:
+            flat = local.reshape(-1)
         decided = time.perf_counter()
-        loss, metrics, logprob_at = completion_update(self, self.parts.objective, sampled,
-                                                      local.reshape(-1).to(self.device))
+        loss, metrics, logprob_at = completion_update(self, self.parts.objective, sampled, flat.to(self.device))
         metrics.update(advantage_metrics(advantages))
         return StepOutcome(loss, metrics, local, decided, logprob_at)
 
@@ -508,6 +556,14 @@ class RubricRLModule(L.LightningModule):
             out[f"rewards/{name}/unique_per_group"] = float(unique[i])
             out[f"rewards/{name}/saturated_groups"] = float(saturated[i])
             out[f"weights/{name}"] = float(batch.weights[i])
+        steps = batch.extras.get("step_raw_scores")
+        if steps is not None:  # each step-scoped dimension's mean score at each turn
+            for i in self.rubric.step_dimensions:
+                name = self.rubric.dimensions[i].name
+                for t in range(steps.shape[2]):
+                    column = steps[:, :, t, i]
+                    if (~torch.isnan(column)).any():
+                        out[f"steps/{name}/turn_{t + 1}"] = float(nan_mean_std(column.reshape(-1), dim=0)[0])
         if self.conflict_watch.update(conflicts) and self.parts.aggregator_name == "weighted_sum":
             rank_zero_warn(
                 f"dimensions order completions oppositely in {self.conflict_watch.mean:.0%} of pairs (mean of "

@@ -158,7 +158,7 @@ def test_builtin_judge_backends_are_all_tested():
 def test_every_kind_is_covered_by_a_suite():
     assert {k.key for k in _REGISTRY.kinds()} == {
         "judge", "aggregator", "advantage_estimator", "preference_constructor", "weight_scheduler", "judge_backend",
-        "environment", "generator", "monitor", "objective"}
+        "environment", "generator", "monitor", "objective", "prompt_sampler"}
 
 
 def test_contract_catches_a_broken_estimator():

@@ -249,3 +249,51 @@ def test_request_prompt_ids_reach_the_generator(policy):
     first = seen[0]
     assert tokenizer.decode(first.prompt_token_ids[0]).startswith("T:calc(e)\nQ:")
     assert replace(first, prompt_token_ids=None).records[0]["prompt"][0]["role"] == "user"
+
+
+def _episode(*turns: str, tool: str = "518") -> Episode:
+    messages: list[dict] = [{"role": "user", "content": "37*14"}]
+    for i, turn in enumerate(turns):
+        messages.append({"role": "assistant", "content": turn})
+        if i < len(turns) - 1:
+            messages.append({"role": "tool", "name": "calc", "content": tool})
+    return Episode(tuple(messages), turns, {"tool_calls": float(len(turns) - 1), "tool_errors": 0.0}, 1)
+
+
+def test_step_dimensions_are_scored_on_each_turn():
+    from rlkit.core.registry import Registry, create_plugin_manager
+    from rlkit.core.rubric import load_rubric
+    from rlkit.reward.pipeline import check_judge_output
+    from rlkit.reward.steps import score_steps, single_turn_steps, turn_rollout, with_step_means
+
+    rubric = load_rubric(resolve_path("pkg://rlkit.conf/rubrics/calculator_steps.yaml"))
+    judge = Registry(create_plugin_manager()).create("judge", "rule", {})
+    episodes = [[_episode('[calc(e="37*14")]', "518"), _episode("518 is it")]]
+    rollout = Rollout([{"prompt": [{"role": "user", "content": "37*14"}], "reference": "518"}],
+                      [["518", "518 is it"]], episodes=episodes)
+    turn, exists = turn_rollout(rollout, 1)
+    assert exists.tolist() == [[True, False]] and turn.completions == [["518"], [""]]
+    assert [m["role"] for m in turn.records[0]["prompt"]] == ["user", "assistant", "tool"]  # the context before
+    steps = score_steps(lambda r: check_judge_output(judge.score(r, rubric), r, rubric, "rule"), rollout, rubric, 3)
+    assert steps.shape == (1, 2, 3, 3) and torch.isnan(steps[..., :2]).all()  # episode-scoped: no step scores
+    assert steps[0, 0, :2, 2].tolist() == [1.0, 1.0] and steps[0, 1, 0, 2] == 0.0
+    assert torch.isnan(steps[0, 0, 2, 2]) and torch.isnan(steps[0, 1, 1:, 2]).all()
+    raw = check_judge_output(judge.score(rollout, rubric), rollout, rubric, "rule")
+    means = with_step_means(raw, steps, rubric)
+    assert means[0, :, 2].tolist() == [1.0, 0.0] and torch.equal(means[..., :2], raw[..., :2])
+    one = single_turn_steps(raw, rubric)
+    assert one.shape == (1, 2, 1, 3) and torch.equal(one[:, :, 0, 2], raw[..., 2])
+
+
+def test_fit_credits_turns_with_step_scores(tmp_path: Path, monkeypatch):
+    from rlkit.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    code = main(["fit", "experiment=calculator", "rubric=calculator_steps", "advantage=turn_return",
+                 "trainer.max_steps=2", "batch_size=2", "num_generations=2", "model.warm_start.steps=3",
+                 "logger=none", "data.num_prompts=16", "hydra.run.dir=run"])
+    assert code in (0, None)
+    rows = [json.loads(line) for line in (tmp_path / "run" / "samples.jsonl").read_text().splitlines()]
+    assert rows and all(len(r["well_formed_turn/steps"].split()) >= 1 for r in rows)
+    history = [json.loads(line)["metrics"] for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert any("steps/well_formed_turn/turn_1" in h for h in history)

@@ -68,7 +68,8 @@ def policy_gradient_loss(
     # when the caller passes old_logp = logp on the first inner iteration (TRL uses logp.detach() there).
     logp = torch.where(keep, logp, 0.0)
     old_logp = torch.where(keep, old_logp.detach(), 0.0)
-    adv = advantages.detach().to(logp.dtype).unsqueeze(1)
+    adv = advantages.detach().to(logp.dtype)
+    adv = adv.unsqueeze(1) if adv.dim() == 1 else adv  # per completion [N], or per token [N, T] (multi-turn credit)
 
     # TRL _compute_loss: coef_1 = exp(logp - old), coef_2 = clamp(coef_1, 1 - eps_low, 1 + eps_high),
     # per_token_loss = -min(coef_1 * A, coef_2 * A) (PPO surrogate as used by GRPO, arXiv 2402.03300 eq. 3).
