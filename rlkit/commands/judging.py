@@ -13,10 +13,17 @@ from rlkit.config.outputs import check_writable
 
 
 def cmd_score(overrides: Sequence[str]) -> int:
+    from dataclasses import replace
+
+    from rlkit.config import resolve_path
+    from rlkit.evaluation.episode_records import with_episodes
     from rlkit.evaluation.scoring import dimension_table, score_records
     from rlkit.evaluation.sharded_scoring import score_options, score_progress, score_to_file, shards_dir
 
     validated = validated_config(overrides, need_completions=True)
+    assert validated.records is not None and validated.data.path is not None
+    # episode records keep their conversations (reading them gave each its last answer)
+    validated = replace(validated, records=with_episodes(resolve_path(validated.data.path), validated.records))
     options = score_options(validated.cfg)
     if options.output:
         check_writable(options.output, "score.output")

@@ -1,4 +1,8 @@
-"""``rlkit score``: judge prompt/completion records with the configured judge and aggregator."""
+"""``rlkit score``: judge prompt/completion records with the configured judge and aggregator.
+
+A record's completion may be an episode (a conversation with tool results or a user's replies between the
+assistant's turns, :mod:`rlkit.reward.episodes_io`): the judge sees it as the training loop shows it one, and a
+rubric's step-scoped dimensions are scored on each of its turns."""
 
 from __future__ import annotations
 
@@ -15,27 +19,37 @@ import torch
 from rlkit.config import ValidatedConfig
 from rlkit.core.atomic import atomic_write_text
 from rlkit.core.errors import DataError, JudgeError
+from rlkit.core.rubric import Rubric
 from rlkit.core.stats import nan_mean_std
 from rlkit.core.types import RewardBatch, Rollout
+from rlkit.reward.episodes_io import judged_rollout, judged_steps, num_turns, step_lists
 from rlkit.reward.pipeline import aggregate_rewards, check_judge_output
+from rlkit.reward.steps import with_step_means
 
 
 @dataclass
 class ScoreResult:
-    """Per-completion raw scores ``[N, D]`` and rewards ``[N]`` in record order."""
+    """Per-completion raw scores ``[N, D]`` and rewards ``[N]`` in record order; ``details`` (rubrics with
+    step-scoped dimensions, or episodes) what each completion's scored line adds: ``steps`` and ``episode``."""
 
     dimension_names: list[str]
     raw_scores: torch.Tensor
     rewards: torch.Tensor
     records: list[dict[str, Any]]
+    details: list[dict[str, Any]] | None = None
 
 
-def _flatten(records: list[dict[str, Any]]) -> list[tuple[int, str]]:
-    pairs = []
-    for i, record in enumerate(records):
-        completions = record["completions"] if "completions" in record else [record["completion"]]
-        pairs.extend((i, c) for c in completions)
-    return pairs
+def _completions(record: dict[str, Any]) -> list[Any]:
+    return record["completions"] if "completions" in record else [record["completion"]]
+
+
+def _is_episode_record(record: dict[str, Any]) -> bool:
+    """Whether a record's completions include an episode (messages; ``rlkit.evaluation.episode_records``)."""
+    return any(isinstance(c, list) for c in _completions(record))
+
+
+def _flatten(records: list[dict[str, Any]]) -> list[tuple[int, Any]]:
+    return [(i, c) for i, record in enumerate(records) for c in _completions(record)]
 
 
 def is_transient(exc: BaseException) -> bool:
@@ -64,28 +78,33 @@ def score_records(validated: ValidatedConfig, batch_size: int = 64, *, retries: 
     each record's ``completions`` as one group, and the scores follow its derived rubric; a record with fewer
     than two completions is a ``DataError``. A judge call that fails transiently (``is_transient``) is asked
     again up to ``retries`` times, waiting ``retry_backoff`` seconds, doubled each time; ``on_batch(n)`` is called
-    after each batch of n completions.
+    after each batch of n completions. A completion given as messages is an episode
+    (:func:`rlkit.reward.episodes_io.judged_rollout`; a file's records get theirs from
+    :func:`rlkit.evaluation.episode_records.with_episodes`), judged in batches apart from text completions; with
+    step-scoped dimensions in the rubric, ``details`` holds each completion's step scores.
     """
     assert validated.records is not None
     records = validated.records
     grouped = validated.reward_rubric is not validated.rubric
     rubric = validated.reward_rubric  # what the scores follow
     judge, name = validated.plugins["judge"], validated.plugin_names["judge"]
-    raw_parts, reward_parts = [], []
-    for chunk, groups in (_record_groups(records, batch_size, name) if grouped else _single_groups(records,
-                                                                                                   batch_size)):
-        rollout = Rollout(records=[records[i] for i in chunk], completions=groups)
-        scores = _judge_with_retries(judge, rollout, validated.rubric, retries, retry_backoff, (chunk[0], chunk[-1]),
-                                     name)
-        batch = aggregate_judged(validated, rollout, scores)
+    raw_parts, reward_parts, details = [], [], []
+    batches = _record_groups(records, batch_size, name) if grouped else _single_groups(records, batch_size)
+    for chunk, groups in batches:
+        rollout = judged_rollout([records[i] for i in chunk], groups)
+        batch, steps = judge_and_aggregate(
+            validated, rollout, lambda r, where=(chunk[0], chunk[-1]): _judge_with_retries(
+                judge, r, validated.rubric, retries, retry_backoff, where, name))
         raw_parts.append(batch.raw_scores.reshape(-1, batch.raw_scores.shape[-1]))
         reward_parts.append(batch.rewards.reshape(-1))
+        details.extend(_details(rollout, steps, rubric))
         if on_batch is not None:
             on_batch(sum(len(g) for g in groups))
+    kept = details if any(details) else None
     if not grouped:
-        return ScoreResult(rubric.dimension_names, torch.cat(raw_parts), torch.cat(reward_parts), records)
+        return ScoreResult(rubric.dimension_names, torch.cat(raw_parts), torch.cat(reward_parts), records, kept)
     # judged in batches of equal group size: back to record order
-    order = [i for chunk, _ in _record_groups(records, batch_size, name) for i in chunk]
+    order = [i for chunk, _ in batches for i in chunk]
     starts, row = {}, 0
     for i in order:
         starts[i] = row
@@ -93,36 +112,79 @@ def score_records(validated: ValidatedConfig, batch_size: int = 64, *, retries: 
     raw_all, reward_all = torch.cat(raw_parts), torch.cat(reward_parts)
     index = torch.tensor([starts[i] + k for i in range(len(records)) for k in range(len(records[i]["completions"]))],
                          dtype=torch.long)
-    return ScoreResult(rubric.dimension_names, raw_all[index], reward_all[index], records)
+    return ScoreResult(rubric.dimension_names, raw_all[index], reward_all[index], records,
+                       None if kept is None else [kept[int(i)] for i in index])
 
 
-def aggregate_judged(validated: ValidatedConfig, rollout: Rollout, raw: torch.Tensor) -> RewardBatch:
-    """A judge's raw scores for ``rollout`` checked against the rubric they follow, then weighted and aggregated
-    as the config says: what ``rlkit score`` does per batch and ``rlkit serve`` per request."""
+def judge_and_aggregate(validated: ValidatedConfig, rollout: Rollout,
+                        judge: Callable[[Rollout], torch.Tensor]) -> tuple[RewardBatch, torch.Tensor | None]:
+    """``judge(rollout)``'s scores aggregated, and with step-scoped dimensions in the rubric the step scores
+    ``[B, G, T, D]`` (each dimension's episode score the mean of its steps), as the training loop forms them."""
+    raw = judge(rollout)
+    scored, name = validated.reward_rubric, validated.plugin_names["judge"]
+    steps = None
+    if scored.step_dimensions:
+        checked = check_judge_output(raw, rollout, scored, name)
+        steps = judged_steps(lambda turn: check_judge_output(judge(turn), turn, scored, name), rollout, checked,
+                             scored)
+    return aggregate_judged(validated, rollout, raw, steps), steps
+
+
+def _details(rollout: Rollout, steps: torch.Tensor | None, rubric: Rubric) -> list[dict[str, Any]]:
+    """Per completion, in rollout order: its step scores and its episode's turns and counts, where there are."""
+    out = []
+    for b, group in enumerate(num_turns(rollout)):
+        for g, turns in enumerate(group):
+            detail: dict[str, Any] = {}
+            if steps is not None:
+                detail["steps"] = step_lists(steps[b, g], turns, rubric)
+            if rollout.episodes is not None:
+                detail["episode"] = {"turns": turns, **rollout.episodes[b][g].info}
+            out.append(detail)
+    return out
+
+
+def aggregate_judged(validated: ValidatedConfig, rollout: Rollout, raw: torch.Tensor,
+                     steps: torch.Tensor | None = None) -> RewardBatch:
+    """A judge's raw scores for ``rollout`` checked against the rubric they follow (step-scoped dimensions: the
+    mean of ``steps``), then weighted and aggregated as the config says: what ``rlkit score`` does per batch and
+    ``rlkit serve`` per request."""
     scored = validated.reward_rubric
     checked = check_judge_output(raw, rollout, scored, validated.plugin_names["judge"])
+    if steps is not None:
+        checked = with_step_means(checked, steps.to(checked.device), scored)
     return aggregate_rewards(checked, scored, validated.plugins["weight_scheduler"], validated.plugins["aggregator"],
                              normalization=validated.cfg.get("score_normalization", "range"))
 
 
-def _single_groups(records: list[dict[str, Any]], batch_size: int) -> list[tuple[list[int], list[list[str]]]]:
-    pairs = _flatten(records)
-    return [([i for i, _ in pairs[s:s + batch_size]], [[c] for _, c in pairs[s:s + batch_size]])
-            for s in range(0, len(pairs), batch_size)]
+def _single_groups(records: list[dict[str, Any]], batch_size: int) -> list[tuple[list[int], list[list[Any]]]]:
+    """Batches of up to ``batch_size`` completions, each a group of one; episode records and the others are never
+    in one batch, so a text completion is judged as one whatever its neighbours are."""
+    out: list[tuple[list[int], list[list[Any]]]] = []
+    kind = None
+    for i, completion in _flatten(records):
+        this = _is_episode_record(records[i])
+        if not out or len(out[-1][0]) == batch_size or this != kind:
+            out.append(([], []))
+            kind = this
+        out[-1][0].append(i)
+        out[-1][1].append([completion])
+    return out
 
 
 def _record_groups(records: list[dict[str, Any]], batch_size: int,
-                   judge: str) -> list[tuple[list[int], list[list[str]]]]:
-    """Batches of whole records of one group size each (a rollout's groups are all the same size)."""
-    by_size: dict[int, list[int]] = {}
+                   judge: str) -> list[tuple[list[int], list[list[Any]]]]:
+    """Batches of whole records of one group size each (a rollout's groups are all the same size), episode
+    records apart from the others."""
+    by_size: dict[tuple[int, bool], list[int]] = {}
     for i, record in enumerate(records):
         completions = record.get("completions")
         if not isinstance(completions, list) or len(completions) < 2:
             raise DataError(f"judge {judge} ranks a record's completions against each other: give each record a "
                             f"\"completions\" list of at least 2", f"record {i + 1}")
-        by_size.setdefault(len(completions), []).append(i)
+        by_size.setdefault((len(completions), _is_episode_record(record)), []).append(i)
     out = []
-    for size, indices in sorted(by_size.items()):
+    for (size, _), indices in sorted(by_size.items()):
         per_batch = max(1, batch_size // size)
         for s in range(0, len(indices), per_batch):
             chunk = indices[s:s + per_batch]
@@ -158,11 +220,13 @@ def _finite_or_none(x: float) -> float | None:
 
 
 def scored_lines(result: ScoreResult, rubric_identity: dict[str, str]) -> list[str]:
-    """One JSON line per completion: the record (one completion), its scores, reward, rank within the record."""
+    """One JSON line per completion: the record (one completion; an episode as its conversation), its scores,
+    reward, rank within the record, and where there are ``steps`` (each step-scoped dimension's score per turn) and
+    ``episode`` (its turns and the counts inferred from it)."""
     lines = []
     row = 0
     for record in result.records:
-        completions = record["completions"] if "completions" in record else [record["completion"]]
+        completions = _completions(record)
         rewards = result.rewards[row:row + len(completions)].tolist()
         for completion, reward, rank in zip(completions, rewards, completion_ranks(rewards), strict=True):
             scores = {n: _finite_or_none(float(v)) for n, v in zip(result.dimension_names,
@@ -170,6 +234,12 @@ def scored_lines(result: ScoreResult, rubric_identity: dict[str, str]) -> list[s
             out = {k: v for k, v in record.items() if k != "completions"}
             out.update(completion=completion, scores=scores, reward=_finite_or_none(float(reward)), rank=rank,
                        rubric=rubric_identity)
+            detail = result.details[row] if result.details is not None else {}
+            if "steps" in detail:
+                out["steps"] = {n: [None if v is None else _finite_or_none(v) for v in values]
+                                for n, values in detail["steps"].items()}
+            if "episode" in detail:
+                out["episode"] = detail["episode"]
             lines.append(json.dumps(out, ensure_ascii=False))
             row += 1
     return lines

@@ -1,8 +1,9 @@
 """``rlkit serve``: the configured judge, aggregator and rubric behind an HTTP reward API (FastAPI).
 
-``POST /v1/reward`` scores one group (a prompt and its responses), ``POST /v1/rewards`` (also at ``/get_reward``,
-OpenRLHF's path) a flat batch of prompt/completion rows as TRL's and OpenRLHF's remote reward functions send it,
-``GET /v1/info`` says which rubric it scores,
+``POST /v1/reward`` scores one group (a prompt and its responses, each a text or an episode; or one whole
+conversation, ``messages``) with per-step scores for a rubric's step-scoped dimensions, ``POST /v1/rewards`` (also
+at ``/get_reward``, OpenRLHF's path) a flat batch of prompt/completion rows as TRL's and OpenRLHF's remote reward
+functions send it, ``GET /v1/info`` says which rubric it scores,
 ``GET /health`` answers without auth, and ``POST /v1/chat/completions`` answers OpenAI-style when the judge is a
 generative model on the ``hf`` backend. ``/openapi.json`` is the schema. Guards, in order: bearer token (401),
 per-client rate limit (429 with Retry-After), body size (413), strict JSON (422: no NaN/Infinity, no float
@@ -21,6 +22,7 @@ import os
 import socket
 import threading
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
@@ -28,10 +30,11 @@ from omegaconf import DictConfig, OmegaConf
 from rlkit.config import ServeConfig, ValidatedConfig, check_block
 from rlkit.core.errors import ConfigError, RlkitError
 from rlkit.core.rubric import Rubric
-from rlkit.core.types import RewardBatch, Rollout
-from rlkit.evaluation.scoring import aggregate_judged, completion_ranks
+from rlkit.core.types import RewardBatch
+from rlkit.evaluation.scoring import completion_ranks, judge_and_aggregate
 from rlkit.integrations.scorer import RubricScorer
 from rlkit.integrations.trl import completion_text
+from rlkit.reward.episodes_io import judged_rollout, num_turns, step_lists
 from rlkit.serve.protocol import (
     BatchRewardRequest,
     BatchRewardResponse,
@@ -66,10 +69,23 @@ def _rubric_info(rubric: Rubric, definition: bool = False) -> RubricInfo:
     return RubricInfo(**rubric.identity(), dimensions=dims, definition=rubric.canonical() if definition else None)
 
 
-def score_group(validated: ValidatedConfig, record: dict[str, Any], responses: list[str]) -> RewardBatch:
-    """One group through the judge, the output checks and aggregation, as ``rlkit score`` does per batch."""
-    rollout = Rollout(records=[record], completions=[list(responses)])
-    return aggregate_judged(validated, rollout, validated.plugins["judge"].score(rollout, validated.rubric))
+def score_group(validated: ValidatedConfig, record: dict[str, Any], responses: Sequence[str | list[dict[str, Any]]]
+                ) -> tuple[RewardBatch, list[dict[str, list[float | None]]] | None]:
+    """One group (texts, or episodes as their messages after the prompt) through the judge, the output checks and
+    aggregation, as ``rlkit score`` does per batch; with step-scoped dimensions in the rubric, each response's
+    step scores ``{dimension: [score per turn]}``."""
+    rollout = judged_rollout([record], [list(responses)])
+    judge = validated.plugins["judge"]
+    batch, steps = judge_and_aggregate(validated, rollout, lambda r: judge.score(r, validated.rubric))
+    if steps is None:
+        return batch, None
+    return batch, [step_lists(steps[0, g], turns, validated.reward_rubric)
+                   for g, turns in enumerate(num_turns(rollout)[0])]
+
+
+def _chars(response: str | list[dict[str, Any]]) -> int:
+    """A response's length: its text, or all its episode's messages' contents."""
+    return len(response) if isinstance(response, str) else sum(len(m["content"]) for m in response)
 
 
 def _finite(x: float) -> float | None:
@@ -217,8 +233,10 @@ def create_app(validated: ValidatedConfig, settings: ServeSettings) -> Any:
 
     @app.post("/v1/reward", response_model=RewardResponse, responses=errors, dependencies=secured)
     async def reward(request: RewardRequest) -> RewardResponse:
-        """Score one group: a prompt and its responses, each with reward, rank and per-dimension scores."""
-        n, longest = len(request.responses), max(len(r) for r in request.responses)
+        """Score one group: a prompt and its responses (texts or episodes), or one conversation (``messages``),
+        each with reward, rank, per-dimension scores and, for step-scoped dimensions, per-turn scores."""
+        responses = request.response_records()
+        n, longest = len(responses), max(map(_chars, responses))
         if n > settings.max_responses:
             raise HTTPException(413, f"{n} responses, over serve.max_responses={settings.max_responses}")
         if longest > settings.max_response_chars:
@@ -226,13 +244,16 @@ def create_app(validated: ValidatedConfig, settings: ServeSettings) -> Any:
                                      f"{settings.max_response_chars}")
         record = {**request.fields, "prompt": request.prompt_record()}
         began = time.perf_counter()
-        batch = await in_worker(lambda: score_group(validated, record, request.responses), "judging")
-        log.info("reward: %d responses, %d chars, %.3f s", n, sum(map(len, request.responses)),
+        batch, steps = await in_worker(lambda: score_group(validated, record, responses), "judging")
+        log.info("reward: %d responses, %d chars, %.3f s", n, sum(map(_chars, responses)),
                  time.perf_counter() - began)
         rewards = [float(x) for x in batch.rewards[0].tolist()]
         names = batch.rubric.dimension_names
         results = [ScoredResponse(index=i, reward=_finite(r), rank=k,
-                                  scores={d: _finite(float(v)) for d, v in zip(names, row, strict=True)})
+                                  scores={d: _finite(float(v)) for d, v in zip(names, row, strict=True)},
+                                  steps=None if steps is None else {
+                                      d: [None if v is None else _finite(v) for v in values]
+                                      for d, values in steps[i].items()})
                    for i, (r, k, row) in enumerate(zip(rewards, completion_ranks(rewards), batch.raw_scores[0].tolist(),
                                                        strict=True))]
         return RewardResponse(rubric=info.scored_rubric.identity(), judge=judge_name,

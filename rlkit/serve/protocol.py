@@ -8,6 +8,8 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from rlkit.reward.episodes_io import episode_problem, split_messages
+
 Scalar = str | int | Annotated[float, Field(allow_inf_nan=False)] | bool | None
 
 
@@ -23,13 +25,40 @@ class ChatMessage(_Body):
     content: str
 
 
-class RewardRequest(_Body):
-    """One group: a prompt and the responses to score against each other."""
+class EpisodeMessage(_Body):
+    """A message of an episode: a tool's result names its tool."""
 
-    prompt: str | Annotated[list[ChatMessage], Field(min_length=1)] = Field(
-        description="the prompt text, or its chat messages", examples=["3+4="])
-    responses: list[str] = Field(min_length=1, description="the responses to score (one group)",
-                                 examples=[["7", "12"]])
+    role: str = Field(min_length=1, max_length=64, examples=["tool"])
+    content: str
+    name: str | None = Field(default=None, max_length=256, description="the tool a tool message answers for")
+
+    def record(self) -> dict[str, str]:
+        """The message as a conversation holds it (no ``name`` when there is none)."""
+        return self.model_dump(exclude_none=True)
+
+
+EpisodeTurns = Annotated[list[EpisodeMessage], Field(min_length=1)]
+
+
+def _episode_problem(messages: list[EpisodeMessage]) -> str | None:
+    return episode_problem([m.record() for m in messages])  # what `rlkit score` refuses in a file, refused here
+
+
+class RewardRequest(_Body):
+    """One group: a prompt and the responses to score against each other; or one episode, ``messages``."""
+
+    prompt: str | Annotated[list[ChatMessage], Field(min_length=1)] | None = Field(
+        default=None, description="the prompt text, or its chat messages (required with responses)",
+        examples=["3+4="])
+    responses: list[str | EpisodeTurns] | None = Field(
+        default=None, min_length=1, description="the responses to score (one group): each a text, or an episode "
+        "after the prompt (the assistant's turns with tool results or a user's replies between them, ending with the "
+        "assistant's answer)", examples=[["7", "12"]])
+    messages: Annotated[list[EpisodeMessage], Field(min_length=2)] | None = Field(
+        default=None, description="instead of prompt and responses, one whole conversation: the prompt's messages, "
+        "then the episode from the first assistant turn on", examples=[[
+            {"role": "user", "content": "37*14"}, {"role": "assistant", "content": '[calc(e="37*14")]'},
+            {"role": "tool", "name": "calc", "content": "518"}, {"role": "assistant", "content": "518"}]])
     fields: dict[str, Scalar] = Field(
         default_factory=dict, description="other fields of the prompt's record that the rubric's checks read, "
                                           "e.g. {\"reference\": \"7\"}", examples=[{"reference": "7"}])
@@ -41,9 +70,48 @@ class RewardRequest(_Body):
             raise ValueError("'prompt' goes in the request's own prompt field, not in fields")
         return value
 
+    @field_validator("responses")
+    @classmethod
+    def _episodes_end_with_an_answer(cls, value: list[Any] | None) -> list[Any] | None:
+        for i, response in enumerate(value or []):
+            problem = None if isinstance(response, str) else _episode_problem(response)
+            if problem:
+                raise ValueError(f"responses[{i}]: {problem}")
+        return value
+
+    @field_validator("messages")
+    @classmethod
+    def _a_prompt_then_an_episode(cls, value: list[EpisodeMessage] | None) -> list[EpisodeMessage] | None:
+        if value is None:
+            return value
+        if value[0].role == "assistant":
+            raise ValueError("the conversation must open with the prompt's messages, before the first assistant turn")
+        problem = _episode_problem(value)
+        if problem:
+            raise ValueError(problem)
+        return value
+
+    @model_validator(mode="after")
+    def _one_shape(self) -> RewardRequest:
+        if self.messages is not None:
+            if self.prompt is not None or self.responses is not None:
+                raise ValueError("give either messages (one conversation) or prompt and responses, not both")
+        elif self.prompt is None or self.responses is None:
+            raise ValueError("give prompt and responses (one group), or messages (one conversation)")
+        return self
+
     def prompt_record(self) -> str | list[dict[str, str]]:
-        """The prompt as a data record holds it."""
+        """The prompt as a data record holds it (of ``messages``: the messages before the first assistant turn)."""
+        if self.messages is not None:
+            return split_messages([m.record() for m in self.messages])[0]
+        assert self.prompt is not None
         return self.prompt if isinstance(self.prompt, str) else [m.model_dump() for m in self.prompt]
+
+    def response_records(self) -> list[str | list[dict[str, str]]]:
+        """Each response as text or an episode's messages (of ``messages``: one, from the first assistant turn)."""
+        if self.messages is not None:
+            return [split_messages([m.record() for m in self.messages])[1]]
+        return [r if isinstance(r, str) else [m.record() for m in r] for r in self.responses or []]
 
 
 class RubricIdentity(BaseModel):
@@ -82,6 +150,10 @@ class ScoredResponse(BaseModel):
     rank: int | None = Field(description="1 = best in the group; equal rewards share a rank; null without reward")
     scores: dict[str, float | None] = Field(description="raw score per dimension, in its own range; null where "
                                                         "not scored (or its condition is not met)")
+    steps: dict[str, list[float | None]] | None = Field(
+        default=None, description="each step-scoped dimension's raw score per policy turn of the response (a text: "
+                                  "one turn), in order; its entry in scores is their mean. null when the rubric has "
+                                  "no step-scoped dimension")
 
 
 class RewardResponse(BaseModel):

@@ -1,9 +1,10 @@
 """``reward_api``: scores from a remote ``rlkit serve``, so ``rlkit fit`` can train against a judge served elsewhere.
 
 Each prompt's group is one ``POST {base_url}/v1/reward`` (prompt, responses, and the record's other scalar fields,
-e.g. ``reference``), sent concurrently (at most ``concurrency`` in flight) with the retries and backoff of the
-``openai`` backend (``rlkit.judging.http``). The bearer token comes from the environment variable ``api_key_env``,
-read per call; unset sends none.
+e.g. ``reference``; a multi-turn rollout's responses are its episodes' messages after the prompt, so the server's
+judge sees the episodes, tool calls and errors included, as a local one would), sent concurrently (at most
+``concurrency`` in flight) with the retries and backoff of the ``openai`` backend (``rlkit.judging.http``). The
+bearer token comes from the environment variable ``api_key_env``, read per call; unset sends none.
 
 Before anything is scored (``check_rubric``, so ``rlkit validate``, ``score`` and ``fit`` fail in seconds), ``GET
 /v1/info`` must show the server judging the same dimensions (names and ranges, in order) as the local rubric, or a
@@ -55,6 +56,18 @@ def _scalar_fields(record: dict[str, Any]) -> dict[str, Any]:
     """The record's fields a check may read, as the API takes them: scalars only (lists, e.g. completions, stay)."""
     return {k: v for k, v in record.items() if k != "prompt" and (
         v is None or isinstance(v, (str, bool, int)) or (isinstance(v, float) and math.isfinite(v)))}
+
+
+def _episode_messages(episode: Any) -> list[dict[str, str]]:
+    """An episode's messages after its prompt as the API takes them: role, text content, a tool's name."""
+    out = []
+    for m in episode.messages[episode.first_turn:]:
+        content = m.get("content")
+        message = {"role": str(m.get("role")), "content": content if isinstance(content, str) else ""}
+        if isinstance(m.get("name"), str):
+            message["name"] = m["name"]
+        out.append(message)
+    return out
 
 
 class RewardApiJudge:
@@ -161,8 +174,10 @@ class RewardApiJudge:
         scored = self._checked[rubric.content_hash]
         names = scored.dimension_names
         g = rollout.group_size
+        groups = rollout.completions if rollout.episodes is None else [[_episode_messages(e) for e in group]
+                                                                        for group in rollout.episodes]
         payloads = [{"prompt": record["prompt"], "responses": list(group), "fields": _scalar_fields(record)}
-                    for record, group in zip(rollout.records, rollout.completions, strict=True)]
+                    for record, group in zip(rollout.records, groups, strict=True)]
 
         def read(response: Any) -> list[list[float]] | None:
             try:
