@@ -60,6 +60,9 @@ class Rollout:
     completions: Sequence[Sequence[str]]
     completion_token_counts: torch.Tensor | None = None
     episodes: Sequence[Sequence[Episode]] | None = None
+    # set when the completions are one policy turn of each episode (step-scoped dimensions): the turn, from 1; each
+    # record's ``prompt`` is then the conversation before that turn
+    step: int | None = None
 
     def __post_init__(self) -> None:
         if len(self.records) != len(self.completions):

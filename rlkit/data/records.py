@@ -195,17 +195,27 @@ def arithmetic_task(num_prompts: int, seed: int, max_operand: int = 20) -> list[
     return records
 
 
+# The JSON schema of rlkit_plugins.environments.calculator:calc as transformers' get_json_schema writes it (a test
+# keeps the two equal): the tools a calculator record lists, so a warm start renders its prompts as episodes do.
+CALCULATOR_TOOLS = [{"type": "function", "function": {
+    "name": "calc", "description": "Evaluate an arithmetic expression.",
+    "parameters": {"type": "object", "properties": {"e": {
+        "type": "string", "description": "The expression, e.g. 37*14 or (3+4)**2."}}, "required": ["e"]},
+    "return": {"type": "string"}}}]
+
+
 def calculator_task(num_prompts: int, seed: int) -> list[dict[str, Any]]:
     """Two-digit products, too hard for the tiny policy to work out alone and easy with ``environment=tools``'
-    calculator: chat prompts, a numeric ``reference``, and a demonstration ``completion`` (TRL's conversational
-    format) that calls the tool and copies its result, for a warm start."""
+    calculator: chat prompts, a numeric ``reference``, the ``tools`` they may call (TRL's dataset column), and a
+    demonstration ``completion`` (TRL's conversational format) that calls the tool and copies its result, for a
+    warm start."""
     rng = random.Random(seed)
     records = []
     for i in range(num_prompts):
         a, b = rng.randint(10, 99), rng.randint(10, 99)
         call = f'[calc(e="{a}*{b}")]'
         records.append({"id": f"calc-{i}", "prompt": [{"role": "user", "content": f"{a}*{b}"}],
-                        "reference": str(a * b),
+                        "reference": str(a * b), "tools": CALCULATOR_TOOLS,
                         "completion": [{"role": "assistant", "content": call},
                                        {"role": "tool", "name": "calc", "content": str(a * b)},
                                        {"role": "assistant", "content": str(a * b)}]})

@@ -244,7 +244,9 @@ def conversation_batch(tokenizer: Any, records: Sequence[dict[str, Any]], max_ne
             if text is None:
                 raise ValueError(f"record {i} has neither a `completion` nor a `reference` to learn from")
             completion = [{"role": "assistant", "content": text}]
-        p, ids, mask, turns = conversation_ids(tokenizer, record["prompt"], completion, max_new_tokens)
+        # the record's tools (TRL's `tools` column) are rendered into the prompt, as an environment's are
+        p, ids, mask, turns = conversation_ids(tokenizer, record["prompt"], completion, max_new_tokens,
+                                               record.get("tools"))
         prompts.append(p)
         rows.append(ids)
         masks.append(mask)

@@ -34,8 +34,10 @@ def warm_start_cache_dir(base: Path) -> Path:
 def warm_start_key(base: Path, records: Sequence[dict[str, Any]], settings: dict[str, Any]) -> str:
     """Short hash of what the warm-started policy depends on: the base folder's name (itself a hash of the tiny
     policy's spec), every demonstration and the training settings."""
+    # a record's tools are rendered into its prompt; listed only where present, so older keys stay as they were
     key = {"base": base.name, "settings": settings,
-           "records": sorted(json.dumps([r["prompt"], r.get("completion", r.get("reference"))]) for r in records)}
+           "records": sorted(json.dumps([r["prompt"], r.get("completion", r.get("reference"))]
+                                        + ([r["tools"]] if r.get("tools") else [])) for r in records)}
     return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:12]
 
 

@@ -41,7 +41,7 @@ def turn_rollout(rollout: Rollout, turn: int, turn_tokens: torch.Tensor | None =
         counts = turn_tokens[..., turn].reshape(-1, 1) if turn < turn_tokens.shape[-1] else \
             torch.zeros((len(records), 1), dtype=turn_tokens.dtype)
     b, g = rollout.num_prompts, rollout.group_size
-    return Rollout(records, texts, counts), torch.tensor(exists).view(b, g)
+    return Rollout(records, texts, counts, step=turn + 1), torch.tensor(exists).view(b, g)
 
 
 def turn_token_counts(turn_spans: list[list[tuple[int, int]]], b: int, g: int, num_turns: int) -> torch.Tensor:

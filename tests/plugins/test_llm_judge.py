@@ -259,3 +259,31 @@ def test_reference_leak_check_warns_when_the_prompt_holds_the_answer():
         quiet = _judge(backend=backend)  # off by default: no check, no metric
         quiet.score(rollout, rubric)
         assert "judge/reference_leaks" not in quiet.metrics()
+
+
+def test_steps_are_asked_with_the_step_template_and_the_conversation_so_far():
+    """Step-scoped dimensions: the llm judge asks about one turn, after the conversation that led to it."""
+    from rlkit.core.types import Episode
+    from rlkit.reward.pipeline import check_judge_output
+    from rlkit.reward.steps import score_steps
+    from rlkit.testing.canned_chat import CannedChatServer
+
+    rubric = load_rubric(Path(__file__).parents[2] / "conf" / "rubrics" / "calculator_steps.yaml")
+    asked: list[str] = []
+
+    def answer(messages):
+        asked.append(messages[-1]["content"])
+        return json.dumps({"tool_use": 1, "correctness": 1, "well_formed_turn": 1 if "STEP 1" in asked[-1] else 0})
+
+    turns = ('[calc(e="37*14")]', "518")
+    messages = ({"role": "user", "content": "37*14"}, {"role": "assistant", "content": turns[0]},
+                {"role": "tool", "name": "calc", "content": "518"}, {"role": "assistant", "content": turns[1]})
+    rollout = Rollout([{"prompt": "37*14", "reference": "518"}], [["518"]],
+                      episodes=[[Episode(messages, turns, {"tool_calls": 1.0, "tool_errors": 0.0}, 1)]])
+    with CannedChatServer(answer) as server:
+        judge = _judge(backend={"name": "openai", "params": {"base_url": server.url, "max_retries": 0}})
+        steps = score_steps(lambda r: check_judge_output(judge.score(r, rubric), r, rubric, "llm"), rollout, rubric, 2)
+    assert steps[0, 0, :, 2].tolist() == [1.0, 0.0]
+    second = next(text for text in asked if "STEP 2" in text)
+    assert "CONVERSATION SO FAR:\nuser: 37*14\nassistant: [calc(e=\"37*14\")]\ntool: 518" in second
+    assert second.rstrip().endswith("518")

@@ -297,3 +297,20 @@ def test_fit_credits_turns_with_step_scores(tmp_path: Path, monkeypatch):
     assert rows and all(len(r["well_formed_turn/steps"].split()) >= 1 for r in rows)
     history = [json.loads(line)["metrics"] for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert any("steps/well_formed_turn/turn_1" in h for h in history)
+
+
+def test_calculator_demonstrations_render_their_prompt_as_the_episodes_do(policy):
+    """A warm start on prompts rendered differently from the episodes' (no tool list) taught a policy that wrote
+    garbage once the tool list appeared: the records' tools are the environment's, and the prompts match."""
+    _, tokenizer = policy
+    env = ToolEnvironment(ToolEnvironment.Params())
+    try:
+        records = calculator_task(2, seed=0)
+        assert records[0]["tools"] == env.tools()
+        demo = demonstration_batch(tokenizer, records, 32)
+        runner = EpisodeRunner(env, tokenizer)
+        for row, record in enumerate(records):
+            prompt = demo.input_ids[row, :demo.prompt_length][demo.attention_mask[row, :demo.prompt_length].bool()]
+            assert prompt.tolist() == runner.format.prompt_ids(record["prompt"])
+    finally:
+        env.close()

@@ -63,6 +63,8 @@ from rlkit_plugins.judges.rule import RuleJudge
 
 FULL_TEMPLATE = "judge/rubric_scores.jinja"
 COMPACT_TEMPLATE = "judge/rubric_scores_compact.jinja"
+# one policy turn of an episode (step-scoped dimensions): the conversation so far, then the step to score
+STEP_TEMPLATE = "judge/step_scores.jinja"
 
 
 class LLMJudge:
@@ -72,6 +74,9 @@ class LLMJudge:
     class Params:
         backend: BackendRef = field(default_factory=lambda: PluginRef.to("judge_backend", "hf"))
         template: str | None = None  # None: compact for the offline tiny judge, the full rubric template otherwise
+        # A turn of an episode (rubric dimensions with scope: step): None: judge/step_scores.jinja, or the compact
+        # template for the offline tiny judge (it was trained on that one alone)
+        step_template: str | None = None
         parse_retries: int = 1
         failure_policy: Literal["nan", "min", "drop_group"] = "nan"
         permutations: int = 1
@@ -91,8 +96,9 @@ class LLMJudge:
         # offline, the tiny judge distils the rule judge's scores
         self.backend = JudgeBackend(params.backend, lambda: build_tiny_judge(teacher=RuleJudge(RuleJudge.Params())))
         self.default_template = COMPACT_TEMPLATE if self.backend.offline else FULL_TEMPLATE
-        if params.template is not None:
-            template_path(params.template)  # fail at validate time on a missing template
+        for chosen in (params.template, params.step_template):
+            if chosen is not None:
+                template_path(chosen)  # fail at validate time on a missing template
         self.cache = ResponseCache()
         self._record_rubrics = RecordRubrics()
         self._last: dict[str, float] = {}
@@ -122,6 +128,8 @@ class LLMJudge:
         backend = self.backend.get()
         identity = backend.identity()
         template = chosen_template(self.params.template, rubric, "llm", self.default_template)
+        if rollout.step is not None and (self.params.step_template is not None or not self.backend.offline):
+            template = self.params.step_template or STEP_TEMPLATE
         # once per call: the rubric hash serialises the rubric and reads the templates it names
         t_hash, r_hash, dims = template_hash(template), rubric.content_hash, rubric.dimensions
         b, g, d = rollout.num_prompts, rollout.group_size, len(dims)
@@ -133,7 +141,7 @@ class LLMJudge:
             for j, completion in enumerate(rollout.completions[i]):
                 for k, order in enumerate(orders):
                     text = render_template(template, rubric=rubric, prompt=prompt, completion=completion,
-                                           dimensions=[dims[x] for x in order])
+                                           dimensions=[dims[x] for x in order], step=rollout.step)
                     key = ResponseCache.key(judge="llm", backend=identity, template=t_hash, rubric=r_hash,
                                             permutation=k, prompt=prompt, completion=completion)
                     requests[(i, j, k)] = (key, [{"role": "user", "content": text}])
