@@ -54,6 +54,8 @@ class MonitorView:
     * ``generate(records, num_generations) -> [N][G] texts``: the policy sampling other prompts.
 
     Both callables leave the training's random streams untouched; they are None outside a training run.
+    With a multi-turn environment, ``episodes`` ``[B][G]`` holds each completion's ``rlkit.Episode`` (``texts`` are
+    their last turns); None for single-turn rollouts.
     """
 
     step: int
@@ -67,6 +69,7 @@ class MonitorView:
     saturated: torch.Tensor
     judge_scores: Callable[[Sequence[dict[str, Any]], Sequence[Sequence[str]]], torch.Tensor] | None = None
     generate: Callable[[Sequence[dict[str, Any]], int], list[list[str]]] | None = None
+    episodes: Sequence[Sequence[Any]] | None = None
 
 
 def make_view(step: int, records: Sequence[dict[str, Any]], texts: Sequence[Sequence[str]], raw_scores: torch.Tensor,

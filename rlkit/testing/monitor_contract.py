@@ -43,8 +43,10 @@ class ExactAnswerJudge:
 
 def example_monitor_views(steps: int = 8, judge: Any = None) -> list[MonitorView]:
     """Steps 0..steps-1 of a run that drifts: answers start short and right, then grow long, templated,
-    repetitive, and all score the same. The views carry ``judge`` (default :class:`ExactAnswerJudge`) and a
-    deterministic fake generator."""
+    repetitive, and all score the same, and half their tool calls fail. The views carry ``judge`` (default
+    :class:`ExactAnswerJudge`) and a deterministic fake generator."""
+    from rlkit.core.types import Episode
+
     rubric = arithmetic_rubric()
     judge = judge if judge is not None else ExactAnswerJudge()
     records = [{"prompt": f"{i}+{i}=", "reference": str(2 * i)} for i in range(1, 4)]
@@ -64,7 +66,11 @@ def example_monitor_views(steps: int = 8, judge: Any = None) -> list[MonitorView
                   if late else (str(2 * i) if j % 2 else str(2 * i + j)) for j in range(4)]
                  for i in range(1, 4)]
         raw = judge_scores(records, texts)
-        views.append(make_view(step, records, texts, raw, rubric, judge_scores=judge_scores, generate=generate))
+        # each answer an episode with one tool call, which fails more often late in the run
+        episodes = [[Episode((), (text,), {"tool_calls": 1.0, "tool_errors": float(late and j % 2 == 0)})
+                     for j, text in enumerate(group)] for group in texts]
+        views.append(make_view(step, records, texts, raw, rubric, judge_scores=judge_scores, generate=generate,
+                               episodes=episodes))
     return views
 
 

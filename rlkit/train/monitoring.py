@@ -120,13 +120,14 @@ def step_view(module: Any, step: int, records: Sequence[dict[str, Any]], sampled
                                     False, [s.seed * 7_919 + i for i in range(len(recs))])
         devices = [module.device] if module.device.type == "cuda" else []
         with torch.random.fork_rng(devices=devices):
-            out = module.generator.generate(module.policy, module.tokenizer, request)
+            out = module.sample(request)  # played out by the run's environment, as training samples
         return [list(group) for group in out.texts]
 
     return MonitorView(step=step, records=records, texts=sampled.texts, raw_scores=spread.local(batch.raw_scores).cpu(),
                        scores=scores, rewards=spread.local(batch.rewards).cpu(), rubric=rubric,
                        completion_lengths=sampled.completion_token_counts.view(len(records), g).float().cpu(),
-                       saturated=saturated_groups(scores), judge_scores=judge_scores, generate=generate)
+                       saturated=saturated_groups(scores), judge_scores=judge_scores, generate=generate,
+                       episodes=sampled.episodes)
 
 
 def monitor_host(validated: Any, run_dir: Path) -> MonitorHost | None:

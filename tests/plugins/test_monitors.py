@@ -77,6 +77,22 @@ def test_length_drift_against_the_first_steps():
     assert "2.73x the first steps' 11.0" in alerts[0].message
 
 
+def test_tool_errors_against_the_first_steps_and_silent_without_calls():
+    from rlkit.core.types import Episode
+
+    def episodes(calls: int, errors: int):
+        return [[Episode((), ("x",), {"tool_calls": float(calls), "tool_errors": float(errors)}),
+                 Episode((), ("y",), {"tool_calls": 1.0, "tool_errors": 0.0})]]
+
+    m = monitor("tool_errors", baseline_steps=2, max_rise=0.2)
+    counts = [(3, 0), (3, 1), (3, 3), (0, 0), (3, 0)]  # with the other episode's call: 0, 0.25, 0.75, 0, 0
+    views = [view(s, [["a", "b"]], episodes=episodes(c, e)) for s, (c, e) in enumerate(counts)]
+    metrics, alerts = run(m, [view(99, [["a", "b"]]), *views])
+    assert metrics[0] == {} and metrics[4] == {"value": 0.0, "baseline": 0.125}  # no episodes: nothing measured
+    assert metrics[3]["value"] == pytest.approx(0.75) and [a.step for a in alerts] == [2]
+    assert "75% of tool calls failed" in alerts[0].message and "up from 12%" in alerts[0].message
+
+
 def test_repetition_drift_flags_looping_text():
     m = monitor("repetition_drift", baseline_steps=1, ngram=2, max_rise=0.3)
     loop = "the answer is " * 6

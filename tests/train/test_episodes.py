@@ -314,3 +314,20 @@ def test_calculator_demonstrations_render_their_prompt_as_the_episodes_do(policy
             assert prompt.tolist() == runner.format.prompt_ids(record["prompt"])
     finally:
         env.close()
+
+
+def test_single_turn_environment_reproduces_the_run_without_one(tmp_path: Path, monkeypatch):
+    """environment=single_turn (the default) against no environment at all: the same metrics, step for step."""
+    from rlkit.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    histories = []
+    for env, choice in (("single_turn", "environment=single_turn"), ("none", "~environment")):
+        code = main(["fit", choice, "trainer.max_steps=3", "batch_size=2", "num_generations=4",
+                     "logger=none", "model.warm_start.steps=5", f"hydra.run.dir={env}"])
+        assert code in (0, None)
+        rows = [json.loads(line) for line in (tmp_path / env / "metrics.jsonl").read_text().splitlines()]
+        histories.append([{k: v for k, v in r["metrics"].items() if not k.startswith(("time/", "tokens_per_sec"))}
+                          for r in rows])
+    assert histories[0] == histories[1] and len(histories[0]) >= 3
+    assert "environment" not in validate_overrides(["~environment"]).plugins  # the second run had none

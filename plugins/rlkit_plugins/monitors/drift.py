@@ -18,7 +18,7 @@ def repetition(text: str, n: int) -> float:
     return 1.0 - len(set(grams)) / len(grams) if grams else 0.0
 
 
-class _Drift:
+class DriftMonitor:
     """A per-step value against its baseline over the first measurements; subclasses say what is measured."""
 
     key = ""
@@ -68,7 +68,7 @@ class _Drift:
         self.last = float(state["last"])
 
 
-class LengthDrift(_Drift):
+class LengthDrift(DriftMonitor):
     """Mean completion length in tokens; alerts when its ratio to the baseline leaves [1/max_ratio, max_ratio]."""
 
     key = "length_drift"
@@ -96,7 +96,7 @@ class LengthDrift(_Drift):
                 f"{baseline:.1f} (limit {self.params.max_ratio:g}x either way)")
 
 
-class RepetitionDrift(_Drift):
+class RepetitionDrift(DriftMonitor):
     """Mean share of repeated word n-grams per completion; alerts when it rises ``max_rise`` above the baseline."""
 
     key = "repetition_drift"
