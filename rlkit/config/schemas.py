@@ -298,6 +298,9 @@ class RunConfig(_Schema):
                                         "be many times faster for small models.")
     checkpoint_every: int = Field(default=20, ge=1, description="Steps between Lightning checkpoints "
                                                                 "(run_dir/checkpoints/last.ckpt is kept).")
+    heldout_every: int | None = Field(
+        default=None, ge=1, description="Steps between held-out evaluations during training (TRL's eval_steps), "
+                                        "logged as heldout/<dimension> at their step; null: before and after only.")
     engine_is_cap: float | None = _finite(
         default=2.0, gt=0, description="Truncated importance sampling for completions an inference engine sampled "
                                        "(a generator that returns engine log-probs, e.g. openai_server): each token's "

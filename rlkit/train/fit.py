@@ -83,7 +83,8 @@ def build_trainer(validated: ValidatedConfig, run_dir: Path) -> tuple[L.Trainer,
         trainer = L.Trainer(default_root_dir=str(run_dir), logger=logger, num_sanity_val_steps=0,
                             callbacks=[checkpoints, samples, SamplerFeedback(), *golden],
                             check_val_every_n_epoch=None,
-                            val_check_interval=None, enable_model_summary=False, **trainer_kwargs)
+                            val_check_interval=validated.run.heldout_every, enable_model_summary=False,
+                            **trainer_kwargs)
     except (TypeError, ValueError) as exc:  # Lightning's MisconfigurationException is a ValueError
         finish_logger(logger)
         raise ConfigError(str(exc).split("\n")[0], "trainer (passed to lightning.Trainer)") from None

@@ -306,6 +306,16 @@ class RubricRLModule(L.LightningModule):
     def on_validation_start(self) -> None:
         self._generator_serves_policy()
 
+    def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
+        # A held-out evaluation mid-run (heldout_every) draws random numbers (its data loader seeds itself from
+        # torch's generator): put them back after it, so training goes on exactly as without the evaluation.
+        self._rng_before_validation = capture_rng_state() if self.trainer.val_check_interval else None
+
+    def on_validation_end(self) -> None:
+        if self.trainer.state.fn == "fit" and getattr(self, "_rng_before_validation", None) is not None:
+            restore_rng_state(self._rng_before_validation)
+            self._rng_before_validation = None
+
     def on_fit_start(self) -> None:
         self._generator_serves_policy()
         spread = self.spread
@@ -606,6 +616,8 @@ class RubricRLModule(L.LightningModule):
         self.log("heldout/reward", self.heldout["reward"], batch_size=len(rewards))
         for name, value in dims.items():
             self.log(f"heldout/{name}", value, batch_size=len(rewards))
+        if self.history is not None and self.trainer.state.fn == "fit":  # heldout_every: mid-run, at its step
+            self.history.append(self.global_step, {f"heldout/{k}": v for k, v in self.heldout.items()})
 
     # --- optimisation and checkpoints ----------------------------------------------------------
 
