@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from rich.table import Table
 
@@ -16,13 +17,13 @@ def cmd_plugins(overrides: Sequence[str]) -> int:
 
     registry = run_registry()
     table = Table(title="rlkit plugins")
-    for column in ("kind", "name", "provided by", "config"):
+    for column in ("kind", "name", "provided by", "config", "what it is"):
         table.add_column(column)
     for kind in registry.kinds():
         entries = registry.entries(kind.key)
         options = set(group_options(registry, kind.group))
         if not entries:
-            table.add_row(kind.key, "—", "", f"{kind.group}=…")
+            table.add_row(kind.key, "—", "", f"{kind.group}=…", "")
         for entry in entries:
             selector = f"{kind.group}={entry.name}" if entry.name in options else f"{kind.group}.name={entry.name}"
             if kind.selected_by:
@@ -31,9 +32,21 @@ def cmd_plugins(overrides: Sequence[str]) -> int:
                 # "\[": rich would read [name] as markup
                 selector = (f"{kind.group}=\\[{entry.name}]" if entry.name in options
                             else f"+{kind.group}.{entry.name}=…")
-            table.add_row(kind.key, entry.name, entry.provider, selector)
+            table.add_row(kind.key, entry.name, entry.provider, selector, plugin_summary(entry.factory))
     rich_console().print(table)
     return 0
+
+
+def plugin_summary(factory: Any) -> str:
+    """The first line of the factory's docstring, else of its module's (a plugin registered as a lambda)."""
+    import inspect
+
+    doc = inspect.getdoc(factory) if getattr(factory, "__name__", "") != "<lambda>" else None
+    if not doc:
+        module = sys.modules.get(getattr(factory, "__module__", "") or "")
+        doc = inspect.getdoc(module) if module is not None else None
+    # rich would read [name] as markup
+    return (doc or "").strip().split("\n")[0].replace("[", "\\[")
 
 
 def cmd_validate(overrides: Sequence[str]) -> int:

@@ -51,6 +51,40 @@ def selective_log_softmax(logits: torch.Tensor, tokens: torch.Tensor) -> torch.T
     return torch.cat(parts)
 
 
+def selective_log_softmax_and_entropy(logits: torch.Tensor, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`selective_log_softmax` (the same values) and, from the same logits, each position's entropy
+    ``-Σ_v p_v log p_v`` (nats) of ``softmax(logits)`` ``[N, T]``, detached: a metric, never a gradient path."""
+    # TRL GRPOTrainer._compute_loss logs `entropy` from the training pass's logits (trainer/utils.py
+    # entropy_from_logits: -(exp(logp) * logp).sum(-1), chunked). Here it shares the chunk loop and the logsumexp
+    # of the log-softmax: H = lse - Σ_v p_v·x_v, a fused softmax and a dot product per position, no extra pass.
+    # Measured on CPU (float32, 8×128×32k logits): 94 ms against 91 ms for the logsumexp alone and 371 ms for
+    # the same formula written with a where() against 0·(-inf).
+    out_dtype = logits.dtype if logits.dtype == torch.float64 else torch.float32
+    if not len(logits):
+        empty = torch.zeros(tokens.shape, dtype=out_dtype, device=logits.device)
+        return empty, empty.clone()
+    rows = max(1, LOG_SOFTMAX_CHUNK_ELEMENTS // max(logits[0].numel(), 1))
+    parts, entropies = [], []
+    for chunk, idx in zip(logits.split(rows), tokens.split(rows), strict=True):
+        chunk = chunk.to(out_dtype)
+        chosen = torch.gather(chunk, dim=-1, index=idx.unsqueeze(-1)).squeeze(-1)
+        lse = torch.logsumexp(chunk, dim=-1)
+        parts.append(chosen - lse)
+        with torch.no_grad():
+            x = chunk.detach()
+            entropies.append(lse.detach() - torch.einsum("...v,...v->...", torch.softmax(x, dim=-1), x))
+    entropy = torch.cat(entropies)
+    if torch.isnan(entropy).any():  # a logit of -inf: p = 0 there, and 0·(-inf) is NaN; once per call, not per chunk
+        entropy = torch.cat([_entropy_where_finite(chunk.detach().to(out_dtype)) for chunk in logits.split(rows)])
+    return torch.cat(parts), entropy
+
+
+def _entropy_where_finite(x: torch.Tensor) -> torch.Tensor:
+    """Entropy of ``softmax(x)`` over the last dim, where logits of -inf (probability 0) add nothing."""
+    p = torch.softmax(x, dim=-1)
+    return torch.logsumexp(x, dim=-1) - torch.where(p > 0, p * x, torch.zeros_like(x)).sum(-1)
+
+
 def mask_after_eos(completion_ids: torch.Tensor, eos_token_id: int) -> torch.Tensor:
     """``[N, T]`` long mask: 1 up to and including the first EOS, 0 after (all 1 if a row has no EOS)."""
     # TRL GRPOTrainer._generate_and_score_completions: eos_idx = first EOS, or T when there is none.

@@ -11,7 +11,12 @@ import torch
 
 from rlkit.data.records import prompt_text
 from rlkit.lm.conversation import is_conversation
-from rlkit.lm.logprobs import mask_after_eos, selective_log_softmax, truncated_rows
+from rlkit.lm.logprobs import (
+    mask_after_eos,
+    selective_log_softmax,
+    selective_log_softmax_and_entropy,
+    truncated_rows,
+)
 
 
 @dataclass
@@ -297,6 +302,23 @@ def sequence_log_probs(model: Any, sampled: SampledBatch) -> torch.Tensor:
     (``logits_to_keep``). Cutting left padding shifts absolute positions, which rotary embeddings do not see.
     No KV cache: a single pass never reads one back.
     """
+    logits, keep, c = _completion_logits(model, sampled)
+    logp = selective_log_softmax(logits, sampled.completion_ids[:, :keep])  # float32, upcast a chunk at a time
+    return torch.nn.functional.pad(logp, (0, c - keep)) if keep < c else logp
+
+
+def sequence_log_probs_and_entropy(model: Any, sampled: SampledBatch) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`sequence_log_probs` and, from the same forward pass's logits, the policy's entropy at each completion
+    position ``[N, C]`` (detached; 0 past the longest completion; only ``completion_mask`` positions mean anything)."""
+    logits, keep, c = _completion_logits(model, sampled)
+    logp, entropy = selective_log_softmax_and_entropy(logits, sampled.completion_ids[:, :keep])
+    if keep < c:
+        logp, entropy = (torch.nn.functional.pad(t, (0, c - keep)) for t in (logp, entropy))
+    return logp, entropy
+
+
+def _completion_logits(model: Any, sampled: SampledBatch) -> tuple[torch.Tensor, int, int]:
+    """The logits predicting the first ``keep`` completion tokens ``[N, keep, V]``, ``keep`` and the full width C."""
     p, c = sampled.prompt_length, sampled.completion_mask.shape[1]
     keep = max(int(sampled.completion_spans.max()), 1) if sampled.completion_mask.numel() else c
     used = sampled.attention_mask[:, :p].any(dim=0).nonzero()
@@ -305,5 +327,4 @@ def sequence_log_probs(model: Any, sampled: SampledBatch) -> torch.Tensor:
     logits = model(input_ids=ids, attention_mask=sampled.attention_mask[:, start:p + keep],
                    logits_to_keep=keep + 1, use_cache=False).logits[:, :-1, :]
     # position t predicts token t+1: the kept logits predict exactly the completion tokens
-    logp = selective_log_softmax(logits, sampled.completion_ids[:, :keep])  # float32, upcast a chunk at a time
-    return torch.nn.functional.pad(logp, (0, c - keep)) if keep < c else logp
+    return logits, keep, c

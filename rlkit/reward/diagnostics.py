@@ -38,16 +38,17 @@ def saturated_groups(scores: torch.Tensor, majority_share: float = 1.0, decimals
     if majority_share >= 1.0:
         return saturated
     rounded = torch.round(scores, decimals=decimals)
-    b, _, d = scores.shape
-    for i in range(b):
-        for j in range(d):
-            if saturated[i, j]:
-                continue
-            col = rounded[i, :, j]
-            col = col[~torch.isnan(col)]
-            _, counts = torch.unique(col, return_counts=True)
-            saturated[i, j] = float(counts.max()) / col.numel() >= majority_share
-    return saturated
+    # how many scored completions share each one's value (NaN equals nothing), the largest per group and dimension
+    same = (rounded.unsqueeze(2) == rounded.unsqueeze(1)).sum(dim=2)       # [B, G, D]
+    scored = (~torch.isnan(rounded)).sum(dim=1)                              # [B, D]
+    share = same.max(dim=1).values.double() / scored.clamp(min=1).double()  # float64, as a Python division
+    return saturated | (share >= majority_share)
+
+
+def one_differs_share(group_size: int) -> float:
+    """The majority share of the multi-reward note's near-saturation, "one sample differs, the rest identical"
+    (7 of 8): ``(G - 1) / G``; 1.0 (all equal) for groups of two or fewer, where one differing is all there is."""
+    return (group_size - 1) / group_size if group_size > 2 else 1.0
 
 
 def saturation_share(scores: torch.Tensor, majority_share: float = 1.0) -> torch.Tensor:

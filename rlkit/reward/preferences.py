@@ -13,18 +13,21 @@ from rlkit.core.types import PreferencePairs, RewardBatch
 from rlkit.reward.diagnostics import saturated_groups
 
 
-def ordering_batch(batch: RewardBatch, aggregator: Any, *, mask_saturated: bool) -> RewardBatch:
+def ordering_batch(batch: RewardBatch, aggregator: Any, *, mask_saturated: bool,
+                   majority_share: float = 1.0) -> RewardBatch:
     """The batch whose ``rewards`` order each group for pairing.
 
-    With ``mask_saturated``, a dimension saturated within a group (the host's detector) is left out of
-    that group's ordering until it varies again: it cannot separate the group, and under non-additive
-    aggregators (min, geometric, gates) a constant can still flatten or distort the order of the rest.
+    With ``mask_saturated``, a dimension saturated within a group (the host's detector,
+    :func:`rlkit.reward.diagnostics.saturated_groups` at ``majority_share``: 1.0 all equal, ``(G-1)/G`` also "one
+    differs, the rest identical") is left out of that group's ordering until it varies again: it cannot separate
+    the group, and under non-additive aggregators (min, geometric, gates) a constant can still flatten or distort
+    the order of the rest.
     """
     if not mask_saturated and aggregator is None:
         return batch
     scores, raw = batch.scores, batch.raw_scores
     if mask_saturated:
-        saturated = saturated_groups(scores).unsqueeze(1).expand_as(scores)  # [B, G, D]
+        saturated = saturated_groups(scores, majority_share).unsqueeze(1).expand_as(scores)  # [B, G, D]
         nan = torch.full_like(scores, float("nan"))
         scores, raw = torch.where(saturated, nan, scores), torch.where(saturated, nan, raw)
     masked = RewardBatch(rubric=batch.rubric, raw_scores=raw, scores=scores, weights=batch.weights)

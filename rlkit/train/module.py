@@ -26,6 +26,7 @@ from rlkit.reward.diagnostics import (
     RunningMeans,
     conflict_rate,
     distinct_values_per_group,
+    one_differs_share,
     saturated_groups,
     unique_counts,
 )
@@ -549,8 +550,11 @@ class RubricRLModule(L.LightningModule):
         mean, std, _ = nan_mean_std(rewards.reshape(-1), dim=0)
         _, group_std, group_n = nan_mean_std(rewards, dim=1)
         conflicts = conflict_rate(batch.scores)
+        scored = rewards[~torch.isnan(rewards)]  # min/max beside mean/std, as the ranking note's first check reads them
         out = {
             "reward/mean": float(mean), "reward/std": float(std),
+            "reward/min": float(scored.min()) if scored.numel() else float("nan"),
+            "reward/max": float(scored.max()) if scored.numel() else float("nan"),
             "frac_zero_std_groups": float(((group_std == 0) | (group_n < 2)).float().mean()),
             "unscored_completions": float(torch.isnan(rewards).sum()),
             "dimension_conflict_rate": conflicts,
@@ -559,12 +563,15 @@ class RubricRLModule(L.LightningModule):
         }
         unique = unique_counts(batch.scores).float().mean(dim=0)
         saturated = saturated_groups(batch.scores).float().mean(dim=0)
+        # the multi-reward note's near-saturation, "one differs, the rest identical" (majority share (G-1)/G)
+        near = saturated_groups(batch.scores, one_differs_share(batch.scores.shape[1])).float().mean(dim=0)
         for i, name in enumerate(self.rubric.dimension_names):
             d_mean, d_std, _ = nan_mean_std(batch.raw_scores[..., i].reshape(-1), dim=0)
             out[f"rewards/{name}/mean"] = float(d_mean)
             out[f"rewards/{name}/std"] = float(d_std)
             out[f"rewards/{name}/unique_per_group"] = float(unique[i])
             out[f"rewards/{name}/saturated_groups"] = float(saturated[i])
+            out[f"rewards/{name}/near_saturated_groups"] = float(near[i])
             out[f"weights/{name}"] = float(batch.weights[i])
         steps = batch.extras.get("step_raw_scores")
         if steps is not None:  # each step-scoped dimension's mean score at each turn

@@ -22,7 +22,13 @@ import torch
 from rlkit.core.objective import CompletionLossInputs, PairLossInputs, PairTargets
 from rlkit.core.types import PreferencePairs
 from rlkit.lm.logprobs import sequence_logp_sums, truncated_importance_weights
-from rlkit.lm.sampling import SampledBatch, length_buckets, micro_batches, sequence_log_probs
+from rlkit.lm.sampling import (
+    SampledBatch,
+    length_buckets,
+    micro_batches,
+    sequence_log_probs,
+    sequence_log_probs_and_entropy,
+)
 
 
 def outside_inference(t: torch.Tensor | None) -> torch.Tensor | None:
@@ -95,12 +101,19 @@ def completion_update(module: Any, objective: Any, sampled: SampledBatch, advant
                                                                             s.engine_is_cap)
         is_metrics = {"rollout/is_ratio_mean": float(spread.sum(ratio_sum, device)) / max(num_tokens, 1.0),
                       "rollout/is_clipped_frac": float(spread.sum(clipped, device)) / max(num_tokens, 1.0)}
-    for _ in range(objective.num_iterations):
+    # `entropy`: the policy's mean per-token entropy over the step's completion tokens (masked as the loss is), from
+    # the first iteration's logits (the policy that sampled), so it costs no pass of its own.
+    entropy_sum = torch.zeros((), device=device)
+    for iteration in range(objective.num_iterations):
         opt.zero_grad()
         loss = torch.zeros((), device=device)
         weighted: dict[str, torch.Tensor] = {}
         for rows in chunks:
-            logp = sequence_log_probs(module.policy, sampled.rows(rows))
+            if iteration == 0:
+                logp, entropy = sequence_log_probs_and_entropy(module.policy, sampled.rows(rows))
+                entropy_sum = entropy_sum + torch.where(mask[rows] > 0, entropy, 0.0).sum()
+            else:
+                logp = sequence_log_probs(module.policy, sampled.rows(rows))
             part, part_metrics = objective.loss(CompletionLossInputs(
                 logp=logp, old_logp=logp.detach() if old_logp is None else old_logp[rows],
                 ref_logp=None if ref_logp is None else ref_logp[rows], advantages=advantages[rows], mask=mask[rows],
@@ -113,7 +126,7 @@ def completion_update(module: Any, objective: Any, sampled: SampledBatch, advant
                 weighted[key] = weighted.get(key, 0.0) + value * share
         grad_norm = optimizer_step(module, opt)
     sched.step()
-    summed = spread.sum_all({"loss": loss, **weighted}, device)
+    summed = spread.sum_all({"loss": loss, **weighted, "entropy": entropy_sum / max(num_tokens, 1.0)}, device)
     loss_value = summed.pop("loss")
     summed["grad_norm"] = grad_norm  # the same on every process once DDP has averaged the gradients
     summed.update(is_metrics)

@@ -179,3 +179,15 @@ def test_console_script_exit_code_and_one_line():
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2
     assert proc.stderr.strip().count("\n") == 0 and "available judges" in proc.stderr
+
+
+def test_plugins_say_what_each_is_and_tell_the_two_gdpos_apart():
+    from rlkit.commands.inspect import plugin_summary
+    from rlkit.core.registry import load_registry
+
+    registry = load_registry()
+    gdpo = plugin_summary(registry.get("advantage_estimator", "gdpo").factory)
+    group_dpo = plugin_summary(registry.get("objective", "group_dpo").factory)
+    assert "NVIDIA" in gdpo and "objective=group_dpo" in gdpo
+    assert "note's GDPO" in group_dpo and "advantage=gdpo" in group_dpo
+    assert plugin_summary(registry.get("environment", "single_turn").factory).startswith("``single_turn``")

@@ -6,6 +6,10 @@ with the reward weights, and the sum is z-scored over the whole batch. Summing r
 maps different reward combinations onto the same advantage; normalising each dimension first keeps them
 apart (the paper's §2 example, checked in tests/plugins/test_advantages.py).
 
+Not the multi-reward note's GDPO: that one ("group direct preference optimisation", pairs from ranked groups
+trained with a DPO loss) is ``objective=group_dpo``. Same acronym, two methods; this one is an advantage estimator
+for the policy-gradient objective.
+
 Matches TRL's GRPOTrainer with ``multi_objective_aggregation="normalize_then_sum"``: ``nanmean`` and
 Bessel-corrected ``nanstd`` per group and dimension, eps 1e-4 in both divisions, ``nansum`` over
 weighted dimensions (a NaN dimension adds 0, the weights are not renormalised), then
@@ -60,7 +64,8 @@ def gdpo_advantages(scores: torch.Tensor, weights: torch.Tensor, eps: float = 1e
 
 
 class GroupDecoupledAdvantage:
-    """GDPO over ``batch.scores`` and ``batch.weights``; the aggregated ``batch.rewards`` is not used."""
+    """NVIDIA's GDPO (decoupled normalisation; not ``objective=group_dpo``, the note's GDPO) over ``batch.scores``
+    and ``batch.weights``; the aggregated ``batch.rewards`` is not used."""
 
     zero_mean_groups = True
     group_relative = True  # compares completions within their group; `rlkit validate` asks for num_generations >= 2

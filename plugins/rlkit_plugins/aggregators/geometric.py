@@ -1,4 +1,23 @@
-"""``geometric``: Π sᵢ^{wᵢ} over the dimensions that were scored, weights renormalised, scores floored."""
+"""``geometric``: Π sᵢ^{wᵢ} over the dimensions that were scored, weights renormalised, scores floored.
+
+The rubric design note (§5.2) writes the weighted geometric mean as R = Π sᵢ^{wᵢ}. rlkit computes
+
+    R = Π_{i scored, wᵢ > 0} max(sᵢ, floor)^{wᵢ / Σⱼ wⱼ}
+
+with two departures, both deliberate:
+
+* the exponents are renormalised to sum to 1 over the dimensions scored for this completion (``wᵢ / Σⱼ wⱼ``), so
+  R stays in [floor, 1] like the scores and a completion with an unscored (NaN) dimension is not rewarded for the
+  missing factor (with raw weights, Π sᵢ^{wᵢ} grows when a factor below 1 drops out, and its scale depends on
+  Σ w). With weights that already sum to 1 and every dimension scored, it is the note's formula exactly.
+* each score is floored at ``floor`` (0.01) first: in the note's product a single 0 makes R = 0 whatever the other
+  dimensions say, so every completion with a zero anywhere ties and the group gives no gradient among them. The
+  floor keeps the order of the rest (0.01^{wᵢ} is a heavy but finite penalty).
+
+``hard_zero: true`` restores the note's zero where it is meant as a veto: a scored 0 on a dimension of positive
+weight makes R exactly 0 (the note's example: a safety dimension at 0 zeroes the reward however good the rest),
+while scores between 0 and ``floor`` are still floored.
+"""
 
 from __future__ import annotations
 

@@ -25,6 +25,13 @@ loop scales that group's advantages by it when ``confidence: true``, so a group 
 differently every time barely moves the policy. ``judge/swap_consistency`` is the share of completion
 pairs that every repetition ordered the same way.
 
+The rank-gap distribution (the ranking note's check of how far the judge's ranking pulls a group apart) is read
+from the rewards the group ends with, sorted: the gaps between adjacent places. ``judge/rank_gap_mean`` is their
+mean (a group's spread over its ``n - 1`` gaps), ``judge/rank_gap_min`` the mean over groups of the smallest gap
+between distinct places (the closest call the update still acts on), ``judge/rank_tie_share`` the share of adjacent
+places that are tied (no gradient between them). Gaps near zero everywhere mean the judge barely separates the
+completions, or its repetitions disagree and the median flattens them.
+
 An answer with no readable order is asked again (``parse_retries``); a group none of whose repetitions
 could be read follows ``failure_policy``: ``nan`` and ``drop_group`` leave the group unscored (no
 advantage), ``min`` gives every completion 0 (a group without order, so also no advantage). Never a
@@ -157,6 +164,27 @@ def kendall_tau_b(x: list[float], y: list[float]) -> float:
     return (concordant - discordant) / denom
 
 
+def rank_gaps(rewards: list[float]) -> list[float]:
+    """The gaps between adjacent places of a group's rewards sorted best first (``n - 1`` of them, >= 0)."""
+    ordered = sorted(rewards, reverse=True)
+    return [a - b for a, b in zip(ordered, ordered[1:], strict=False)]
+
+
+def rank_gap_metrics(groups: list[list[float]], tie: float = 1e-9) -> dict[str, float]:
+    """``judge/rank_gap_mean``, ``judge/rank_gap_min`` and ``judge/rank_tie_share`` over the ranked groups'
+    rewards (a gap within ``tie`` is a tie); a metric without a value (no gap, or only ties) is left out."""
+    gaps = [rank_gaps(rewards) for rewards in groups]
+    flat = [gap for group in gaps for gap in group]
+    if not flat:
+        return {}
+    out = {"judge/rank_gap_mean": sum(flat) / len(flat),
+           "judge/rank_tie_share": sum(gap <= tie for gap in flat) / len(flat)}
+    closest = [min(distinct) for group in gaps if (distinct := [gap for gap in group if gap > tie])]
+    if closest:
+        out["judge/rank_gap_min"] = sum(closest) / len(closest)
+    return out
+
+
 def _sign(v: float) -> int:
     return (v > 0) - (v < 0)
 
@@ -285,6 +313,7 @@ class RankingJudge:
         confidence = torch.ones(b)
         failed = incomplete = cycles = consistent = compared = 0
         taus: list[float] = []
+        ranked: list[list[float]] = []  # each ranked group's rewards, for the rank-gap distribution
         for i in range(b):
             read_reps = [(asked.parsed[(i, rep)], shown[(i, rep)]) for rep in range(k) if (i, rep) in asked.parsed]
             failed += k - len(read_reps)
@@ -296,6 +325,7 @@ class RankingJudge:
                 continue
             group = combine_repetitions(read_reps, labels, self.params.reward, self.params.temperature)
             scores[i, :, 0] = torch.tensor(group.rewards)
+            ranked.append(group.rewards)
             taus += group.taus
             consistent, compared = consistent + group.consistent_pairs, compared + group.compared_pairs
             if self.params.confidence and group.taus:
@@ -305,7 +335,7 @@ class RankingJudge:
         rate = failed / max(requests_total, 1)
         self._last = {"judge/parse_failure_rate": rate, "judge/incomplete_rate": incomplete / max(requests_total, 1),
                       "judge/cycles_broken": float(cycles), "judge/confidence_mean": float(confidence.mean()),
-                      **asked.metrics(self.cache)}
+                      **asked.metrics(self.cache), **rank_gap_metrics(ranked)}
         if taus:
             self._last["judge/rank_agreement"] = sum(taus) / len(taus)
         if compared:
@@ -315,7 +345,7 @@ class RankingJudge:
 
     def metrics(self) -> dict[str, float]:
         """The last ``score`` call's parse-failure, incomplete and cycle counts, agreement between
-        repetitions (Kendall τ, swap consistency), mean confidence, cache hit rate and latency."""
+        repetitions (Kendall τ, swap consistency), mean confidence, rank gaps, cache hit rate and latency."""
         return dict(self._last)
 
 

@@ -1,11 +1,24 @@
 """``group_dpo``: each group's completions, ordered by the aggregated reward, become chosen/rejected pairs (the
 ``preference`` group picks which), trained with a DPO-family loss (:mod:`.dpo_losses`) against the reference.
 
-Before pairing, a dimension saturated within a group leaves that group's ordering (``mask_saturated``), pairs whose
-weighted-sum gap is under ``min_gap`` are dropped as likely judge noise, and the judge's group confidence scales
-the pair weights. With ``auto_lexicographic`` the ordering switches, once and for the rest of the run, to the
-``lexicographic`` aggregator when dimension conflicts stay above ``conflict_threshold`` for ``conflict_window``
-steps: a weighted sum then trades one dimension for another at random.
+This is the multi-reward note's GDPO ("group direct preference optimisation", §3), not ``advantage=gdpo``, which
+is NVIDIA's decoupled normalisation (GDPO, arXiv 2601.05242) for the policy-gradient objective: the same acronym
+for two methods.
+
+Before pairing, a dimension saturated within a group leaves that group's ordering (``mask_saturated``; saturated
+means all equal, or with ``saturation_majority_share`` < 1 a majority that large, e.g. 0.875 for the note's "one
+differs, the rest identical" in a group of 8), pairs whose weighted-sum gap is under ``min_gap`` are dropped as
+likely judge noise, and the judge's group confidence scales the pair weights.
+
+With ``auto_lexicographic`` (on by default) the ordering turns to the ``lexicographic`` aggregator when dimensions
+contradict each other, where a weighted sum trades one for another at random. Two ways to count (``conflict_scope``):
+
+* ``batch`` (default): the batch's conflict rate averaged over ``conflict_window`` steps; once above
+  ``conflict_threshold``, every group is ordered lexicographically for the rest of the run.
+* ``prompt``: the multi-reward note's per-prompt counter (§4.3): a group whose pairs are ordered oppositely by two
+  dimensions in more than ``conflict_threshold`` (20%) of cases is ordered lexicographically this step, the others
+  by the aggregator. ``conflict_dimensions`` names the two the note counts (correctness against format); empty
+  counts a conflict between any two dimensions (in both scopes).
 """
 
 from __future__ import annotations
@@ -18,12 +31,14 @@ from lightning.pytorch.utilities import rank_zero_info
 
 from rlkit.plugin import (
     AggregatorRef,
+    ConfigError,
     ConflictWatch,
     PairLossInputs,
     PairTargets,
     PluginRef,
     PreferencePairs,
     RewardBatch,
+    Rubric,
     chosen_win_share,
     confidence_weighted,
     conflict_rate,
@@ -35,6 +50,10 @@ from rlkit_plugins.objectives.dpo_losses import preference_loss, sft_loss
 
 
 class GroupDpoObjective:
+    """The multi-reward note's GDPO (group preference pairs, DPO loss; not ``advantage=gdpo``, NVIDIA's GDPO).
+
+    See the module docstring for the ordering, saturation, gap and confidence rules."""
+
     signal = "pairs"
     group_relative = True  # pairs come from within a group; `rlkit validate` asks for num_generations >= 2
     needs_old_logprobs = False  # each inner iteration recomputes the policy's sums; the reference's are fixed
@@ -49,13 +68,23 @@ class GroupDpoObjective:
         sft_weight: float = pydantic.Field(default=0.0, ge=0)
         min_gap: float = pydantic.Field(default=0.1, ge=0)
         mask_saturated: bool = True
-        auto_lexicographic: bool = False
+        saturation_majority_share: float = pydantic.Field(default=1.0, gt=0.5, le=1)
+        auto_lexicographic: bool = True
+        conflict_scope: Literal["batch", "prompt"] = "batch"
+        conflict_dimensions: list[str] = pydantic.Field(default_factory=list)
         lexicographic: AggregatorRef = pydantic.Field(default_factory=lambda: PluginRef.to("aggregator",
                                                                                           "lexicographic"))
         conflict_threshold: float = pydantic.Field(default=0.2, ge=0, le=1)
         conflict_window: int = pydantic.Field(default=50, ge=1)
         num_iterations: int = pydantic.Field(default=1, ge=1)
         mask_truncated_completions: bool = False
+
+        @pydantic.field_validator("conflict_dimensions")
+        @classmethod
+        def _two_or_none(cls, names: list[str]) -> list[str]:
+            if len(names) == 1 or len(set(names)) != len(names):
+                raise ValueError("name two or more distinct dimensions (one alone never conflicts), or none for all")
+            return names
 
     def __init__(self, params: Params) -> None:
         self.params = params
@@ -75,12 +104,26 @@ class GroupDpoObjective:
                      step: int) -> tuple[PairTargets, dict[str, float]]:
         p = self.params
         fallback = p.lexicographic.plugin
-        if p.auto_lexicographic and not self.lexicographic_ordering and self.watch.update(conflict_rate(batch.scores)):
+        counted = self.conflict_scores(batch)
+        per_prompt = p.auto_lexicographic and p.conflict_scope == "prompt"
+        if (p.auto_lexicographic and not per_prompt and not self.lexicographic_ordering
+                and self.watch.update(conflict_rate(counted))):
             self.lexicographic_ordering = True
             rank_zero_info(f"rlkit: dimension conflicts averaged {self.watch.mean:.0%} over {self.watch.window} "
                            f"steps; pairs are ordered lexicographically from step {step} on")
         order = ordering_batch(batch, fallback if self.lexicographic_ordering else aggregator,
-                               mask_saturated=p.mask_saturated)
+                               mask_saturated=p.mask_saturated, majority_share=p.saturation_majority_share)
+        lexicographic_share = float(self.lexicographic_ordering)
+        if per_prompt:
+            # the note's counter: each group's own conflict rate (NaN, a group of one, never switches)
+            switch = torch.tensor([conflict_rate(counted[b:b + 1]) > p.conflict_threshold
+                                   for b in range(batch.shape[0])], dtype=torch.bool)
+            if switch.any():
+                lex = ordering_batch(batch, fallback, mask_saturated=p.mask_saturated,
+                                     majority_share=p.saturation_majority_share)
+                order = order.with_rewards(torch.where(switch.to(order.rewards.device).unsqueeze(1), lex.rewards,
+                                                       order.rewards))
+            lexicographic_share = float(switch.float().mean()) if len(switch) else 0.0
         pairs = constructor.pairs(order)
         built = len(pairs)
         if p.mask_truncated_completions and built:
@@ -97,11 +140,27 @@ class GroupDpoObjective:
         labels = pairs.weight if soft else torch.full((len(pairs),), 1.0 - p.label_smoothing)
         weights = torch.ones(len(pairs)) if soft else pairs.weight
         metrics = {"pairs/built": float(built), "pairs/used": float(len(pairs)), "pairs/dropped_by_gap": dropped,
-                   "ordering/lexicographic": float(self.lexicographic_ordering)}
+                   "ordering/lexicographic": lexicographic_share}
         if len(pairs):
             for name, share in zip(batch.rubric.dimension_names, chosen_win_share(pairs, batch).tolist(), strict=True):
                 metrics[f"pairs/chosen_wins/{name}"] = share
         return PairTargets(pairs, labels.float(), weights.float()), metrics
+
+    def check_rubric(self, rubric: Rubric) -> None:
+        """``rlkit validate``: every name in ``conflict_dimensions`` is a dimension of the rubric the scores follow."""
+        known = rubric.dimension_names
+        unknown = [n for n in self.params.conflict_dimensions if n not in known]
+        if unknown:
+            raise ConfigError(f"no dimension {', '.join(map(repr, unknown))} in rubric {rubric.name} "
+                              f"(dimensions: {', '.join(known)})", "objective.params.conflict_dimensions")
+
+    def conflict_scores(self, batch: RewardBatch) -> torch.Tensor:
+        """The normalised scores conflicts are counted on: ``conflict_dimensions``' columns, or every dimension."""
+        names = self.params.conflict_dimensions
+        if not names:
+            return batch.scores
+        self.check_rubric(batch.rubric)
+        return batch.scores[..., [batch.rubric.dimension_names.index(n) for n in names]]
 
     def loss(self, inputs: PairLossInputs) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         p = self.params
