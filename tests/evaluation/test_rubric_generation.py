@@ -130,13 +130,17 @@ def test_generate_writes_validated_versioned_rubrics(tmp_path, data, capsys):
 
 def test_a_malformed_answer_is_one_error_line_and_nothing_is_written(tmp_path, data, capsys):
     out = tmp_path / "rubrics"
-    answers = iter([canned(), "no json here", "still no json"])  # the second prompt, and its one retry
-    with CannedChatServer(lambda messages: next(answers)) as server:
+    # the second prompt's answer, and its one retry's, hold no JSON (by content: the two prompts may be asked at once)
+    def answer(messages):
+        return "no json here" if any("3 + 3" in m["content"] for m in messages) else canned()
+
+    with CannedChatServer(answer) as server:
         code = main(["rubric", "generate", f"data.path={data}", *_backend(server), f"generate.output={out}"])
         err = capsys.readouterr().err.strip().splitlines()
         assert code == 2 and len(err) == 1, err
         assert err[0].startswith(f"rlkit: error: {data}:2: the judge's rubric cannot be used: no JSON object"), err
-        assert len(server.requests) == 3 and "cannot be used" in server.requests[2][-1]["content"]  # the reminder
+        retries = [r for r in server.requests if "cannot be used" in r[-1]["content"]]  # the reminder
+        assert len(server.requests) == 3 and len(retries) == 1 and "3 + 3" in retries[0][0]["content"]
     assert not out.exists()
 
 
