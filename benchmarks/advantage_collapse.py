@@ -8,7 +8,8 @@ method, medians over seeds of: the final mean of each reward (last 10% of steps)
 the hard reward's 5-step moving average reaches 0.5, the share of zero-advantage groups, and the number
 of distinct advantage values per group. Usage:
 
-    python benchmarks/advantage_collapse.py [--seeds 1 2 3] [--steps 80] [--methods grpo gdpo rank group_dpo]
+    python benchmarks/advantage_collapse.py [--seeds 1 2 3] [--steps 80]
+        [--methods grpo gdpo rank reinforce_pp pass_at_k opo group_dpo]
 """
 
 from __future__ import annotations
@@ -72,7 +73,8 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     parser.add_argument("--steps", type=int, default=80)
-    parser.add_argument("--methods", nargs="+", default=["grpo", "gdpo", "rank", "group_dpo"])
+    parser.add_argument("--methods", nargs="+",
+                        default=["grpo", "gdpo", "rank", "reinforce_pp", "pass_at_k", "opo", "group_dpo"])
     args = parser.parse_args()
     results: dict[str, list[dict[str, float]]] = {}
     with tempfile.TemporaryDirectory() as tmp:
