@@ -17,8 +17,9 @@ def cmd_plugins(overrides: Sequence[str]) -> int:
 
     registry = run_registry()
     table = Table(title="rlkit plugins")
-    for column in ("kind", "name", "provided by", "config", "what it is"):
-        table.add_column(column)
+    for column in ("kind", "name", "provided by", "config"):
+        table.add_column(column, no_wrap=True)  # selectors are copied from here: never broken across lines
+    table.add_column("what it is", overflow="fold", min_width=20)  # the column that gives way to a narrow terminal
     for kind in registry.kinds():
         entries = registry.entries(kind.key)
         options = set(group_options(registry, kind.group))
