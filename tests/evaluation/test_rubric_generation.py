@@ -104,7 +104,8 @@ def test_generate_writes_validated_versioned_rubrics(tmp_path, data, capsys):
     with CannedChatServer(lambda messages: answer["text"]) as server:
         args = ["rubric", "generate", f"data.path={data}", *_backend(server), f"generate.output={out}"]
         assert main(args) == 0, capsys.readouterr().err
-        asked = server.requests[0][0]["content"]
+        # the prompts are asked concurrently: find the first one's request, whichever arrived first
+        asked = next(r[0]["content"] for r in server.requests if "What is 2 + 2?" in r[0]["content"])
         assert "What is 2 + 2?" in asked and "2 + 2 = 4" in asked and "weight 0.8" in asked
         files = sorted(p.name for p in out.glob("*.yaml"))
         assert len(files) == 2 and "q1.yaml" in files
