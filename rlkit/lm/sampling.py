@@ -256,23 +256,32 @@ def conversation_batch(tokenizer: Any, records: Sequence[dict[str, Any]], max_ne
         rows.append(ids)
         masks.append(mask)
         spans.append(turns)
-    pad = pad_id(tokenizer)
-    prompt_ids, prompt_mask = left_padded(prompts, pad)
-    width = max(1, max(len(r) for r in rows))
-    completion_ids = torch.full((len(rows), width), pad, dtype=torch.long)
-    attend = torch.zeros((len(rows), width), dtype=prompt_mask.dtype)
-    policy = torch.zeros((len(rows), width), dtype=torch.long)
-    for i, (ids, mask) in enumerate(zip(rows, masks, strict=True)):
-        completion_ids[i, :len(ids)] = torch.tensor(ids, dtype=torch.long)
-        attend[i, :len(ids)] = 1
-        policy[i, :len(ids)] = torch.tensor(mask, dtype=torch.long)
+    input_ids, attention, policy, prompt_length = episode_tensors(prompts, rows, masks, pad_id(tokenizer))
     eos = tokenizer.eos_token_id
     truncated = torch.tensor([not turns or ids[turns[-1][1] - 1] != eos for ids, turns in zip(rows, spans,
                                                                                               strict=True)])
     texts = [[demonstration_text(r) or ""] for r in records]
-    return SampledBatch(torch.cat([prompt_ids, completion_ids], dim=1).to(device),
-                        torch.cat([prompt_mask, attend], dim=1).to(device), policy.to(device), prompt_ids.shape[1],
+    return SampledBatch(input_ids.to(device), attention.to(device), policy.to(device), prompt_length,
                         texts, truncated.to(device), turn_spans=spans)
+
+
+def episode_tensors(prompts: Sequence[Sequence[int]], completions: Sequence[Sequence[int]],
+                    policy_masks: Sequence[Sequence[int]], pad: int) -> tuple[torch.Tensor, torch.Tensor,
+                                                                             torch.Tensor, int]:
+    """Episodes as a ``SampledBatch`` holds them: ``input_ids`` and ``attention_mask`` ``[N, P+C]`` (prompts
+    left-padded, completions right-padded, every token of a completion attended to), the ``completion_mask``
+    ``[N, C]`` from ``policy_masks`` (1 on the policy's tokens) and P."""
+    prompt_ids, prompt_mask = left_padded(prompts, pad)
+    width = max(1, max(len(r) for r in completions))
+    completion = torch.full((len(completions), width), pad, dtype=torch.long)
+    attend = torch.zeros((len(completions), width), dtype=prompt_mask.dtype)
+    policy = torch.zeros((len(completions), width), dtype=torch.long)
+    for i, (ids, mask) in enumerate(zip(completions, policy_masks, strict=True)):
+        completion[i, :len(ids)] = torch.tensor(ids, dtype=torch.long)
+        attend[i, :len(ids)] = 1
+        policy[i, :len(ids)] = torch.tensor(mask, dtype=torch.long)
+    return (torch.cat([prompt_ids, completion], dim=1), torch.cat([prompt_mask, attend], dim=1), policy,
+            prompt_ids.shape[1])
 
 
 def assemble_sampled_batch(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, completion_ids: torch.Tensor,

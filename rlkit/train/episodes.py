@@ -19,7 +19,7 @@ import torch
 
 from rlkit.core.types import Episode
 from rlkit.lm.conversation import ChatFormat, as_messages
-from rlkit.lm.sampling import GenerationRequest, SampledBatch, left_padded, pad_id
+from rlkit.lm.sampling import GenerationRequest, SampledBatch, episode_tensors, pad_id
 
 ENDINGS = ("done", "max_turns", "max_tokens", "truncated")
 
@@ -151,26 +151,18 @@ class EpisodeRunner:
 
     def _assemble(self, plays: list[_Play], request: GenerationRequest, g: int, version: int | None,
                   lag: int | None) -> SampledBatch:
-        pad = pad_id(self.tokenizer)
-        prompt_ids, prompt_mask = left_padded([p.prompt for p in plays], pad)
-        width = max(1, max(len(p.ids) for p in plays))
-        completion = torch.full((len(plays), width), pad, dtype=torch.long)
-        attend = torch.zeros((len(plays), width), dtype=prompt_mask.dtype)
-        policy = torch.zeros((len(plays), width), dtype=torch.long)
-        engine = torch.zeros((len(plays), width)) if all(len(p.engine) == len(p.ids) for p in plays) and any(
-            p.engine for p in plays) else None
-        for i, p in enumerate(plays):
-            n = len(p.ids)
-            completion[i, :n] = torch.tensor(p.ids, dtype=torch.long)
-            attend[i, :n] = 1
-            policy[i, :n] = torch.tensor(p.policy, dtype=torch.long)
-            if engine is not None:
-                engine[i, :n] = torch.tensor(p.engine)
+        input_ids, attention, policy, prompt_length = episode_tensors(
+            [p.prompt for p in plays], [p.ids for p in plays], [p.policy for p in plays], pad_id(self.tokenizer))
+        engine = None
+        if all(len(p.engine) == len(p.ids) for p in plays) and any(p.engine for p in plays):
+            engine = torch.zeros(policy.shape)
+            for i, p in enumerate(plays):
+                engine[i, :len(p.engine)] = torch.tensor(p.engine)
         episodes = [[Episode(tuple(p.messages), tuple(p.turns), {**p.info, "ended": p.ended}, p.first_turn)
                      for p in plays[b * g:(b + 1) * g]] for b in range(len(request.records))]
         texts = [[p.turns[-1] for p in plays[b * g:(b + 1) * g]] for b in range(len(request.records))]
-        return SampledBatch(torch.cat([prompt_ids, completion], dim=1), torch.cat([prompt_mask, attend], dim=1),
-                            policy, prompt_ids.shape[1], texts, torch.tensor([p.cut for p in plays]), engine,
+        return SampledBatch(input_ids, attention, policy, prompt_length, texts, torch.tensor([p.cut for p in plays]),
+                            engine,
                             version, lag, episodes=episodes, turn_spans=[list(p.spans) for p in plays])
 
 
