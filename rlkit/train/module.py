@@ -310,7 +310,9 @@ class RubricRLModule(L.LightningModule):
     def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
         # A held-out evaluation mid-run (heldout_every) draws random numbers (its data loader seeds itself from
         # torch's generator): put them back after it, so training goes on exactly as without the evaluation.
-        self._rng_before_validation = capture_rng_state() if self.trainer.val_check_interval else None
+        # (an int only with heldout_every: Lightning reads no interval as 1.0, an end-of-epoch check rlkit never runs)
+        due = isinstance(self.trainer.val_check_interval, int)
+        self._rng_before_validation = capture_rng_state() if due else None
 
     def on_validation_end(self) -> None:
         if self.trainer.state.fn == "fit" and getattr(self, "_rng_before_validation", None) is not None:
