@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import random
 from collections.abc import Iterable, Sequence
@@ -230,3 +231,19 @@ def disjoint_task_records(task: str, count: int, seed: int, exclude: Iterable[di
     a warm start may learn from without seeing a run's training or held-out prompts."""
     taken = {json.dumps(r["prompt"], sort_keys=True) for r in exclude}
     return [r for r in SYNTHETIC_TASKS[task](count, seed) if json.dumps(r["prompt"], sort_keys=True) not in taken]
+
+
+def _prompt_key(record: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(record["prompt"], sort_keys=True).encode()).hexdigest()
+
+
+def split_heldout(records: list[dict[str, Any]], fraction: float) -> tuple[list[dict], list[dict]]:
+    """(training, held-out): a deterministic split by prompt hash, so a prompt never lands in both halves."""
+    if fraction <= 0:
+        return records, []
+    keyed = sorted(records, key=_prompt_key)
+    n_held = max(1, round(len(records) * fraction)) if len(records) > 1 else 0
+    held_keys = {_prompt_key(r) for r in keyed[:n_held]}
+    train = [r for r in records if _prompt_key(r) not in held_keys]
+    held = [r for r in records if _prompt_key(r) in held_keys]
+    return train, held

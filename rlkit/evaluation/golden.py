@@ -366,14 +366,27 @@ def results_markdown(rows: Sequence[dict[str, Any]]) -> str:
 # --- rlkit eval ------------------------------------------------------------------------------------
 
 
+def run_heldout_records(data: Any) -> list[dict[str, Any]]:
+    """The held-out prompts ``fit`` would split off the synthetic task (none from a file: no warm start there)."""
+    from rlkit.data.records import SYNTHETIC_TASKS, split_heldout
+
+    if data.path is not None:
+        return []
+    return split_heldout(SYNTHETIC_TASKS[data.task](data.num_prompts, data.seed), data.heldout_fraction)[1]
+
+
 def load_checkpoint(checkpoint: str | None, validated: Any) -> tuple[Any, Any, str, int | None]:
     """(policy, tokenizer, key, step) for ``eval.checkpoint``: a policy folder in Hugging Face format, a Lightning
     ``.ckpt`` of this config's model (its policy weights loaded into it), or None for ``model.name_or_path``."""
+    from rlkit.config.validate import read_chat_format
     from rlkit.lm.models import apply_lora, load_policy, resolve_policy_path
+    from rlkit.lm.warm_start import starting_policy
 
     model = validated.model
-    if checkpoint is None:
-        path = resolve_policy_path(model.name_or_path)
+    if checkpoint is None:  # the policy a run of this config starts from, warm start included
+        path = starting_policy(model, validated.data.task, run_heldout_records(validated.data),
+                               max_new_tokens=validated.run.max_completion_length,
+                               chat_format=read_chat_format(model))
         policy, tokenizer = load_policy(path, model.dtype)
         return policy, tokenizer, str(path), None
     path = Path(checkpoint).expanduser().resolve()

@@ -19,9 +19,10 @@ from typing import Any
 
 import torch
 
+from rlkit.data.records import disjoint_task_records
 from rlkit.lm.conversation import apply_chat_format
 from rlkit.lm.logprobs import masked_nll
-from rlkit.lm.models import WARM_START_CACHE_ENV, build_cached, load_policy
+from rlkit.lm.models import WARM_START_CACHE_ENV, build_cached, load_policy, resolve_policy_path
 from rlkit.lm.sampling import demonstration_batch, sequence_log_probs
 
 
@@ -99,3 +100,22 @@ def warm_start_policy(base: Path, records: Sequence[dict[str, Any]], *, steps: i
                                                             "first_loss": losses[0], "last_loss": losses[-1]}))
 
     return build_cached(target, write)
+
+
+# Draws of the synthetic task a warm start samples from (before the run's held-out prompts are removed).
+WARM_START_POOL = 4096
+
+
+def starting_policy(model: Any, task: str, heldout: Sequence[dict[str, Any]], *, max_new_tokens: int,
+                    chat_format: tuple[str | None, dict[str, Any] | None] = (None, None)) -> Path:
+    """The folder a run's policy starts from: ``model.name_or_path`` (or the embedded tiny policy), warm-started when
+    ``model.warm_start.steps`` asks for it on draws of the synthetic ``task`` without any ``heldout`` prompt (the
+    task's distribution, as SFT before RL learns from), so a held-out table measures prompts it never saw. ``fit``
+    and ``rlkit eval`` both start here, so an evaluation without a checkpoint sees the policy a run would train."""
+    path = resolve_policy_path(model.name_or_path)
+    warm = model.warm_start
+    if not warm.steps:
+        return path
+    demonstrations = disjoint_task_records(task, WARM_START_POOL, warm.seed + 1_000_003, heldout)
+    return warm_start_policy(path, demonstrations, steps=warm.steps, batch_size=warm.batch_size, lr=warm.lr,
+                             seed=warm.seed, max_new_tokens=max_new_tokens, chat_format=chat_format)

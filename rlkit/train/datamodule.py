@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
-import json
 from typing import Any
 
 import lightning as L
@@ -11,24 +9,8 @@ import torch
 from torch.utils.data import DataLoader, Sampler
 
 from rlkit.config import DataConfig, resolve_path
-from rlkit.data.records import SYNTHETIC_TASKS, read_jsonl
+from rlkit.data.records import SYNTHETIC_TASKS, read_jsonl, split_heldout
 from rlkit.train.dynamic_sampling import take
-
-
-def _record_key(record: dict[str, Any]) -> str:
-    return hashlib.sha256(json.dumps(record["prompt"], sort_keys=True).encode()).hexdigest()
-
-
-def split_heldout(records: list[dict[str, Any]], fraction: float) -> tuple[list[dict], list[dict]]:
-    """Deterministic split by prompt hash, so a prompt never lands in both halves."""
-    if fraction <= 0:
-        return records, []
-    keyed = sorted(records, key=_record_key)
-    n_held = max(1, round(len(records) * fraction)) if len(records) > 1 else 0
-    held_keys = {_record_key(r) for r in keyed[:n_held]}
-    train = [r for r in records if _record_key(r) not in held_keys]
-    held = [r for r in records if _record_key(r) in held_keys]
-    return train, held
 
 
 class EpochShuffleSampler(Sampler[int]):

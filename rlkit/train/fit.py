@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -91,39 +92,18 @@ def build_trainer(validated: ValidatedConfig, run_dir: Path) -> tuple[L.Trainer,
     return trainer, logger
 
 
-def warm_start_demonstrations(validated: ValidatedConfig, datamodule: Any) -> list[dict[str, Any]]:
-    """What a warm start learns from: draws of the synthetic task (the task's distribution, as SFT before RL learns
-    from) without any of the run's held-out prompts, so the held-out table measures what the policy can do on prompts
-    it never saw. Empty when no warm start is asked for."""
-    from rlkit.data.records import disjoint_task_records
-
-    warm = validated.model.warm_start
-    if not warm.steps:
-        return []
-    return disjoint_task_records(validated.data.task, WARM_START_POOL, warm.seed + 1_000_003,
-                                 datamodule.heldout_records)
-
-
-# Draws of the synthetic task a warm start samples from (before the run's prompts are removed).
-WARM_START_POOL = 4096
-
-
-def build_module(validated: ValidatedConfig, demonstrations: list[dict[str, Any]] | None = None) -> RubricRLModule:
-    """The policy (LoRA-wrapped if asked; warm-started on ``demonstrations`` when ``model.warm_start.steps`` asks),
-    its reference, the reward parts and the generator, in one module."""
+def build_module(validated: ValidatedConfig, heldout: Sequence[dict[str, Any]] = ()) -> RubricRLModule:
+    """The policy (LoRA-wrapped if asked; warm-started without the ``heldout`` prompts when
+    ``model.warm_start.steps`` asks), its reference, the reward parts and the generator, in one module."""
     from rlkit.config.validate import read_chat_format
     from rlkit.lm.conversation import apply_chat_format
-    from rlkit.lm.models import apply_lora, enable_gradient_checkpointing, load_policy, resolve_policy_path
+    from rlkit.lm.models import apply_lora, enable_gradient_checkpointing, load_policy
     from rlkit.lm.reference import build_reference
-    from rlkit.lm.warm_start import warm_start_policy
+    from rlkit.lm.warm_start import starting_policy
 
-    path = resolve_policy_path(validated.model.name_or_path)
-    warm = validated.model.warm_start
     chat_format = read_chat_format(validated.model)
-    if warm.steps:
-        path = warm_start_policy(path, demonstrations or [], steps=warm.steps, batch_size=warm.batch_size,
-                                 lr=warm.lr, seed=warm.seed, max_new_tokens=validated.run.max_completion_length,
-                                 chat_format=chat_format)
+    path = starting_policy(validated.model, validated.data.task, heldout,
+                           max_new_tokens=validated.run.max_completion_length, chat_format=chat_format)
     policy, tokenizer = load_policy(path, validated.model.dtype)
     apply_chat_format(tokenizer, *chat_format)
     if validated.model.gradient_checkpointing:
@@ -200,7 +180,7 @@ def fit(validated: ValidatedConfig, run_dir: Path) -> dict[str, Any]:
                                       sampler=validated.plugins.get("prompt_sampler"),
                                       sampler_name=validated.plugin_names.get("prompt_sampler", "uniform"))
         datamodule.setup()
-        module = build_module(validated, warm_start_demonstrations(validated, datamodule))
+        module = build_module(validated, datamodule.heldout_records)
         module.monitors = monitor_host(validated, run_dir)
         trainer.validate(module, datamodule=datamodule, verbose=False)
         start = dict(module.heldout)

@@ -122,6 +122,8 @@ def test_eval_writes_rows_by_checkpoint_and_rubric_version(tmp_path, capsys):
         mine = [r for r in rows if r["rubric"]["version"] == version]
         assert [r["dimension"] for r in mine] == dims
         assert len({r["checkpoint"] for r in mine}) == 1 and all(r["n"] == 24 for r in mine)
+        # no eval.checkpoint: the policy a default run starts from, the warm-started one, not the random base
+        assert "-warm-" in Path(mine[0]["checkpoint"]).name
         assert all(r["judge"] == "rule" and r["prompts_hash"] for r in mine)
     md = out.with_suffix(".md").read_text()
     assert "## rubric arithmetic v1.0" in md and "## rubric arithmetic v2.0" in md

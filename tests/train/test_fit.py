@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from rlkit.cli import main
-from rlkit.train.datamodule import split_heldout
+from rlkit.data.records import split_heldout
 
 pytestmark = pytest.mark.slow
 
