@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
+from itertools import zip_longest
 from typing import Any
 
 from rlkit.core.rubric import Dimension, Rubric
@@ -92,10 +94,22 @@ def _anchor_changes(a: Dimension, b: Dimension) -> list[FieldChange]:
     return changes
 
 
+def _item_changes(name: str, old: list[Any], new: list[Any]) -> list[FieldChange]:
+    # item by item: a check added to a long list is shown whole instead of cut off inside the list's repr
+    return [FieldChange(f"{name}[{i}]", o, n) for i, (o, n) in enumerate(zip_longest(old, new)) if o != n]
+
+
 def diff_dimension(a: Dimension, b: Dimension) -> list[FieldChange]:
-    """The fields of one dimension that differ, anchors level by level."""
-    changes = [FieldChange(name, _fmt(getattr(a, name)), _fmt(getattr(b, name)))
-               for name in DIMENSION_FIELDS if _fmt(getattr(a, name)) != _fmt(getattr(b, name))]
+    """The fields of one dimension that differ, checks item by item and anchors level by level."""
+    changes = []
+    for name in DIMENSION_FIELDS:
+        old, new = _fmt(getattr(a, name)), _fmt(getattr(b, name))
+        if old == new:
+            continue
+        if name == "checks" and isinstance(old, list) and isinstance(new, list):
+            changes += _item_changes(name, old, new)
+        else:
+            changes.append(FieldChange(name, old, new))
     return changes + _anchor_changes(a, b)
 
 
@@ -125,8 +139,8 @@ def diff_rubrics(a: Rubric, b: Rubric) -> RubricDiff:
 def _show(value: Any) -> str:
     if value is None:
         return "—"
-    text = value if isinstance(value, str) else repr(value)
-    return text if len(text) <= 80 else text[:77] + "..."
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
+    return text if len(text) <= 160 else text[:157] + "..."
 
 
 def render_diff(diff: RubricDiff, old_label: str, new_label: str) -> Any:

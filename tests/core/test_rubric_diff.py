@@ -117,7 +117,8 @@ def test_diff_reports_added_removed_and_each_changed_field() -> None:
     assert changes["format"] == {"anchors[1].positive": (["7"], ["7", "42"])}
     brevity = changes["brevity"]
     assert brevity["weight"] == (0.5, 0.75)
-    assert brevity["checks"][1] == [{"type": "length", "max": 10, "unit": "chars"}]
+    assert brevity["checks[0]"] == ({"type": "length", "max": 12, "unit": "chars"},
+                                    {"type": "length", "max": 10, "unit": "chars"})
     assert brevity["anchors[3]"] == (None, "Medium")
     assert brevity["anchors[5].text"] == ("Short", "Terse")
     assert (diff.old_version, diff.new_version) == ("1.0", "1.1")
