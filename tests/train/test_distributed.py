@@ -110,9 +110,10 @@ def test_two_gloo_processes_match_one_process_on_the_same_global_batch(tmp_path,
     moved = 0.0
     for (name, a), (_, b), (_, s) in zip(p1.named_parameters(), p2.named_parameters(), start.named_parameters(),
                                          strict=True):
-        # Adam turns float-rounding differences of near-zero gradients into ~1e-5; one unsynchronised step
+        # Adam turns float-rounding differences of near-zero gradients into 1e-5 to 1.3e-4 (the latter seen on one
+        # CPU for group_dpo, whose pair losses sum in another order over two processes); one unsynchronised step
         # would move a weight by up to optim.lr = 2e-3
-        assert torch.allclose(a, b, atol=1e-4), name
+        assert torch.allclose(a, b, atol=5e-4), (name, float((a - b).abs().max()))
         moved = max(moved, float((a - s).detach().abs().max()))
     assert moved > 1e-4, "training did not move the policy: the comparison would prove nothing"
 
