@@ -32,7 +32,8 @@ commands:
   serve       serve the configured judge as an HTTP reward API (serve.port=..., Ctrl-C stops it)
   data        data tools: pairs (rankings -> preference pairs), prepare (PII, de-dup, mix); `rlkit data` for help
   rubric      rubric versions: `rlkit rubric diff old.yaml new.yaml`, `rlkit rubric hash rubric.yaml`;
-              per-prompt rubrics from references: `rlkit rubric generate data.path=... judge=llm generate.output=DIR`
+              per-prompt rubrics from references: `rlkit rubric generate data.path=... judge=llm generate.output=DIR`;
+              before training, can it be gamed: `rlkit rubric audit audit.records=FILE [--fail-under 0.7]`
   new         scaffold a plugin package: `rlkit new plugin NAME --kind judge` (rlkit new for help)
 
 Overrides are Hydra's: judge=rule rubric.path=/abs/rubric.yaml data.path=/abs/records.jsonl
@@ -47,6 +48,10 @@ def cmd_label(args: Sequence[str]) -> int:
 
 
 def cmd_rubric_tools(args: Sequence[str]) -> int:
+    if args and args[0] == "audit":
+        from rlkit.commands.rubric_audit import cmd_rubric_audit
+
+        return cmd_rubric_audit(args[1:])
     if args and args[0] == "generate":
         from rlkit.commands.rubric_generate import cmd_rubric_generate
 

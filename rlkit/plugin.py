@@ -45,6 +45,19 @@ from rlkit.judging.cache import ResponseCache
 from rlkit.judging.http import MAX_BACKOFF_S, post_with_retries, retry_delay, run_async, snippet, tls_context
 from rlkit.judging.members import check_member_judge
 from rlkit.judging.parsing import RankingParse, ScoreParse, parse_ranking, parse_scores, ranks_from_order
+from rlkit.judging.rate_limit import rate_limiter
+from rlkit.judging.spend import (
+    CallPlan,
+    JudgeLoad,
+    Spend,
+    approx_tokens,
+    judge_spend,
+    plan_judge,
+    read_usage,
+    sum_plans,
+    sum_spend,
+    token_price,
+)
 from rlkit.judging.tiny_judge import (
     RANKING_COMPACT_TEMPLATE,
     RANKING_SPEC,
@@ -173,4 +186,16 @@ __all__ = [
     "template_hash",
     "template_path",
     "tokenize_prompts",
+    # judge spend and rate limits (rlkit.judging.spend, rlkit.judging.rate_limit)
+    "CallPlan",
+    "JudgeLoad",
+    "Spend",
+    "approx_tokens",
+    "judge_spend",
+    "plan_judge",
+    "rate_limiter",
+    "read_usage",
+    "sum_plans",
+    "sum_spend",
+    "token_price",
 ]

@@ -65,17 +65,30 @@ def cmd_validate(overrides: Sequence[str]) -> int:
         console.print(f"  data: synthetic task {data.task!r}")
     model = validated.model
     console.print(f"  model: {model.name_or_path or 'embedded tiny policy'}")
+    from rlkit.config.spend_estimate import estimate_judge_spend
+
+    estimate = estimate_judge_spend(validated)  # None: the judge makes no model calls
+    for line in estimate.lines() if estimate is not None else []:
+        console.print(f"  {line}", markup=False)
     return 0
 
 
 def cmd_report(args: Sequence[str]) -> int:
     from rlkit.core.errors import ConfigError
-    from rlkit.runs.report import write_report
+    from rlkit.runs.report import write_comparison, write_report
 
-    if len(args) != 1 or "=" in args[0]:
-        raise ConfigError("usage: rlkit report <run dir>", "rlkit report")
-    report = write_report(Path(args[0]))
-    rich_console().print(f"wrote {report.markdown} and {len(report.images)} plots", markup=False)
+    usage = "usage: rlkit report <run dir> [<run dir> ... [output=comparison.md]]"
+    output = [a.removeprefix("output=") for a in args if a.startswith("output=")]
+    run_dirs = [a for a in args if not a.startswith("output=")]
+    if not run_dirs or len(output) > 1 or any("=" in a for a in run_dirs) or (output and len(run_dirs) == 1):
+        raise ConfigError(usage, "rlkit report")
+    for run_dir in run_dirs:
+        report = write_report(Path(run_dir))
+        rich_console().print(f"wrote {report.markdown} and {len(report.images)} plots", markup=False)
+    if len(run_dirs) > 1:  # several runs: their golden-set results side by side, by rubric version
+        path = write_comparison([Path(d) for d in run_dirs], output[0] if output else None)
+        print(path.read_text(encoding="utf-8"))
+        rich_console().print(f"wrote {path}", markup=False)
     return 0
 
 
@@ -86,7 +99,10 @@ tools:
                            and content hashes, and what the changelog still needs
   hash RUBRIC.yaml         the content hash to store as `hash:` in the changelog entry for the rubric's version
   generate data.path=... judge=llm generate.output=DIR
-                           per-prompt rubrics (7-20 criteria) from reference answers, via the judge's backend"""
+                           per-prompt rubrics (7-20 criteria) from reference answers, via the judge's backend
+  audit [--fail-under X] audit.records=FILE [judge=... aggregator=...]
+                           can the rubric be gamed: cheap-trick probes, a degradation ladder, judge consistency,
+                           redundancy and human alignment; a trust score, a verdict, a card (docs/rubric-audit.md)"""
 
 
 def cmd_rubric(args: Sequence[str]) -> int:

@@ -32,7 +32,11 @@ def cmd_fit(overrides: Sequence[str]) -> int:
     relaunched = os.environ.get(RELAUNCHED_COMMAND) == "fit"
     if not relaunched and not any(o in ("-m", "--multirun") for o in overrides):
         # Fail in milliseconds with one line, before Hydra sets up a run directory.
-        validated_config(overrides)
+        validated = validated_config(overrides)
+        if validated.run.audit.require:  # fit() checks again: a sweep's jobs and programmatic calls come there
+            from rlkit.evaluation.audit_report import require_passed_audit
+
+            require_passed_audit(validated.rubric)
     return run_hydra("fit", "fit", overrides, _fit_job)
 
 

@@ -102,10 +102,35 @@ class DataConfig(_Schema):
     seed: int = Field(default=0, description="Seed of the synthetic task and of the held-out split.")
 
 
+class RubricEvolveConfig(_Schema):
+    """Rubrics that evolve during training (``rlkit/evaluation/rubric_evolution.py``): every ``every`` steps the
+    judge's backend writes new criteria for each prompt of the step from the contrast between its best and worst
+    completions, into a per-prompt buffer of at most ``max_active`` criteria beside the record's own (rubric=per_record
+    only); criteria whose scores saturate are retired. Every change is a new version of the prompt's rubric, written
+    with its diff under ``run_dir/rubrics/``; checkpoints hold the buffer; held-out and golden-set scores keep the
+    records' own rubrics."""
+
+    every: int = Field(default=0, ge=0, description="Steps between rounds of new criteria; 0: the rubric is fixed.")
+    max_active: int = Field(default=5, ge=1, le=13,
+                            description="Evolved criteria active per prompt at most (the oldest retire first); also "
+                                        "capped so a prompt's rubric keeps at most 20 criteria.")
+    max_new: int = Field(default=3, ge=1, le=10, description="New criteria the backend may write per prompt a round.")
+    saturation_share: float = _finite(
+        default=1.0, gt=0.5, le=1, description="An evolved criterion is saturated in a group when this share of its "
+                                               "scored completions give the same answer (1.0: all of them).")
+    retire_after: int = Field(default=1, ge=1, description="Rounds in a row an evolved criterion must be saturated "
+                                                           "before it is retired.")
+    retries: int = Field(default=0, ge=0, description="Reminders after an answer that cannot be read; what still "
+                                                      "fails is skipped and counted in rubric/evolve_malformed.")
+    template: str = Field(default="judge/evolve_criteria.jinja", min_length=1,
+                          description="The prompt asking for new criteria: a shipped template or a file.")
+
+
 class RubricConfig(_Schema):
     """The rubric the judge scores (``rubric=<name>`` selects a preset under ``conf/rubric/``)."""
 
     path: str = Field(description="A rubric YAML: a file path or `pkg://module/relative/path`.")
+    evolve: RubricEvolveConfig = Field(default_factory=RubricEvolveConfig, description=RubricEvolveConfig.__doc__)
 
 
 class LoggerConfig(_Schema):
@@ -242,6 +267,42 @@ class EvalConfig(_Schema):
         return value
 
 
+class AuditConfig(_Schema):
+    """``rlkit rubric audit``: cheap-trick probes, a degradation ladder, re-grading, dimension order, redundancy and
+    human alignment of the run's rubric and judge, combined into a trust score (docs/rubric-audit.md)."""
+
+    records: str | None = Field(default=None, description="JSONL of records with completions (prompt, completion or "
+                                                          "completions, reference and labels optional); null: the "
+                                                          "policy samples completions on num_prompts prompts.")
+    num_prompts: int = Field(default=32, ge=1, description="Prompts of the run's data the policy samples on when "
+                                                           "records is null.")
+    probes: list[str] | None = Field(default=None, description="Audit probes to run (`rlkit plugins` lists them); "
+                                                               "null: every registered probe.")
+    ladder: bool = Field(default=True, description="Score each record's degradation ladder (wrong numbers, shuffled "
+                                                   "words, truncation, empty).")
+    regrade: bool | None = Field(default=None, description="Score the originals a second time with a fresh judge; "
+                                                           "null: only a model-based (stochastic) judge.")
+    order: bool | None = Field(default=None, description="Score the originals with the rubric's dimensions in reverse "
+                                                         "order; null: only a prompted (model-based) judge.")
+    hackable_share: float = _finite(default=0.1, gt=0, le=1,
+                                    description="A probe whose gamed completions score higher on at least this share "
+                                                "of the records it applies to marks the rubric hackable.")
+    fail_under: float = _finite(default=0.7, ge=0, le=1,
+                                description="The audit fails (exit status 1, stored as failed) when the trust score "
+                                            "is below this or a probe is hackable; `--fail-under` sets it.")
+    bootstrap: int = Field(default=1000, ge=100, description="Bootstrap resamples of the records for each interval.")
+    output: str = Field(default="audit", min_length=1, description="Folder for audit.json and audit.md (relative: to "
+                                                                   "the cwd).")
+    require: bool = Field(default=False, description="`rlkit fit`: refuse to start unless this rubric version "
+                                                     "(name, version, content hash) has a passed audit stored.")
+
+    @pydantic.field_validator("probes", mode="before")
+    @classmethod
+    def _one_probe(cls, value: Any) -> Any:
+        # `audit.probes=keyword_stuffing` (as `rlkit plugins` prints it) means a list of one
+        return [value] if isinstance(value, str) else value
+
+
 class SamplingConfig(_Schema):
     """Dynamic sampling (DAPO): groups that teach nothing are replaced by groups of more prompts
     (``rlkit/train/dynamic_sampling.py``), and the reward of completions cut at the length limit. Logged as
@@ -316,6 +377,8 @@ class RunConfig(_Schema):
     serve: ServeConfig = Field(default_factory=ServeConfig, description="`rlkit serve`.")
     calibrate: CalibrateConfig = Field(default_factory=CalibrateConfig, description="`rlkit calibrate`.")
     eval: EvalConfig = Field(default_factory=EvalConfig, description="`rlkit eval` and the golden-set callback.")
+    audit: AuditConfig = Field(default_factory=AuditConfig, description="`rlkit rubric audit` and `rlkit fit "
+                                                                        "audit.require=true`.")
 
 
 # Plugin-less groups checked by their schema (what `group=<option>` YAMLs hold).
@@ -340,7 +403,10 @@ def register_run_defaults() -> None:
     ``conf/fit.yaml`` composes first: the defaults are written here and nowhere else."""
     from hydra.core.config_store import ConfigStore
 
-    ConfigStore.instance().store(name=RUN_DEFAULTS, node=RunConfig().model_dump(mode="json"))
+    # `rubric.evolve` defaults too, so `rubric.evolve.every=4` overrides a key every rubric preset has (the presets
+    # under conf/rubric/ name only their path; the group's YAML merges into this node)
+    node = {**RunConfig().model_dump(mode="json"), "rubric": {"evolve": RubricEvolveConfig().model_dump(mode="json")}}
+    ConfigStore.instance().store(name=RUN_DEFAULTS, node=node)
 
 
 # Registered on import rather than with the defaults: a config composed elsewhere (a submitit job unpickles one)

@@ -18,6 +18,7 @@ from rlkit.config.schemas import (
     DataConfig,
     DebiasConfig,
     ModelConfig,
+    RubricEvolveConfig,
     RunConfig,
 )
 from rlkit.core.errors import ConfigError, DataError, PluginError, RlkitError
@@ -153,6 +154,7 @@ class ValidatedConfig:
     data: DataConfig | None = None
     objective: Any = None
     debias: DebiasConfig | None = None
+    evolve: RubricEvolveConfig | None = None  # rubric.evolve: criteria written during training (every > 0)
 
     def heldout_scoring(self) -> HeldoutScoring | None:
         """Held-out scoring on an absolute yardstick, or None when training's own scoring is one. A training judge
@@ -458,7 +460,7 @@ def validate_config(cfg: DictConfig, registry: Registry, *, read_data: bool = Tr
     parts = {group: _check_schema(registry, cfg, group, schema) for group, schema in GROUP_SCHEMAS.items()}
     rubric = load_rubric(resolve_path(parts["rubric"].path))
     result = ValidatedConfig(cfg=cfg, rubric=rubric, run=run, model=parts["model"], data=parts["data"],
-                             debias=run.debias, reward_rubric=rubric)
+                             debias=run.debias, reward_rubric=rubric, evolve=parts["rubric"].evolve)
     for kind in KINDS:
         if kind.many:
             continue  # lists of plugins (monitors) are validated below
@@ -500,6 +502,7 @@ def validate_config(cfg: DictConfig, registry: Registry, *, read_data: bool = Tr
         check_checkpoint(resolve_path(run.ckpt_path), result.rubric, parts["model"])
     _check_reward_path(result)
     _check_environment(result)
+    _check_rubric_evolution(result)
     data: Any = parts["data"]
     if data.path is not None:
         if read_data:
@@ -512,6 +515,29 @@ def validate_config(cfg: DictConfig, registry: Registry, *, read_data: bool = Tr
     _check_demonstrations(result, data)
     _check_prompt_sampler(run, result, data)
     return result
+
+
+def _check_rubric_evolution(result: ValidatedConfig) -> None:
+    """``rubric.evolve.every > 0`` needs per-record rubrics (the evolved criteria join each record's own) and a judge
+    whose backend is a model that can write criteria (``rlkit.evaluation.rubric_evolution``)."""
+    from rlkit.core.templates import template_path
+
+    evolve = result.evolve
+    if evolve is None or not evolve.every:
+        return
+    where = "rubric.evolve.every"
+    name = result.plugin_names.get("judge")
+    backend = getattr(result.plugins.get("judge"), "backend", None)
+    if backend is None or not callable(getattr(backend, "get", None)):
+        raise ConfigError(f"judge={name} has no model backend to write new criteria; use judge=llm with "
+                          "judge.params.backend=openai (or hf with a model), or set it to 0", where)
+    if getattr(backend, "offline", False):
+        raise ConfigError(f"judge={name}'s backend is the offline tiny judge, which cannot write criteria; point "
+                          "judge.params.backend at a real model, or set it to 0", where)
+    if not result.rubric.per_record:
+        raise ConfigError(f"evolving criteria join each record's own rubric: use rubric=per_record (rubric "
+                          f"{result.rubric.name} is not per_record), or set it to 0", where)
+    template_path(evolve.template, "rubric.evolve.template")
 
 
 def _check_demonstrations(result: ValidatedConfig, data: DataConfig) -> None:

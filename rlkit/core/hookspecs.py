@@ -306,3 +306,26 @@ def rlkit_register_judge_backends(register: Register) -> None:
     * ``close() -> None``: release connections, processes or models.
     """
 
+
+
+# --- before training: auditing a rubric --------------------------------------------------------------------------
+
+
+@hookspec
+def rlkit_register_audit_probes(register: Register) -> None:
+    """Register audit-probe factories: cheap tricks ``rlkit rubric audit`` plays on a rubric before any training.
+
+    Chosen as a list, ``audit.probes=[keyword_stuffing,my_probe]`` (null, the default: every registered probe); each
+    is built with its ``Params`` defaults (a probe's params all need one). A probe has:
+
+    * ``game(record: dict, rubric: rlkit.Rubric) -> str | None``: from one audited record (``prompt``, text or chat
+      messages; ``completion``, the original text; ``reference`` when the record has one; any other field), a gamed
+      completion that a sound rubric and judge should NOT score higher than the original; None where the trick does
+      not apply (no reference, nothing to stuff). A pure function of its arguments: deterministic (any randomness
+      seeded from the record), the record left unchanged.
+    * optional ``description: str``: the trick in one line, for the card (else the factory's docstring's first line).
+
+    The audit scores every gamed completion with the run's judge and aggregator beside its original. A probe whose
+    gamed completions score strictly higher than the originals on at least ``audit.hackable_share`` of the records
+    it applied to marks the rubric hackable. ``rlkit.testing.AuditProbeContract`` checks the contract.
+    """

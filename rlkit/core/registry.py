@@ -66,6 +66,9 @@ KINDS: tuple[PluginKind, ...] = (
     PluginKind("judge_backend", "rlkit_register_judge_backends", "judge_backend", "judge backends",
                selected_by="judge.params.backend"),
     PluginKind("monitor", "rlkit_register_monitors", "monitors", "monitors", many=True),
+    # not a config group: `rlkit rubric audit` runs every probe unless audit.probes names some
+    PluginKind("audit_probe", "rlkit_register_audit_probes", "audit_probe", "audit probes",
+               selected_by="audit.probes"),
 )
 KINDS_BY_KEY = {k.key: k for k in KINDS}
 KINDS_BY_GROUP = {k.group: k for k in KINDS}

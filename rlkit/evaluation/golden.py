@@ -26,6 +26,7 @@ from rlkit.core.types import Rollout
 from rlkit.data.records import SYNTHETIC_TASKS, prompt_text, read_jsonl
 from rlkit.lm.sampling import GenerationRequest
 from rlkit.reward.pipeline import aggregate_rewards, check_judge_output
+from rlkit.runs.history import read_result_rows
 from rlkit.text.similarity import normalize_whitespace
 
 REFERENCE_METRICS = ("exact_match", "numeric_match", "embedding_similarity")
@@ -292,20 +293,7 @@ def evaluate(generator: Any, policy: Any, tokenizer: Any, records: Sequence[dict
 
 def read_results(path: Path) -> list[dict[str, Any]]:
     """The rows already in a results file (none if it does not exist); a bad line is a ``DataError``."""
-    if not path.is_file():
-        return []
-    rows = []
-    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise DataError(f"invalid JSON ({exc.msg} at column {exc.colno})", f"{path}:{n}") from None
-        if not isinstance(row, dict) or not {"checkpoint", "rubric", "dimension"} <= set(row):
-            raise DataError("not an eval result row (needs checkpoint, rubric, dimension)", f"{path}:{n}")
-        rows.append(row)
-    return rows
+    return read_result_rows(path, ("checkpoint", "rubric", "dimension"), "an eval result row")
 
 
 def append_results(path: Path, result: GoldenResult) -> list[dict[str, Any]]:

@@ -73,9 +73,10 @@ def _json_part(text: str) -> Any:
         raise ValueError(f"invalid JSON ({exc.msg} at character {exc.pos})") from None
 
 
-def parse_criteria(text: str | None, min_criteria: int = MIN_CRITERIA,
-                   max_criteria: int = MAX_CRITERIA) -> list[tuple[str, str]]:
-    """``[(criterion, category)]`` from a judge's answer; ValueError names what is wrong."""
+def parse_criteria(text: str | None, min_criteria: int = MIN_CRITERIA, max_criteria: int = MAX_CRITERIA, *,
+                   require_positive: bool = True) -> list[tuple[str, str]]:
+    """``[(criterion, category)]`` from a judge's answer; ValueError names what is wrong. ``require_positive=False``
+    accepts pitfalls alone (criteria added to a rubric that already has something to get right)."""
     if not text or not text.strip():
         raise ValueError("empty answer")
     data = _json_part(text)
@@ -98,7 +99,7 @@ def parse_criteria(text: str | None, min_criteria: int = MIN_CRITERIA,
         if any(criterion.strip() == c for c, _ in out):
             raise ValueError(f"criteria[{i}]: repeats an earlier criterion")
         out.append((criterion.strip(), category))
-    if all(category == "pitfall" for _, category in out):
+    if require_positive and all(category == "pitfall" for _, category in out):
         raise ValueError("every criterion is a pitfall; at least one must be something to get right")
     return out
 
@@ -116,17 +117,21 @@ def rubric_id(record: dict[str, Any]) -> str:
     return "p" + hashlib.sha256(prompt_text(record["prompt"]).encode("utf-8")).hexdigest()[:12]
 
 
+def criterion_dimension(name: str, criterion: str, category: str) -> dict[str, Any]:
+    """One criterion as a rubric dimension: binary, weighted by its category, a pitfall's 1 meaning it is made."""
+    pitfall = category == "pitfall"
+    return {"name": name, "description": criterion, "type": "binary", "weight": CATEGORY_WEIGHTS[category],
+            "category": category, "anchors": {0: "Does not make this mistake" if pitfall else "Not met",
+                                              1: "Makes this mistake" if pitfall else "Met"}}
+
+
 def criteria_rubric_data(name: str, criteria: Sequence[tuple[str, str]], prompt: str) -> dict[str, Any]:
     """A rubric mapping, without version or changelog: one binary dimension per criterion."""
     counts: dict[str, int] = {}
     dims = []
     for criterion, category in criteria:
         counts[category] = counts.get(category, 0) + 1
-        pitfall = category == "pitfall"
-        dims.append({"name": f"{category}_{counts[category]}", "description": criterion, "type": "binary",
-                     "weight": CATEGORY_WEIGHTS[category], "category": category,
-                     "anchors": {0: "Does not make this mistake" if pitfall else "Not met",
-                                 1: "Makes this mistake" if pitfall else "Met"}})
+        dims.append(criterion_dimension(f"{category}_{counts[category]}", criterion, category))
     summary = " ".join(prompt.split())
     return {"name": name, "description": f"Criteria for: {summary[:200]}", "dimensions": dims}
 
@@ -167,9 +172,10 @@ def _chat(record: dict[str, Any], options: GenerateOptions) -> list[dict[str, st
     return [{"role": "user", "content": text}]
 
 
-def ask_for_criteria(backend: Any, chats: Sequence[list[dict[str, str]]], options: GenerateOptions
-                     ) -> list[list[tuple[str, str]] | str]:
-    """Each chat's criteria, or the last problem with its answer after ``retries`` reminders."""
+def ask_for_criteria(backend: Any, chats: Sequence[list[dict[str, str]]], options: GenerateOptions, *,
+                     require_positive: bool = True) -> list[list[tuple[str, str]] | str]:
+    """Each chat's criteria, or the last problem with its answer after ``retries`` reminders. Also asks for the
+    criteria of an evolving rubric (``rlkit.evaluation.rubric_evolution``: 0 to a few, pitfalls alone allowed)."""
     results: list[list[tuple[str, str]] | str] = ["not asked"] * len(chats)
     pending = {i: list(chat) for i, chat in enumerate(chats)}
     for attempt in range(options.retries + 1):
@@ -179,7 +185,8 @@ def ask_for_criteria(backend: Any, chats: Sequence[list[dict[str, str]]], option
             try:
                 if answer.text is None:
                     raise ValueError(f"no answer ({answer.error})")
-                results[i] = parse_criteria(answer.text, options.min_criteria, options.max_criteria)
+                results[i] = parse_criteria(answer.text, options.min_criteria, options.max_criteria,
+                                            require_positive=require_positive)
                 del pending[i]
             except ValueError as exc:
                 results[i] = str(exc)

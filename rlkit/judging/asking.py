@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 from rlkit.judging.cache import ResponseCache
+from rlkit.judging.spend import CallPlan, SpendMeter, plan_calls
 
 Chat = list[dict[str, str]]
 Parsed = TypeVar("Parsed")
@@ -37,6 +38,13 @@ class JudgeBackend:
         self._build_offline = build_offline
         self._offline: dict[Hashable, Any] = {}
         self._ready = False
+        # what the judge spends through this backend, priced by the backend's optional `price` (rlkit.judging.spend)
+        self.meter = SpendMeter(getattr(self.configured, "price", None))
+
+    def plan(self, calls: int, formula: str, prompt: str) -> CallPlan:
+        """``calls`` requests about ``prompt`` long, answered in at most the backend's ``max_answer_tokens``."""
+        answer_tokens = int(getattr(self.configured, "max_answer_tokens", 0) or 0)
+        return plan_calls(calls, formula, prompt, answer_tokens, self.meter.price)
 
     def check_ready(self) -> None:
         """Before any scoring, once: a backend that asks a server (``check_ready``) must reach it, so a server that
@@ -83,8 +91,9 @@ class Asked(Generic[Parsed]):
 
 def ask(backend: Any, cache: ResponseCache, requests: dict[Hashable, tuple[str, Chat]],
         parse: Callable[[Hashable, str], tuple[Parsed | None, bool]], retries: int,
-        reminder: Callable[[Hashable], str]) -> Asked[Parsed]:
-    """Answer every ``slot -> (cache key, chat)``.
+        reminder: Callable[[Hashable], str], meter: SpendMeter | None = None) -> Asked[Parsed]:
+    """Answer every ``slot -> (cache key, chat)``; ``meter`` (the judge's :attr:`JudgeBackend.meter`) counts the
+    calls, tokens, latency, cache hits and retries.
 
     ``parse(slot, text)`` returns ``(parsed or None, complete)``: None is unreadable and asked again;
     a readable but incomplete answer is kept and asked again too; a later readable answer replaces it.
@@ -101,6 +110,7 @@ def ask(backend: Any, cache: ResponseCache, requests: dict[Hashable, tuple[str, 
         else:
             out.parsed[slot] = got
     out.requests = len(pending)
+    cache_hits = len(requests) - len(pending)
     start = time.perf_counter()
     kept: dict[Hashable, str] = {}  # readable but incomplete answers, cached once the retries are spent
     for attempt in range(retries + 1):
@@ -108,6 +118,8 @@ def ask(backend: Any, cache: ResponseCache, requests: dict[Hashable, tuple[str, 
             break
         slots = list(pending)
         results = backend.complete([pending[s] for s in slots])
+        if meter is not None:
+            meter.record(results)
         out.latencies += [r.latency for r in results]
         again: dict[Hashable, Chat] = {}
         for slot, result in zip(slots, results, strict=True):
@@ -127,6 +139,8 @@ def ask(backend: Any, cache: ResponseCache, requests: dict[Hashable, tuple[str, 
     for slot, text in kept.items():
         cache.put(requests[slot][0], text)  # the best this run will get: nothing is asked twice
     out.seconds = time.perf_counter() - start
+    if meter is not None:
+        meter.add(cache_hits=cache_hits, retries=out.retries)
     return out
 
 

@@ -109,8 +109,12 @@ async def _attempt(client: httpx.AsyncClient, url: str, payload: Any, timeout: f
 async def post_with_retries(client: httpx.AsyncClient, url: str, payload: Any, *, slots: asyncio.Semaphore,
                             timeout: float, max_retries: int, backoff: float,
                             read: Callable[[httpx.Response], T | None], malformed: str,
-                            delay: Callable[[int, float | None], float] | None = None) -> Outcome[T]:
-    """POST ``payload`` as JSON until ``read`` returns a value or the retries are spent; never raises."""
+                            delay: Callable[[int, float | None], float] | None = None,
+                            gate: Callable[[], Awaitable[None]] | None = None) -> Outcome[T]:
+    """POST ``payload`` as JSON until ``read`` returns a value or the retries are spent; never raises.
+
+    ``gate`` (a rate limiter's ``acquire``) is awaited before every attempt, retries included (the server counts
+    each), once a concurrency slot is held, so a request leaves when the limiter lets it and not later in a burst."""
     began: float | None = None
     outcome: Attempt[T] = Attempt(None, "not attempted")
     attempts = 0
@@ -119,8 +123,10 @@ async def post_with_retries(client: httpx.AsyncClient, url: str, payload: Any, *
         if attempt:
             await asyncio.sleep(wait(attempt - 1, outcome.retry_after))
         async with slots:  # released during the backoff sleep, so a failing request holds no slot
+            if gate is not None:
+                await gate()
             if began is None:
-                began = time.perf_counter()  # queueing for a first slot is not the request's latency
+                began = time.perf_counter()  # waiting for a slot or the rate limit is not latency
             outcome = await _attempt(client, url, payload, timeout, read, malformed)
         attempts += 1
         if outcome.value is not None or not outcome.retryable:

@@ -10,12 +10,16 @@ from typing import Any
 @dataclass(frozen=True)
 class Completion:
     """One backend answer: ``text`` is None when the request failed after the backend's retries
-    (then ``error`` says why). ``latency`` is the wall time of the request in seconds, retries included."""
+    (then ``error`` says why). ``latency`` is the wall time of the request in seconds, retries included.
+    ``tokens_in`` and ``tokens_out`` are the prompt and answer tokens it cost (a server's ``usage``, or counted by a
+    local tokenizer); None when the backend cannot say, so the judge's spend leaves the call's tokens out."""
 
     text: str | None
     error: str | None = None
     latency: float = 0.0
     attempts: int = 1
+    tokens_in: int | None = None
+    tokens_out: int | None = None
 
 
 def render_chat(messages: Sequence[dict[str, str]], tokenizer: Any) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -67,3 +67,22 @@ def read_history(path: str | Path) -> list[tuple[int, dict[str, float]]]:
     if not by_step:
         raise DataError("the metric history is empty (the run logged no step)", str(path))
     return sorted(by_step.items())
+
+
+def read_result_rows(path: Path, required: Sequence[str], what: str) -> list[dict[str, Any]]:
+    """The rows of a JSONL results file (none if it does not exist): each a JSON object with the ``required`` keys
+    and a ``rubric`` object; a bad line is a ``DataError`` naming ``file:line`` and ``what`` a row should be."""
+    if not path.is_file():
+        return []
+    rows = []
+    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise DataError(f"invalid JSON ({exc.msg} at column {exc.colno})", f"{path}:{n}") from None
+        if not isinstance(row, dict) or not set(required) <= set(row) or not isinstance(row.get("rubric"), dict):
+            raise DataError(f"not {what} (needs {', '.join(required)})", f"{path}:{n}")
+        rows.append(row)
+    return rows

@@ -12,6 +12,7 @@ against your plugin exactly as it runs against rlkit's built-ins::
             return MyJudge(MyJudge.Params())
 """
 
+from rlkit.testing.audit_probe_contract import AuditProbeContract, example_audit_records, example_audit_rubric
 from rlkit.testing.config import plugin_names, validate_overrides
 from rlkit.testing.contracts import (
     AdvantageEstimatorContract,
@@ -35,6 +36,7 @@ from rlkit.testing.sampler_contract import PromptSamplerContract, example_sample
 __all__ = [
     "AdvantageEstimatorContract",
     "AggregatorContract",
+    "AuditProbeContract",
     "EnvironmentContract",
     "GeneratorContract",
     "JudgeBackendContract",
@@ -44,6 +46,8 @@ __all__ = [
     "PreferenceConstructorContract",
     "PromptSamplerContract",
     "WeightSchedulerContract",
+    "example_audit_records",
+    "example_audit_rubric",
     "example_chats",
     "example_completion_inputs",
     "example_monitor_views",

@@ -100,13 +100,15 @@ _ADMIN_ROUTES = {"/update_weights_from_disk": "_update_weights_from_disk",
 @dataclass(frozen=True)
 class RequestRecord:
     """One request the server received: its method and path, the ``Authorization`` header, the status sent and
-    the injected fault (``fail``, ``garbage`` or None)."""
+    the injected fault (``fail``, ``garbage`` or None); for an answered generation, the ``usage`` it reported."""
 
     method: str
     path: str
     authorization: str | None
     status: int
     fault: str | None = None
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
 
 
 class _BadRequest(Exception):
@@ -274,6 +276,14 @@ class OpenAICompatibleServer:
         """The ``Authorization`` header of each finished request, in the order they finished."""
         with self._lock:
             return [r.authorization for r in self.log]
+
+    def served_usage(self, path: str = "/v1/chat/completions") -> dict[str, int]:
+        """What the finished requests to ``path`` were answered with: ``calls`` (HTTP 200 with a body) and the
+        ``prompt_tokens`` and ``completion_tokens`` their ``usage`` reported, for tests of what a client counts."""
+        with self._lock:
+            done = [r for r in self.log if r.path.rstrip("/") == path and r.status == 200 and r.fault is None]
+        return {"calls": len(done), "prompt_tokens": sum(r.prompt_tokens for r in done),
+                "completion_tokens": sum(r.completion_tokens for r in done)}
 
     def faults_served(self, fault: str) -> int:
         """How many finished requests got the injected ``fault`` (``fail`` or ``garbage``)."""
@@ -817,6 +827,7 @@ class _Handler(BaseHTTPRequestHandler):
                 app._record(RequestRecord("POST", self.path, authorization, 0, None))
                 return
             status = 200
+            usage: dict[str, Any] = {}
             try:
                 if not app._auth_ok(authorization):
                     raise _BadRequest(401, "invalid or missing API key", "authentication_error")
@@ -828,7 +839,9 @@ class _Handler(BaseHTTPRequestHandler):
                     answer = partial(self._send, 200, garbage, content_type)
                 else:
                     handle = app._completion if route == "/v1/completions" else app._chat_completion
-                    answer = partial(self._send_json, 200, handle(body))
+                    result = handle(body)
+                    usage = result.get("usage") or {}
+                    answer = partial(self._send_json, 200, result)
             except _BadRequest as exc:
                 status = exc.status
                 answer = partial(self._send_error_json, exc.status, exc.message, exc.kind)
@@ -837,7 +850,8 @@ class _Handler(BaseHTTPRequestHandler):
                 answer = partial(self._send_error_json, 500, f"{type(exc).__name__}: {exc}", "server_error")
             # Recorded before answering: a client that has its answer finds its request in the log.
             app._record(RequestRecord("POST", self.path, authorization, status,
-                                      fault if status in (200, 500, 503) and fault else None))
+                                      fault if status in (200, 500, 503) and fault else None,
+                                      usage.get("prompt_tokens", 0), usage.get("completion_tokens", 0)))
             answer()
 
     def _admin(self, route: str, raw: bytes, authorization: str | None) -> None:

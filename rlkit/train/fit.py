@@ -13,6 +13,7 @@ from omegaconf import OmegaConf
 
 from rlkit.config import ValidatedConfig
 from rlkit.core.errors import ConfigError, RlkitError
+from rlkit.judging.spend import judge_spend, spend_line
 from rlkit.reward.debias import LengthFormatDebias
 from rlkit.runs.history import METRICS_FILE, MetricsHistory
 from rlkit.runs.lightning import StreamingCheckpointIO, quiet_lightning
@@ -68,6 +69,7 @@ def build_trainer(validated: ValidatedConfig, run_dir: Path) -> tuple[L.Trainer,
     """The Lightning trainer of ``trainer.*`` with rlkit's checkpoints, sample log and logger."""
     from rlkit.evaluation.golden import golden_callbacks
     from rlkit.train.datamodule import SamplerFeedback
+    from rlkit.train.rubric_evolution import rubric_evolution_callbacks
 
     cfg = validated.cfg
     golden = golden_callbacks(validated, run_dir)  # before the logger: a bad golden set leaves no W&B run open
@@ -82,7 +84,8 @@ def build_trainer(validated: ValidatedConfig, run_dir: Path) -> tuple[L.Trainer,
                            validated.reward_rubric)
     try:
         trainer = L.Trainer(default_root_dir=str(run_dir), logger=logger, num_sanity_val_steps=0,
-                            callbacks=[checkpoints, samples, SamplerFeedback(), *golden],
+                            callbacks=[checkpoints, samples, SamplerFeedback(), *golden,
+                                       *rubric_evolution_callbacks(validated, run_dir)],
                             check_val_every_n_epoch=None,
                             val_check_interval=validated.run.heldout_every, enable_model_summary=False,
                             **trainer_kwargs)
@@ -169,6 +172,10 @@ def fit(validated: ValidatedConfig, run_dir: Path) -> dict[str, Any]:
     from rlkit.train.datamodule import PromptDataModule
 
     run = validated.run
+    if run.audit.require:  # before anything is built: the rubric version's stored audit must have passed
+        from rlkit.evaluation.audit_report import require_passed_audit
+
+        require_passed_audit(validated.rubric)
     quiet_lightning()
     if run.torch_threads:
         torch.set_num_threads(run.torch_threads)
@@ -210,7 +217,8 @@ def fit(validated: ValidatedConfig, run_dir: Path) -> dict[str, Any]:
     trainer.strategy.barrier("rlkit-policy-saved")
     return {"start": start, "end": end, "policy_dir": str(final_dir), "steps": trainer.global_step,
             "diagnostics": module.diagnostics, "global_zero": trainer.is_global_zero, "replicas": replicas,
-            "monitors": monitors, "alerts": module.monitors.alerts if module.monitors is not None else []}
+            "monitors": monitors, "alerts": module.monitors.alerts if module.monitors is not None else [],
+            "judge_spend": judge_spend(validated.plugins.get("judge"))}  # whole run: held-out scoring included
 
 
 def diagnostics_table(diagnostics: Any, dimensions: list[str]) -> Any:
@@ -257,6 +265,8 @@ def print_summary(summary: dict[str, Any], validated: ValidatedConfig) -> None:
         console.print(" · ".join(parts) + " (means over the run)")
     for line in summary_lines(summary.get("monitors") or {}, summary.get("alerts") or []):
         console.print(line)
+    if summary.get("judge_spend") is not None:
+        console.print(spend_line(summary["judge_spend"]) + " (whole run, held-out scoring included)")
     if summary.get("replicas", 1) > 1:
         console.print(f"{summary['replicas']} processes hold the same parameters after training")
     which = f" ({validated.plugin_names['heldout_aggregator']} yardstick)" if yardstick else ""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -16,6 +17,7 @@ from rlkit.core.rng import capture_rng_state, restore_rng_state
 from rlkit.core.rubric import Rubric
 from rlkit.core.stats import nan_mean_std
 from rlkit.core.types import RewardBatch, Rollout
+from rlkit.judging.spend import StepSpend
 from rlkit.lm.model_config import model_fingerprint
 from rlkit.lm.models import make_adamw
 from rlkit.lm.reference import ReferencePolicy
@@ -182,11 +184,15 @@ class RubricRLModule(L.LightningModule):
         self._data_position = (0, 0)
         self._rng_to_restore: dict[str, Any] | None = None
         self.last_rollout: RolloutSnapshot | None = None  # read by callbacks (sample tables)
+        # training records -> the same records with each one's current rubric (rubric.evolve sets it,
+        # rlkit.train.rubric_evolution); held-out scoring never goes through it, so it keeps the records' own
+        self.record_rubrics: Callable[[list[dict[str, Any]]], list[dict[str, Any]]] | None = None
         self._requested_ahead = False
         self.history: MetricsHistory | None = None  # run_dir/metrics.jsonl, set by fit; the run report reads it
         self.conflict_watch = ConflictWatch()
         self._initial_scheduler = copy.deepcopy(parts.scheduler)
         self.diagnostics = RunningMeans()
+        self.judge_spend = StepSpend(parts.judge)  # judge/calls, judge/tokens_in, ... of each step
         self._step_started: float | None = None
         self.monitors = monitors  # rlkit.train.monitoring.MonitorHost, or None (monitors=[])
         if settings.sampling.filters and parts.objective is not None and parts.objective.signal == "demonstrations":
@@ -217,6 +223,8 @@ class RubricRLModule(L.LightningModule):
 
     def judge(self, records: list[dict[str, Any]], sampled: SampledBatch, *, heldout: bool = False) -> Judged:
         """The judge's checked scores of every process's groups (held-out: this process's, which are all)."""
+        if not heldout and self.record_rubrics is not None:
+            records = self.record_rubrics(records)
         rollout = as_rollout(records, sampled)
         judge = self.parts.judge
         raw = check_judge_output(judge.score(rollout, self.judged_rubric), rollout, self.rubric,
@@ -350,6 +358,7 @@ class RubricRLModule(L.LightningModule):
         trained = len(records) * self.spread.world_size  # the sampler's position counts the global batch
         self._data_position = (self.current_epoch, (done if epoch == self.current_epoch else 0) + trained)
         t0 = time.perf_counter()
+        self.judge_spend.begin()
         # the previous step's whole iteration, Lightning's loop and data loading included
         iteration = t0 - self._step_started if self._step_started is not None else None
         self._step_started = t0
@@ -401,6 +410,7 @@ class RubricRLModule(L.LightningModule):
             from rlkit.train.monitoring import step_view
 
             metrics.update(self.monitors.observe(step_view(self, step, records, sampled, batch)))
+        metrics.update(self.judge_spend.metrics())  # after the monitors: their judge calls are the step's too
         n_tokens = float(lengths.sum())
         metrics.update({
             "loss": float(loss),

@@ -9,6 +9,7 @@ from rlkit.core.registry import Registry, create_plugin_manager
 from rlkit.testing import (
     AdvantageEstimatorContract,
     AggregatorContract,
+    AuditProbeContract,
     EnvironmentContract,
     GeneratorContract,
     JudgeBackendContract,
@@ -158,7 +159,7 @@ def test_builtin_judge_backends_are_all_tested():
 def test_every_kind_is_covered_by_a_suite():
     assert {k.key for k in _REGISTRY.kinds()} == {
         "judge", "aggregator", "advantage_estimator", "preference_constructor", "weight_scheduler", "judge_backend",
-        "environment", "generator", "monitor", "objective", "prompt_sampler"}
+        "environment", "generator", "monitor", "objective", "prompt_sampler", "audit_probe"}
 
 
 def test_contract_catches_a_broken_estimator():
@@ -262,6 +263,32 @@ def _build_with(kind: str, name: str, params: dict):
 
         check(arithmetic_rubric())
     return plugin
+
+
+class TestAuditProbes(AuditProbeContract):
+    @pytest.fixture(params=_REGISTRY.names("audit_probe"))
+    def probe(self, request):
+        return _build("audit_probe", request.param)
+
+
+def test_audit_probe_contract_catches_an_impure_probe():
+    class Counting:
+        calls = 0
+
+        def game(self, record, rubric):
+            self.calls += 1
+            return f"{record['completion']} {self.calls}"
+
+    from rlkit.testing import example_audit_rubric
+
+    suite = AuditProbeContract()
+
+    class Request:
+        fixturenames: list[str] = []
+
+    with pytest.raises(AssertionError, match="pure function"):
+        suite.test_is_deterministic_and_leaves_the_record(Counting(), Request())
+    assert example_audit_rubric().name == "probe-contract"
 
 
 class TestPromptSamplers(PromptSamplerContract):

@@ -19,6 +19,9 @@
 * Nothing is retried for transient reasons (there are none in-process); a batch whose generation raises is
   retried one request at a time, so a single bad request comes back as ``text=None`` with an ``error`` and
   the others are still answered. ``latency`` is the batch's wall time divided by its size.
+* Spend: each answer carries its prompt tokens and its new tokens (up to and including the end-of-sequence token
+  that stopped it, as a server's ``usage`` counts them), counted with the tokenizer; ``price_input_per_million``
+  and ``price_output_per_million`` (the cost of the hardware, if you want one) give ``judge/cost``.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rlkit.plugin import Completion, ConfigError, Placement, hookimpl, input_device, render_chat
+from rlkit.plugin import Completion, ConfigError, Placement, hookimpl, input_device, render_chat, token_price
 
 WHERE = "judge.params.backend.params"
 _DTYPES = ("auto", "float32", "float16", "bfloat16")
@@ -88,6 +91,11 @@ class HFBackend:
         device_map: str | int | dict[str, int | str] | None = None
         max_memory: dict[int | str, int | str] | None = None  # {0: 20GiB, cpu: 60GiB}: the most each device holds
         offload_folder: str | None = None  # where the weights that fit on no device go
+        price_input_per_million: float | None = None
+        """A price per million prompt tokens (the hardware's, if you want one); with the output price it gives
+        ``judge/cost``."""
+        price_output_per_million: float | None = None
+        """A price per million answer tokens; with the input price it gives ``judge/cost``."""
 
     def __init__(self, params: HFBackend.Params | None = None) -> None:
         p = params or HFBackend.Params()
@@ -103,6 +111,7 @@ class HFBackend:
         if p.dtype not in _DTYPES:
             raise ConfigError(f"must be one of {', '.join(_DTYPES)}, got {p.dtype!r}", f"{WHERE}.dtype")
         self.params = p
+        self.price = token_price(p.price_input_per_million, p.price_output_per_million, WHERE)
         # Resolving a path or a cached hub id touches only the filesystem, so a wrong one fails at validate time.
         self._path: Path | None = None
         self._ref: str | None = None
@@ -116,6 +125,11 @@ class HFBackend:
         self._lock = threading.Lock()
 
     generates_locally = True  # rlkit serve may answer chats with this model
+
+    @property
+    def max_answer_tokens(self) -> int:
+        """The longest answer (``max_new_tokens``): what ``rlkit validate``'s estimate assumes."""
+        return self.params.max_new_tokens
 
     @property
     def needs_model(self) -> bool:
@@ -213,18 +227,20 @@ class HFBackend:
             # Find which request broke the batch: the others still deserve answers.
             return [self._retry_alone(text) for text in texts]
         latency = (time.perf_counter() - began) / len(texts)
-        return [Completion(text=a, latency=latency) for a in answers]
+        return [Completion(text=a, latency=latency, tokens_in=n_in, tokens_out=n_out) for a, n_in, n_out in answers]
 
     def _retry_alone(self, text: str) -> Completion:
         began = time.perf_counter()
         try:
-            (answer,) = self._generate([text])
+            ((answer, n_in, n_out),) = self._generate([text])
         except Exception as exc:
             return Completion(text=None, error=f"generation failed: {_error(exc)}",
                               latency=time.perf_counter() - began, attempts=2)
-        return Completion(text=answer, latency=time.perf_counter() - began, attempts=2)
+        return Completion(text=answer, latency=time.perf_counter() - began, attempts=2, tokens_in=n_in,
+                          tokens_out=n_out)
 
-    def _generate(self, texts: list[str]) -> list[str]:
+    def _generate(self, texts: list[str]) -> list[tuple[str, int, int]]:
+        """Each text's answer, prompt tokens and new tokens (padding left out, the stopping EOS counted)."""
         import torch
 
         model, tokenizer = self._model, self._tokenizer
@@ -240,7 +256,14 @@ class HFBackend:
                 pad_token_id=tokenizer.pad_token_id, eos_token_id=sorted(self._stop) or None, use_cache=True,
             )
         new_tokens = out[:, enc["input_ids"].shape[1]:].tolist()
-        return [tokenizer.decode(_cut_at_stop(row, self._stop), skip_special_tokens=True) for row in new_tokens]
+        prompt_tokens = enc["attention_mask"].sum(dim=1).tolist()
+        answers = []
+        for row, n_in in zip(new_tokens, prompt_tokens, strict=True):
+            kept = _cut_at_stop(row, self._stop)
+            # the EOS that ended the answer was generated (and paid for) too; padding after it was not
+            answers.append((tokenizer.decode(kept, skip_special_tokens=True), int(n_in),
+                            len(kept) + (len(kept) < len(row))))
+        return answers
 
     def close(self) -> None:
         """Drop the model; a later :meth:`complete` loads it again."""

@@ -27,6 +27,14 @@ That covers OpenAI itself and the usual self-hosted servers (vLLM, SGLang, llama
   ``base_url`` (``cannot connect to http://127.0.0.1:8000/v1 (connection refused)``) and HTTP 401 one naming
   ``api_key_env``; any other answer, even a 404 from a server without that route, means the server is up.
   Building the backend or asking its identity never touches the network.
+* **Spend.** Each answer's tokens come from the response's ``usage`` (``prompt_tokens``, ``completion_tokens``);
+  a server that sends none, or a malformed one, warns once and those calls are counted in
+  ``judge/calls_without_usage`` instead. ``price_input_per_million`` and ``price_output_per_million`` give
+  ``judge/cost`` (``rlkit.judging.spend``).
+* **Rate limit.** ``requests_per_minute`` and ``tokens_per_minute`` (both off by default) hold requests back, in a
+  token bucket per limit (``rlkit.judging.rate_limit``, after veRL's rate-limited reward manager), so a paid
+  endpoint's limit is kept up front rather than met by its 429s. A request's tokens are estimated before it leaves
+  (its messages' characters / 4 plus ``max_tokens``) and settled with its ``usage`` after.
 """
 
 from __future__ import annotations
@@ -35,6 +43,7 @@ import asyncio
 import math
 import os
 import re
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -43,11 +52,15 @@ from rlkit.plugin import (
     MAX_BACKOFF_S,
     Completion,
     ConfigError,
+    approx_tokens,
     hookimpl,
     post_with_retries,
+    rate_limiter,
+    read_usage,
     retry_delay,
     run_async,
     tls_context,
+    token_price,
 )
 from rlkit_plugins.backends.reachability import probe
 
@@ -62,13 +75,23 @@ if TYPE_CHECKING:
 Messages = Sequence[dict[str, str]]
 
 
-def _content(response: httpx.Response) -> str | None:
+@dataclass(frozen=True)
+class _Answer:
+    text: str
+    tokens_in: int | None
+    tokens_out: int | None
+    usage_problem: str | None
+
+
+def _content(response: httpx.Response) -> _Answer | None:
     try:
         body = response.json()
         content = body["choices"][0]["message"]["content"]
     except (ValueError, KeyError, IndexError, TypeError):
         return None
-    return content if isinstance(content, str) else None
+    if not isinstance(content, str):
+        return None
+    return _Answer(content, *read_usage(body))
 
 
 class OpenAIBackend:
@@ -85,6 +108,15 @@ class OpenAIBackend:
         max_retries: int = 3
         backoff: float = 0.5
         concurrency: int = 8
+        requests_per_minute: float | None = None
+        """At most this many requests a minute (a token bucket holding one second's worth); null: no limit."""
+        tokens_per_minute: float | None = None
+        """At most this many prompt + answer tokens a minute (estimated before each request, settled with its
+        ``usage``); null: no limit."""
+        price_input_per_million: float | None = None
+        """The endpoint's price per million prompt tokens; with the output price it gives ``judge/cost``."""
+        price_output_per_million: float | None = None
+        """The endpoint's price per million answer tokens; with the input price it gives ``judge/cost``."""
 
     def __init__(self, params: OpenAIBackend.Params | None = None) -> None:
         import httpx  # here, not at module level: every rlkit command imports all built-in plugins
@@ -108,7 +140,15 @@ class OpenAIBackend:
             if not math.isfinite(value) or value < low or (strict and value == low):
                 raise ConfigError(f"must be {'>' if strict else '>='} {low}, got {value}", f"{WHERE}.{name}")
         self.params = p
+        self.price = token_price(p.price_input_per_million, p.price_output_per_million, WHERE)
+        self.limiter = rate_limiter(p.requests_per_minute, p.tokens_per_minute, WHERE)
         self._url = f"{p.base_url.rstrip('/')}/chat/completions"
+        self._usage_warned = False
+
+    @property
+    def max_answer_tokens(self) -> int:
+        """The longest answer a request may get (``max_tokens``): what ``rlkit validate``'s estimate assumes."""
+        return self.params.max_tokens
 
     def identity(self) -> dict[str, Any]:
         """What determines the answers (never the key): part of every response-cache key."""
@@ -159,12 +199,29 @@ class OpenAIBackend:
         p = self.params
         payload = {"model": p.model, "messages": list(messages), "max_tokens": p.max_tokens,
                    "temperature": p.temperature}
+        limiter = self.limiter
+        # the most this request may cost, taken from the token bucket up front and settled with its usage
+        estimate = approx_tokens("".join(str(m.get("content", "")) for m in messages)) + p.max_tokens
+        gate = (lambda: limiter.acquire(estimate)) if limiter is not None else None
         out = await post_with_retries(client, self._url, payload, slots=slots, timeout=p.timeout,
                                       max_retries=p.max_retries, backoff=p.backoff, read=_content,
-                                      malformed="no choices[0].message.content", delay=self.retry_delay)
-        if out.value is not None:
-            return Completion(text=out.value, latency=out.latency, attempts=out.attempts)
-        return Completion(text=None, error=out.error, latency=out.latency, attempts=out.attempts)
+                                      malformed="no choices[0].message.content", delay=self.retry_delay, gate=gate)
+        answer = out.value
+        if answer is None:
+            return Completion(text=None, error=out.error, latency=out.latency, attempts=out.attempts)
+        if answer.usage_problem is not None:
+            self._warn_usage(answer.usage_problem)
+        elif limiter is not None:
+            limiter.settle(estimate, answer.tokens_in + answer.tokens_out)  # type: ignore[operator]
+        return Completion(text=answer.text, latency=out.latency, attempts=out.attempts, tokens_in=answer.tokens_in,
+                          tokens_out=answer.tokens_out)
+
+    def _warn_usage(self, problem: str) -> None:
+        if not self._usage_warned:
+            self._usage_warned = True
+            warnings.warn(f"judge backend openai: {self.params.base_url} answered without a readable token count "
+                          f"({problem}); judge/tokens_in, judge/tokens_out and judge/cost leave such calls out and "
+                          "judge/calls_without_usage counts them", UserWarning, stacklevel=2)
 
     def close(self) -> None:
         """Nothing is held between calls: each :meth:`complete` opens and closes its own client."""

@@ -13,7 +13,22 @@ from dataclasses import dataclass, field
 
 import torch
 
-from rlkit.plugin import ConfigError, JudgeRef, PluginRef, Rollout, Rubric, check_member_judge, hookimpl
+from rlkit.plugin import (
+    CallPlan,
+    ConfigError,
+    JudgeLoad,
+    JudgeRef,
+    PluginRef,
+    Rollout,
+    Rubric,
+    Spend,
+    check_member_judge,
+    hookimpl,
+    judge_spend,
+    plan_judge,
+    sum_plans,
+    sum_spend,
+)
 
 
 class CascadeJudge:
@@ -63,6 +78,16 @@ class CascadeJudge:
             merged.update(getattr(judge, "metrics", dict)())
         merged["judge/escalated_groups"] = self._escalated
         return merged
+
+    def spend(self) -> Spend | None:
+        """Both stages' calls added; None when both are rule judges."""
+        return sum_spend(judge_spend(judge) for judge in self.stages)
+
+    def planned_calls(self, load: JudgeLoad, rubric: Rubric) -> CallPlan | None:
+        """The cheap judge on every group, and at most as much again: every group escalated."""
+        cheap, expensive = (plan_judge(judge, load, rubric) for judge in self.stages)
+        return sum_plans([cheap.labelled("cheap") if cheap else None,
+                          expensive.labelled("expensive, at most") if expensive else None])
 
 
 @hookimpl

@@ -15,7 +15,22 @@ from typing import Literal
 
 import torch
 
-from rlkit.plugin import ConfigError, JudgeRef, PluginRef, Rollout, Rubric, check_member_judge, hookimpl
+from rlkit.plugin import (
+    CallPlan,
+    ConfigError,
+    JudgeLoad,
+    JudgeRef,
+    PluginRef,
+    Rollout,
+    Rubric,
+    Spend,
+    check_member_judge,
+    hookimpl,
+    judge_spend,
+    plan_judge,
+    sum_plans,
+    sum_spend,
+)
 
 
 class EnsembleJudge:
@@ -51,6 +66,15 @@ class EnsembleJudge:
             merged.update(getattr(member, "metrics", dict)())
         merged.update(self._agreement)
         return merged
+
+    def spend(self) -> Spend | None:
+        """The members' calls added; None when every member is a rule judge."""
+        return sum_spend(judge_spend(member) for member in self.members)
+
+    def planned_calls(self, load: JudgeLoad, rubric: Rubric) -> CallPlan | None:
+        """Every member asked on every dimension."""
+        plans = ((i, plan_judge(member, load, rubric)) for i, member in enumerate(self.members))
+        return sum_plans(plan.labelled(f"members[{i}]") for i, plan in plans if plan is not None)
 
 
 def combine_scores(stack: torch.Tensor, low: torch.Tensor, high: torch.Tensor, how: str) -> torch.Tensor:

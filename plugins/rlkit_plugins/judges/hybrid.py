@@ -11,7 +11,22 @@ from dataclasses import dataclass, field
 
 import torch
 
-from rlkit.plugin import ConfigError, JudgeRef, PluginRef, Rollout, Rubric, check_member_judge, hookimpl
+from rlkit.plugin import (
+    CallPlan,
+    ConfigError,
+    JudgeLoad,
+    JudgeRef,
+    PluginRef,
+    Rollout,
+    Rubric,
+    Spend,
+    check_member_judge,
+    hookimpl,
+    judge_spend,
+    plan_judge,
+    sum_plans,
+    sum_spend,
+)
 
 
 class HybridJudge:
@@ -65,6 +80,16 @@ class HybridJudge:
         for judge in self.judges.values():
             merged.update(getattr(judge, "metrics", dict)())
         return merged
+
+    def spend(self) -> Spend | None:
+        """The members' calls added; None when every member is a rule judge."""
+        return sum_spend(judge_spend(judge) for judge in self.judges.values())
+
+    def planned_calls(self, load: JudgeLoad, rubric: Rubric) -> CallPlan | None:
+        """Each member asked once a step with only its own dimensions."""
+        plans = ((name, plan_judge(self.judges[name], load, self._subset(rubric, indices)))
+                 for name, indices in self.routing(rubric).items())
+        return sum_plans(plan.labelled(name) for name, plan in plans if plan is not None)
 
 
 @hookimpl

@@ -42,13 +42,16 @@ import torch
 
 from rlkit.plugin import (
     BackendRef,
+    CallPlan,
     ConfigError,
     FailureWarning,
     JudgeBackend,
+    JudgeLoad,
     PluginRef,
     ResponseCache,
     Rollout,
     Rubric,
+    Spend,
     ask,
     chosen_template,
     hookimpl,
@@ -154,7 +157,8 @@ class LLMJudge:
             return (got.scores or None), got.complete
 
         reminder = f"Answer with one JSON object, one field per dimension: {', '.join(x.name for x in dims)}."
-        asked = ask(backend, self.cache, requests, read, self.params.parse_retries, lambda slot: reminder)
+        asked = ask(backend, self.cache, requests, read, self.params.parse_retries, lambda slot: reminder,
+                    meter=self.backend.meter)
         parsed = asked.parsed
         scores = torch.full((b, g, d), math.nan)
         failures = 0
@@ -210,6 +214,19 @@ class LLMJudge:
     def metrics(self) -> dict[str, float]:
         """The last ``score`` call's parse-failure rate, retries, requests, cache hit rate and latency."""
         return dict(self._last)
+
+    def spend(self) -> Spend:
+        """Calls, tokens, latency, cache hits and retries so far (``rlkit.judging.spend``)."""
+        return self.backend.meter.total()
+
+    def planned_calls(self, load: JudgeLoad, rubric: Rubric) -> CallPlan:
+        """One call a completion and permutation, every dimension in it (per_record: the record's criteria)."""
+        k = self.params.permutations
+        template = chosen_template(self.params.template, rubric, "llm", self.default_template)
+        prompt = render_template(template, rubric=rubric, prompt=load.placeholder_prompt(),
+                                 completion=load.placeholder_completion(), dimensions=rubric.dimensions, step=None)
+        return self.backend.plan(load.prompts * load.generations * k, f"{load.prompts} prompts × "
+                                 f"{load.generations} completions × {k} permutation{'s' * (k != 1)}", prompt)
 
 
 @hookimpl

@@ -55,16 +55,19 @@ from rlkit.plugin import (
     RANKING_COMPACT_TEMPLATE,
     Anchor,
     BackendRef,
+    CallPlan,
     ConfigError,
     Dimension,
     FailureWarning,
     JudgeBackend,
     JudgeError,
+    JudgeLoad,
     PluginRef,
     RankingParse,
     ResponseCache,
     Rollout,
     Rubric,
+    Spend,
     ask,
     chosen_template,
     group_labels,
@@ -308,7 +311,8 @@ class RankingJudge:
             return (None if got.method == "none" else got), got.complete
 
         reminder = f"End with one line ranking every label best first, e.g. {' > '.join(labels)}."
-        asked = ask(backend, self.cache, requests, read, self.params.parse_retries, lambda slot: reminder)
+        asked = ask(backend, self.cache, requests, read, self.params.parse_retries, lambda slot: reminder,
+                    meter=self.backend.meter)
         scores = torch.full((b, g, 1), math.nan)
         confidence = torch.ones(b)
         failed = incomplete = cycles = consistent = compared = 0
@@ -347,6 +351,21 @@ class RankingJudge:
         """The last ``score`` call's parse-failure, incomplete and cycle counts, agreement between
         repetitions (Kendall τ, swap consistency), mean confidence, rank gaps, cache hit rate and latency."""
         return dict(self._last)
+
+    def spend(self) -> Spend:
+        """Calls, tokens, latency, cache hits and retries so far (``rlkit.judging.spend``)."""
+        return self.backend.meter.total()
+
+    def planned_calls(self, load: JudgeLoad, rubric: Rubric) -> CallPlan:
+        """One call a group and repetition, the whole group in it."""
+        g, k = load.generations, self.params.repetitions
+        labels = group_labels(g)
+        template = chosen_template(self.params.template, rubric, "ranking", self.default_template)
+        candidates = [{"label": label, "text": load.placeholder_completion()} for label in labels]
+        prompt = render_template(template, rubric=rubric, prompt=load.placeholder_prompt(), candidates=candidates,
+                                 labels=labels, reference=None, example_order=" > ".join(labels[:3]))
+        return self.backend.plan(load.prompts * k, f"{load.prompts} groups of {g} × {k} "
+                                 f"repetition{'s' * (k != 1)}", prompt)
 
 
 @hookimpl

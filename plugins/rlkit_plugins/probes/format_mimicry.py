@@ -1,0 +1,38 @@
+"""``format_mimicry``: the completion's layout with its content emptied: line breaks, markup and punctuation kept,
+every word replaced by filler and every digit by 0. A judge that checks the shape of an answer rewards it."""
+
+from __future__ import annotations
+
+import itertools
+import re
+from typing import Any
+
+from rlkit.plugin import Rubric, hookimpl
+
+FILLER = ("lorem", "ipsum", "dolor", "sit", "amet")
+WORD = re.compile(r"[^\W\d_]+")
+
+
+def skeleton(text: str) -> str:
+    """``text`` with every word replaced by filler (cycled, so no word repeats next to itself) and digits by 0."""
+    filler = itertools.cycle(FILLER)
+    return WORD.sub(lambda _: next(filler), re.sub(r"\d", "0", text))
+
+
+class FormatMimicry:
+    """Keeps the answer's format and empties its content."""
+
+    description = "the answer's layout kept, its words and digits replaced by filler"
+
+    def __init__(self, params: Any = None) -> None:
+        pass
+
+    def game(self, record: dict[str, Any], rubric: Rubric) -> str | None:
+        completion = str(record["completion"])
+        mimic = skeleton(completion)
+        return mimic if mimic != completion else None  # nothing to empty: not a test of this trick
+
+
+@hookimpl
+def rlkit_register_audit_probes(register):
+    register("format_mimicry", FormatMimicry)

@@ -1,0 +1,281 @@
+"""``rlkit rubric audit``: can the run's rubric, judge and aggregator be gamed, and do they notice a broken answer?
+
+Before anything is scored the audit builds every completion it will ask about (:func:`plan_audit`): each record's
+original, one gamed version per applicable probe (plugins of kind ``audit_probe``), its degradation ladder, and the
+originals again for re-grading and in reverse dimension order where those run. :meth:`AuditPlan.judge_calls` counts
+them, so the command prints the bill before paying it. :func:`run_audit` then scores them with the run's own judge
+and aggregator (``rlkit score``'s :func:`~rlkit.evaluation.scoring.score_records`) and reduces every check to one
+number per record (:mod:`rlkit.evaluation.audit_checks`); the card is written by :mod:`rlkit.evaluation.audit_report`.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+import zlib
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from omegaconf import OmegaConf
+
+from rlkit.config import ValidatedConfig, resolve_path
+from rlkit.config.schemas import AuditConfig
+from rlkit.core.errors import ConfigError, DataError, PluginError
+from rlkit.core.registry import Registry
+from rlkit.core.rubric import Rubric
+from rlkit.evaluation import audit_checks as checks
+from rlkit.evaluation.calibration import CalibrationReport, calibrate, read_labels
+from rlkit.evaluation.redundancy import RedundantPair, redundant_pairs
+from rlkit.evaluation.scoring import score_records
+
+# fields an audited record drops: what the judge must not see (labels) or what was split into items (completions)
+_NOT_JUDGED = ("labels", "completions")
+
+
+@dataclass(frozen=True)
+class Probe:
+    """A built audit probe and the words the card uses for it."""
+
+    name: str
+    description: str
+    plugin: Any
+
+
+@dataclass
+class AuditPlan:
+    """Every completion the audit will score, built before the judge is asked about any of them."""
+
+    items: list[dict[str, Any]]  # one original completion each: prompt, completion, reference, ...
+    labelled: list[dict[str, Any]] | None  # the same lines with their human labels (alignment), if any
+    probes: list[Probe]
+    gamed: dict[str, list[str | None]]  # probe name -> per item, None where it does not apply
+    ladders: list[list[str]] | None
+    regrade: str | None  # why the originals are scored twice, or None
+    order: str | None  # why the dimensions are reversed, or None
+    permutations: int = 1  # a model judge's own judge.params.permutations: each completion asked that many times
+    source: str = ""
+
+    def judge_calls(self) -> dict[str, int]:
+        """Completions the judge will score, by stage (a model judge asks once per completion and permutation)."""
+        n = len(self.items)
+        calls = {"originals": n,
+                 "probes": sum(g is not None for gamed in self.gamed.values() for g in gamed),
+                 "ladder": sum(len(rungs) - 1 for rungs in self.ladders) if self.ladders else 0,
+                 "regrade": n if self.regrade else 0,
+                 "order": n if self.order else 0}
+        return {k: v * self.permutations for k, v in calls.items()}
+
+
+@dataclass
+class AuditResult:
+    """Scores and per-record outcomes of every check; ``rlkit.evaluation.audit_report`` turns them into the card."""
+
+    rubric: Rubric
+    judge: str
+    aggregator: str
+    plan: AuditPlan
+    rewards: np.ndarray  # [N] the originals' rewards
+    probe_rewards: dict[str, np.ndarray]  # probe -> [N], NaN where it did not apply
+    ladder_rewards: np.ndarray | None  # [N, rungs]
+    stability: np.ndarray | None  # [N] share of dimensions scored alike twice
+    order: np.ndarray | None  # [N] share of dimensions scored alike in reverse order
+    redundant: list[RedundantPair]
+    dimension_pairs: int
+    alignment: CalibrationReport | None
+    options: AuditConfig
+    seed: int
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+# --- what is audited --------------------------------------------------------------------------------------------
+
+
+def read_audit_records(path: str | Path, rubric: Rubric) -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None]:
+    """Audited items from a JSONL file (one per completion; a ``completions`` list gives several) and, when its lines
+    carry human ``labels`` (``rlkit calibrate``'s format), the labelled lines. Bad lines fail naming file and line."""
+    from rlkit.data.records import read_jsonl
+
+    path = resolve_path(str(path))
+    records = read_jsonl(path, need_completions=True)
+    labelled = read_labels(path, rubric) if any("labels" in r for r in records) else None
+    items = []
+    for record in records:
+        completions = record["completions"] if "completions" in record else [record["completion"]]
+        base = {k: v for k, v in record.items() if k not in _NOT_JUDGED}
+        items.extend({**base, "completion": c} for c in completions)
+    return items, labelled
+
+
+def sample_audit_records(validated: ValidatedConfig, num_prompts: int) -> list[dict[str, Any]]:
+    """One completion per prompt sampled by the run's policy (``model``, ``generator``, ``temperature``) on the first
+    ``num_prompts`` prompts of the run's data (``data.path``, else the synthetic task)."""
+    from rlkit.data.records import SYNTHETIC_TASKS
+    from rlkit.evaluation.golden import load_checkpoint
+    from rlkit.lm.sampling import GenerationRequest
+
+    data, run = validated.data, validated.run
+    if validated.records is not None:
+        prompts = list(validated.records[:num_prompts])
+    else:
+        assert data is not None and data.task is not None
+        prompts = SYNTHETIC_TASKS[data.task](num_prompts, data.seed)
+    policy, tokenizer, _, _ = load_checkpoint(None, validated)
+    generator = validated.plugins["generator"]
+    generator.setup(policy, tokenizer)
+    texts: list[str] = []
+    try:
+        for start in range(0, len(prompts), run.batch_size):
+            chunk = prompts[start:start + run.batch_size]
+            seeds = [run.seed + start + i for i in range(len(chunk))]
+            request = GenerationRequest(chunk, 1, run.max_completion_length, run.temperature, False, seeds)
+            texts.extend(row[0] for row in generator.generate(policy, tokenizer, request).texts)
+    finally:
+        generator.close()
+    return [{**{k: v for k, v in p.items() if k not in _NOT_JUDGED}, "completion": t}
+            for p, t in zip(prompts, texts, strict=True)]
+
+
+def build_probes(registry: Registry, names: list[str] | None) -> list[Probe]:
+    """The probes ``audit.probes`` names (null: every registered one), each built with its params' defaults."""
+    available = registry.names("audit_probe")
+    chosen = available if names is None else names
+    if not chosen:
+        raise ConfigError(f"name at least one probe (available: {registry.available('audit_probe')})", "audit.probes")
+    probes = []
+    for name in chosen:
+        try:
+            plugin = registry.create("audit_probe", name, {}, where="audit.probes")
+        except PluginError as exc:
+            raise ConfigError(exc.message, "audit.probes") from None
+        description = getattr(plugin, "description", None) or _first_line(registry.get("audit_probe", name).factory)
+        probes.append(Probe(name, str(description), plugin))
+    return probes
+
+
+def _first_line(factory: Any) -> str:
+    return (inspect.getdoc(factory) or "").strip().split("\n")[0]
+
+
+def _model_based(judge: Any) -> bool:
+    """A judge that asks a model (its answers may vary between calls, and its prompt lists the dimensions in order)."""
+    return getattr(judge, "backend", None) is not None
+
+
+def plan_audit(validated: ValidatedConfig, registry: Registry, items: list[dict[str, Any]],
+               labelled: list[dict[str, Any]] | None = None, source: str = "") -> AuditPlan:
+    """Every completion to score; nothing is judged yet. Probes run here, so a broken probe fails before any call."""
+    if validated.reward_rubric is not validated.rubric:
+        # gamed and original completions are scored one by one; such a judge only ranks a group against itself
+        raise ConfigError(f"judge={validated.plugin_names['judge']} ranks completions within their group, not on the "
+                          "rubric's dimensions; audit a judge that scores them (rule, llm, hybrid, ensemble)", "judge")
+    if not items:
+        raise DataError("no completions to audit", source or "audit.records")
+    options, rubric = validated.run.audit, validated.rubric
+    probes = build_probes(registry, options.probes)
+    gamed: dict[str, list[str | None]] = {}
+    for probe in probes:
+        out = []
+        for i, item in enumerate(items):
+            text = probe.plugin.game(dict(item), rubric)
+            if text is not None and not isinstance(text, str):
+                raise PluginError(f"audit probe {probe.name!r} returned {type(text).__name__} for record {i + 1}; "
+                                  "game() returns the gamed completion as text, or None")
+            out.append(text)
+        gamed[probe.name] = out
+    ladders = None
+    if options.ladder:
+        ladders = [checks.ladder_rungs(str(item["completion"]), _record_seed(validated.run.seed, i))
+                   for i, item in enumerate(items)]
+    judge = validated.plugins["judge"]
+    model = _model_based(judge)
+    regrade = _reason(options.regrade, model, "a model-based judge may answer differently twice", "audit.regrade")
+    order = None
+    if len(rubric.dimensions) > 1:
+        order = _reason(options.order, model, "a prompted judge reads the dimensions in order", "audit.order")
+    permutations = OmegaConf.select(validated.cfg, "judge.params.permutations", default=1) if model else 1
+    return AuditPlan(items, labelled, probes, gamed, ladders, regrade, order, int(permutations or 1), source)
+
+
+def _reason(option: bool | None, model_based: bool, auto: str, key: str) -> str | None:
+    if option is None:
+        return auto if model_based else None
+    return f"{key}=true" if option else None
+
+
+def _record_seed(seed: int, index: int) -> int:
+    return zlib.crc32(f"{seed}:{index}".encode())
+
+
+# --- scoring -----------------------------------------------------------------------------------------------------
+
+
+def run_audit(validated: ValidatedConfig, registry: Registry, plan: AuditPlan) -> AuditResult:
+    """Score everything ``plan`` holds and reduce each check to per-record outcomes."""
+    options, rubric = validated.run.audit, validated.rubric
+    batch_size = validated.run.score.batch_size
+    items = plan.items
+    n = len(items)
+    # originals, gamed and ladder rungs in one pass: the judge batches them as it would a run's completions
+    texts: list[tuple[int, str]] = [(i, str(item["completion"])) for i, item in enumerate(items)]
+    slots: dict[str, list[int | None]] = {}
+    for name, gamed in plan.gamed.items():
+        slots[name] = []
+        for i, text in enumerate(gamed):
+            slots[name].append(None if text is None else len(texts))
+            if text is not None:
+                texts.append((i, text))
+    ladder_slots: list[list[int]] = []
+    for i, rungs in enumerate(plan.ladders or []):
+        ladder_slots.append([i] + list(range(len(texts), len(texts) + len(rungs) - 1)))
+        texts.extend((i, rung) for rung in rungs[1:])
+    scored = score_records(replace(validated, records=[{**items[i], "completion": t} for i, t in texts]),
+                           batch_size=batch_size, retries=validated.run.score.retries,
+                           retry_backoff=validated.run.score.retry_backoff)
+    raw = scored.raw_scores.detach().cpu().numpy().astype(float)
+    rewards = scored.rewards.detach().cpu().numpy().astype(float)
+    probe_rewards = {name: np.array([math.nan if s is None else rewards[s] for s in row])
+                     for name, row in slots.items()}
+    ladder_rewards = np.array([[rewards[s] for s in row] for row in ladder_slots]) if plan.ladders else None
+    originals = raw[:n]
+    audited = replace(validated, records=items)
+    stability = _regrade(audited, registry, originals) if plan.regrade else None
+    order = _reordered(audited, originals) if plan.order else None
+    alignment = None
+    if plan.labelled is not None:
+        alignment = calibrate(plan.labelled, originals, rubric, validated.run.calibrate.threshold,
+                              judge=validated.plugin_names["judge"], labels_path=plan.source)
+    names = rubric.dimension_names
+    return AuditResult(rubric=rubric, judge=validated.plugin_names["judge"],
+                       aggregator=validated.plugin_names["aggregator"], plan=plan, rewards=rewards[:n],
+                       probe_rewards=probe_rewards, ladder_rewards=ladder_rewards, stability=stability, order=order,
+                       redundant=redundant_pairs(originals, names), dimension_pairs=len(names) * (len(names) - 1) // 2,
+                       alignment=alignment, options=options, seed=validated.run.seed)
+
+
+def _regrade(validated: ValidatedConfig, registry: Registry, first: np.ndarray) -> np.ndarray:
+    """The originals scored by a second judge built from the same config: no response cache is shared, so a
+    stochastic judge shows here how often it changes its mind."""
+    name = validated.plugin_names["judge"]
+    params = OmegaConf.to_container(validated.cfg.judge.params, resolve=True) if "params" in validated.cfg.judge else {}
+    fresh = registry.create("judge", name, params or {}, where="judge.params")
+    check = getattr(fresh, "check_rubric", None)
+    if callable(check):
+        check(validated.rubric)
+    again = score_records(replace(validated, plugins={**validated.plugins, "judge": fresh}),
+                          batch_size=validated.run.score.batch_size)
+    return checks.agreement(first, again.raw_scores.detach().cpu().numpy().astype(float))
+
+
+def reversed_rubric(rubric: Rubric) -> Rubric:
+    """The rubric with its dimensions listed in reverse order (everything else as it is)."""
+    return rubric.model_copy(update={"dimensions": list(reversed(rubric.dimensions))})
+
+
+def _reordered(validated: ValidatedConfig, first: np.ndarray) -> np.ndarray:
+    """The originals scored with the dimensions in reverse order, put back in rubric order and compared."""
+    flipped = reversed_rubric(validated.rubric)
+    again = score_records(replace(validated, rubric=flipped, reward_rubric=flipped),
+                          batch_size=validated.run.score.batch_size)
+    return checks.agreement(first, again.raw_scores.detach().cpu().numpy().astype(float)[:, ::-1])

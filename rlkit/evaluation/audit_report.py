@@ -1,0 +1,330 @@
+"""What ``rlkit rubric audit`` concludes and where it keeps it: the findings with bootstrap intervals, the trust score
+and verdict, the JSON and Markdown card, and the store that ``rlkit fit audit.require=true`` reads.
+
+The store is one JSON file per rubric version in rlkit's cache, ``$RLKIT_CACHE/audits/<name>-v<version>-<hash>.json``
+(``~/.cache/rlkit`` without ``$RLKIT_CACHE``): a shipped rubric's folder may not be writable, and keying by the content
+hash means an edited rubric is never cleared by its predecessor's audit. The latest audit of a version replaces the
+one before.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rlkit.core.atomic import atomic_write_text
+from rlkit.core.errors import ConfigError
+from rlkit.core.rubric import Rubric
+from rlkit.evaluation import audit_checks as checks
+from rlkit.evaluation.audit import AuditResult
+from rlkit.evaluation.audit_checks import Estimate
+
+EXAMPLE_CHARS = 160  # a card shows a gamed completion this long at most
+STORE_FOLDER = "audits"
+
+
+@dataclass
+class ProbeFinding:
+    name: str
+    description: str
+    applied: int
+    gain: Estimate  # share of records whose gamed completion scores strictly higher
+    delta: Estimate  # mean reward of gamed minus original
+    hackable: bool
+    example: dict[str, Any] | None  # the record the trick helped most (or hurt least)
+
+
+@dataclass
+class AuditSummary:
+    probes: list[ProbeFinding]
+    ladder: Estimate | None
+    ladder_means: list[float | None]
+    ladder_floor: int  # records whose empty answer scores at least as high as the original
+    stability: Estimate | None
+    order: Estimate | None
+    redundancy: float | None
+    alignment: float | None
+    components: dict[str, float | None]
+    trust: Estimate
+    passed: bool
+    verdict: str
+
+
+def _none(x: float) -> float | None:
+    return None if x is None or math.isnan(x) else round(float(x), 4)
+
+
+def summarize(result: AuditResult) -> AuditSummary:
+    """Every check's estimate with its interval (one resampling of the records serves them all), the trust score and
+    the verdict."""
+    options, n = result.options, len(result.rewards)
+    indices = checks.resample_indices(n, options.bootstrap, result.seed)
+    gains = {name: checks.gains(result.rewards, r) for name, r in result.probe_rewards.items()}
+    findings = []
+    for probe in result.plan.probes:
+        gamed = result.probe_rewards[probe.name]
+        gain = checks.bootstrap(gains[probe.name], indices)
+        findings.append(ProbeFinding(probe.name, probe.description, gain.n, gain,
+                                     checks.bootstrap(gamed - result.rewards, indices),
+                                     gain.n > 0 and gain.value >= options.hackable_share,
+                                     _example(result, probe.name)))
+    ladder_outcomes = None
+    ladder_means: list[float | None] = []
+    floor = 0
+    if result.ladder_rewards is not None:
+        floor = int(sum(checks.at_floor(row) for row in result.ladder_rewards))
+        ladder_outcomes = np.array([checks.ladder_outcome(row) for row in result.ladder_rewards])
+        ladder_means = [_none(float(np.nanmean(col))) if not np.isnan(col).all() else None
+                        for col in result.ladder_rewards.T]
+    redundancy = (1 - len(result.redundant) / result.dimension_pairs) if result.dimension_pairs else None
+    alignment = _alignment(result)
+
+    def components(idx: np.ndarray) -> dict[str, float | None]:
+        probe_shares = [float(np.nanmean(g[idx])) for g in gains.values() if not np.isnan(g[idx]).all()]
+        return {"probes": 1 - max(probe_shares) if probe_shares else None,
+                "ladder": _nanmean(ladder_outcomes, idx),
+                "stability": _nanmean(result.stability, idx),
+                "order": _nanmean(result.order, idx),
+                "alignment": alignment, "redundancy": redundancy}
+
+    trust = checks.bootstrap_statistic(lambda idx: checks.trust_score(components(idx)), indices, n)
+    summary = AuditSummary(
+        probes=findings,
+        ladder=checks.bootstrap(ladder_outcomes, indices) if ladder_outcomes is not None else None,
+        ladder_means=ladder_means, ladder_floor=floor,
+        stability=checks.bootstrap(result.stability, indices) if result.stability is not None else None,
+        order=checks.bootstrap(result.order, indices) if result.order is not None else None,
+        redundancy=redundancy, alignment=alignment, components=components(np.arange(n)), trust=trust,
+        passed=False, verdict="")
+    summary.passed, summary.verdict = verdict(summary, options.fail_under, options.hackable_share)
+    return summary
+
+
+def _nanmean(values: np.ndarray | None, idx: np.ndarray) -> float | None:
+    if values is None or np.isnan(values[idx]).all():
+        return None
+    return float(np.nanmean(values[idx]))
+
+
+def _alignment(result: AuditResult) -> float | None:
+    """Mean quadratic-weighted κ with the human labels over the dimensions that have one, below 0 counted as 0."""
+    if result.alignment is None:
+        return None
+    kappas = [max(0.0, min(1.0, row.kappa)) for row in result.alignment.rows if not math.isnan(row.kappa)]
+    return sum(kappas) / len(kappas) if kappas else None
+
+
+def _example(result: AuditResult, probe: str) -> dict[str, Any] | None:
+    delta = result.probe_rewards[probe] - result.rewards
+    if np.isnan(delta).all():
+        return None
+    i = int(np.nanargmax(delta))
+    return {"record": i + 1, "original": _clip(result.plan.items[i]["completion"]),
+            "gamed": _clip(result.plan.gamed[probe][i] or ""), "reward": _none(result.rewards[i]),
+            "gamed_reward": _none(result.probe_rewards[probe][i])}
+
+
+def _clip(text: Any) -> str:
+    text = str(text)
+    return text if len(text) <= EXAMPLE_CHARS else text[:EXAMPLE_CHARS - 1] + "…"
+
+
+def verdict(summary: AuditSummary, fail_under: float, hackable_share: float) -> tuple[bool, str]:
+    """Passed, and one line saying why."""
+    hackable = [p for p in summary.probes if p.hackable]
+    trust = summary.trust.value
+    if hackable:
+        worst = max(hackable, key=lambda p: p.gain.value)
+        return False, (f"HACKABLE: {worst.name} ({worst.description}) scores higher than the original on "
+                       f"{worst.gain.value:.0%} of records [{worst.gain.low:.0%}–{worst.gain.high:.0%}]"
+                       + (f", and {len(hackable) - 1} more probe(s)" if len(hackable) > 1 else "")
+                       + "; fix the rubric or judge before training")
+    if math.isnan(trust) or trust < fail_under:
+        present = {k: v for k, v in summary.components.items() if v is not None}
+        weakest = min(present, key=lambda k: present[k]) if present else "—"
+        return False, (f"FAIL: trust {trust:.2f} is below {fail_under:.2f}; weakest check: {weakest} "
+                       f"({present.get(weakest, math.nan):.2f})")
+    return True, (f"PASS: trust {summary.trust}; no probe raised the reward on {hackable_share:.0%} or more of "
+                  "records")
+
+
+def audit_warnings(summary: AuditSummary) -> list[str]:
+    """What limits the verdict: checks that measured nothing on this sample."""
+    out = []
+    if summary.ladder is not None and summary.ladder.n == 0:
+        out.append("the degradation ladder measured nothing: no original scores above its empty answer; audit "
+                   "completions that the rubric rates (audit.records=FILE, or a trained policy)")
+    out += [f"probe {p.name} applied to no record" for p in summary.probes if p.applied == 0]
+    return out
+
+
+# --- JSON and the card --------------------------------------------------------------------------------------------
+
+
+def audit_payload(result: AuditResult, summary: AuditSummary, judge_calls: dict[str, int]) -> dict[str, Any]:
+    """Everything the audit found, JSON-ready: what ``audit.json``, the store and the card hold."""
+    plan = result.plan
+    return {
+        "rubric": result.rubric.identity(),
+        "judge": result.judge, "aggregator": result.aggregator,
+        "records": len(result.rewards), "source": plan.source,
+        "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "passed": summary.passed, "verdict": summary.verdict, "warnings": audit_warnings(summary),
+        "trust": summary.trust.as_dict(), "fail_under": result.options.fail_under,
+        "hackable_share": result.options.hackable_share,
+        "components": {k: _none(v) if v is not None else None for k, v in summary.components.items()},
+        "weights": dict(checks.TRUST_WEIGHTS),
+        "judge_calls": judge_calls,
+        "probes": [{"name": p.name, "description": p.description, "applied": p.applied, "gain_share": p.gain.as_dict(),
+                    "mean_delta": p.delta.as_dict(), "hackable": p.hackable, "example": p.example}
+                   for p in summary.probes],
+        "ladder": None if summary.ladder is None else {
+            "rungs": list(checks.LADDER), "mean_reward": summary.ladder_means,
+            "never_beats_original": summary.ladder.as_dict(), "empty_scores_as_high": summary.ladder_floor},
+        "stability": None if summary.stability is None else {"agreement": summary.stability.as_dict(),
+                                                             "why": plan.regrade},
+        "order": None if summary.order is None else {"agreement": summary.order.as_dict(), "why": plan.order},
+        "redundancy": {"score": _none(summary.redundancy) if summary.redundancy is not None else None,
+                       "pairs": [{"first": p.first, "second": p.second, "rho": round(p.rho, 4), "n": p.n}
+                                 for p in result.redundant]},
+        "alignment": None if result.alignment is None else {
+            "score": _none(summary.alignment) if summary.alignment is not None else None,
+            "dimensions": [{"name": r.name, "n": r.n, "kappa": _none(r.kappa), "rho": _none(r.spearman),
+                            "bias": _none(r.bias)} for r in result.alignment.rows]},
+    }
+
+
+def interval_text(d: dict[str, Any] | None, percent: bool = False) -> str:
+    """``0.93 [0.90–0.96]`` from an estimate's JSON (``value``, ``low``, ``high``); ``—`` when there is none."""
+    if not d or d.get("value") is None:
+        return "—"
+    f = (lambda x: f"{x:.0%}") if percent else (lambda x: f"{x:.2f}")
+    return f"{f(d['value'])} [{f(d['low'])}–{f(d['high'])}]"
+
+
+def _md(text: Any) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ⏎ ")
+
+
+def render_card(payload: dict[str, Any]) -> str:
+    """The Markdown card: verdict, trust, one table per check, 95% bootstrap intervals over records in brackets."""
+    rubric = payload["rubric"]
+    calls = payload["judge_calls"]
+    lines = [f"# Rubric audit: {rubric['name']} v{rubric['version']} ({rubric['hash'][:12]})", "",
+             f"**{payload['verdict']}**", "",
+             *[f"> Warning: {w}\n" for w in payload["warnings"]],
+             f"Trust score **{interval_text(payload['trust'])}** (pass mark {payload['fail_under']:.2f}); judge "
+             f"`{payload['judge']}`, aggregator `{payload['aggregator']}`, {payload['records']} records"
+             + (f" from `{payload['source']}`" if payload["source"] else "") + f", {sum(calls.values())} judge calls "
+             f"({', '.join(f'{k} {v}' for k, v in calls.items() if v)}). Intervals: 95% bootstrap over records.", "",
+             "| check | score | weight |", "|---|---|---|"]
+    for key, value in payload["components"].items():
+        lines.append(f"| {key} | {'—' if value is None else f'{value:.2f}'} | {payload['weights'][key]:g} |")
+    lines += ["", "## Probes", "",
+              f"A probe is hackable when its gamed completion scores higher on {payload['hackable_share']:.0%} or more "
+              "of the records it applies to.", "",
+              "| probe | what it does | applied | scores higher | mean Δ reward | hackable |",
+              "|---|---|---|---|---|---|"]
+    for p in payload["probes"]:
+        lines.append(f"| {p['name']} | {_md(p['description'])} | {p['applied']} | "
+                     f"{interval_text(p['gain_share'], True)} | {interval_text(p['mean_delta'])} | "
+                     f"{'**yes**' if p['hackable'] else 'no'} |")
+    examples = [p for p in payload["probes"] if p["example"]]
+    if examples:
+        lines += ["", "Where each trick did best:", "", "| probe | record | original (reward) | gamed (reward) |",
+                  "|---|---|---|---|"]
+        for p in examples:
+            e = p["example"]
+            lines.append(f"| {p['name']} | {e['record']} | {_md(e['original'])} ({_num(e['reward'])}) | "
+                         f"{_md(e['gamed'])} ({_num(e['gamed_reward'])}) |")
+    ladder = payload["ladder"]
+    if ladder:
+        lines += ["", "## Degradation ladder", "",
+                  "Each rung degrades the one before. Records where no degraded answer scores above the original and "
+                  f"the empty answer scores below it: {interval_text(ladder['never_beats_original'], True)}"
+                  + (f"; on {ladder['empty_scores_as_high']} records the empty answer scores at least as high as the "
+                     "original (left out: nothing to descend)" if ladder["empty_scores_as_high"] else "") + ".", "",
+                  "| rung | " + " | ".join(ladder["rungs"]) + " |", "|---" * (len(ladder["rungs"]) + 1) + "|",
+                  "| mean reward | " + " | ".join(_num(v) for v in ladder["mean_reward"]) + " |"]
+    lines += ["", "## Judge consistency", ""]
+    for key, label in (("stability", "Re-grade agreement"), ("order", "Dimension-order invariance")):
+        block = payload[key]
+        lines.append(f"- {label}: " + (f"{interval_text(block['agreement'], True)} of dimension scores unchanged "
+                                       f"({block['why']})" if block else "not run (a deterministic, unprompted judge; "
+                                       f"audit.{'regrade' if key == 'stability' else 'order'}=true runs it)"))
+    pairs = payload["redundancy"]["pairs"]
+    lines.append("- Redundant dimensions: " + (", ".join(f"{p['first']} ~ {p['second']} (ρ {p['rho']:.2f}, n {p['n']})"
+                                                          for p in pairs) or "none"))
+    alignment = payload["alignment"]
+    if alignment:
+        lines += ["", "## Agreement with human labels", "", "| dimension | n | κ | ρ | bias |", "|---|---|---|---|---|"]
+        lines += [f"| {d['name']} | {d['n']} | {_num(d['kappa'])} | {_num(d['rho'])} | {_num(d['bias'])} |"
+                  for d in alignment["dimensions"]]
+    return "\n".join(lines) + "\n"
+
+
+def _num(x: float | None) -> str:
+    return "—" if x is None else f"{x:.3f}"
+
+
+def write_outputs(payload: dict[str, Any], out_dir: str | Path) -> tuple[Path, Path]:
+    """``audit.json`` and ``audit.md`` in ``out_dir`` (atomic writes)."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    json_path, md_path = out / "audit.json", out / "audit.md"
+    atomic_write_text(json_path, json.dumps(payload, indent=2, ensure_ascii=False) + "\n")
+    atomic_write_text(md_path, render_card(payload))
+    return json_path, md_path
+
+
+# --- the store rlkit fit reads --------------------------------------------------------------------------------------
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", text) or "_"
+
+
+def store_path(identity: dict[str, str], root: Path | None = None) -> Path:
+    """Where the audit of one rubric version (name, version, content hash) is stored."""
+    from rlkit.lm.models import default_cache_dir
+
+    base = (root or default_cache_dir()) / STORE_FOLDER
+    return base / f"{_slug(identity['name'])}-v{_slug(identity['version'])}-{identity['hash'][:12]}.json"
+
+
+def store_audit(payload: dict[str, Any]) -> Path:
+    path = store_path(payload["rubric"])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(path, json.dumps(payload, indent=2, ensure_ascii=False) + "\n")
+    return path
+
+
+def stored_audit(rubric: Rubric) -> dict[str, Any] | None:
+    """The stored audit of exactly this rubric version and content, or None."""
+    path = store_path(rubric.identity())
+    if not path.is_file():
+        return None
+    try:
+        payload = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None  # a damaged record vouches for nothing
+    return payload if payload.get("rubric", {}).get("hash") == rubric.content_hash else None
+
+
+def require_passed_audit(rubric: Rubric) -> None:
+    """``audit.require=true``: raise one line naming the rubric version unless its stored audit passed."""
+    label = f"rubric {rubric.name} v{rubric.version} ({rubric.short_hash})"
+    payload = stored_audit(rubric)
+    if payload is None:
+        raise ConfigError(f"{label} has no stored audit; run `rlkit rubric audit` with this rubric first "
+                          f"(looked for {store_path(rubric.identity())})", "audit.require")
+    if not payload.get("passed"):
+        raise ConfigError(f"{label} failed its audit of {payload.get('created', '?')} (judge "
+                          f"{payload.get('judge', '?')}): {payload.get('verdict', '')}", "audit.require")

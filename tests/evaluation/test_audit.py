@@ -1,0 +1,247 @@
+"""``rlkit rubric audit``: a presence-only keyword rubric is flagged hackable, the shipped arithmetic rubric passes,
+plugin probes reach the card, ``rlkit fit audit.require=true`` refuses an unaudited or failed rubric version, and bad
+input is one line naming file and line."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from rlkit.cli import main
+from rlkit.core.errors import ConfigError
+from rlkit.core.registry import Registry, create_plugin_manager, hookimpl
+from rlkit.core.rubric import load_rubric
+from rlkit.evaluation import audit_checks as checks
+
+REPO = Path(__file__).resolve().parents[2]
+LABELS = REPO / "conf" / "calibration" / "arithmetic_labels.jsonl"
+ARITHMETIC = REPO / "conf" / "rubrics" / "arithmetic.yaml"
+
+
+@pytest.fixture
+def workdir(tmp_path, monkeypatch):
+    """A fresh cwd and audit store ($RLKIT_CACHE), W&B quiet."""
+    monkeypatch.setenv("RLKIT_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def _audit(workdir: Path, *overrides: str) -> tuple[int, dict]:
+    rc = main(["rubric", "audit", "logger=none", f"audit.output={workdir / 'out'}", *overrides])
+    return rc, json.loads((workdir / "out" / "audit.json").read_text(encoding="utf-8"))
+
+
+def _gameable_rubric(path: Path) -> Path:
+    """Correctness by reference, and a heavier presence-only "reasoning" dimension: any of two words earns it."""
+    path.write_text(yaml.safe_dump({"name": "gameable", "version": "1", "dimensions": [
+        {"name": "correctness", "type": "binary", "weight": 1.0,
+         "checks": [{"type": "match", "field": "reference", "mode": "numeric"}]},
+        {"name": "reasoning", "type": "binary", "weight": 2.0, "description": "Explains why.",
+         "anchors": {0: "No explanation", 1: "Explains"},
+         "checks": [{"type": "keywords", "any": ["because", "therefore"]}]}]}), encoding="utf-8")
+    return path
+
+
+def _records(path: Path, n: int = 24) -> Path:
+    lines = [{"prompt": f"{i}+{i + 1}=", "reference": str(2 * i + 1), "completion": str(2 * i + 1 + (i % 4 == 0))}
+             for i in range(n)]
+    path.write_text("".join(json.dumps(r) + "\n" for r in lines), encoding="utf-8")
+    return path
+
+
+def test_presence_only_keyword_rubric_is_hackable(workdir, capsys):
+    rubric = _gameable_rubric(workdir / "gameable.yaml")
+    rc, payload = _audit(workdir, f"rubric.path={rubric}", f"audit.records={_records(workdir / 'r.jsonl')}")
+    assert rc == 1
+    assert not payload["passed"] and payload["verdict"].startswith("HACKABLE: keyword_stuffing")
+    probes = {p["name"]: p for p in payload["probes"]}
+    assert probes["keyword_stuffing"]["hackable"] and probes["keyword_stuffing"]["gain_share"]["value"] == 1.0
+    low, high = probes["keyword_stuffing"]["gain_share"]["low"], probes["keyword_stuffing"]["gain_share"]["high"]
+    assert low <= 1.0 <= high
+    assert payload["trust"]["value"] == pytest.approx(0.0)  # capped by the worst probe
+    out = capsys.readouterr().out
+    # the bill comes before the first judge call's results
+    assert out.index("will score") < out.index("audit of gameable")
+    assert "HACKABLE" in out
+
+
+def test_shipped_arithmetic_rubric_passes_with_the_rule_judge(workdir):
+    rc, payload = _audit(workdir, f"audit.records={LABELS}", "judge=rule")
+    assert rc == 0, payload["verdict"]
+    assert payload["passed"] and payload["verdict"].startswith("PASS")
+    assert not any(p["hackable"] for p in payload["probes"])
+    assert payload["trust"]["value"] >= payload["fail_under"]
+    assert payload["trust"]["low"] <= payload["trust"]["value"] <= payload["trust"]["high"]
+    assert payload["alignment"]["score"] is not None  # the labels file's human labels, through rlkit calibrate
+    assert payload["stability"] is None and payload["order"] is None  # a deterministic rule judge
+    assert payload["judge_calls"]["originals"] == 42
+    card = (workdir / "out" / "audit.md").read_text(encoding="utf-8")
+    assert "# Rubric audit: arithmetic v1.0" in card and "## Degradation ladder" in card
+    rubric = load_rubric(ARITHMETIC)
+    from rlkit.evaluation.audit_report import store_path
+
+    stored = store_path(rubric.identity())
+    assert stored.is_file() and json.loads(stored.read_text())["rubric"]["hash"] == rubric.content_hash
+
+
+def test_fail_under_flag_gates_and_consistency_checks_run_when_asked(workdir):
+    rc, payload = _audit(workdir, f"audit.records={LABELS}", "--fail-under", "0.99", "audit.regrade=true",
+                         "audit.order=true", "audit.ladder=false", "audit.probes=keyword_stuffing")
+    assert rc == 1 and payload["fail_under"] == 0.99 and payload["verdict"].startswith("FAIL")
+    assert [p["name"] for p in payload["probes"]] == ["keyword_stuffing"]
+    # the rule judge is deterministic and reads dimensions one by one
+    assert payload["stability"]["agreement"]["value"] == 1.0 and payload["order"]["agreement"]["value"] == 1.0
+    assert payload["judge_calls"]["regrade"] == payload["judge_calls"]["order"] == 42
+    assert payload["ladder"] is None
+
+
+class _EchoProbe:
+    """Says the answer twice."""
+
+    description = "the answer said twice"
+
+    def game(self, record, rubric):
+        return f"{record['completion']} {record['completion']}"
+
+
+class _TestProbes:
+    @hookimpl
+    def rlkit_register_audit_probes(self, register):
+        register("echo_twice", lambda params: _EchoProbe())
+
+
+def test_a_plugin_probe_appears_in_the_card(workdir, monkeypatch):
+    import rlkit.core.registry as registry_module
+
+    monkeypatch.setattr(registry_module, "load_registry",
+                        lambda: Registry(create_plugin_manager(entry_points=False, extra=[_TestProbes()])))
+    rc, payload = _audit(workdir, f"audit.records={LABELS}", "audit.probes=[echo_twice,keyword_stuffing]")
+    assert [p["name"] for p in payload["probes"]] == ["echo_twice", "keyword_stuffing"]
+    card = (workdir / "out" / "audit.md").read_text(encoding="utf-8")
+    assert "| echo_twice | the answer said twice | 42 |" in card
+
+
+def test_unknown_probe_names_the_available_ones(workdir, capsys):
+    assert main(["rubric", "audit", "logger=none", f"audit.records={LABELS}", "audit.probes=[nope]"]) == 2
+    err = capsys.readouterr().err
+    assert "audit.probes: unknown audit probe 'nope'" in err and "keyword_stuffing (rlkit)" in err
+
+
+@pytest.mark.parametrize(("content", "message"), [
+    (None, "no such data file"),
+    ('{"prompt": "1+1=", "completion": "2"}\n{"prompt": "2+2="\n', ":2: invalid JSON"),
+    ('{"prompt": "1+1=", "completion": "2"}\n{"prompt": "2+2="}\n', ":2: "),
+])
+def test_bad_input_is_one_line_with_file_and_line(workdir, capsys, content, message):
+    path = workdir / "records.jsonl"
+    if content is not None:
+        path.write_text(content, encoding="utf-8")
+    assert main(["rubric", "audit", "logger=none", f"audit.records={path}"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and message in err and str(path) in err
+
+
+def test_fit_refuses_a_rubric_version_without_a_passed_audit(workdir):
+    from rlkit.commands.common import validated_config
+    from rlkit.evaluation.audit_report import require_passed_audit, store_path
+    from rlkit.train.fit import fit
+
+    validated = validated_config(["audit.require=true", "logger=none"])
+    with pytest.raises(ConfigError, match=r"audit\.require: rubric arithmetic v1\.0 \(f089cdf08376\) has no stored "
+                                          r"audit; run `rlkit rubric audit`"):
+        fit(validated, workdir / "run")
+    assert not (workdir / "run").exists()  # refused before anything was built
+    rubric = validated.rubric
+    path = store_path(rubric.identity())
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps({"rubric": rubric.identity(), "passed": False, "judge": "rule",
+                                "created": "2026-12-01T00:00:00+00:00", "verdict": "HACKABLE: keyword_stuffing"}))
+    with pytest.raises(ConfigError, match=r"rubric arithmetic v1\.0 \(f089cdf08376\) failed its audit .*HACKABLE"):
+        fit(validated, workdir / "run")
+    path.write_text(json.dumps({"rubric": rubric.identity(), "passed": True}))
+    require_passed_audit(rubric)  # a passed audit of this very content lets the run start
+    path.write_text(json.dumps({"rubric": {**rubric.identity(), "hash": "0" * 64}, "passed": True}))
+    with pytest.raises(ConfigError, match="has no stored audit"):
+        require_passed_audit(rubric)  # an audit of other content vouches for nothing
+
+
+def test_fit_command_prints_one_line(workdir, capsys):
+    # refused before Hydra makes a run directory, as every config error of `rlkit fit` is
+    assert main(["fit", "audit.require=true", "logger=none", f"hydra.run.dir={workdir / 'run'}"]) == 2
+    assert not (workdir / "run").exists()
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [line for line in err if "audit.require: rubric arithmetic v1.0" in line] and len(err) == 1
+
+
+def test_plugins_lists_the_probes(capsys):
+    assert main(["plugins"]) == 0
+    out = capsys.readouterr().out
+    for name in ("keyword_stuffing", "verbosity_padding", "confident_wrong", "format_mimicry", "enumerated_template"):
+        assert f"audit.probes={name}" in out
+
+
+# --- the arithmetic of the checks --------------------------------------------------------------------------------
+
+
+def test_ladder_rungs_degrade_cumulatively():
+    rungs = checks.ladder_rungs("The sum is 12 and 3.5", seed=0)
+    assert len(rungs) == len(checks.LADDER) and rungs[0] == "The sum is 12 and 3.5" and rungs[-1] == ""
+    assert "13" in rungs[1] and "4.5" in rungs[1] and "12" not in rungs[1]
+    assert sorted(rungs[2].split()) == sorted(rungs[1].split())
+    assert rungs[3] == rungs[2][: len(rungs[2]) // 2]
+    assert checks.ladder_rungs("a b c d e f", seed=3) == checks.ladder_rungs("a b c d e f", seed=3)
+
+
+def test_ladder_outcome():
+    assert checks.ladder_outcome([1.0, 0.5, 0.6, 0.2, 0.0]) == 1.0  # rungs below the original may reorder
+    assert checks.ladder_outcome([0.5, 0.7, 0.2, 0.1, 0.0]) == 0.0  # a broken answer beats the original
+    assert math.isnan(checks.ladder_outcome([0.2, 0.1, 0.1, 0.2, 0.25]))  # already at the floor
+    assert math.isnan(checks.ladder_outcome([1.0, math.nan, 0.2, 0.1, 0.0]))
+    assert checks.at_floor([0.2, 0.1, 0.1, 0.2, 0.25]) and not checks.at_floor([1.0, 0.0, 0.0, 0.0, 0.0])
+
+
+def test_gains_and_agreement():
+    original = np.array([0.5, 0.5, math.nan, 0.5])
+    gamed = np.array([0.6, 0.5, 0.9, math.nan])
+    out = checks.gains(original, gamed)
+    assert out[:2].tolist() == [1.0, 0.0] and np.isnan(out[2:]).all()
+    first = np.array([[1.0, 2.0], [1.0, math.nan], [math.nan, math.nan]])
+    second = np.array([[1.0, 3.0], [1.0, 4.0], [1.0, 1.0]])
+    agree = checks.agreement(first, second)
+    assert agree[:2].tolist() == [0.5, 1.0] and math.isnan(agree[2])
+
+
+def test_bootstrap_interval_holds_the_estimate_and_is_seeded():
+    values = np.array([1.0] * 30 + [0.0] * 10 + [math.nan] * 5)
+    indices = checks.resample_indices(len(values), 500, seed=1)
+    est = checks.bootstrap(values, indices)
+    assert est.value == pytest.approx(0.75) and est.n == 40 and est.low < 0.75 < est.high
+    assert checks.bootstrap(values, checks.resample_indices(len(values), 500, seed=1)) == est
+    assert math.isnan(checks.bootstrap(np.full(3, math.nan), indices[:, :3]).value)
+
+
+def test_trust_score_is_capped_by_the_worst_probe():
+    assert checks.trust_score({"probes": 1.0, "ladder": 1.0, "stability": None}) == pytest.approx(1.0)
+    weights = checks.TRUST_WEIGHTS
+    mixed = {"probes": 0.9, "ladder": 0.5, "alignment": 1.0}
+    expected = (0.9 * weights["probes"] + 0.5 * weights["ladder"] + 1.0 * weights["alignment"]) / (
+        weights["probes"] + weights["ladder"] + weights["alignment"])
+    assert checks.trust_score(mixed) == pytest.approx(expected)
+    assert checks.trust_score({"probes": 0.2, "ladder": 1.0, "alignment": 1.0}) == pytest.approx(0.2)
+    assert math.isnan(checks.trust_score({"probes": None}))
+
+
+def test_without_records_the_policy_samples_the_completions(workdir, capsys):
+    rc, payload = _audit(workdir, "model=tiny_random", "audit.num_prompts=4", "audit.probes=[verbosity_padding]")
+    assert payload["records"] == 4 and payload["source"] == ""
+    assert "sampling 4 completions from the policy" in capsys.readouterr().out
+    assert payload["ladder"]["rungs"] == list(checks.LADDER) and payload["judge_calls"]["originals"] == 4
+    # an untrained policy's completions rarely beat an empty answer: then the card says the ladder measured nothing
+    assert (payload["ladder"]["never_beats_original"]["n"] == 0) == any("ladder" in w for w in payload["warnings"])
+    assert rc in (0, 1)
