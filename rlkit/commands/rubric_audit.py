@@ -51,9 +51,12 @@ def cmd_rubric_audit(args: Sequence[str]) -> int:
     plan = plan_audit(validated, registry, items, labelled, source)
     calls = plan.judge_calls()
     # printed before the first call: a paid judge's bill is known before it is run up
+    model = plan.model_calls()
     console.print(f"judge {validated.plugin_names['judge']} will score {sum(calls.values())} completions: "
-                  + ", ".join(f"{v} {k}" for k, v in calls.items() if v)
-                  + (f" (judge.params.permutations={plan.permutations} each)" if plan.permutations > 1 else ""),
+                  + ", ".join(f"{v} {k}" for k, v in calls.items() if v) + "; "
+                  + ("no model calls (its dimensions are judged by rules)" if model is None else
+                     f"{model.calls:,} model calls ({model.formula}), ≈{model.tokens_in:,} tokens in, "
+                     f"≤{model.tokens_out:,} out" + ("" if model.cost is None else f", ≈${model.cost:,.4f}")),
                   markup=False)
     result = run_audit(validated, registry, plan)
     summary = summarize(result)

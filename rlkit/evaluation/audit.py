@@ -29,6 +29,7 @@ from rlkit.evaluation import audit_checks as checks
 from rlkit.evaluation.calibration import CalibrationReport, calibrate, read_labels
 from rlkit.evaluation.redundancy import RedundantPair, redundant_pairs
 from rlkit.evaluation.scoring import score_records
+from rlkit.judging.spend import CHARS_PER_TOKEN, CallPlan, JudgeLoad, plan_judge
 
 # fields an audited record drops: what the judge must not see (labels) or what was split into items (completions)
 _NOT_JUDGED = ("labels", "completions")
@@ -54,18 +55,27 @@ class AuditPlan:
     ladders: list[list[str]] | None
     regrade: str | None  # why the originals are scored twice, or None
     order: str | None  # why the dimensions are reversed, or None
-    permutations: int = 1  # a model judge's own judge.params.permutations: each completion asked that many times
+    # what the judge asks to score one completion, by its own count (None: it asks no model): the estimate
+    # `rlkit validate` prints for a run, so an audit's and a run's bills are counted the same way
+    per_completion: CallPlan | None = None
     source: str = ""
 
     def judge_calls(self) -> dict[str, int]:
-        """Completions the judge will score, by stage (a model judge asks once per completion and permutation)."""
+        """Completions the judge will score, by stage."""
         n = len(self.items)
-        calls = {"originals": n,
-                 "probes": sum(g is not None for gamed in self.gamed.values() for g in gamed),
-                 "ladder": sum(len(rungs) - 1 for rungs in self.ladders) if self.ladders else 0,
-                 "regrade": n if self.regrade else 0,
-                 "order": n if self.order else 0}
-        return {k: v * self.permutations for k, v in calls.items()}
+        return {"originals": n,
+                "probes": sum(g is not None for gamed in self.gamed.values() for g in gamed),
+                "ladder": sum(len(rungs) - 1 for rungs in self.ladders) if self.ladders else 0,
+                "regrade": n if self.regrade else 0,
+                "order": n if self.order else 0}
+
+    def model_calls(self) -> CallPlan | None:
+        """The model calls, tokens (and cost, with a price) of scoring every completion; None for a judge of rules."""
+        if self.per_completion is None:
+            return None
+        n, one = sum(self.judge_calls().values()), self.per_completion
+        return CallPlan(one.calls * n, one.tokens_in * n, one.tokens_out * n, f"{n} completions × ({one.formula})",
+                        None if one.cost is None else one.cost * n)
 
 
 @dataclass
@@ -194,8 +204,10 @@ def plan_audit(validated: ValidatedConfig, registry: Registry, items: list[dict[
     order = None
     if len(rubric.dimensions) > 1:
         order = _reason(options.order, model, "a prompted judge reads the dimensions in order", "audit.order")
-    permutations = OmegaConf.select(validated.cfg, "judge.params.permutations", default=1) if model else 1
-    return AuditPlan(items, labelled, probes, gamed, ladders, regrade, order, int(permutations or 1), source)
+    load = JudgeLoad(1, 1, prompt_chars=round(np.mean([len(str(i.get("prompt", ""))) for i in items])),
+                     completion_tokens=max(1, round(np.mean([len(str(i["completion"])) for i in items])
+                                                    / CHARS_PER_TOKEN)))
+    return AuditPlan(items, labelled, probes, gamed, ladders, regrade, order, plan_judge(judge, load, rubric), source)
 
 
 def _reason(option: bool | None, model_based: bool, auto: str, key: str) -> str | None:

@@ -181,7 +181,10 @@ def audit_payload(result: AuditResult, summary: AuditSummary, judge_calls: dict[
         "hackable_share": result.options.hackable_share,
         "components": {k: _none(v) if v is not None else None for k, v in summary.components.items()},
         "weights": dict(checks.TRUST_WEIGHTS),
-        "judge_calls": judge_calls,
+        "judge_calls": judge_calls,  # completions scored, by stage
+        "model_calls": None if (model := plan.model_calls()) is None else {
+            "calls": model.calls, "tokens_in": model.tokens_in, "tokens_out": model.tokens_out, "cost": model.cost,
+            "formula": model.formula},
         "probes": [{"name": p.name, "description": p.description, "applied": p.applied, "gain_share": p.gain.as_dict(),
                     "mean_delta": p.delta.as_dict(), "hackable": p.hackable, "example": p.example}
                    for p in summary.probes],
@@ -222,8 +225,11 @@ def render_card(payload: dict[str, Any]) -> str:
              *[f"> Warning: {w}\n" for w in payload["warnings"]],
              f"Trust score **{interval_text(payload['trust'])}** (pass mark {payload['fail_under']:.2f}); judge "
              f"`{payload['judge']}`, aggregator `{payload['aggregator']}`, {payload['records']} records"
-             + (f" from `{payload['source']}`" if payload["source"] else "") + f", {sum(calls.values())} judge calls "
-             f"({', '.join(f'{k} {v}' for k, v in calls.items() if v)}). Intervals: 95% bootstrap over records.", "",
+             + (f" from `{payload['source']}`" if payload["source"] else "")
+             + f", {sum(calls.values())} completions scored ({', '.join(f'{k} {v}' for k, v in calls.items() if v)}; "
+             + ("no model calls" if payload.get("model_calls") is None else
+                f"{payload['model_calls']['calls']:,} model calls, ≈{payload['model_calls']['tokens_in']:,} tokens in")
+             + "). Intervals: 95% bootstrap over records.", "",
              "| check | score | weight |", "|---|---|---|"]
     for key, value in payload["components"].items():
         lines.append(f"| {key} | {'—' if value is None else f'{value:.2f}'} | {payload['weights'][key]:g} |")

@@ -245,3 +245,18 @@ def test_without_records_the_policy_samples_the_completions(workdir, capsys):
     # an untrained policy's completions rarely beat an empty answer: then the card says the ladder measured nothing
     assert (payload["ladder"]["never_beats_original"]["n"] == 0) == any("ladder" in w for w in payload["warnings"])
     assert rc in (0, 1)
+
+
+def test_model_calls_scale_the_judges_own_plan_by_the_completions_scored():
+    from dataclasses import replace
+
+    from rlkit.evaluation.audit import AuditPlan
+    from rlkit.judging.spend import CallPlan
+
+    one = CallPlan(2, 100, 10, "1 prompts × 1 completions × 2 permutations", 0.5)
+    plan = AuditPlan([{"prompt": "1+1=", "completion": "2"}] * 3, None, [], {"p": ["x", None, "y"]}, None,
+                     "a model judge", None, one)
+    assert plan.judge_calls() == {"originals": 3, "probes": 2, "ladder": 0, "regrade": 3, "order": 0}
+    model = plan.model_calls()
+    assert (model.calls, model.tokens_in, model.tokens_out, model.cost) == (16, 800, 80, 4.0)
+    assert replace(plan, per_completion=None).model_calls() is None  # a judge of rules asks no model
