@@ -83,11 +83,12 @@ def completion_update(module: Any, objective: Any, sampled: SampledBatch, advant
         return out
 
     # Completions an engine sampled are corrected towards the policy that trains on them, which needs the policy's
-    # own log-probs at sampling time: the old-policy pass, even for one inner iteration.
+    # own log-probs at sampling time. With one inner iteration those are the training pass's own (the weights have
+    # not moved yet), read from it detached, so no old-policy pass is made; with more, the pass is needed anyway.
     engine = sampled.engine_logprobs if s.engine_is_cap is not None else None
     with torch.inference_mode():
         old_logp = (all_rows(lambda sub: sequence_log_probs(module.policy, sub))
-                    if (objective.needs_old_logprobs and objective.num_iterations > 1) or engine is not None
+                    if objective.num_iterations > 1 and (objective.needs_old_logprobs or engine is not None)
                     else None)
         ref_logp = all_rows(lambda sub: module.reference.log_probs(module.policy, sub)) \
             if module.reference is not None else None
@@ -95,12 +96,10 @@ def completion_update(module: Any, objective: Any, sampled: SampledBatch, advant
     t_logprob = time.perf_counter()
     num_tokens = float(spread.sum(mask.sum(), device))
     num_sequences = len(advantages) * spread.world_size
-    sampling_weights, is_metrics = None, {}
+    sampling_weights, ratio_sum, clipped = None, torch.zeros((), device=device), torch.zeros((), device=device)
     if engine is not None and old_logp is not None:
         sampling_weights, ratio_sum, clipped = truncated_importance_weights(old_logp, engine.to(old_logp), mask,
                                                                             s.engine_is_cap)
-        is_metrics = {"rollout/is_ratio_mean": float(spread.sum(ratio_sum, device)) / max(num_tokens, 1.0),
-                      "rollout/is_clipped_frac": float(spread.sum(clipped, device)) / max(num_tokens, 1.0)}
     # `entropy`: the policy's mean per-token entropy over the step's completion tokens (masked as the loss is), from
     # the first iteration's logits (the policy that sampled), so it costs no pass of its own.
     entropy_sum = torch.zeros((), device=device)
@@ -114,11 +113,16 @@ def completion_update(module: Any, objective: Any, sampled: SampledBatch, advant
                 entropy_sum = entropy_sum + torch.where(mask[rows] > 0, entropy, 0.0).sum()
             else:
                 logp = sequence_log_probs(module.policy, sampled.rows(rows))
+            weights = None if sampling_weights is None else sampling_weights[rows]
+            if engine is not None and old_logp is None:  # one iteration: the lag correction reads this pass
+                weights, chunk_ratio, chunk_clipped = truncated_importance_weights(
+                    logp.detach(), engine[rows].to(logp), mask[rows], s.engine_is_cap)
+                ratio_sum, clipped = ratio_sum + chunk_ratio, clipped + chunk_clipped
             part, part_metrics = objective.loss(CompletionLossInputs(
                 logp=logp, old_logp=logp.detach() if old_logp is None else old_logp[rows],
                 ref_logp=None if ref_logp is None else ref_logp[rows], advantages=advantages[rows], mask=mask[rows],
                 num_sequences=num_sequences, num_tokens=num_tokens, max_completion_length=s.max_completion_length,
-                sampling_weights=None if sampling_weights is None else sampling_weights[rows]))
+                sampling_weights=weights))
             module.manual_backward(part * spread.world_size)
             loss = loss + part.detach()
             share = mask[rows].sum() / max(num_tokens, 1.0)
@@ -129,7 +133,9 @@ def completion_update(module: Any, objective: Any, sampled: SampledBatch, advant
     summed = spread.sum_all({"loss": loss, **weighted, "entropy": entropy_sum / max(num_tokens, 1.0)}, device)
     loss_value = summed.pop("loss")
     summed["grad_norm"] = grad_norm  # the same on every process once DDP has averaged the gradients
-    summed.update(is_metrics)
+    if engine is not None:
+        summed["rollout/is_ratio_mean"] = float(spread.sum(ratio_sum, device)) / max(num_tokens, 1.0)
+        summed["rollout/is_clipped_frac"] = float(spread.sum(clipped, device)) / max(num_tokens, 1.0)
     return torch.as_tensor(loss_value), summed, t_logprob
 
 
