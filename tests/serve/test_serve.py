@@ -27,6 +27,7 @@ from rlkit.cli import main
 from rlkit.commands.common import validated_config as _validated
 from rlkit.core.errors import ConfigError
 from rlkit.evaluation.scoring import completion_ranks, score_records
+from rlkit.judging.spend import JudgeLoad
 from rlkit.serve.app import RewardServer, ServeSettings, create_app, serve_settings
 from rlkit.testing import JudgeContract
 from rlkit.testing.contracts import example_rubric
@@ -355,6 +356,9 @@ def test_reward_api_failed_group_is_nan_and_counted(server, rule):
         scores = judge.score(rollout, rule.rubric)
     assert not torch.isnan(scores[0]).any() and torch.isnan(scores[1]).all()  # a 422 is not retried
     assert judge.metrics()["judge/request_failures"] == 1 and judge.metrics()["judge/retries"] == 0
+    spend = judge.spend()  # one request a group, failed or not, and no tokens: a reward server bills none
+    assert (spend.calls, spend.retries, spend.tokens_in, spend.tokens_out) == (2, 0, 0, 0) and spend.latency_s > 0
+    assert judge.planned_calls(JudgeLoad(prompts=8, generations=4), rule.rubric).calls == 8
 
 
 def test_reward_api_follows_a_server_judge_that_derives_its_rubric(rule):

@@ -29,11 +29,14 @@ from typing import Any
 import torch
 
 from rlkit.plugin import (
+    CallPlan,
     ConfigError,
     InfoResponse,
+    JudgeLoad,
     RewardResponse,
     Rollout,
     Rubric,
+    Spend,
     hookimpl,
     post_with_retries,
     retry_delay,
@@ -105,6 +108,7 @@ class RewardApiJudge:
         self._base = p.base_url.rstrip("/")
         self._checked: dict[str, Rubric] = {}  # local rubric hash -> the rubric the server's scores follow
         self._last: dict[str, float] = {}
+        self._spend = Spend()
 
     def _headers(self) -> dict[str, str]:
         token = os.environ.get(self.params.api_key_env)
@@ -194,6 +198,9 @@ class RewardApiJudge:
             if out.value is not None:
                 scores[i] = torch.tensor(out.value, dtype=torch.float32)
         failed = [o for o in outcomes if o.value is None]
+        # a reward server is not billed by the token: its spend is requests, their latency and retries
+        self._spend = self._spend + Spend(calls=len(outcomes), latency_s=sum(o.latency for o in outcomes),
+                                          retries=sum(o.attempts - 1 for o in outcomes))
         self._last = {"judge/requests": float(len(outcomes)), "judge/request_failures": float(len(failed)),
                       "judge/retries": float(sum(o.attempts - 1 for o in outcomes)),
                       "judge/latency_mean": sum(o.latency for o in outcomes) / max(len(outcomes), 1)}
@@ -218,6 +225,14 @@ class RewardApiJudge:
     def metrics(self) -> dict[str, float]:
         """The last ``score`` call's requests, failed groups, retries and mean latency."""
         return dict(self._last)
+
+    def spend(self) -> Spend:
+        """Requests (one a group), their latency and retries so far (``rlkit.judging.spend``); no tokens."""
+        return self._spend
+
+    def planned_calls(self, load: JudgeLoad, rubric: Rubric) -> CallPlan:
+        """One request a group, whatever the rubric."""
+        return CallPlan(load.prompts, 0, 0, f"{load.prompts} prompts × 1 request (a group each)")
 
 
 @hookimpl
