@@ -27,7 +27,8 @@ commands:
   eval        golden-set evaluation of a checkpoint (eval.checkpoint=..., eval.prompts=...), per dimension
   fit         train the policy with the configured judge, aggregator and estimator (-m for sweeps)
   sft         supervised warm start on the records' demonstrations (rlkit fit objective=sft)
-  report      (re)build a run's report: `rlkit report outputs/<date>/<time>` (plots + report.md)
+  report      (re)build a run's report: `rlkit report outputs/<date>/<time>` (plots + report.md); several runs:
+              their golden-set results side by side, `rlkit report RUN_A RUN_B`
   train-grm   train a generative reward model on preference pairs or rankings (grm.data.train=...)
   serve       serve the configured judge as an HTTP reward API (serve.port=..., Ctrl-C stops it)
   data        data tools: pairs (rankings -> preference pairs), prepare (PII, de-dup, mix); `rlkit data` for help
