@@ -31,6 +31,7 @@ from rlkit.testing.contracts import (
 from rlkit.testing.environment_contract import EnvironmentContract
 from rlkit.testing.monitor_contract import MonitorContract, example_monitor_views
 from rlkit.testing.objective_contract import ObjectiveContract, example_completion_inputs, example_pair_inputs
+from rlkit.testing.runs import fit_killed_at_first_checkpoint
 from rlkit.testing.sampler_contract import PromptSamplerContract, example_sampler_records, example_sampler_rubric
 
 __all__ = [
@@ -58,6 +59,7 @@ __all__ = [
     "example_rubric",
     "example_sampler_records",
     "example_sampler_rubric",
+    "fit_killed_at_first_checkpoint",
     "plugin_names",
     "validate_overrides",
 ]

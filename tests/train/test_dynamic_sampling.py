@@ -272,30 +272,15 @@ def _rows(run_dir: Any) -> dict[int, dict[str, str]]:
 
 @pytest.mark.slow
 def test_resume_after_a_kill_reproduces_a_zero_spread_run(tmp_path, monkeypatch):
-    import os
-    import signal
-    import subprocess
-    import sys
-    import time
-
     from rlkit.cli import main
+    from rlkit.testing.runs import fit_killed_at_first_checkpoint
 
     monkeypatch.setenv("RLKIT_CACHE", str(tmp_path / "cache"))
     monkeypatch.setenv("WANDB_SILENT", "true")
     monkeypatch.chdir(tmp_path)
     args = ["model=tiny_random", "logger=csv", "batch_size=4", "num_generations=4", "checkpoint_every=2",
             "data.num_prompts=24", "sampling.filter=zero_spread", "sampling.max_rounds=2"]
-    killed = tmp_path / "killed"
-    proc = subprocess.Popen([sys.executable, "-m", "rlkit", "fit", *args, "trainer.max_steps=500",
-                             f"hydra.run.dir={killed}"], env={**os.environ, "PYTHONHASHSEED": "0"},
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    ckpt = killed / "checkpoints" / "last.ckpt"
-    deadline = time.monotonic() + 180
-    while not ckpt.exists() and proc.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.05)
-    proc.send_signal(signal.SIGKILL)
-    _, err = proc.communicate()
-    assert ckpt.exists(), f"no checkpoint before the kill: {err.decode()[-2000:]}"
+    ckpt = fit_killed_at_first_checkpoint(args, tmp_path / "killed")
     state = torch.load(ckpt, weights_only=True)
     k = state["global_step"]
     assert k % 2 == 0 and k > 0

@@ -113,26 +113,11 @@ _TIMING_KEYS = ("time/", "tokens_per_sec", "epoch")
 
 
 def test_resume_after_sigkill_reproduces_the_uninterrupted_metrics(tmp_path):
-    import os
-    import signal
-    import subprocess
-    import sys
-    import time
+    from rlkit.testing.runs import fit_killed_at_first_checkpoint
 
     args = ["model=tiny_random", "logger=csv", "batch_size=4", "num_generations=4", "checkpoint_every=3",
             "data.num_prompts=24"]
-    killed = tmp_path / "killed"
-    env = {**os.environ, "PYTHONHASHSEED": "0"}
-    proc = subprocess.Popen([sys.executable, "-m", "rlkit", "fit", *args, "trainer.max_steps=500",
-                             f"hydra.run.dir={killed}"], env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE)
-    ckpt = killed / "checkpoints" / "last.ckpt"
-    deadline = time.monotonic() + 180  # a loaded CI machine can take a minute to reach step 3
-    while not ckpt.exists() and proc.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.05)
-    proc.send_signal(signal.SIGKILL)
-    _, err = proc.communicate()
-    assert ckpt.exists(), f"no checkpoint before the kill: {err.decode()[-2000:]}"
+    ckpt = fit_killed_at_first_checkpoint(args, tmp_path / "killed")
     k = torch.load(ckpt, weights_only=True)["global_step"]  # the save is atomic: never a torn file
     assert k % 3 == 0 and k > 0
 

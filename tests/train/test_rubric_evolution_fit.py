@@ -116,27 +116,12 @@ def test_an_evolving_run_leaves_versions_diffs_and_its_buffer_in_the_run_directo
 
 
 def test_a_killed_run_resumes_with_the_same_buffer(tmp_path):
-    import os
-    import signal
-    import subprocess
-    import sys
-    import time
+    from rlkit.testing.runs import fit_killed_at_first_checkpoint
 
     data = _data(tmp_path)
     with CannedChatServer(score_each_dimension(verdict, criteria)) as server:
         args = _args(server, data)
-        killed = tmp_path / "killed"
-        env = {**os.environ, "PYTHONHASHSEED": "0"}
-        proc = subprocess.Popen([sys.executable, "-m", "rlkit", "fit", *args, "trainer.max_steps=500",
-                                 f"hydra.run.dir={killed}"], env=env, stdout=subprocess.DEVNULL,
-                                stderr=subprocess.PIPE)
-        ckpt = killed / "checkpoints" / "last.ckpt"
-        deadline = time.monotonic() + 180
-        while not ckpt.exists() and proc.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.05)
-        proc.send_signal(signal.SIGKILL)
-        _, err = proc.communicate()
-        assert ckpt.exists(), f"no checkpoint before the kill: {err.decode()[-2000:]}"
+        ckpt = fit_killed_at_first_checkpoint(args, tmp_path / "killed")
         saved = torch.load(ckpt, weights_only=False)
         k, held = saved["global_step"], saved["callbacks"]["RubricEvolution"]["buffer"]
         assert k % 2 == 0 and k > 0 and held["prompts"], "the checkpoint holds the buffer of the rounds before it"
