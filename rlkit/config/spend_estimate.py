@@ -26,6 +26,8 @@ class SpendEstimate:
     per_step: CallPlan
     steps: int | None
     extra_rounds: int = 0  # sampling.filter may sample this many more rounds a step
+    evolve_every: int = 0  # rubric.evolve.every: a round of new criteria every this many steps
+    prompts: int = 0       # prompts a step (a round asks once for each, best against worst completion)
 
     @property
     def run(self) -> CallPlan | None:
@@ -43,6 +45,11 @@ class SpendEstimate:
         if self.extra_rounds:
             lines.append(f"  sampling.filter may sample up to {self.extra_rounds} extra rounds a step: up to "
                          f"×{self.extra_rounds + 1} these figures")
+        if self.evolve_every:
+            rounds = f"{self.steps // self.evolve_every} rounds" if self.steps else "every round"
+            calls = f" = {self.steps // self.evolve_every * self.prompts:,} calls" if self.steps else ""
+            lines.append(f"  rubric.evolve: {rounds} × {self.prompts} prompts (one call each, best against worst "
+                         f"completion){calls} writing criteria, besides the judging above")
         return lines
 
 
@@ -68,4 +75,6 @@ def estimate_judge_spend(validated: Any) -> SpendEstimate | None:
         return None
     steps = validated.cfg.get("trainer", {}).get("max_steps", -1)
     extra = run.sampling.max_rounds if run.sampling.filter != "none" else 0
-    return SpendEstimate(plan, int(steps) if isinstance(steps, int) and steps > 0 else None, extra)
+    evolve = getattr(validated, "evolve", None)
+    return SpendEstimate(plan, int(steps) if isinstance(steps, int) and steps > 0 else None, extra,
+                         evolve.every if evolve is not None else 0, run.batch_size)

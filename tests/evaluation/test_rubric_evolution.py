@@ -254,3 +254,6 @@ def test_validate_refuses_evolve_on_a_rubric_that_is_not_per_record(capsys):
         assert "rubric.evolve.every: evolving criteria join each record's own rubric: use rubric=per_record" \
             in capsys.readouterr().err
         assert main(["validate", *backend, "rubric=per_record", "rubric.evolve.every=2"]) == 0
+        # the estimate counts the rounds' criteria-writing calls too: 60 steps / 2 × 8 prompts
+        assert "rubric.evolve: 30 rounds × 8 prompts (one call each, best against worst completion) = 240 calls" \
+            in capsys.readouterr().out
