@@ -293,10 +293,12 @@ def main() -> int:
             for task in args.tasks:
                 probe(root / task, policy, prompts, write_rubric(root, task))
             return 0
+        # each task's rubric is written once, before any run reads it (not by every job, while others read it)
+        rubrics = {task: write_rubric(root, task) for task in args.tasks}
         jobs = [(t, m, s) for t in args.tasks for m in args.methods for s in args.seeds]
         with ThreadPoolExecutor(args.jobs) as pool:
             dirs = list(pool.map(lambda job: train(job[1], job[2], args.steps, root / job[0], policy, prompts,
-                                                   write_rubric(root, job[0]), args.reuse), jobs))
+                                                   rubrics[job[0]], args.reuse), jobs))
         results: dict[str, dict[str, list[dict[str, object]]]] = {t: {m: [] for m in args.methods}
                                                                   for t in args.tasks}
         for (task, method, _), run_dir in zip(jobs, dirs, strict=True):
