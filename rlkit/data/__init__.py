@@ -4,6 +4,13 @@ The record helpers of ``rlkit.data.records`` are re-exported here, so ``from rlk
 keeps working.
 """
 
-from rlkit.data.records import MAX_REPORTED_LINES, SYNTHETIC_TASKS, arithmetic_task, prompt_text, read_jsonl
+from rlkit.data.records import (
+    MAX_REPORTED_LINES,
+    SYNTHETIC_TASKS,
+    arithmetic_task,
+    json_lines,
+    prompt_text,
+    read_jsonl,
+)
 
-__all__ = ["MAX_REPORTED_LINES", "SYNTHETIC_TASKS", "arithmetic_task", "prompt_text", "read_jsonl"]
+__all__ = ["MAX_REPORTED_LINES", "SYNTHETIC_TASKS", "arithmetic_task", "json_lines", "prompt_text", "read_jsonl"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import random
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -140,6 +140,15 @@ def _jsonl_lines(path: Path) -> Iterable[tuple[int, Any]]:
 
 class _Problem(str):
     """A line that could not be parsed, told apart from a JSON string value."""
+
+
+def json_lines(path: Path) -> Iterator[tuple[int, Any]]:
+    """(line number, parsed JSON) for every non-blank line of a JSONL file rlkit wrote or reads whole (results,
+    alerts, samples, labels): the first line that is not UTF-8 JSON is a ``DataError`` naming ``file:line``."""
+    for line_no, value in _jsonl_lines(path):
+        if isinstance(value, _Problem):
+            raise DataError(str(value), f"{path}:{line_no}")
+        yield line_no, value
 
 
 def read_jsonl(path: str | Path, *, need_completions: bool = False) -> list[dict[str, Any]]:

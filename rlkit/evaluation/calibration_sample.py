@@ -27,6 +27,7 @@ from typing import Any
 
 from rlkit.core.errors import ConfigError, DataError
 from rlkit.core.rubric import Rubric, load_rubric
+from rlkit.data.records import json_lines
 from rlkit.evaluation.labelling import LABELLING_DIR, labelling_line, write_lines
 
 SAMPLES_FILE = "samples.jsonl"
@@ -74,13 +75,7 @@ def read_samples(path: Path, rubric: Rubric) -> list[dict[str, Any]]:
     if not path.is_file():
         raise DataError(f"no {SAMPLES_FILE}: the run logged no samples (run.log_samples.every=0?)", str(path))
     rows = []
-    for number, raw in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-        if not raw.strip():
-            continue
-        try:
-            row = json.loads(raw)
-        except json.JSONDecodeError as exc:
-            raise DataError(f"invalid JSON ({exc.msg} at column {exc.colno})", f"{path}:{number}") from None
+    for number, row in json_lines(path):
         if not isinstance(row, dict) or not isinstance(row.get("completion"), str) or \
                 not isinstance(row.get("step"), int) or "prompt" not in row:
             raise DataError('expected {"step", "prompt", "completion", "reward", <dimension>: score, ...}',

@@ -25,7 +25,7 @@ from typing import Any
 from rlkit.core.atomic import atomic_write_text
 from rlkit.core.errors import DataError
 from rlkit.core.rubric import Rubric
-from rlkit.data.records import prompt_text
+from rlkit.data.records import json_lines, prompt_text
 
 LABELLING_DIR = "labelling"
 
@@ -93,13 +93,7 @@ def read_labelling(path: str | Path) -> list[dict[str, Any]]:
     if not path.is_file():
         raise DataError("no such labelling file", str(path))
     lines: list[dict[str, Any]] = []
-    for number, raw in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-        if not raw.strip():
-            continue
-        try:
-            line = json.loads(raw)
-        except json.JSONDecodeError as exc:
-            raise DataError(f"invalid JSON ({exc.msg} at column {exc.colno})", f"{path}:{number}") from None
+    for number, line in json_lines(path):
         problem = _check_line(line)
         if problem:
             raise DataError(problem, f"{path}:{number}")

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from rlkit.core.errors import DataError
+from rlkit.data.records import json_lines
 
 METRICS_FILE = "metrics.jsonl"
 
@@ -75,13 +76,7 @@ def read_result_rows(path: Path, required: Sequence[str], what: str) -> list[dic
     if not path.is_file():
         return []
     rows = []
-    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise DataError(f"invalid JSON ({exc.msg} at column {exc.colno})", f"{path}:{n}") from None
+    for n, row in json_lines(path):
         if not isinstance(row, dict) or not set(required) <= set(row) or not isinstance(row.get("rubric"), dict):
             raise DataError(f"not {what} (needs {', '.join(required)})", f"{path}:{n}")
         rows.append(row)

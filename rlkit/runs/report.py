@@ -15,6 +15,7 @@ from typing import Any
 
 from rlkit.core.atomic import atomic_write_text
 from rlkit.core.errors import DataError
+from rlkit.data.records import json_lines
 from rlkit.judging.spend import spend_section, spend_table
 from rlkit.runs.history import METRICS_FILE, read_history, read_result_rows
 
@@ -46,13 +47,7 @@ def read_alerts(path: Path) -> list[dict[str, Any]]:
     if not path.is_file():
         return []
     alerts = []
-    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            alert = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise DataError(f"invalid JSON ({exc.msg} at column {exc.colno})", f"{path}:{n}") from None
+    for n, alert in json_lines(path):
         if not isinstance(alert, dict) or "message" not in alert:
             raise DataError('expected {"monitor", "step", "severity", "message"}', f"{path}:{n}")
         alerts.append(alert)

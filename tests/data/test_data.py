@@ -265,3 +265,17 @@ def test_arithmetic_ids_unique_and_records_valid(tmp_path: Path) -> None:
 
 def test_arithmetic_zero_prompts() -> None:
     assert arithmetic_task(0, seed=0) == []
+
+
+def test_json_lines_names_the_first_bad_line_and_skips_blank_ones(tmp_path):
+    from rlkit.data.records import json_lines
+
+    good = tmp_path / "good.jsonl"
+    good.write_bytes(b'\xef\xbb\xbf{"a": 1}\n\n  \n[2]\n')  # a byte-order mark and blank lines
+    assert list(json_lines(good)) == [(1, {"a": 1}), (4, [2])]
+    for raw, problem, line in ((b'{"a": 1}\n{"a": \n', "invalid JSON", 2), (b'{"a": 1}\n"\xff"\n', "not UTF-8", 2)):
+        bad = tmp_path / "bad.jsonl"
+        bad.write_bytes(raw)
+        with pytest.raises(rlkit.DataError, match=problem) as exc:
+            list(json_lines(bad))
+        assert exc.value.where == f"{bad}:{line}"
