@@ -42,7 +42,17 @@ from rlkit.grm.model import GenerativeRewardModel, read_grm_format
 # --- model-based judging: backends, the response cache, parsing, HTTP ---------------------------------------
 from rlkit.judging.asking import FailureWarning, JudgeBackend, ask
 from rlkit.judging.cache import ResponseCache
-from rlkit.judging.http import MAX_BACKOFF_S, post_with_retries, retry_delay, run_async, snippet, tls_context
+from rlkit.judging.http import (
+    MAX_BACKOFF_S,
+    Attempt,
+    answered_attempt,
+    post_with_retries,
+    retry_after_seconds,
+    retry_delay,
+    run_async,
+    snippet,
+    tls_context,
+)
 from rlkit.judging.members import check_member_judge
 from rlkit.judging.parsing import RankingParse, ScoreParse, parse_ranking, parse_scores, ranks_from_order
 from rlkit.judging.rate_limit import rate_limiter
@@ -92,6 +102,7 @@ __all__ = [
     "AggregatorRef",
     "Alert",
     "Anchor",
+    "Attempt",
     "EnvStep",
     "Episode",
     "BackendRef",
@@ -165,6 +176,7 @@ __all__ = [
     "parse_ranking",
     "parse_scores",
     "plan_placement",
+    "answered_attempt",
     "post_with_retries",
     "prompt_text",
     "ranking_spec",
@@ -175,6 +187,7 @@ __all__ = [
     "render_chat",
     "render_template",
     "resolve_path",
+    "retry_after_seconds",
     "retry_delay",
     "rubric_from_dict",
     "run_async",

@@ -66,11 +66,31 @@ def snippet(text: str, limit: int = 200) -> str:
 
 def retry_after(response: httpx.Response) -> float | None:
     """The numeric ``Retry-After`` header in seconds, or None (absent, or an HTTP date: use our backoff)."""
+    return retry_after_seconds(response.headers.get("retry-after"))
+
+
+def retry_after_seconds(header: str | None) -> float | None:
+    """A ``Retry-After`` header's value in seconds, or None (absent, or an HTTP date: use our backoff)."""
     try:
-        value = float(response.headers.get("retry-after", ""))
+        value = float(header or "")
     except ValueError:
         return None
     return value if math.isfinite(value) and value >= 0 else None
+
+
+def answered_attempt(status: int, text: Callable[[], str], value: Callable[[], T | None], malformed: str,
+                     after: float | None = None) -> Attempt[T]:
+    """An attempt the server answered with ``status``, judged by the module's rules: 429 and 5xx are retried (after
+    ``after`` seconds if the server said), other non-2xx are final, a 2xx whose ``value()`` is None is malformed and
+    retried. ``text()`` (the body, for the message) is read only for a failure."""
+    if status == 429 or status >= 500:
+        return Attempt(None, f"HTTP {status}: {snippet(text())}", retryable=True, retry_after=after)
+    if not 200 <= status < 300:
+        return Attempt(None, f"HTTP {status}: {snippet(text())}")
+    answer = value()
+    if answer is None:
+        return Attempt(None, f"malformed response ({malformed}): {snippet(text())}", retryable=True)
+    return Attempt(answer)
 
 
 def retry_delay(backoff: float, retry: int, after: float | None = None) -> float:
@@ -94,16 +114,8 @@ async def _attempt(client: httpx.AsyncClient, url: str, payload: Any, timeout: f
         return Attempt(None, f"connection error: {type(exc).__name__}: {exc}", retryable=True)
     except Exception as exc:  # e.g. a payload that is not JSON-serialisable: this request only
         return Attempt(None, f"request failed: {type(exc).__name__}: {exc}")
-    status = response.status_code
-    if status == 429 or status >= 500:
-        return Attempt(None, f"HTTP {status}: {snippet(response.text)}", retryable=True,
-                       retry_after=retry_after(response))
-    if not 200 <= status < 300:
-        return Attempt(None, f"HTTP {status}: {snippet(response.text)}")
-    value = read(response)
-    if value is None:
-        return Attempt(None, f"malformed response ({malformed}): {snippet(response.text)}", retryable=True)
-    return Attempt(value)
+    return answered_attempt(response.status_code, lambda: response.text, lambda: read(response), malformed,
+                            retry_after(response))
 
 
 async def post_with_retries(client: httpx.AsyncClient, url: str, payload: Any, *, slots: asyncio.Semaphore,

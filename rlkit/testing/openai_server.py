@@ -229,6 +229,7 @@ class OpenAICompatibleServer:
         self._waiting: list[_Job] = []  # token-completion requests not yet decoded, in arrival order
         self._queue_ready = threading.Condition()  # guards _waiting and _leading; notified when a lead ends
         self._leading = False
+        self._last_arrival = 0.0  # time.monotonic() when the newest job joined _waiting
         self._seeds = random.Random(f"{seed}:sampling")  # for requests without a seed
         self.decode_passes = 0  # batched decodes run (a statistic: how well requests were batched)
         self.set_faults(garbage_rate=garbage_rate, fail_rate=fail_rate, fail_first=fail_first, delay=delay, seed=seed)
@@ -526,6 +527,7 @@ class OpenAICompatibleServer:
         is bound by the interpreter, and threads waking to poll slowed it by a third)."""
         with self._queue_ready:
             self._waiting.append(job)
+            self._last_arrival = time.monotonic()
             while not job.done.is_set() and self._leading:
                 self._queue_ready.wait()
             if job.done.is_set():
@@ -547,16 +549,19 @@ class OpenAICompatibleServer:
             raise job.error
 
     def _gather_burst(self) -> None:
-        """Wait until no request has joined the queue for ``batch_window_s`` (at most 20 windows): a client's
-        concurrent requests arrive over a few milliseconds, and one fixed window split them between passes."""
-        seen, deadline = -1, time.monotonic() + 20 * self.batch_window_s
-        while self.batch_window_s and time.monotonic() < deadline:
+        """Wait until no request has joined the queue for ``batch_window_s`` (at most 20 windows in all): a client's
+        concurrent requests arrive over a few milliseconds, and one fixed window split them between passes. Timed
+        from the newest arrival, not in whole windows of polling, which cost a burst arriving over 1 ms two windows."""
+        if not self.batch_window_s:
+            return
+        deadline = time.monotonic() + 20 * self.batch_window_s
+        while True:
             with self._queue_ready:
-                queued = len(self._waiting)
-            if queued == seen:
+                quiet_at = self._last_arrival + self.batch_window_s
+            now = time.monotonic()
+            if now >= quiet_at or now >= deadline:
                 return
-            seen = queued
-            time.sleep(self.batch_window_s)
+            time.sleep(min(quiet_at, deadline) - now)
 
     def _decode_jobs(self, jobs: list[_Job]) -> None:
         """Decode ``jobs`` in as few left-padded passes as their settings allow; the caller holds the model

@@ -246,6 +246,59 @@ def test_requests_are_retried_past_server_errors(server, policy):
         generator.close()
 
 
+def test_a_batch_wider_than_max_concurrency_is_sent_as_answers_free_places(server, policy):
+    model, tokenizer = policy
+    records = example_prompts()
+    assert len(records) >= 3
+    wide, narrow = _generator(server, sync="none"), _generator(server, sync="none", max_concurrency=1)
+    try:
+        wide.setup(model, tokenizer)
+        narrow.setup(model, tokenizer)
+        before = server.request_count
+        one_at_a_time = narrow.generate(model, tokenizer, _request(records))
+        assert server.request_count - before == len(records)
+        together = wide.generate(model, tokenizer, _request(records))
+        assert torch.equal(one_at_a_time.input_ids, together.input_ids), "same seeds, same samples, same order"
+    finally:
+        wide.close()
+        narrow.close()
+
+
+def test_connections_the_server_closed_are_replaced_without_a_retry(server, policy):
+    model, tokenizer = policy
+    generator = _generator(server, sync="none", retries=0)
+    try:
+        generator.setup(model, tokenizer)
+        first = generator.generate(model, tokenizer, _request(example_prompts()))
+        server._httpd.close_connections()  # as uvicorn does to connections idle for 5 s
+        again = generator.generate(model, tokenizer, _request(example_prompts()))
+        assert torch.equal(first.input_ids, again.input_ids)
+    finally:
+        generator.close()
+
+
+def test_with_max_lag_a_sync_leaves_the_load_until_the_batch_out_is_read(server, policy):
+    model, tokenizer = policy
+    generator = _generator(server, sync="disk", max_lag=1)
+    try:
+        generator.setup(model, tokenizer)
+        pending = generator.submit(model, tokenizer, _request(example_prompts()))
+        updates = server.weight_updates
+        _perturb(model)
+        generator.sync_weights(model)  # returns without waiting for the batch out
+        assert server.weight_updates == updates and generator.policy_version == 1
+        assert pending.result().policy_version == 0
+        assert server.weight_updates == updates + 1, "read, so nothing sampled on the old weights is still out"
+        after = generator.generate(model, tokenizer, _request(example_prompts(), greedy=True))
+        assert after.policy_version == 1
+        with torch.no_grad():
+            own = sequence_log_probs(model, after)
+        mask = after.completion_mask.bool()
+        torch.testing.assert_close(after.engine_logprobs[mask], own[mask], atol=1e-5, rtol=0)
+    finally:
+        generator.close()
+
+
 def test_a_server_that_is_down_is_one_config_error_naming_base_url(policy):
     with socket.socket() as s:  # a port nothing listens on once closed
         s.bind(("127.0.0.1", 0))
@@ -317,16 +370,15 @@ def test_the_test_server_speaks_vllms_completions_and_sglangs_weight_routes(serv
 
 
 def test_token_ids_are_read_from_token_id_names_when_absent():
-    import httpx
-
     from rlkit_plugins.generators.openai_server import _read_choices
 
     choice = {"index": 0, "text": "ab", "finish_reason": "length",
               "logprobs": {"tokens": ["token_id:7", "token_id:9"], "token_logprobs": [-1.5, -0.25]}}
-    answer = httpx.Response(200, json={"choices": [choice]})
+    answer = json.dumps({"choices": [choice]}).encode()
     assert _read_choices(1)(answer) == [([7, 9], [-1.5, -0.25])]
     assert _read_choices(2)(answer) is None, "too few choices is a malformed answer (retried)"
-    assert _read_choices(1)(httpx.Response(200, json={"choices": [{"index": 0, "text": "x"}]})) is None
+    assert _read_choices(1)(json.dumps({"choices": [{"index": 0, "text": "x"}]}).encode()) is None
+    assert _read_choices(1)(b"not json") is None
 
 
 @pytest.mark.parametrize(("params", "field"), [

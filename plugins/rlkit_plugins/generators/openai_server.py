@@ -43,54 +43,64 @@ previous one. Either happens at setup (version 0) and after every ``sync_every``
 ``generate`` and ``sync_weights`` from one thread, so a batch never mixes versions. Between syncs (``sync_every``
 > 1) the sampler lags the policy by up to ``sync_every - 1`` steps; ``engine_logprobs`` is what corrects for it.
 
-Transport: one ``httpx.AsyncClient`` per ``generate``, at most ``max_concurrency`` requests in flight, each
-attempt bounded by ``timeout_s``, with rlkit's shared retry schedule (``retries`` after the first attempt,
-``retry_backoff`` doubling, a timeout, connection error, 429, 5xx or malformed answer retried). A record still
-failing after its retries fails the step with one line naming it: a step cannot train on missing rollouts. At
-setup, nothing listening at ``base_url`` is a ``ConfigError``: ``cannot connect to ... (connection refused)``.
+A server must not load new weights while it still samples a batch requested before them, so a load waits until the
+batches already out are answered. With ``max_lag`` 0, or under DDP (process 0 sends, every process waits), the sync
+sends it there and then. With ``max_lag`` > 0 on one process it leaves the loop once the weights are saved: the load
+goes out as soon as the batches before it have been read (the next step reads its rollout first thing), just before
+the next batch is requested, so the loop never waits on the engine to finish sampling merely to load. Either way each
+batch comes from one version, the one it records; a load that fails fails the step that sends it, in one line.
+
+Transport (``rlkit_plugins.generators.kept_alive``): requests are written to kept-alive connections on the loop's
+own thread when a batch is requested, at most ``max_concurrency`` of a batch at once (the rest as answers come in),
+and their answers read when the batch is needed, so the engine samples while the loop judges and trains without a
+client thread competing with them. Each attempt waits at most ``timeout_s`` between bytes of an answer; rlkit's
+shared retry schedule applies (``retries`` after the first attempt, ``retry_backoff`` doubling, a timeout,
+connection error, 429, 5xx or malformed answer retried). A record still failing after its retries fails the step
+with one line naming it: a step cannot train on missing rollouts. At setup, nothing listening at ``base_url`` is a
+``ConfigError``: ``cannot connect to ... (connection refused)``.
 """
 
 from __future__ import annotations
 
-import asyncio
+import json
 import os
 import shutil
 import tempfile
+import time
+import urllib.parse
 import warnings
-from concurrent.futures import Future, ThreadPoolExecutor, wait
+from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
 from rlkit.plugin import (
+    Attempt,
     ConfigError,
     GenerationRequest,
     GeneratorError,
     SampledBatch,
     assemble_sampled_batch,
     hookimpl,
-    post_with_retries,
-    snippet,
-    tls_context,
+    retry_delay,
     tokenize_prompts,
 )
 from rlkit_plugins.backends.reachability import probe
-
-if TYPE_CHECKING:
-    import httpx
+from rlkit_plugins.generators.kept_alive import EngineConnections, Exchange
 
 WHERE = "generator.params"
 _SYNCS = ("none", "disk", "lora")
+Rows = list[tuple[list[int], list[float]]]  # per sample: token ids, their log-probs
 
 
 def _read_choices(n: int) -> Any:
-    """A ``read`` for ``post_with_retries``: ``[(token_ids, token_logprobs)] * n`` in sample order, or None."""
+    """Reads a completions answer's body: ``[(token_ids, token_logprobs)] * n`` in sample order, or None."""
 
-    def read(response: httpx.Response) -> list[tuple[list[int], list[float]]] | None:
+    def read(body: bytes) -> Rows | None:
         try:
-            choices = sorted(response.json()["choices"], key=lambda c: c["index"])
+            choices = sorted(json.loads(body)["choices"], key=lambda c: c["index"])
             out = []
             for choice in choices:
                 logprobs = choice["logprobs"]
@@ -100,7 +110,7 @@ def _read_choices(n: int) -> Any:
                 if len(ids) != len(logps) or not all(isinstance(t, int) for t in ids):
                     return None
                 out.append(([int(t) for t in ids], [float("nan") if v is None else float(v) for v in logps]))
-        except (ValueError, KeyError, IndexError, TypeError):
+        except (ValueError, KeyError, IndexError, TypeError, AttributeError):
             return None
         return out if len(out) == n else None
 
@@ -119,7 +129,9 @@ class OpenAIServerGenerator:
         # Environment variable holding the key sent as `Authorization: Bearer`; unset: no header.
         api_key_env: str = "OPENAI_API_KEY"
         timeout_s: float = 120.0
-        max_concurrency: int = 16
+        # A batch's requests out at once (one per record). The rest are sent only as answers are read, i.e. when
+        # the loop needs the batch, so keep it at least the number of records a step samples for full overlap.
+        max_concurrency: int = 256
         retries: int = 3
         retry_backoff: float = 0.5
         # none (a frozen sampler) | disk (full weights, SGLang's /update_weights_from_disk) | lora (vLLM's
@@ -164,9 +176,12 @@ class OpenAIServerGenerator:
         self._sync_root: Path | None = None
         self._own_sync_root = False
         self._live: list[Path] = []  # versions the server may still read, oldest first
-        self._pool: ThreadPoolExecutor | None = None
-        self._in_flight: set[Future] = set()
+        self._connections: EngineConnections | None = None
+        self._out: list[PendingBatch] = []  # batches requested whose answers are not read yet
+        self._due: tuple[Path, str, str] | None = None  # a saved version to load once those are read
         self._restored: dict[str, int] | None = None
+        path = urllib.parse.urlsplit(self.base_url).path
+        self._completions_path = f"{path}/completions"
 
     # --- lifecycle ----------------------------------------------------------------------------------------
 
@@ -200,8 +215,7 @@ class OpenAIServerGenerator:
             self.policy_version, self._steps = restored["policy_version"], restored["steps"]
             self._pushed_at = restored["pushed_at"]
         self.served_model = p.model
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(max_workers=p.max_lag + 1, thread_name_prefix="rlkit-generator")
+        self._due = None  # a load saved before a resume: setup pushes the weights the loop has now
         if p.sync == "none":
             warnings.warn("generator.params.sync=none: the engine keeps its own weights, so held-out evaluation "
                           "(the start/end tables) scores the engine's model, not the policy being trained",
@@ -211,11 +225,14 @@ class OpenAIServerGenerator:
             self._push(policy, self.policy_version + (self._pushed_at != self._steps))
 
     def close(self) -> None:
-        """Wait for requests still out, then remove the version folders this generator made (a temporary
-        ``sync_dir`` entirely)."""
-        if self._pool is not None:
-            self._pool.shutdown(wait=True, cancel_futures=True)
-            self._pool = None
+        """Drop the batches still out (a run's last look-ahead is never trained on) and the connections, then remove
+        the version folders this generator made (a temporary ``sync_dir`` entirely)."""
+        for batch in self._out:
+            batch.abandon()
+        self._out, self._due = [], None
+        if self._connections is not None:
+            self._connections.close()
+            self._connections = None
         if self._sync_root is not None and self._own_sync_root:
             shutil.rmtree(self._sync_root, ignore_errors=True)
             self._sync_root = None
@@ -235,7 +252,7 @@ class OpenAIServerGenerator:
         self._steps += 1
         if self.params.sync == "none" or self._steps % self.params.sync_every:
             return
-        self._push(policy, self.policy_version + 1)
+        self._push(policy, self.policy_version + 1, deferred=True)
 
     def _folder(self, version: int) -> Path:
         if self._sync_root is None:
@@ -246,24 +263,35 @@ class OpenAIServerGenerator:
                 self._sync_root.mkdir(parents=True, exist_ok=True)
         return self._sync_root / f"v{version}"
 
-    def _push(self, policy: Any, version: int) -> None:
-        """Make ``version`` the served weights. Requests already out finish first, so every rollout comes from one
-        version and records which; under DDP process 0 alone saves and sends the weights (they are the same on every
-        process), once every process's requests are answered, and tells the others the outcome."""
+    def _push(self, policy: Any, version: int, deferred: bool = False) -> None:
+        """Make ``version`` the served weights. Requests already out are answered first, so every rollout comes from
+        one version and records which; under DDP process 0 alone saves and sends the weights (they are the same on
+        every process), once every process's requests are answered, and tells the others the outcome. ``deferred``
+        (honoured with ``max_lag`` > 0 on one process): save now, load once the batches out have been read
+        (``_load_due``)."""
         rank, world = _place()
         name = self.params.model if self.params.sync == "disk" else f"{self.params.model}-v{version}"
         failure: tuple[str, str] | None = None
+        previous = self.served_model
         # saved while requests may still be out (the server reads the folder only when told): writing the weights
         # overlaps their sampling
         folder = self._save(policy, version) if rank == 0 else None
-        wait(list(self._in_flight))
+        if deferred and world == 1 and self.max_lag > 0 and folder is not None:
+            self._load_due()  # an earlier version still waiting goes first
+            self._due = (folder, name, previous)
+            self.served_model, self.policy_version, self._pushed_at = name, version, self._steps
+            if not self._out:
+                self._load_due()
+            return
+        self._load_due()
+        self._read_out()
         if world > 1:
             import torch.distributed as dist
 
             dist.barrier()  # no process has a request out on the old weights once this returns
         if folder is not None:
             try:
-                self._send(folder, name)
+                self._send(folder, name, previous)
             except GeneratorError as exc:
                 failure = (exc.message, exc.where or f"{WHERE}.base_url")
         if world > 1:
@@ -286,36 +314,47 @@ class OpenAIServerGenerator:
             self._tokenizer.save_pretrained(folder)
         return folder
 
-    def _send(self, folder: Path, name: str) -> None:
-        import httpx
+    def _read_out(self) -> None:
+        """Read every batch still out (its failure, if any, is kept for its ``result``)."""
+        for batch in list(self._out):
+            batch.collect()
 
-        headers, timeout = self._headers(), self.params.timeout_s
-        if self.params.sync == "disk":
-            url, payload = f"{self.root}/update_weights_from_disk", {"model_path": str(folder)}
-        else:
-            url, payload = f"{self.root}/v1/load_lora_adapter", {"lora_name": name, "lora_path": str(folder),
-                                                                 "load_inplace": True}
-        try:
-            response = httpx.post(url, json=payload, headers=headers, timeout=timeout, verify=tls_context())
-        except httpx.TransportError as exc:
-            raise GeneratorError(f"weight sync to {url} failed: {type(exc).__name__}: {exc}",
-                                 f"{WHERE}.base_url") from None
-        ok = response.status_code == 200
-        if ok and self.params.sync == "disk":
-            try:
-                ok = response.json().get("success") is True
-            except ValueError:
-                ok = False
-        if not ok:
-            raise GeneratorError(f"weight sync to {url} failed: HTTP {response.status_code}: "
-                                 f"{snippet(response.text)}", f"{WHERE}.base_url")
-        previous = self.served_model
+    def _load_due(self) -> None:
+        """Send a deferred load, once the batches requested before it have been read."""
+        if self._due is None:
+            return
+        self._read_out()
+        (folder, name, previous), self._due = self._due, None
+        self._send(folder, name, previous)
+
+    def _send(self, folder: Path, name: str, previous: str) -> None:
+        """Ask the server to serve ``folder`` as ``name`` (``previous``: the name served until now), on a kept-alive
+        connection; one attempt (a failed load is the step's failure, not something to repeat blindly)."""
+        root = urllib.parse.urlsplit(self.root).path
+        if self.params.sync == "disk":  # SGLang answers {"success": bool, "message": str}
+            route, payload = "/update_weights_from_disk", {"model_path": str(folder)}
+
+            def loaded(body: bytes) -> bool | None:
+                try:
+                    return True if json.loads(body).get("success") is True else None
+                except (ValueError, AttributeError):
+                    return None
+        else:  # vLLM answers 200 with a line of text
+            route, payload = "/v1/load_lora_adapter", {"lora_name": name, "lora_path": str(folder),
+                                                       "load_inplace": True}
+
+            def loaded(body: bytes) -> bool | None:
+                return True
+        engine = self._engine()
+        outcome = engine.post(root + route, json.dumps(payload).encode()).answer(loaded, "no success: true")
+        if outcome.value is None:
+            raise GeneratorError(f"weight sync to {self.root}{route} failed: {outcome.error}", f"{WHERE}.base_url")
         self._live.append(folder)
         if self.params.sync == "lora" and previous != self.params.model and previous != name:
             # after the new adapter serves (and no request names the old one): an unload failing costs server
             # memory, never a wrong sample
-            httpx.post(f"{self.root}/v1/unload_lora_adapter", json={"lora_name": previous}, headers=headers,
-                       timeout=timeout, verify=tls_context())
+            engine.post(f"{root}/v1/unload_lora_adapter", json.dumps({"lora_name": previous}).encode()).answer(
+                lambda body: True, "")
         while len(self._live) > 1:  # the server has read the newest; older folders are no longer needed
             shutil.rmtree(self._live.pop(0), ignore_errors=True)
 
@@ -331,51 +370,29 @@ class OpenAIServerGenerator:
             body["seed"] = seed
         return body
 
-    async def _ask(self, payloads: list[dict[str, Any]], n: int) -> list[Any]:
-        import httpx
-
-        p = self.params
-        slots = asyncio.Semaphore(p.max_concurrency)
-        limits = httpx.Limits(max_connections=p.max_concurrency, max_keepalive_connections=p.max_concurrency)
-        async with httpx.AsyncClient(headers=self._headers(), timeout=p.timeout_s, limits=limits,
-                                     verify=tls_context()) as client:
-            return await asyncio.gather(*(
-                post_with_retries(client, f"{self.base_url}/completions", payload, slots=slots, timeout=p.timeout_s,
-                                  max_retries=p.retries, backoff=p.retry_backoff, read=_read_choices(n),
-                                  malformed=f"no {n} choices with token_ids and logprobs.token_logprobs")
-                for payload in payloads))
-
-    def _fetch(self, payloads: list[dict[str, Any]], n: int) -> list[tuple[list[int], list[float]]]:
-        """On a worker thread (no event loop there): every record's ``n`` samples, in record order."""
-        outcomes = asyncio.run(self._ask(payloads, n))
-        rows: list[tuple[list[int], list[float]]] = []
-        for i, outcome in enumerate(outcomes):
-            if outcome.value is None:
-                raise GeneratorError(f"{self.base_url}/completions failed for record {i} of the batch after "
-                                     f"{self.params.retries} retries: {outcome.error}", f"{WHERE}.base_url")
-            rows.extend(outcome.value)
-        return rows
+    def _engine(self) -> EngineConnections:
+        if self._connections is None:
+            self._connections = EngineConnections(self.base_url, self._headers(), self.params.timeout_s)
+        return self._connections
 
     def submit(self, policy: Any, tokenizer: Any, request: GenerationRequest) -> PendingBatch:
-        """Send the request and return at once; ``.result()`` waits for the batch. The samples come from the
-        version served now: a later sync waits for them."""
+        """Send the request and return at once; ``.result()`` reads the batch. The samples come from the latest
+        version synced (a load still due goes out first); a later sync waits for them."""
         if request.greedy and self.params.sync != "none" and self._pushed_at != self._steps:
             # held-out evaluation measures the policy as it is, not the last version sync_every let through
             self._push(policy, self.policy_version + 1)
+        self._load_due()
         prompt_ids, prompt_mask = tokenize_prompts(tokenizer, request.records, request.prompt_token_ids)
         seeds = request.seeds
         if seeds is not None and len(seeds) != len(request.records):
             raise ValueError(f"{len(seeds)} seeds for {len(request.records)} records")
-        payloads = [self._payload(prompt_ids[i][prompt_mask[i].bool()].tolist(), request,
-                                  None if seeds is None or request.greedy else int(seeds[i]))
-                    for i in range(len(request.records))]
-        if self._pool is None:  # sampling without setup (a frozen sampler used directly)
-            self._pool = ThreadPoolExecutor(max_workers=self.params.max_lag + 1, thread_name_prefix="rlkit-generator")
-        future = self._pool.submit(self._fetch, payloads, request.num_generations)
-        self._in_flight.add(future)
-        future.add_done_callback(self._in_flight.discard)
+        bodies = [json.dumps(self._payload(prompt_ids[i][prompt_mask[i].bool()].tolist(), request,
+                                           None if seeds is None or request.greedy else int(seeds[i]))).encode()
+                  for i in range(len(request.records))]
         device = next(policy.parameters()).device  # where the hf generator's batch lives too
-        return PendingBatch(self, future, prompt_ids, prompt_mask, request.num_generations, tokenizer, device)
+        batch = PendingBatch(self, bodies, prompt_ids, prompt_mask, request.num_generations, tokenizer, device)
+        self._out.append(batch)
+        return batch
 
     def generate(self, policy: Any, tokenizer: Any, request: GenerationRequest) -> SampledBatch:
         """B × G completions from the server, record by record, with ``engine_logprobs`` and ``policy_version``."""
@@ -383,21 +400,84 @@ class OpenAIServerGenerator:
 
 
 class PendingBatch:
-    """A request out at the engine; ``result()`` assembles its batch (on the calling thread: tokenizers are not
-    safe to share across threads) and says how far behind the policy the sampling weights are by then."""
+    """A batch's requests out at the engine (each record's ``n`` samples one request, at most ``max_concurrency``
+    sent at once). ``collect()`` reads their answers, retrying failed ones; ``result()`` assembles the batch and says
+    how far behind the policy the sampling weights are by then."""
 
-    def __init__(self, generator: OpenAIServerGenerator, future: Future, prompt_ids: torch.Tensor,
+    def __init__(self, generator: OpenAIServerGenerator, bodies: list[bytes], prompt_ids: torch.Tensor,
                  prompt_mask: torch.Tensor, g: int, tokenizer: Any, device: torch.device) -> None:
-        self._generator, self._future = generator, future
+        self._generator, self._bodies = generator, bodies
         self._prompt_ids, self._prompt_mask, self._g = prompt_ids, prompt_mask, g
         self._tokenizer, self._device = tokenizer, device
         self.policy_version, self._served_at = generator.policy_version, generator._pushed_at
         self._batch: SampledBatch | None = None
+        self._rows: list[Rows | None] = [None] * len(bodies)
+        self._failure: GeneratorError | None = None
+        self._collected = False
+        self._held: deque[int] = deque(range(len(bodies)))  # records not sent yet
+        self._sent: dict[int, Exchange] = {}
+        self._send_more()
+
+    def _send_more(self) -> None:
+        """Send held-back records while fewer than ``max_concurrency`` are out."""
+        engine = self._generator._engine()
+        while self._held and len(self._sent) < self._generator.params.max_concurrency:
+            i = self._held.popleft()
+            self._sent[i] = engine.post(self._generator._completions_path, self._bodies[i])
+
+    def collect(self) -> None:
+        """Read every record's answer: first attempts in record order (sending the records held back as answers
+        free their places), then rounds of retries for the failed ones after rlkit's backoff."""
+        if self._collected:
+            return
+        self._collected = True
+        if self in self._generator._out:
+            self._generator._out.remove(self)
+        p = self._generator.params
+        read, malformed = _read_choices(self._g), f"no {self._g} choices with token_ids and logprobs.token_logprobs"
+        failed: dict[int, Attempt] = {}
+        for attempt in range(1, p.retries + 2):
+            if failed:
+                after = [a.retry_after for a in failed.values() if a.retry_after is not None]
+                time.sleep(retry_delay(p.retry_backoff, attempt - 2, max(after, default=None)))
+                self._held.extend(sorted(failed))
+                failed = {}
+                self._send_more()
+            while self._sent:
+                i = min(self._sent)
+                outcome = self._sent.pop(i).answer(read, malformed)
+                self._send_more()
+                if outcome.value is not None:
+                    self._rows[i] = outcome.value
+                elif outcome.retryable and attempt <= p.retries:
+                    failed[i] = outcome
+                else:
+                    self._failure = GeneratorError(
+                        f"{self._generator.base_url}/completions failed for record {i} of the batch: {outcome.error} "
+                        f"(after {attempt} attempt{'s' * (attempt != 1)})", f"{WHERE}.base_url")
+                    self.abandon()
+                    return
+            if not failed:
+                return
+
+    def abandon(self) -> None:
+        """Hang up the requests still out: their answers are no longer wanted."""
+        for exchange in self._sent.values():
+            exchange.abandon()
+        self._sent, self._collected = {}, True
+        self._held.clear()
+        if self in self._generator._out:
+            self._generator._out.remove(self)
 
     def result(self) -> SampledBatch:
         if self._batch is not None:
             return self._batch
-        rows = self._future.result()
+        self.collect()
+        if self._failure is not None:
+            raise self._failure
+        if self._generator._due is not None and not self._generator._out:
+            self._generator._load_due()  # nothing sampled on the old weights is still out: the new ones can load
+        rows = [row for record in self._rows for row in (record or [])]
         tokenizer, g, device = self._tokenizer, self._g, self._device
         width = max(1, max(len(ids) for ids, _ in rows))
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
