@@ -324,6 +324,12 @@ class OpenAICompatibleServer:
         if self._thread is not None:
             self._thread.join(timeout=5)
 
+    def drop_connections(self) -> None:
+        """Hang up every kept-alive connection and go on serving, as a server closes idle ones (uvicorn after 5 s):
+        a client must notice and connect again."""
+        if self._httpd is not None:
+            self._httpd.close_connections()
+
     def __enter__(self) -> OpenAICompatibleServer:
         return self.start()
 

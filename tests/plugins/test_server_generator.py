@@ -270,7 +270,7 @@ def test_connections_the_server_closed_are_replaced_without_a_retry(server, poli
     try:
         generator.setup(model, tokenizer)
         first = generator.generate(model, tokenizer, _request(example_prompts()))
-        server._httpd.close_connections()  # as uvicorn does to connections idle for 5 s
+        server.drop_connections()  # as uvicorn does to connections idle for 5 s
         again = generator.generate(model, tokenizer, _request(example_prompts()))
         assert torch.equal(first.input_ids, again.input_ids)
     finally:
