@@ -26,8 +26,17 @@ class ScaffoldKind:
     selects: tuple[str, ...] = ()  # further overrides its config needs to be used (a constructor needs group_dpo)
     list_group: bool = False  # the group holds a list of plugins (monitors=[a,b]), not one
 
+    @property
+    def config(self) -> bool:
+        """Whether the package ships ``conf/<group>/NAME.yaml``: only for a kind a config group selects. The registry
+        says which are not (``selected_by``: an audit probe is named in ``audit.probes``), so that is not kept twice."""
+        from rlkit.core.registry import KINDS_BY_KEY
 
-# --kind names are the config groups users type (judge=..., advantage=...), not the registry's longer keys.
+        return KINDS_BY_KEY[self.key].selected_by is None
+
+
+# --kind names are the config groups users type (judge=..., advantage=...), not the registry's longer keys; "probe"
+# is the one kind no group selects.
 SCAFFOLD_KINDS: dict[str, ScaffoldKind] = {
     "judge": ScaffoldKind("judge", "JudgeContract", "judge", "Judge"),
     "aggregator": ScaffoldKind("aggregator", "AggregatorContract", "aggregator", "Aggregator"),
@@ -37,6 +46,12 @@ SCAFFOLD_KINDS: dict[str, ScaffoldKind] = {
     "weights": ScaffoldKind("weight_scheduler", "WeightSchedulerContract", "scheduler", "Weights"),
     # a list group: selected as monitors=[NAME]
     "monitor": ScaffoldKind("monitor", "MonitorContract", "monitor", "Monitor", list_group=True),
+    "objective": ScaffoldKind("objective", "ObjectiveContract", "objective", "Objective"),
+    "sampler": ScaffoldKind("prompt_sampler", "PromptSamplerContract", "sampler", "Sampler"),
+    "environment": ScaffoldKind("environment", "EnvironmentContract", "environment", "Environment"),
+    "generator": ScaffoldKind("generator", "GeneratorContract", "generator", "Generator"),
+    # not a config group: `rlkit rubric audit` runs every probe unless audit.probes=[NAME] names some, so no YAML
+    "probe": ScaffoldKind("audit_probe", "AuditProbeContract", "probe", "Probe", list_group=True),
 }
 NAME = re.compile(r"[a-z][a-z0-9_]*")
 
@@ -45,7 +60,9 @@ USAGE = """rlkit new plugin NAME --kind {kinds} [--dir DIR] [--package PACKAGE]
 Writes an installable package (default folder ./rlkit-NAME, package rlkit_NAME): pyproject.toml with its
 `rlkit` entry point, PACKAGE/__init__.py with a working plugin registered as NAME, PACKAGE/conf/<group>/NAME.yaml
 (so `<group>=NAME` selects it once installed) and tests/test_NAME.py running rlkit's contract suite for the kind.
-Then: pip install -e DIR && pytest DIR/tests && rlkit validate <group>=NAME"""
+A probe ships no YAML: no config group selects it, `rlkit rubric audit` runs every probe or those audit.probes names.
+Then: pip install -e DIR && pytest DIR/tests && rlkit validate <group>=NAME
+(a probe: ... && rlkit rubric audit audit.records=FILE.jsonl audit.probes=[NAME])"""
 
 
 def available_kinds() -> dict[str, ScaffoldKind]:
@@ -78,12 +95,23 @@ def _class_name(name: str, suffix: str) -> str:
 
 
 def selector(name: str, kind: str) -> str:
-    """The override that selects plugin ``name`` of ``kind``: ``judge=NAME``, or ``monitors=[NAME]`` for a list."""
+    """The override that selects plugin ``name`` of ``kind``: ``judge=NAME``, ``monitors=[NAME]`` for a list, or
+    the setting that names it for a kind no config group selects (``audit.probes=[NAME]``)."""
     from rlkit.core.registry import KINDS_BY_KEY
 
     spec = SCAFFOLD_KINDS[kind]
-    group = KINDS_BY_KEY[spec.key].group
-    return f"{group}=[{name}]" if spec.list_group else f"{group}={name}"
+    registry_kind = KINDS_BY_KEY[spec.key]
+    key = registry_kind.selected_by or registry_kind.group
+    return f"{key}=[{name}]" if spec.list_group else f"{key}={name}"
+
+
+def next_step(name: str, kind: str, target: Path | str) -> str:
+    """The commands to run after generating: install, the package's tests, then use it."""
+    select = selector(name, kind)
+    # only the audit builds probes (`rlkit validate` does not look up audit.probes), so it is the check for one
+    use = (f"rlkit validate {select}" if SCAFFOLD_KINDS[kind].config
+           else f"rlkit rubric audit audit.records=FILE.jsonl {select}")
+    return f"pip install -e {target} && pytest {target}/tests && {use}"
 
 
 def render_plugin(name: str, kind: str, target: Path, package: str | None = None) -> list[Path]:
@@ -109,16 +137,18 @@ def render_plugin(name: str, kind: str, target: Path, package: str | None = None
         "class_name": _class_name(name, spec.suffix), "group": registry_kind.group, "hook": registry_kind.hook,
         "kind_key": spec.key, "contract": spec.contract, "fixture": spec.fixture,
         "overrides": ", ".join(f'"{o}"' for o in overrides), "selector": selector(name, kind),
+        "config": spec.config, "setting": registry_kind.selected_by or registry_kind.group,
         "rlkit_version": rlkit.__version__,
     }
     root = templates_root()
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(root)), undefined=jinja2.StrictUndefined,
                              keep_trailing_newline=True, autoescape=False)
+    config = {f"{package}/conf/{registry_kind.group}/{name}.yaml": f"kinds/{kind}/config.yaml.jinja"}
     files = {
         "pyproject.toml": "pyproject.toml.jinja",
         "README.md": "README.md.jinja",
         f"{package}/__init__.py": f"kinds/{kind}/module.py.jinja",
-        f"{package}/conf/{registry_kind.group}/{name}.yaml": f"kinds/{kind}/config.yaml.jinja",
+        **(config if spec.config else {}),
         f"tests/test_{name}.py": "test.py.jinja",
     }
     written = []
@@ -127,6 +157,8 @@ def render_plugin(name: str, kind: str, target: Path, package: str | None = None
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(env.get_template(template).render(**variables), encoding="utf-8")
         written.append(path)
+    if not spec.config:
+        return written
     # Hydra's pkg:// search path imports the conf folder, so it is a package
     conf_init = target / package / "conf" / "__init__.py"
     conf_init.write_text(f'"""Config groups shipped by {variables["dist"]}."""\n', encoding="utf-8")
@@ -157,6 +189,5 @@ def main(args: Sequence[str]) -> int:
     print(f"wrote {len(files)} files to {target}:")
     for path in files:
         print(f"  {path.relative_to(target)}")
-    select = selector(options.name, options.kind)
-    print(f"next: pip install -e {target} && pytest {target}/tests && rlkit validate {select}")
+    print(f"next: {next_step(options.name, options.kind, target)}")
     return 0

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from rlkit.cli import main
-from rlkit.commands.scaffold import available_kinds, render_plugin
+from rlkit.commands.scaffold import SCAFFOLD_KINDS, available_kinds, render_plugin
 from rlkit.core.errors import ConfigError
 
 
@@ -30,24 +30,38 @@ def _run_generated_tests_in_process(root: Path, package: str) -> int:
 def test_scaffold_covers_every_pluggable_kind():
     import rlkit.testing
 
-    core = {"judge", "aggregator", "advantage", "preference", "weights"}
-    # monitors come with their contract suite; where that exists, they are generated too
-    expected = core | ({"monitor"} if hasattr(rlkit.testing, "MonitorContract") else set())
+    kinds = {"judge", "aggregator", "advantage", "preference", "weights", "monitor", "objective", "sampler",
+             "environment", "generator", "probe"}
+    assert set(SCAFFOLD_KINDS) == kinds
+    # a kind is generated wherever its contract suite exists (and so, with its templates, its tests can pass)
+    expected = {kind for kind in kinds if hasattr(rlkit.testing, SCAFFOLD_KINDS[kind].contract)}
     assert set(available_kinds()) == expected
 
 
 @pytest.mark.parametrize("kind", sorted(available_kinds()))
 def test_generated_plugin_passes_its_contract_suite(tmp_path, kind):
+    from rlkit.core.registry import KINDS_BY_KEY
+
     name = f"demo_{kind}"
     files = render_plugin(name, kind, tmp_path / "plugin")
     root = tmp_path / "plugin"
-    group = {"monitor": "monitors"}.get(kind, kind)
-    assert {f.relative_to(root).as_posix() for f in files} == {
-        "pyproject.toml", "README.md", f"rlkit_{name}/__init__.py", f"rlkit_{name}/conf/__init__.py",
-        f"rlkit_{name}/conf/{group}/{name}.yaml", f"tests/test_{name}.py"}
+    registry_kind = KINDS_BY_KEY[SCAFFOLD_KINDS[kind].key]
+    group = registry_kind.group
+    package_files = {"pyproject.toml", "README.md", f"rlkit_{name}/__init__.py", f"tests/test_{name}.py"}
+    # a kind no config group selects (a probe, named in audit.probes) has no YAML to ship
+    config = {f"rlkit_{name}/conf/__init__.py", f"rlkit_{name}/conf/{group}/{name}.yaml"}
+    assert {f.relative_to(root).as_posix() for f in files} == (
+        package_files if registry_kind.selected_by else package_files | config)
     pyproject = (root / "pyproject.toml").read_text()
     assert f'[project.entry-points.rlkit]\n{name} = "rlkit_{name}"' in pyproject
-    assert (root / f"rlkit_{name}/conf/{group}/{name}.yaml").read_text().count(f"name: {name}\n") == 1
+    module = (root / f"rlkit_{name}/__init__.py").read_text()
+    if registry_kind.selected_by:
+        assert not (root / f"rlkit_{name}/conf").exists()
+        assert "package-data" not in pyproject and "conf/" not in (root / "README.md").read_text()
+        assert "def rlkit_config_search_path" not in module
+    else:
+        assert (root / f"rlkit_{name}/conf/{group}/{name}.yaml").read_text().count(f"name: {name}\n") == 1
+        assert "def rlkit_config_search_path" in module
     assert _run_generated_tests_in_process(root, f"rlkit_{name}") == 0
 
 
@@ -78,6 +92,15 @@ def test_cli_new_plugin(tmp_path, capsys, monkeypatch):
     assert "not an empty folder" in capsys.readouterr().err
     assert main(["new", "plugin", "x"]) == 2  # no --kind
     assert "usage: rlkit new plugin NAME --kind" in capsys.readouterr().err
+
+
+def test_cli_new_plugin_probe_is_selected_by_audit_probes(tmp_path, capsys):
+    assert main(["new", "plugin", "aside", "--kind", "probe", "--dir", str(tmp_path / "aside")]) == 0
+    out = capsys.readouterr().out
+    assert "wrote 4 files" in out and "rlkit rubric audit audit.records=FILE.jsonl audit.probes=[aside]" in out
+    assert "rlkit validate" not in out  # validate does not look probes up: the audit is how to try one
+    readme = (tmp_path / "aside" / "README.md").read_text()
+    assert "audit.probes=[aside]" in readme and "rlkit validate" not in readme
 
 
 @pytest.mark.slow
