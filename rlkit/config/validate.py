@@ -242,6 +242,31 @@ def _check_environment(result: ValidatedConfig) -> None:
         raise ConfigError("an objective that learns from demonstrations plays no episodes: use environment="
                           "single_turn (multi-turn demonstrations are records whose completion holds tool turns)",
                           "environment")
+    if _has_chat_template(result.model) is False:
+        raise ConfigError("a multi-turn environment needs a chat template to render its turns; this model's tokenizer "
+                          "has none: set model.chat_template to a Jinja file (e.g. pkg://rlkit.templates/chat/"
+                          "tiny_tools.jinja for the embedded policy)", "model.chat_template")
+
+
+def _has_chat_template(model: ModelConfig) -> bool | None:
+    """Whether the run's tokenizer will have a chat template, read from the model folder without loading it; None
+    where that cannot be told here (a hub id: ``rlkit fit`` checks the loaded tokenizer)."""
+    import json
+    from pathlib import Path
+
+    if model.chat_template is not None:
+        return True
+    if model.name_or_path is None:
+        return False  # the embedded tiny policy's tokenizer has none
+    folder = Path(resolve_path(model.name_or_path))
+    if not folder.is_dir():
+        return None
+    if any((folder / name).is_file() for name in ("chat_template.jinja", "chat_template.json")):
+        return True
+    try:
+        return bool(json.loads((folder / "tokenizer_config.json").read_text(encoding="utf-8")).get("chat_template"))
+    except (OSError, ValueError, AttributeError):
+        return None
 
 
 def read_chat_format(model: ModelConfig) -> tuple[str | None, dict[str, Any] | None]:
@@ -488,6 +513,7 @@ def validate_config(cfg: DictConfig, registry: Registry, *, read_data: bool = Tr
     result.plugins["monitor"] = validate_monitors(registry, cfg, result.reward_rubric)  # {key: monitor}
     if result.plugins["monitor"]:
         result.plugin_names["monitor"] = ", ".join(result.plugins["monitor"])
+    _check_audit_probes(registry, run)
     _check_debias(run.debias, result.reward_rubric)
     _check_heldout_judge(registry, cfg, result)
     check_model_path(parts["model"])
@@ -515,6 +541,16 @@ def validate_config(cfg: DictConfig, registry: Registry, *, read_data: bool = Tr
     _check_demonstrations(result, data)
     _check_prompt_sampler(run, result, data)
     return result
+
+
+def _check_audit_probes(registry: Registry, run: Any) -> None:
+    """``audit.probes`` names registered probes: a misspelled one fails here, not only once ``rlkit rubric audit``
+    builds them."""
+    for name in run.audit.probes or []:
+        try:
+            registry.get("audit_probe", name)
+        except PluginError as exc:
+            raise ConfigError(exc.message, "audit.probes") from None
 
 
 def _check_rubric_evolution(result: ValidatedConfig) -> None:

@@ -50,11 +50,14 @@ def records_file(tmp_path: Path) -> Path:
 # Validating judge=reward_api asks its server what it judges: tests/serve/test_serve.py validates it against a live one.
 # judge=grm names the folder rlkit train-grm saved: tests/grm/test_grm.py validates it with one it trained.
 NEEDS_SERVER = {("judge", "reward_api"), ("judge", "grm")}
+# A multi-turn environment renders its turns with a chat template, which the embedded policy's tokenizer lacks.
+NEEDS_MORE = {("environment", "tools"): ["model.chat_template=pkg://rlkit.templates/chat/tiny_tools.jinja"]}
 
 @pytest.mark.parametrize(("group", "option"), [o for o in OPTIONS if o not in NEEDS_SERVER],
                          ids=[f"{g}={o}" for g, o in OPTIONS if (g, o) not in NEEDS_SERVER])
 def test_every_option_composes_and_validates(registry, group, option, records_file):
-    cfg = compose_config(registry, [f"{group}={option}", f"data.path={records_file}"])
+    cfg = compose_config(registry, [f"{group}={option}", f"data.path={records_file}",
+                                    *NEEDS_MORE.get((group, option), [])])
     validated = validate_config(cfg, registry)
     kind = KINDS_BY_GROUP.get(group)
     if kind is not None:
@@ -64,6 +67,12 @@ def test_every_option_composes_and_validates(registry, group, option, records_fi
         entry = registry.get(kind.key, node.name)
         registry.validate_params(kind.key, node.name, OmegaConf.to_container(node.params), where=group)
         assert entry.name == option, "a plugin's YAML is named after the plugin"
+
+
+def test_a_multi_turn_environment_without_a_chat_template_is_refused_before_the_run(registry):
+    with pytest.raises(ConfigError, match="multi-turn environment needs a chat template") as caught:
+        validate_config(compose_config(registry, ["environment=tools"]), registry)
+    assert caught.value.where == "model.chat_template"
 
 
 def test_default_config_validates_without_data_file(registry):
