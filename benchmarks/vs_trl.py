@@ -13,7 +13,9 @@ forward under ``inference_mode``, and ``num_iterations`` × (policy forward + ba
 Two more rlkit sides sample from an inference server instead of the policy's own decoding loop:
 ``rlkit.testing.openai_server`` in a process of its own (vLLM's completions fields, weights synced from disk after
 every step), synchronously (``server0``, ``generator.params.max_lag=0``) and with the next step's rollouts requested
-before the current update (``server1``, ``max_lag=1``), where generation overlaps training. They run in fp32 only.
+before the current update (``server1``, ``max_lag=1``), where generation overlaps training. ``server1r`` is
+``server1`` with the KL term's reference scored by the same server (``model.reference=engine``: the server also
+serves the initial policy, frozen, as ``reference``), so the trainer makes no reference pass. They run in fp32 only.
 
 Usage (TRL is the ``bench`` extra, pinned: ``pip install -e .[bench]``)::
 
@@ -83,20 +85,23 @@ def run_rlkit(size: str, precision: str, steps: int, warmup: int, workdir: Path)
                       [f"++generator.params.generation_kwargs={{min_new_tokens:{tokens}}}"])
 
 
-def run_server(max_lag: int) -> Any:
+def run_server(max_lag: int, engine_reference: bool = False) -> Any:
     """rlkit sampling from ``rlkit.testing.openai_server`` in a process of its own (the same thread pinning, weights
-    synced from disk after every step), the next step requested ``max_lag`` steps ahead."""
+    synced from disk after every step), the next step requested ``max_lag`` steps ahead; with ``engine_reference``
+    the server also scores the reference's log-probs."""
 
     def side(size: str, precision: str, steps: int, warmup: int, workdir: Path) -> dict[str, Any]:
         from rlkit.testing.openai_server import server_process
 
         if precision != "fp32":
             raise SystemExit("the server sides run in fp32 only")
-        with server_process(policy_path(size)) as (url, server):
+        path = policy_path(size)
+        reference = ["model.reference=engine", "generator.params.reference_model=reference"] * engine_reference
+        with server_process(path, reference=path if engine_reference else None) as (url, server):
             out = _rlkit_fit(size, precision, steps, warmup, workdir, [
                 "generator=openai_server", f"generator.params.base_url={url}", "generator.params.sync=disk",
                 f"generator.params.max_lag={max_lag}",
-                f"generator.params.extra_body={{min_tokens:{SIZES[size]['tokens']}}}"])
+                f"generator.params.extra_body={{min_tokens:{SIZES[size]['tokens']}}}", *reference])
             status = Path(f"/proc/{server.pid}/status").read_text()
             out["server_peak_rss_mb"] = int(status.split("VmHWM:")[1].split()[0]) / 1024
         return out
@@ -251,9 +256,11 @@ def run_bound(size: str, precision: str, steps: int, warmup: int, workdir: Path)
             **{phase: _median_after(values, warmup) for phase, values in phases.items()}}
 
 
-SIDES = {"rlkit": run_rlkit, "server0": run_server(0), "server1": run_server(1), "trl": run_trl, "bound": run_bound}
-# rlkit's own sampler, and the server generator synchronous (max_lag 0) and one step ahead (max_lag 1)
-RLKIT_SIDES = ("rlkit", "server0", "server1")
+SIDES = {"rlkit": run_rlkit, "server0": run_server(0), "server1": run_server(1),
+         "server1r": run_server(1, engine_reference=True), "trl": run_trl, "bound": run_bound}
+# rlkit's own sampler, and the server generator synchronous (max_lag 0), one step ahead (max_lag 1), and one step
+# ahead with the reference scored by the server
+RLKIT_SIDES = ("rlkit", "server0", "server1", "server1r")
 
 
 def measure(side: str, size: str, precision: str, steps: int, warmup: int, threads: int | None) -> dict[str, Any]:
@@ -307,9 +314,10 @@ def main() -> int:
     print(f"{args.steps} steps each, medians after {args.warmup} warm-up steps; beta={BETA} epsilon={EPSILON} "
           f"loss_type={LOSS_TYPE} num_iterations={NUM_ITERATIONS}; EOS suppressed (min_new_tokens); "
           f"torch threads {args.threads or 'default'}; {args.repeats} repeat(s), medians over repeats")
-    print("server0/server1: rlkit sampling from a server process (max_lag 0/1); peak MB is the trainer's + the "
-          "server's; '% of bound' is a side's step time over the bound's (under 100%: past the synchronous bound)")
-    header = (f"{'size':6} {'prec':5} {'side':7} {'s/step':>8} {'samples/s':>10} {'tokens/s':>9} {'peak MB':>10}  "
+    print("server0/server1: rlkit sampling from a server process (max_lag 0/1); server1r: max_lag 1, reference "
+          "log-probs scored by the server; peak MB is the trainer's + the server's; '% of bound' is a side's step "
+          "time over the bound's (under 100%: past the synchronous bound)")
+    header = (f"{'size':6} {'prec':5} {'side':8} {'s/step':>8} {'samples/s':>10} {'tokens/s':>9} {'peak MB':>10}  "
               "notes")
     print(header)
     for size in args.sizes:
@@ -341,7 +349,7 @@ def main() -> int:
                 peak = f"{res['peak_rss_mb']:.0f}"
                 if "server_peak_rss_mb" in res:
                     peak += f"+{res['server_peak_rss_mb']:.0f}"
-                print(f"{size:6} {precision:5} {side:7} {res['step_s']:8.3f} {res['samples_per_s']:10.1f} "
+                print(f"{size:6} {precision:5} {side:8} {res['step_s']:8.3f} {res['samples_per_s']:10.1f} "
                       f"{res['tokens_per_s']:9.0f} {peak:>10}  {note}", flush=True)
     return 0
 

@@ -72,10 +72,11 @@ class ModelConfig(_Schema):
         default=None, description="A local Hugging Face causal-LM folder, or a hub id already in the local HF cache; "
                                   "null: the embedded tiny policy, built from config and cached.")
     dtype: Literal["auto", "float32", "float16", "bfloat16"] = Field(default="float32", description="Weights' dtype.")
-    reference: Literal["frozen", "adapter_off", "ema", "none"] = Field(
+    reference: Literal["frozen", "adapter_off", "ema", "engine", "none"] = Field(
         default="frozen", description="What the KL term or the DPO loss compares with: a frozen copy of the initial "
-                                      "policy, an EMA of the policy, the LoRA base with adapters off, or none "
-                                      "(beta = 0 only).")
+                                      "policy, an EMA of the policy, the LoRA base with adapters off, the reference "
+                                      "model the inference engine serves (generator=openai_server with "
+                                      "generator.params.reference_model), or none (beta = 0 only).")
     ema_decay: float = Field(default=0.99, ge=0, lt=1,
                              description="reference=ema: after each optimiser step ref ← d·ref + (1 − d)·policy.")
     lora: LoraConfig = Field(default_factory=LoraConfig, description="LoRA adapters through peft.")

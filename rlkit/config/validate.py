@@ -395,6 +395,22 @@ def _check_reference(registry: Registry, cfg: DictConfig, model: ModelConfig, ob
         raise ConfigError("adapter_off needs LoRA adapters to switch off; set model.lora.r > 0 or use frozen", where)
 
 
+def _check_engine_reference(registry: Registry, cfg: DictConfig, model: ModelConfig, result: ValidatedConfig) -> None:
+    """``model.reference=engine`` asks the generator's engine for the reference's log-probs: the generator must
+    offer it (``score_reference``) and be told the reference's served name."""
+    if model.reference != "engine" or result.objective.reference_use is None:
+        return
+    generator = result.plugins.get("generator")
+    name = result.plugin_names.get("generator")
+    if not callable(getattr(generator, "score_reference", None)):
+        raise ConfigError(f"reference=engine scores with the inference engine's reference model; generator={name} "
+                          "has none: use generator=openai_server", _where(registry, cfg, "model", "reference"))
+    if getattr(getattr(generator, "params", None), "reference_model", None) is None:
+        raise ConfigError("reference=engine needs the name the server serves the reference model under (vLLM with "
+                          "LoRA: the base model's; the test server: --reference-model)",
+                          "generator.params.reference_model")
+
+
 def _check_objective_parts(registry: Registry, cfg: DictConfig, result: ValidatedConfig) -> None:
     """The objective learns from something the run must provide: advantages (an estimator) or pairs (a
     preference constructor)."""
@@ -524,6 +540,7 @@ def validate_config(cfg: DictConfig, registry: Registry, *, read_data: bool = Tr
     _check_objective_parts(registry, cfg, result)
     _check_group_size(run, result)
     _check_reference(registry, cfg, parts["model"], result.objective)
+    _check_engine_reference(registry, cfg, parts["model"], result)
     if run.ckpt_path is not None:
         check_checkpoint(resolve_path(run.ckpt_path), result.rubric, parts["model"])
     _check_reward_path(result)

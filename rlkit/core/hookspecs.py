@@ -198,6 +198,9 @@ def rlkit_register_generators(register: Register) -> None:
       ``policy_version`` and ``policy_lag`` say truthfully which weights sampled it.
     * ``state_dict() -> dict`` / ``load_state_dict(state)``: what travels in checkpoints (version counters);
       ``load_state_dict`` is called before ``setup`` on resume.
+    * ``score_reference(sampled) -> pending``, where ``pending.result()`` is ``float [N, C]``: the reference
+      model's log-prob of each completion token (``model.reference=engine``; the loop asks before the policy's pass
+      and reads after it).
 
     rlkit's contract suite (``rlkit.testing.GeneratorContract``) checks these shapes and the weight sync.
     A generator honours ``request.prompt_token_ids`` when given (one id list per record): it samples after exactly

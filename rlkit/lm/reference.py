@@ -1,7 +1,8 @@
 """The reference policy the KL term is measured against.
 
 ``model.reference`` picks one: ``frozen`` (a frozen copy of the initial policy), ``ema``, ``adapter_off`` (the
-LoRA policy with its adapters disabled: the base model, no second copy in memory) or ``none``. With LoRA,
+LoRA policy with its adapters disabled: the base model, no second copy in memory), ``engine`` (the reference model
+the inference engine serves, scored there: no copy and no pass on the trainer) or ``none``. With LoRA,
 ``frozen`` is served by ``adapter_off``, which is the same model at a fraction of the memory. ``ema``
 is a copy that follows the policy slowly (``model.ema_decay``).
 """
@@ -78,14 +79,35 @@ class EmaReference(FrozenCopyReference):
                 ref.lerp_(live.to(ref.dtype), 1.0 - self.decay)
 
 
-REFERENCE_KINDS = ("frozen", "adapter_off", "ema", "none")
+class EngineReference:
+    """The reference model an inference engine serves beside the policy it samples, scored there: the generator's
+    ``score_reference(sampled)`` returns a pending result. ``request`` lets the loop ask before the policy's own
+    pass and read the answer after it, so the engine's pass overlaps the trainer's; a batch the generator read from
+    the engine was asked for already, when it was read."""
+
+    def __init__(self, generator: Any) -> None:
+        self.generator = generator
+
+    def request(self, sampled: SampledBatch) -> Any:
+        return self.generator.score_reference(sampled)
+
+    def log_probs(self, policy: Any, sampled: SampledBatch) -> torch.Tensor:
+        return self.request(sampled).result()
+
+    def on_optimizer_step(self, policy: Any) -> None:
+        pass
+
+
+REFERENCE_KINDS = ("frozen", "adapter_off", "ema", "engine", "none")
 
 
 def build_reference(kind: str, policy: Any, *, uses_lora: bool, needed: bool,
-                    ema_decay: float = 0.99) -> ReferencePolicy | None:
+                    ema_decay: float = 0.99, generator: Any = None) -> ReferencePolicy | None:
     """The reference for ``model.reference=kind``; None when the objective needs none."""
     if not needed or kind == "none":
         return None
+    if kind == "engine":
+        return EngineReference(generator)
     if kind == "ema":
         return EmaReference(policy, ema_decay)
     if kind == "adapter_off" or (kind == "frozen" and uses_lora):

@@ -38,7 +38,13 @@ an RL generator talks to this server as it would to them (``rlkit_plugins.genera
   unless asked): ``tokens``, ``token_logprobs``, ``top_logprobs`` (the sampled token and the ``logprobs`` most
   likely ones), ``text_offset``. Each log-prob is the sampled token's under the raw logits of the serving model
   (log-softmax at temperature 1, before temperature or any other processing): vLLM's ``raw_logprobs``
-  ``logprobs_mode``, which is what a trainer compares with its own policy's log-probs.
+  ``logprobs_mode``, which is what a trainer compares with its own policy's log-probs. ``prompt_logprobs`` (vLLM's
+  extension, an int >= 0) adds each choice's ``prompt_logprobs``: None for the first prompt token, then for each
+  later one ``{"<token id>": {"logprob", "rank", "decoded_token"}}``, its raw log-prob given the tokens before it.
+  With ``max_tokens`` 1 at temperature 0 one forward pass gives both (how a trainer scores sequences).
+* A second, frozen model (``reference=PATH``, ``--reference-model``) is served under ``reference_name``
+  (``"reference"``): weight updates and adapters never touch it, as a vLLM base model stays the reference for a
+  LoRA policy. Its requests share the one model lock, in arrival order.
 * ``POST /update_weights_from_disk`` (SGLang's route): ``{"model_path": DIR}`` reloads the model (and tokenizer)
   from that directory, dropping any LoRA adapters; answers ``{"success": true, "message": ...}`` (HTTP 400 with
   ``success: false`` when it cannot).
@@ -169,8 +175,9 @@ class _Job:
     own noise seed (prompt index and sample index mixed into the request's seed)."""
 
     def __init__(self, name: Any, max_tokens: int, min_tokens: int, temperature: float, prompts: list[list[int]],
-                 n: int, seed: int, top: int = 0) -> None:
-        self.settings = (name, max_tokens, min_tokens, temperature)
+                 n: int, seed: int, top: int = 0, prompt_logprobs: bool = False) -> None:
+        self.settings = (name, max_tokens, min_tokens, temperature, prompt_logprobs)
+        self.prompt_scores: list[list[tuple[float, int]]] = []  # per prompt: (log-prob, rank) of tokens 1..
         self.top = top  # the most likely tokens to report per position, besides the sampled one
         self.prompts, self.n, self.seed = prompts, n, seed
         self.size = len(prompts) * n
@@ -196,16 +203,20 @@ class OpenAICompatibleServer:
                  model_name: str = "default", host: str = "127.0.0.1", port: int = 0, dtype: str = "float32",
                  api_key: str | None = None, garbage_rate: float = 0.0, fail_rate: float = 0.0,
                  fail_first: int = 0, delay: float = 0.0, seed: int = 0, batch_window_s: float = 0.005,
-                 max_batch_rows: int = 512) -> None:
+                 max_batch_rows: int = 512, reference: str | Path | None = None,
+                 reference_name: str = "reference") -> None:
         """``model``: a local model directory or cached hub id (None: the embedded tiny policy); or pass an
         already loaded ``policy=(model, tokenizer)`` to share one between servers. Token completions that arrive
-        within ``batch_window_s`` of each other are decoded together, at most ``max_batch_rows`` rows a pass."""
-        if policy is None:
-            from rlkit.lm.models import build_tiny_policy, load_policy
+        within ``batch_window_s`` of each other are decoded together, at most ``max_batch_rows`` rows a pass.
+        ``reference``: a model directory served, frozen, as ``reference_name`` beside it."""
+        from rlkit.lm.models import build_tiny_policy, load_policy
 
+        if policy is None:
             policy = load_policy(model if model is not None else build_tiny_policy(), dtype=dtype)
         self.model, self.tokenizer = policy
         self.model.eval()
+        self.reference_model = None if reference is None else load_policy(reference, dtype=dtype)[0].eval()
+        self.reference_name = reference_name
         self.model_name = model_name
         self._dtype = dtype
         self.adapters: dict[str, str] = {}  # LoRA adapter name -> the directory it was loaded from
@@ -393,17 +404,22 @@ class OpenAICompatibleServer:
         with self._model_lock, self._selected(name) as model:
             yield model
 
+    def _served_names(self) -> list[str]:
+        return [self.model_name, *([self.reference_name] if self.reference_model is not None else []),
+                *self.adapters]
+
     def _check_served(self, name: Any) -> None:
-        if name not in (None, self.model_name) and name not in self.adapters:
+        if name is not None and name not in self._served_names():
             raise _BadRequest(404, f"model {name!r} does not exist; this server serves "
-                                   f"{self.model_name!r}" + "".join(f", {a!r}" for a in self.adapters),
-                              "not_found_error")
+                                   + ", ".join(repr(n) for n in self._served_names()), "not_found_error")
 
     @contextmanager
     def _selected(self, name: Any) -> Iterator[Any]:
         """The model set up to serve ``name``; the caller holds the model lock."""
         model = self.model
-        if name in self.adapters:  # checked again under the lock: an unload may have raced the request
+        if self.reference_model is not None and name == self.reference_name:
+            yield self.reference_model
+        elif name in self.adapters:  # checked again under the lock: an unload may have raced the request
             model.set_adapter(name)
             yield model
         elif name not in (None, self.model_name):
@@ -492,6 +508,9 @@ class OpenAICompatibleServer:
         logprobs = body.get("logprobs")
         if logprobs is not None:
             logprobs = _number(body, "logprobs", 0, 0, integer=True)
+        prompt_logprobs = body.get("prompt_logprobs")
+        if prompt_logprobs is not None:
+            _number(body, "prompt_logprobs", 0, 0, integer=True)
         seed = body.get("seed")
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
             raise _BadRequest(400, f"'seed' must be an integer, got {seed!r}")
@@ -500,7 +519,8 @@ class OpenAICompatibleServer:
         if seed is None:
             with self._lock:
                 seed = self._seeds.getrandbits(32)
-        job = _Job(name, max_tokens, min_tokens, temperature, prompts, n, seed, logprobs or 0)
+        job = _Job(name, max_tokens, min_tokens, temperature, prompts, n, seed, logprobs or 0,
+                   prompt_logprobs=prompt_logprobs is not None)
         self._decode_with(job)
         as_ids = bool(body.get("return_tokens_as_token_ids"))
         tok = self.tokenizer
@@ -516,6 +536,11 @@ class OpenAICompatibleServer:
                 choice["token_ids"], choice["prompt_token_ids"] = kept, list(prompt)
             if logprobs is not None:
                 choice["logprobs"] = self._choice_logprobs(kept, chosen, tops[:len(kept)], logprobs, as_ids)
+            if prompt_logprobs is not None:
+                names = tok.convert_ids_to_tokens(prompt[1:])
+                choice["prompt_logprobs"] = [None, *({str(t): {"logprob": lp, "rank": rank, "decoded_token": text}}
+                                                     for t, (lp, rank), text in zip(prompt[1:], job.prompt_scores[
+                                                         row // n], names, strict=True))]
             choices.append(choice)
             completion_total += len(kept)
             prompt_total += len(prompt)
@@ -575,12 +600,21 @@ class OpenAICompatibleServer:
         groups: dict[tuple, list[_Job]] = {}
         for job in jobs:
             groups.setdefault(job.settings, []).append(job)
-        for (name, max_tokens, min_tokens, temperature), group in groups.items():
+        for (name, max_tokens, min_tokens, temperature, scores), group in groups.items():
             try:
                 rows = [(prompt, seed) for job in group for prompt, seed in job.rows()]
                 top = max(job.top for job in group)
                 out: list[_Row] = []
                 with self._selected(name) as model:
+                    if scores:
+                        for job in group:
+                            job.prompt_scores, next_rows = self._score_prompts(
+                                model, job.prompts, greedy_next=max_tokens == 1 and temperature == 0 and not top)
+                            out += [row for row in next_rows for _ in range(job.n)] if next_rows else []
+                        if len(out) == len(rows):  # each job's one token came from the scoring pass itself
+                            rows = []
+                        else:
+                            out = []
                     for at in range(0, len(rows), self.max_batch_rows):
                         out += self._decode(model, rows[at:at + self.max_batch_rows], max_tokens, min_tokens,
                                             temperature, top)
@@ -595,6 +629,30 @@ class OpenAICompatibleServer:
             finally:
                 for job in group:
                     job.done.set()
+
+    def _score_prompts(self, model: Any, prompts: list[list[int]], greedy_next: bool
+                       ) -> tuple[list[list[tuple[float, int]]], list[_Row]]:
+        """One forward pass over the left-padded prompts: each token's (raw log-prob, rank) after the tokens before
+        it, and, with ``greedy_next``, each prompt's greedy next token as a one-token ``_Row`` (else none)."""
+        import torch
+
+        tok = self.tokenizer
+        width = max(len(p) for p in prompts)
+        pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
+        ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts], dtype=torch.long, device=model.device)
+        mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=model.device)
+        with torch.no_grad():
+            logp = torch.log_softmax(model(input_ids=ids, attention_mask=mask, use_cache=False).logits.float(), -1)
+        chosen = logp[:, :-1].gather(2, ids[:, 1:, None])
+        ranks = (logp[:, :-1] > chosen).sum(-1) + 1
+        scores = [list(zip(chosen[i, width - len(p):, 0].tolist(), ranks[i, width - len(p):].tolist(), strict=True))
+                  for i, p in enumerate(prompts)]
+        rows: list[_Row] = []
+        if greedy_next:
+            values, tokens = logp[:, -1].max(-1)
+            rows = [_Row([t], [v], [], t in self._stop_ids) for t, v in zip(tokens.tolist(), values.tolist(),
+                                                                             strict=True)]
+        return scores, rows
 
     def _decode(self, model: Any, rows: list[tuple[list[int], int]], max_tokens: int, min_tokens: int,
                 temperature: float, top: int) -> list[_Row]:
@@ -842,6 +900,8 @@ class _Handler(BaseHTTPRequestHandler):
             elif self.path.rstrip("/") == "/v1/models":
                 answer = partial(self._send_json, 200, {"object": "list", "data": [
                     {"id": app.model_name, "object": "model", "created": 0, "owned_by": "rlkit"},
+                    *([{"id": app.reference_name, "object": "model", "created": 0, "owned_by": "rlkit"}]
+                      if app.reference_model is not None else []),
                     *({"id": name, "object": "model", "created": 0, "owned_by": "rlkit", "root": path,
                        "parent": app.model_name} for name, path in list(app.adapters.items()))]})
             else:
@@ -921,15 +981,19 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 @contextmanager
-def server_process(model: str | Path | None = None, *, timeout: float = 120.0) -> Iterator[tuple[str, Any]]:
+def server_process(model: str | Path | None = None, *, timeout: float = 120.0, reference: str | Path | None = None
+                   ) -> Iterator[tuple[str, Any]]:
     """``python -m rlkit.testing.openai_server`` in a process of its own on a free port (the caller's environment,
-    thread pinning included): yields its base URL and the ``subprocess.Popen`` once it serves, and stops it after."""
+    thread pinning included): yields its base URL and the ``subprocess.Popen`` once it serves, and stops it after.
+    ``reference``: a model directory it also serves, frozen, as ``reference``."""
     import subprocess
     import sys
 
     command = [sys.executable, "-m", "rlkit.testing.openai_server", "--port", "0"]
     if model is not None:
         command += ["--model", str(model)]
+    if reference is not None:
+        command += ["--reference-model", str(reference)]
     server = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     try:
         deadline = time.monotonic() + timeout
@@ -954,9 +1018,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--api-key", default=None, help="require 'Authorization: Bearer <key>'")
     parser.add_argument("--batch-window", type=float, default=0.005,
                         help="seconds to gather concurrent token completions into one decode")
+    parser.add_argument("--reference-model", default=None,
+                        help="a model directory served, frozen, beside the model (weight updates leave it alone)")
+    parser.add_argument("--reference-name", default="reference", help="the name clients send to use it")
     args = parser.parse_args(argv)
     server = OpenAICompatibleServer(args.model, model_name=args.model_name, host=args.host, port=args.port,
-                                    dtype=args.dtype, api_key=args.api_key, batch_window_s=args.batch_window).start()
+                                    dtype=args.dtype, api_key=args.api_key, batch_window_s=args.batch_window,
+                                    reference=args.reference_model, reference_name=args.reference_name).start()
     print(f"serving {args.model or 'the embedded tiny policy'} as {args.model_name!r} at {server.url}", flush=True)
     try:
         threading.Event().wait()

@@ -86,12 +86,16 @@ def completion_update(module: Any, objective: Any, sampled: SampledBatch, advant
     # own log-probs at sampling time. With one inner iteration those are the training pass's own (the weights have
     # not moved yet), read from it detached, so no old-policy pass is made; with more, the pass is needed anyway.
     engine = sampled.engine_logprobs if s.engine_is_cap is not None else None
+    # A reference scored elsewhere (model.reference=engine) is asked now and read after the policy's first pass,
+    # which it overlaps.
+    request = getattr(module.reference, "request", None)
+    ref_pending = request(sampled) if callable(request) else None
     with torch.inference_mode():
         old_logp = (all_rows(lambda sub: sequence_log_probs(module.policy, sub))
                     if objective.num_iterations > 1 and (objective.needs_old_logprobs or engine is not None)
                     else None)
         ref_logp = all_rows(lambda sub: module.reference.log_probs(module.policy, sub)) \
-            if module.reference is not None else None
+            if module.reference is not None and ref_pending is None else None
     old_logp, ref_logp = outside_inference(old_logp), outside_inference(ref_logp)
     t_logprob = time.perf_counter()
     num_tokens = float(spread.sum(mask.sum(), device))
@@ -113,6 +117,8 @@ def completion_update(module: Any, objective: Any, sampled: SampledBatch, advant
                 entropy_sum = entropy_sum + torch.where(mask[rows] > 0, entropy, 0.0).sum()
             else:
                 logp = sequence_log_probs(module.policy, sampled.rows(rows))
+            if ref_pending is not None:
+                ref_logp, ref_pending = ref_pending.result().to(device), None
             weights = None if sampling_weights is None else sampling_weights[rows]
             if engine is not None and old_logp is None:  # one iteration: the lag correction reads this pass
                 weights, chunk_ratio, chunk_clipped = truncated_importance_weights(

@@ -418,6 +418,83 @@ def test_fit_samples_from_the_server_end_to_end(tmp_path):
     assert start == hf_start, "the start table scores the policy (sampled by the engine after its first sync)"
 
 
+def test_the_reference_the_engine_serves_scores_as_a_frozen_copy_does(policy):
+    from rlkit.lm.reference import FrozenCopyReference
+
+    model, tokenizer = policy
+    base = build_tiny_policy()
+    with OpenAICompatibleServer(base, reference=base) as live:
+        generator = _generator(live, sync="disk", max_lag=1, reference_model="reference")
+        try:
+            generator.setup(model, tokenizer)
+            frozen = FrozenCopyReference(model)
+            _perturb(model)  # the policy moves (and is pushed); the reference the engine serves must not
+            generator.sync_weights(model)
+            batch = generator.generate(model, tokenizer, _request(example_prompts(), g=3))
+            assert getattr(batch, "reference_scores", None) is not None, "asked for when the batch was read"
+            mask = batch.completion_mask.bool()
+            with torch.no_grad():
+                expected = frozen.log_probs(model, batch)
+            torch.testing.assert_close(generator.score_reference(batch).result()[mask], expected[mask], atol=1e-5,
+                                       rtol=0)
+            part = batch.rows(torch.tensor([1, 4]))  # a subset carries no scores: asked for again
+            torch.testing.assert_close(generator.score_reference(part).result()[part.completion_mask.bool()],
+                                       expected[[1, 4]][part.completion_mask.bool()], atol=1e-5, rtol=0)
+            answer = live.log[-1]
+            assert answer.path.rstrip("/") == "/v1/completions" and answer.status == 200
+        finally:
+            generator.close()
+
+
+def test_prompt_logprobs_follow_vllms_fields(policy):
+    import httpx
+
+    model, tokenizer = policy
+    with OpenAICompatibleServer(policy=policy) as live:
+        body = {"prompt": [[5, 6, 7, 8], [9, 10]], "max_tokens": 1, "temperature": 0, "prompt_logprobs": 0}
+        choices = httpx.post(f"{live.url}/completions", json=body, timeout=30).json()["choices"]
+        for choice, prompt in zip(choices, body["prompt"], strict=True):
+            entries = choice["prompt_logprobs"]
+            assert entries[0] is None and len(entries) == len(prompt)
+            ids = torch.tensor([prompt])
+            with torch.no_grad():
+                own = torch.log_softmax(model(input_ids=ids).logits[0, :-1], -1).gather(1, ids[0, 1:, None])[:, 0]
+            for entry, token, value in zip(entries[1:], prompt[1:], own.tolist(), strict=True):
+                (key, info), = entry.items()
+                assert key == str(token) and abs(info["logprob"] - value) < 1e-5 and info["rank"] >= 1
+        missing = httpx.post(f"{live.url}/completions", json={**body, "model": "reference"}, timeout=30)
+        assert missing.status_code == 404, "no reference model served unless given one"
+
+
+@pytest.mark.slow
+def test_a_fit_scoring_its_reference_on_the_engine_logs_the_frozen_references_kl(tmp_path):
+    base = build_tiny_policy()
+    common = ["generator=openai_server", "generator.params.sync=disk", "generator.params.max_lag=1",
+              "model=tiny_random", "trainer.max_steps=3", "batch_size=2", "num_generations=2", "logger=none",
+              "log_samples.every=0"]
+    kl = {}
+    for reference in ("frozen", "engine"):
+        extra = ["model.reference=engine", "generator.params.reference_model=reference"] * (reference == "engine")
+        with OpenAICompatibleServer(base, reference=base) as live:
+            assert main(["fit", *common, f"generator.params.base_url={live.url}", *extra,
+                         f"hydra.run.dir={tmp_path / reference}"]) == 0
+        lines = (tmp_path / reference / "metrics.jsonl").read_text().splitlines()
+        rows = [json.loads(line)["metrics"] for line in lines]
+        kl[reference] = [r["kl"] for r in rows if "kl" in r]
+    assert len(kl["engine"]) == 3 and max(kl["frozen"]) > 0, "the policy moved away from its reference"
+    assert kl["engine"] == pytest.approx(kl["frozen"], abs=1e-6)
+
+
+def test_reference_engine_needs_a_generator_that_scores_and_the_served_name():
+    from rlkit.testing import validate_overrides
+
+    with pytest.raises(ConfigError, match="generator=hf has none"):
+        validate_overrides(["model.reference=engine"])
+    with pytest.raises(ConfigError, match="serves the reference model under") as caught:
+        validate_overrides(["model.reference=engine", "generator=openai_server"])
+    assert caught.value.where == "generator.params.reference_model"
+
+
 @pytest.mark.slow
 def test_a_frozen_sampler_lags_and_is_corrected(tmp_path):
     with OpenAICompatibleServer() as live:

@@ -148,6 +148,11 @@ class OpenAIServerGenerator:
         # Sent with every completions request on top of rlkit's fields: the engine's own sampling extras, e.g.
         # {min_tokens: 16} (vLLM), {top_k: 50}, or {repetition_penalty: 1.1}. null: none.
         extra_body: dict[str, Any] | None = None
+        # The name under which the same server serves the reference model, frozen (vLLM with sync=lora: the base
+        # model's name; the test server: --reference-model), for model.reference=engine: each batch's sequences are
+        # scored there (vLLM's prompt_logprobs) as soon as the batch is read, before the next batch is requested,
+        # so the engine computes the KL term's reference log-probs while the trainer runs the policy. null: off.
+        reference_model: str | None = None
 
     def __init__(self, params: OpenAIServerGenerator.Params | None = None) -> None:
         p = params or OpenAIServerGenerator.Params()
@@ -178,6 +183,7 @@ class OpenAIServerGenerator:
         self._live: list[Path] = []  # versions the server may still read, oldest first
         self._connections: EngineConnections | None = None
         self._out: list[PendingBatch] = []  # batches requested whose answers are not read yet
+        self._scoring: list[ReferenceScores] = []  # reference log-probs asked for and not read yet
         self._due: tuple[Path, str, str] | None = None  # a saved version to load once those are read
         self._restored: dict[str, int] | None = None
         path = urllib.parse.urlsplit(self.base_url).path
@@ -229,7 +235,9 @@ class OpenAIServerGenerator:
         the version folders this generator made (a temporary ``sync_dir`` entirely)."""
         for batch in self._out:
             batch.abandon()
-        self._out, self._due = [], None
+        for scores in self._scoring:
+            scores.abandon()
+        self._out, self._due, self._scoring = [], None, []
         if self._connections is not None:
             self._connections.close()
             self._connections = None
@@ -370,6 +378,30 @@ class OpenAIServerGenerator:
             body["seed"] = seed
         return body
 
+    def _score(self, prompts: list[list[int]], completions: list[list[int]], width: int, device: Any
+               ) -> ReferenceScores:
+        """Ask the engine's reference model for the log-probs of each completion after its prompt (sent now)."""
+        body = json.dumps({"model": self.params.reference_model, "prompt": [p + c for p, c in zip(
+            prompts, completions, strict=True)], "n": 1, "max_tokens": 1, "temperature": 0.0, "prompt_logprobs": 0,
+            "stream": False}).encode()
+        return ReferenceScores(self, body, [len(c) for c in completions], width, device)
+
+    def score_reference(self, sampled: SampledBatch) -> ReferenceScores:
+        """The reference model's log-probs of ``sampled``'s completion tokens, from the engine: the scores requested
+        when the batch was read, else a request now (a batch restored from a checkpoint, or a subset of one)."""
+        if self.params.reference_model is None:
+            raise ConfigError("model.reference=engine needs the server's name for the reference model",
+                              f"{WHERE}.reference_model")
+        pending = getattr(sampled, "reference_scores", None)
+        if pending is not None:
+            return pending
+        p = sampled.prompt_length
+        prompts = [row[mask.bool()].tolist() for row, mask in zip(sampled.input_ids[:, :p],
+                                                                    sampled.attention_mask[:, :p], strict=True)]
+        lengths = sampled.completion_mask.sum(dim=1).tolist()
+        completions = [row[:int(n)].tolist() for row, n in zip(sampled.completion_ids, lengths, strict=True)]
+        return self._score(prompts, completions, sampled.completion_mask.shape[1], sampled.input_ids.device)
+
     def _engine(self) -> EngineConnections:
         if self._connections is None:
             self._connections = EngineConnections(self.base_url, self._headers(), self.params.timeout_s)
@@ -390,7 +422,8 @@ class OpenAIServerGenerator:
                                            None if seeds is None or request.greedy else int(seeds[i]))).encode()
                   for i in range(len(request.records))]
         device = next(policy.parameters()).device  # where the hf generator's batch lives too
-        batch = PendingBatch(self, bodies, prompt_ids, prompt_mask, request.num_generations, tokenizer, device)
+        batch = PendingBatch(self, bodies, prompt_ids, prompt_mask, request.num_generations, tokenizer, device,
+                             request.greedy)
         self._out.append(batch)
         return batch
 
@@ -405,7 +438,8 @@ class PendingBatch:
     how far behind the policy the sampling weights are by then."""
 
     def __init__(self, generator: OpenAIServerGenerator, bodies: list[bytes], prompt_ids: torch.Tensor,
-                 prompt_mask: torch.Tensor, g: int, tokenizer: Any, device: torch.device) -> None:
+                 prompt_mask: torch.Tensor, g: int, tokenizer: Any, device: torch.device, greedy: bool = False
+                 ) -> None:
         self._generator, self._bodies = generator, bodies
         self._prompt_ids, self._prompt_mask, self._g = prompt_ids, prompt_mask, g
         self._tokenizer, self._device = tokenizer, device
@@ -414,6 +448,8 @@ class PendingBatch:
         self._rows: list[Rows | None] = [None] * len(bodies)
         self._failure: GeneratorError | None = None
         self._collected = False
+        self._reference: ReferenceScores | None = None  # the reference's log-probs, asked for once read
+        self._trains = not greedy  # held-out (greedy) batches never meet the reference
         self._held: deque[int] = deque(range(len(bodies)))  # records not sent yet
         self._sent: dict[int, Exchange] = {}
         self._send_more()
@@ -458,6 +494,12 @@ class PendingBatch:
                     self.abandon()
                     return
             if not failed:
+                if self._generator.params.reference_model is not None and self._trains:
+                    prompts = [self._prompt_ids[r][self._prompt_mask[r].bool()].tolist()
+                               for r, record in enumerate(self._rows) for _ in (record or [])]
+                    completions = [ids for record in self._rows for ids, _ in (record or [])]
+                    width = max(1, max((len(c) for c in completions), default=0))  # as result() assembles it
+                    self._reference = self._generator._score(prompts, completions, width, self._device)
                 return
 
     def abandon(self) -> None:
@@ -492,8 +534,66 @@ class PendingBatch:
         batch.engine_logprobs = logps.to(device).masked_fill(batch.completion_mask == 0, 0.0)
         batch.policy_version = self.policy_version
         batch.policy_lag = self._generator._steps - self._served_at
+        # not a field: it never travels in a checkpoint. Scored as the engine returned the tokens; where the batch's
+        # masks read a row otherwise (a stop token that is not EOS, then padding that is), it is scored again
+        if self._reference is not None and self._reference.lengths == batch.completion_mask.sum(dim=1).tolist():
+            batch.reference_scores = self._reference
         self._batch = batch
         return batch
+
+
+class ReferenceScores:
+    """The reference model's log-probs of a batch's completion tokens, asked of the engine (``prompt_logprobs`` over
+    each whole sequence, one request); ``result()`` reads them as ``[N, C]``."""
+
+    def __init__(self, generator: OpenAIServerGenerator, body: bytes, lengths: list[int], width: int,
+                 device: Any) -> None:
+        self._generator, self._body, self.lengths, self._device = generator, body, lengths, device
+        self._width = width
+        self._exchange: Exchange | None = generator._engine().post(generator._completions_path, body)
+        self._value: torch.Tensor | None = None
+        generator._scoring.append(self)
+
+    def _read(self, body: bytes) -> list[list[float]] | None:
+        try:
+            choices = sorted(json.loads(body)["choices"], key=lambda c: c["index"])
+            out = []
+            for choice, length in zip(choices, self.lengths, strict=True):
+                entries = choice["prompt_logprobs"][len(choice["prompt_logprobs"]) - length:] if length else []
+                out.append([float(next(iter(entry.values()))["logprob"]) for entry in entries])
+        except (ValueError, KeyError, IndexError, TypeError, AttributeError, StopIteration):
+            return None
+        return out
+
+    def abandon(self) -> None:
+        if self._exchange is not None:
+            self._exchange.abandon()
+            self._exchange = None
+
+    def result(self) -> torch.Tensor:
+        if self._value is not None:
+            return self._value
+        p = self._generator.params
+        malformed = "no prompt_logprobs for every sequence"
+        for attempt in range(1, p.retries + 2):
+            if self._exchange is None:
+                self._exchange = self._generator._engine().post(self._generator._completions_path, self._body)
+            outcome, self._exchange = self._exchange.answer(self._read, malformed), None
+            if outcome.value is not None:
+                break
+            if not outcome.retryable or attempt > p.retries:
+                raise GeneratorError(f"{self._generator.base_url}/completions failed to score the reference's "
+                                     f"log-probs ({p.reference_model}): {outcome.error} (after {attempt} attempt"
+                                     f"{'s' * (attempt != 1)})", f"{WHERE}.reference_model")
+            time.sleep(retry_delay(p.retry_backoff, attempt - 1, outcome.retry_after))
+        if self in self._generator._scoring:
+            self._generator._scoring.remove(self)
+        values = outcome.value
+        out = torch.zeros(len(values), self._width, dtype=torch.float32)
+        for r, row in enumerate(values):
+            out[r, :len(row)] = torch.tensor(row, dtype=torch.float32)
+        self._value = out.to(self._device)
+        return self._value
 
 
 def _place() -> tuple[int, int]:
