@@ -194,6 +194,9 @@ def pair_update(module: Any, objective: Any, sampled: SampledBatch, targets: Pai
         sums, lengths = sequence_logp_sums(log_probs(sampled.rows(unique)), sampled.completion_mask[unique])
         return sums[inverse], lengths[inverse]
 
+    # a reference scored elsewhere (model.reference=engine): the whole batch in one answer, asked when it was read
+    request = getattr(module.reference, "request", None)
+    scored = request(sampled).result().to(device) if callable(request) else None
     refs: list[tuple[torch.Tensor, torch.Tensor] | None] = []
     with torch.inference_mode():
         for rows in chunks:
@@ -201,7 +204,10 @@ def pair_update(module: Any, objective: Any, sampled: SampledBatch, targets: Pai
                 refs.append(None)
                 continue
             both = torch.cat([chosen_rows[rows], rejected_rows[rows]])
-            sums, _ = logp_sums(lambda sub: module.reference.log_probs(module.policy, sub), both)
+            if scored is not None:
+                sums, _ = sequence_logp_sums(scored[both], sampled.completion_mask[both])
+            else:
+                sums, _ = logp_sums(lambda sub: module.reference.log_probs(module.policy, sub), both)
             refs.append((sums[:len(both) // 2], sums[len(both) // 2:]))
     refs = [None if r is None else (outside_inference(r[0]), outside_inference(r[1])) for r in refs]
     logprob_at = time.perf_counter()
