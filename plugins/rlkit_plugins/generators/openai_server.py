@@ -50,6 +50,12 @@ goes out as soon as the batches before it have been read (the next step reads it
 the next batch is requested, so the loop never waits on the engine to finish sampling merely to load. Either way each
 batch comes from one version, the one it records; a load that fails fails the step that sends it, in one line.
 
+Reference scoring (``reference_model``, for ``model.reference=engine``): once a training batch is read, one more
+request asks the same server for the log-probs of each sequence under the frozen model it serves as
+``reference_model`` (vLLM's ``prompt_logprobs``, ``max_tokens`` 1 at temperature 0), before the next batch is
+requested, so the server scores it first; the answer waits as ``batch.reference_scores`` (``score_reference``) until
+the loop needs it, after the policy's own pass.
+
 Transport (``rlkit_plugins.generators.kept_alive``): requests are written to kept-alive connections on the loop's
 own thread when a batch is requested, at most ``max_concurrency`` of a batch at once (the rest as answers come in),
 and their answers read when the batch is needed, so the engine samples while the loop judges and trains without a
