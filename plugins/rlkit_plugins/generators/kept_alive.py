@@ -19,11 +19,13 @@ from __future__ import annotations
 
 import http.client
 import select
+import time
 import urllib.parse
+from collections import deque
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
-from rlkit.plugin import Attempt, answered_attempt, retry_after_seconds, tls_context
+from rlkit.plugin import Attempt, answered_attempt, retry_after_seconds, retry_delay, tls_context
 
 T = TypeVar("T")
 _LOST = (OSError, http.client.HTTPException)  # a refused, reset or closed connection, a bad status line
@@ -124,6 +126,56 @@ class Exchange:
         if self._connection is not None:
             self._connection.close()
             self._connection = None
+
+
+class RequestsOut(Generic[T]):
+    """``bodies`` POSTed to one path, at most ``window`` out at once (the rest sent as answers free their places)."""
+
+    def __init__(self, connections: EngineConnections, path: str, bodies: list[bytes], window: int) -> None:
+        self._connections, self._path, self._bodies, self._window = connections, path, bodies, window
+        self._held: deque[int] = deque(range(len(bodies)))  # not sent yet
+        self._sent: dict[int, Exchange] = {}
+        self._send_more()
+
+    def _send_more(self) -> None:
+        while self._held and len(self._sent) < self._window:
+            i = self._held.popleft()
+            self._sent[i] = self._connections.post(self._path, self._bodies[i])
+
+    def collect(self, read: Callable[[bytes], T | None], malformed: str, retries: int, backoff: float
+                ) -> tuple[list[T | None], tuple[int, str] | None]:
+        """Read every answer: first attempts in order, then rounds of retries for the failed ones after rlkit's
+        backoff. Returns the values, and the first request that failed for good with its error (the rest hung up)."""
+        values: list[T | None] = [None] * len(self._bodies)
+        failed: dict[int, Attempt] = {}
+        for attempt in range(1, retries + 2):
+            if failed:
+                after = [a.retry_after for a in failed.values() if a.retry_after is not None]
+                time.sleep(retry_delay(backoff, attempt - 2, max(after, default=None)))
+                self._held.extend(sorted(failed))
+                failed = {}
+                self._send_more()
+            while self._sent:
+                i = min(self._sent)
+                outcome = self._sent.pop(i).answer(read, malformed)
+                self._send_more()
+                if outcome.value is not None:
+                    values[i] = outcome.value
+                elif outcome.retryable and attempt <= retries:
+                    failed[i] = outcome
+                else:
+                    self.abandon()
+                    return values, (i, f"{outcome.error} (after {attempt} attempt{'s' * (attempt != 1)})")
+            if not failed:
+                break
+        return values, None
+
+    def abandon(self) -> None:
+        """Hang up the requests still out and drop those not sent: their answers are no longer wanted."""
+        for exchange in self._sent.values():
+            exchange.abandon()
+        self._sent = {}
+        self._held.clear()
 
 
 def _lost(exc: Any) -> str:

@@ -72,10 +72,8 @@ import json
 import os
 import shutil
 import tempfile
-import time
 import urllib.parse
 import warnings
-from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -83,18 +81,16 @@ from typing import Any
 import torch
 
 from rlkit.plugin import (
-    Attempt,
     ConfigError,
     GenerationRequest,
     GeneratorError,
     SampledBatch,
     assemble_sampled_batch,
     hookimpl,
-    retry_delay,
     tokenize_prompts,
 )
 from rlkit_plugins.backends.reachability import probe
-from rlkit_plugins.generators.kept_alive import EngineConnections, Exchange
+from rlkit_plugins.generators.kept_alive import EngineConnections, RequestsOut
 
 WHERE = "generator.params"
 _SYNCS = ("none", "disk", "lora")
@@ -424,12 +420,12 @@ class OpenAIServerGenerator:
         seeds = request.seeds
         if seeds is not None and len(seeds) != len(request.records):
             raise ValueError(f"{len(seeds)} seeds for {len(request.records)} records")
-        bodies = [json.dumps(self._payload(prompt_ids[i][prompt_mask[i].bool()].tolist(), request,
-                                           None if seeds is None or request.greedy else int(seeds[i]))).encode()
-                  for i in range(len(request.records))]
+        prompts = [ids[mask.bool()].tolist() for ids, mask in zip(prompt_ids, prompt_mask, strict=True)]
+        bodies = [json.dumps(self._payload(prompt, request, None if seeds is None or request.greedy
+                                           else int(seeds[i]))).encode() for i, prompt in enumerate(prompts)]
         device = next(policy.parameters()).device  # where the hf generator's batch lives too
-        batch = PendingBatch(self, bodies, prompt_ids, prompt_mask, request.num_generations, tokenizer, device,
-                             request.greedy)
+        batch = PendingBatch(self, bodies, prompts, prompt_ids, prompt_mask, request.num_generations, tokenizer,
+                             device, request.greedy)
         self._out.append(batch)
         return batch
 
@@ -443,77 +439,46 @@ class PendingBatch:
     sent at once). ``collect()`` reads their answers, retrying failed ones; ``result()`` assembles the batch and says
     how far behind the policy the sampling weights are by then."""
 
-    def __init__(self, generator: OpenAIServerGenerator, bodies: list[bytes], prompt_ids: torch.Tensor,
-                 prompt_mask: torch.Tensor, g: int, tokenizer: Any, device: torch.device, greedy: bool = False
-                 ) -> None:
-        self._generator, self._bodies = generator, bodies
+    def __init__(self, generator: OpenAIServerGenerator, bodies: list[bytes], prompts: list[list[int]],
+                 prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, g: int, tokenizer: Any, device: torch.device,
+                 greedy: bool = False) -> None:
+        self._generator, self._prompts = generator, prompts
         self._prompt_ids, self._prompt_mask, self._g = prompt_ids, prompt_mask, g
         self._tokenizer, self._device = tokenizer, device
         self.policy_version, self._served_at = generator.policy_version, generator._pushed_at
         self._batch: SampledBatch | None = None
-        self._rows: list[Rows | None] = [None] * len(bodies)
+        self._rows: list[Rows | None] = []
         self._failure: GeneratorError | None = None
         self._collected = False
         self._reference: ReferenceScores | None = None  # the reference's log-probs, asked for once read
         self._trains = not greedy  # held-out (greedy) batches never meet the reference
-        self._held: deque[int] = deque(range(len(bodies)))  # records not sent yet
-        self._sent: dict[int, Exchange] = {}
-        self._send_more()
-
-    def _send_more(self) -> None:
-        """Send held-back records while fewer than ``max_concurrency`` are out."""
-        engine = self._generator._engine()
-        while self._held and len(self._sent) < self._generator.params.max_concurrency:
-            i = self._held.popleft()
-            self._sent[i] = engine.post(self._generator._completions_path, self._bodies[i])
+        self._requests = RequestsOut(generator._engine(), generator._completions_path, bodies,
+                                     generator.params.max_concurrency)
 
     def collect(self) -> None:
-        """Read every record's answer: first attempts in record order (sending the records held back as answers
-        free their places), then rounds of retries for the failed ones after rlkit's backoff."""
+        """Read every record's answer (retrying failed ones); once all are in, ask for the reference's scores."""
         if self._collected:
             return
         self._collected = True
         if self in self._generator._out:
             self._generator._out.remove(self)
         p = self._generator.params
-        read, malformed = _read_choices(self._g), f"no {self._g} choices with token_ids and logprobs.token_logprobs"
-        failed: dict[int, Attempt] = {}
-        for attempt in range(1, p.retries + 2):
-            if failed:
-                after = [a.retry_after for a in failed.values() if a.retry_after is not None]
-                time.sleep(retry_delay(p.retry_backoff, attempt - 2, max(after, default=None)))
-                self._held.extend(sorted(failed))
-                failed = {}
-                self._send_more()
-            while self._sent:
-                i = min(self._sent)
-                outcome = self._sent.pop(i).answer(read, malformed)
-                self._send_more()
-                if outcome.value is not None:
-                    self._rows[i] = outcome.value
-                elif outcome.retryable and attempt <= p.retries:
-                    failed[i] = outcome
-                else:
-                    self._failure = GeneratorError(
-                        f"{self._generator.base_url}/completions failed for record {i} of the batch: {outcome.error} "
-                        f"(after {attempt} attempt{'s' * (attempt != 1)})", f"{WHERE}.base_url")
-                    self.abandon()
-                    return
-            if not failed:
-                if self._generator.params.reference_model is not None and self._trains:
-                    prompts = [self._prompt_ids[r][self._prompt_mask[r].bool()].tolist()
-                               for r, record in enumerate(self._rows) for _ in (record or [])]
-                    completions = [ids for record in self._rows for ids, _ in (record or [])]
-                    width = max(1, max((len(c) for c in completions), default=0))  # as result() assembles it
-                    self._reference = self._generator._score(prompts, completions, width, self._device)
-                return
+        self._rows, failure = self._requests.collect(
+            _read_choices(self._g), f"no {self._g} choices with token_ids and logprobs.token_logprobs", p.retries,
+            p.retry_backoff)
+        if failure is not None:
+            self._failure = GeneratorError(f"{self._generator.base_url}/completions failed for record {failure[0]} "
+                                           f"of the batch: {failure[1]}", f"{WHERE}.base_url")
+        elif p.reference_model is not None and self._trains:
+            prompts = [self._prompts[r] for r, record in enumerate(self._rows) for _ in (record or [])]
+            completions = [ids for record in self._rows for ids, _ in (record or [])]
+            width = max(1, max((len(c) for c in completions), default=0))  # as result() assembles it
+            self._reference = self._generator._score(prompts, completions, width, self._device)
 
     def abandon(self) -> None:
         """Hang up the requests still out: their answers are no longer wanted."""
-        for exchange in self._sent.values():
-            exchange.abandon()
-        self._sent, self._collected = {}, True
-        self._held.clear()
+        self._requests.abandon()
+        self._collected = True
         if self in self._generator._out:
             self._generator._out.remove(self)
 
@@ -554,9 +519,8 @@ class ReferenceScores:
 
     def __init__(self, generator: OpenAIServerGenerator, body: bytes, lengths: list[int], width: int,
                  device: Any) -> None:
-        self._generator, self._body, self.lengths, self._device = generator, body, lengths, device
-        self._width = width
-        self._exchange: Exchange | None = generator._engine().post(generator._completions_path, body)
+        self._generator, self.lengths, self._width, self._device = generator, lengths, width, device
+        self._requests = RequestsOut(generator._engine(), generator._completions_path, [body], 1)
         self._value: torch.Tensor | None = None
         generator._scoring.append(self)
 
@@ -572,29 +536,19 @@ class ReferenceScores:
         return out
 
     def abandon(self) -> None:
-        if self._exchange is not None:
-            self._exchange.abandon()
-            self._exchange = None
+        self._requests.abandon()
 
     def result(self) -> torch.Tensor:
         if self._value is not None:
             return self._value
         p = self._generator.params
-        malformed = "no prompt_logprobs for every sequence"
-        for attempt in range(1, p.retries + 2):
-            if self._exchange is None:
-                self._exchange = self._generator._engine().post(self._generator._completions_path, self._body)
-            outcome, self._exchange = self._exchange.answer(self._read, malformed), None
-            if outcome.value is not None:
-                break
-            if not outcome.retryable or attempt > p.retries:
-                raise GeneratorError(f"{self._generator.base_url}/completions failed to score the reference's "
-                                     f"log-probs ({p.reference_model}): {outcome.error} (after {attempt} attempt"
-                                     f"{'s' * (attempt != 1)})", f"{WHERE}.reference_model")
-            time.sleep(retry_delay(p.retry_backoff, attempt - 1, outcome.retry_after))
+        (values,), failure = self._requests.collect(self._read, "no prompt_logprobs for every sequence", p.retries,
+                                                    p.retry_backoff)
         if self in self._generator._scoring:
             self._generator._scoring.remove(self)
-        values = outcome.value
+        if failure is not None:
+            raise GeneratorError(f"{self._generator.base_url}/completions failed to score the reference's log-probs "
+                                 f"({p.reference_model}): {failure[1]}", f"{WHERE}.reference_model")
         out = torch.zeros(len(values), self._width, dtype=torch.float32)
         for r, row in enumerate(values):
             out[r, :len(row)] = torch.tensor(row, dtype=torch.float32)
