@@ -607,14 +607,12 @@ class OpenAICompatibleServer:
                 out: list[_Row] = []
                 with self._selected(name) as model:
                     if scores:
+                        greedy_next = max_tokens == 1 and temperature == 0 and not top
                         for job in group:
-                            job.prompt_scores, next_rows = self._score_prompts(
-                                model, job.prompts, greedy_next=max_tokens == 1 and temperature == 0 and not top)
-                            out += [row for row in next_rows for _ in range(job.n)] if next_rows else []
-                        if len(out) == len(rows):  # each job's one token came from the scoring pass itself
+                            job.prompt_scores, next_rows = self._score_prompts(model, job.prompts, greedy_next)
+                            out += [row for row in next_rows for _ in range(job.n)]
+                        if greedy_next:  # each job's one token came from the scoring pass itself
                             rows = []
-                        else:
-                            out = []
                     for at in range(0, len(rows), self.max_batch_rows):
                         out += self._decode(model, rows[at:at + self.max_batch_rows], max_tokens, min_tokens,
                                             temperature, top)

@@ -462,6 +462,11 @@ def test_prompt_logprobs_follow_vllms_fields(policy):
             for entry, token, value in zip(entries[1:], prompt[1:], own.tolist(), strict=True):
                 (key, info), = entry.items()
                 assert key == str(token) and abs(info["logprob"] - value) < 1e-5 and info["rank"] >= 1
+        sampled = httpx.post(f"{live.url}/completions", json={**body, "max_tokens": 2, "min_tokens": 2,
+                                                                "temperature": 1.0, "seed": 5,
+                                                                "return_token_ids": True}, timeout=30).json()
+        assert [c["prompt_logprobs"] for c in sampled["choices"]] == [c["prompt_logprobs"] for c in choices]
+        assert [len(c["token_ids"]) for c in sampled["choices"]] == [2, 2], "sampled after the scoring pass"
         missing = httpx.post(f"{live.url}/completions", json={**body, "model": "reference"}, timeout=30)
         assert missing.status_code == 404, "no reference model served unless given one"
 
