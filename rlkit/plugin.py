@@ -7,9 +7,6 @@ rlkit's own plugins (``rlkit_plugins``) are held to this by the import-layer con
 
 from __future__ import annotations
 
-# --- records, paths, calibration against human labels ----------------------------------------------------
-from rlkit.config.compose import resolve_path
-
 # --- the contract: marking hooks, the register callback, errors -------------------------------------------
 from rlkit.core.errors import (
     ConfigError,
@@ -22,6 +19,7 @@ from rlkit.core.errors import (
 )
 from rlkit.core.hookspecs import Register
 from rlkit.core.objective import CompletionLossInputs, PairLossInputs, PairTargets
+from rlkit.core.package_files import resolve_path
 from rlkit.core.refs import AggregatorRef, BackendRef, JudgeRef, PluginRef, WeightSchedulerRef
 
 # --- what flows between plugins: rubric, rollouts, scores, pairs ----------------------------------------------

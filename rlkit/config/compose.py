@@ -12,6 +12,7 @@ from omegaconf import DictConfig
 
 from rlkit.config.schemas import register_run_defaults
 from rlkit.core.errors import ConfigError, PluginError
+from rlkit.core.package_files import resolve_path
 from rlkit.core.registry import KINDS_BY_GROUP, Registry
 
 CONFIG_MODULE = "rlkit.conf"
@@ -122,19 +123,5 @@ def compose_config(registry: Registry, overrides: list[str] | None = None,
     ):
         return compose(config_name, overrides=search_path_override(registry) + list(overrides or []),
                        return_hydra_config=True)
-
-
-def resolve_path(path: str) -> Path:
-    """A path from config: ``pkg://module/relative/file`` inside an installed package, else a file path."""
-    if path.startswith("pkg://"):
-        module, _, rel = path[len("pkg://"):].partition("/")
-        try:
-            base = Path(str(importlib.resources.files(module)))
-        except ModuleNotFoundError:
-            raise ConfigError(f"no installed package {module!r}", path) from None
-        return base / rel if rel else base
-    if path.startswith("file://"):
-        path = path[len("file://"):]
-    return Path(path).expanduser()
 
 

@@ -31,9 +31,9 @@ from typing import Any
 
 import torch
 
-from rlkit.config.compose import resolve_path
 from rlkit.config.schemas import RubricEvolveConfig
 from rlkit.core.errors import RubricError
+from rlkit.core.package_files import resolve_path
 from rlkit.core.rubric import CATEGORY_WEIGHTS, MAX_CRITERIA, Rubric, load_rubric, rubric_from_dict
 from rlkit.core.rubric_diff import RubricDiff, diff_rubrics
 from rlkit.core.templates import render_file, template_hash

@@ -42,7 +42,7 @@ class EnvironmentContract:
         """The tiny policy's tokenizer with the tool-calling chat template rlkit ships (experiment=calculator)."""
         import yaml
 
-        from rlkit.config.compose import resolve_path
+        from rlkit.core.package_files import resolve_path
         from rlkit.lm.conversation import apply_chat_format
         from rlkit.lm.models import build_tiny_policy, load_policy
 

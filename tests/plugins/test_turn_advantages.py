@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from rlkit.config.compose import resolve_path
+from rlkit.core.package_files import resolve_path
 from rlkit.core.registry import Registry, create_plugin_manager
 from rlkit.core.rubric import load_rubric
 from rlkit.core.types import RewardBatch

@@ -12,8 +12,8 @@ import pytest
 import torch
 import yaml
 
-from rlkit.config.compose import resolve_path
 from rlkit.core.errors import ConfigError
+from rlkit.core.package_files import resolve_path
 from rlkit.core.types import EnvStep, Episode, Rollout
 from rlkit.data.records import calculator_task
 from rlkit.lm.conversation import apply_chat_format
