@@ -35,6 +35,7 @@ commands:
   rubric      rubric versions: `rlkit rubric diff old.yaml new.yaml`, `rlkit rubric hash rubric.yaml`;
               per-prompt rubrics from references: `rlkit rubric generate data.path=... judge=llm generate.output=DIR`;
               before training, can it be gamed: `rlkit rubric audit audit.records=FILE [--fail-under 0.7]`
+  model       `rlkit model import FILE.gguf [--out DIR]`: a GGUF checkpoint as a Hugging Face folder (cached)
   new         scaffold a plugin package: `rlkit new plugin NAME --kind judge` (rlkit new for help)
 
 Overrides are Hydra's: judge=rule rubric.path=/abs/rubric.yaml data.path=/abs/records.jsonl
@@ -60,6 +61,12 @@ def cmd_rubric_tools(args: Sequence[str]) -> int:
     return cmd_rubric(args)
 
 
+def cmd_model(args: Sequence[str]) -> int:
+    from rlkit.commands.model import cmd_model as model
+
+    return model(args)
+
+
 def cmd_new(args: Sequence[str]) -> int:
     from rlkit.commands.scaffold import main as scaffold_main
 
@@ -69,7 +76,7 @@ def cmd_new(args: Sequence[str]) -> int:
 COMMANDS = {"plugins": cmd_plugins, "validate": cmd_validate, "score": cmd_score, "calibrate": cmd_calibrate,
             "fit": cmd_fit, "sft": cmd_sft, "data": cmd_data, "serve": cmd_serve, "train-grm": cmd_train_grm,
             "eval": cmd_eval, "report": cmd_report, "label": cmd_label,
-            "rubric": cmd_rubric_tools, "new": cmd_new}
+            "rubric": cmd_rubric_tools, "model": cmd_model, "new": cmd_new}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

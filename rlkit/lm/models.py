@@ -20,6 +20,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rlkit.core.errors import ConfigError
+from rlkit.core.package_files import PACKAGE_SCHEME, resolve_path
+from rlkit.lm.gguf import is_gguf
 
 if TYPE_CHECKING:
     from rlkit.lm.placement import Placement
@@ -183,8 +185,16 @@ def _looks_like_path(ref: str) -> bool:
 
 
 def locate_model(name_or_path: str | Path) -> Path:
-    """A local model directory, or a hub id's snapshot in the local Hugging Face cache; never the network."""
+    """A local model directory, a GGUF file imported on first use (:func:`rlkit.lm.gguf.import_gguf`), or a hub id's
+    snapshot in the local Hugging Face cache; never the network. ``pkg://module/file`` names a file inside an
+    installed package."""
     ref = str(name_or_path)
+    if ref.startswith(PACKAGE_SCHEME):
+        name_or_path = ref = str(resolve_path(ref))
+    if is_gguf(ref):
+        from rlkit.lm.gguf import import_gguf
+
+        return import_gguf(ref, where=f"model.name_or_path ({ref})")
     if _looks_like_path(ref):
         return check_model_directory(ref)
     from huggingface_hub import snapshot_download

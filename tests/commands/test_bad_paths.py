@@ -51,6 +51,8 @@ CASES = [
     ("label", lambda p: ["label", f"{p['missing']}.jsonl"], "no such labelling file"),
     ("calibrate", lambda p: ["calibrate", "sample", str(p["missing"])], "no such run directory"),
     ("rubric", lambda p: ["rubric", "generate", f"data.path={p['missing']}.jsonl"], "no such data file"),
+    ("model", lambda p: ["model", "import", f"{p['missing']}.gguf"], "no such GGUF file"),
+    ("model", lambda p: ["model", "import", f"{p['missing']}.gguf", "--out", f"{p['afile']}/m"], "--out: cannot"),
 ]
 
 
