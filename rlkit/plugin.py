@@ -29,7 +29,7 @@ from rlkit.core.stats import nan_mean_std, nan_weighted_sum, scored_values_diffe
 from rlkit.core.templates import chosen_template, render_template, template_hash, template_path
 from rlkit.core.types import EnvStep, Episode, PreferencePairs, RewardBatch, Rollout
 from rlkit.data.prepare import allocate as allocate_shares
-from rlkit.data.records import prompt_text
+from rlkit.data.records import prompt_text, seen_prompt
 from rlkit.data.records import read_jsonl as read_records
 from rlkit.evaluation.calibration import DEFAULT_LABELS as DEFAULT_CALIBRATION_LABELS
 from rlkit.evaluation.calibration import calibrate, judge_records, read_labels
@@ -177,6 +177,7 @@ __all__ = [
     "answered_attempt",
     "post_with_retries",
     "prompt_text",
+    "seen_prompt",
     "ranking_spec",
     "ranks_from_order",
     "read_grm_format",

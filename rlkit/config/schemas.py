@@ -69,8 +69,13 @@ class ModelConfig(_Schema):
     """The policy (``model=<name>`` selects a preset under ``conf/model/``)."""
 
     name_or_path: str | None = Field(
-        default=None, description="A local Hugging Face causal-LM folder, or a hub id already in the local HF cache; "
-                                  "null: the embedded tiny policy, built from config and cached.")
+        default=None, description="A local Hugging Face causal-LM folder, a GGUF file (imported into the rlkit cache "
+                                  "on first use, `rlkit model import`), `pkg://<package>/<file>` inside an installed "
+                                  "package, or a hub id already in the local HF cache; null: the embedded tiny policy, "
+                                  "built from config and cached.")
+    install_hint: str | None = Field(
+        default=None, description="How to get the model when `name_or_path` cannot be found (a pip command, say): said "
+                                  "in that error. Presets of models that pip packages ship set it.")
     dtype: Literal["auto", "float32", "float16", "bfloat16"] = Field(default="float32", description="Weights' dtype.")
     reference: Literal["frozen", "adapter_off", "ema", "engine", "none"] = Field(
         default="frozen", description="What the KL term or the DPO loss compares with: a frozen copy of the initial "
@@ -98,9 +103,22 @@ class DataConfig(_Schema):
     path: str | None = Field(default=None, description="A JSONL file of prompt records; null: the synthetic task.")
     task: str | None = Field(default="arithmetic", description="The synthetic task when `path` is null.")
     num_prompts: int | None = Field(default=256, gt=0, description="Prompts the synthetic task generates.")
+    chat: bool = Field(default=False, description="The synthetic task's prompts as chat messages (TRL's "
+                                                  "conversational `prompt`), rendered with the model's chat template; "
+                                                  "`calculator`'s always are.")
+    instruction: str | None = Field(default=None, description="Appended to each synthetic prompt's question, e.g. "
+                                                              "`Reply with only the number.` where the rubric asks it.")
     heldout_fraction: float = Field(default=0.125, ge=0, lt=1,
                                     description="Share of prompts held out and scored greedily before and after.")
     seed: int = Field(default=0, description="Seed of the synthetic task and of the held-out split.")
+
+    def synthetic_records(self, count: int | None = None, seed: int | None = None) -> list[dict[str, Any]]:
+        """The synthetic task's records as this block asks for them (``count`` and ``seed`` default to its own)."""
+        from rlkit.data.records import synthetic_records
+
+        assert self.task is not None
+        return synthetic_records(self.task, self.num_prompts if count is None else count,
+                                 self.seed if seed is None else seed, self.chat, self.instruction)
 
 
 class RubricEvolveConfig(_Schema):

@@ -53,12 +53,12 @@ class SpendEstimate:
         return lines
 
 
-def mean_prompt_chars(records: list[dict[str, Any]] | None, task: str | None, seed: int) -> int:
+def mean_prompt_chars(records: list[dict[str, Any]] | None, data: Any, seed: int) -> int:
     """The mean prompt length in characters: of the records read, else of a sample of the synthetic task."""
     from rlkit.data.records import SYNTHETIC_TASKS, prompt_text
 
-    if not records and task in SYNTHETIC_TASKS:
-        records = SYNTHETIC_TASKS[task](SYNTHETIC_SAMPLE, seed)
+    if not records and getattr(data, "task", None) in SYNTHETIC_TASKS:
+        records = data.synthetic_records(SYNTHETIC_SAMPLE, seed)
     if not records:
         return 0
     return round(sum(len(prompt_text(r["prompt"])) for r in records) / len(records))
@@ -68,7 +68,7 @@ def estimate_judge_spend(validated: Any) -> SpendEstimate | None:
     """The run's expected judge calls and tokens; None when its judge makes no model calls (``rule``)."""
     run, data = validated.run, validated.data
     load = JudgeLoad(prompts=run.batch_size, generations=run.num_generations,
-                     prompt_chars=mean_prompt_chars(validated.records, getattr(data, "task", None), run.seed),
+                     prompt_chars=mean_prompt_chars(validated.records, data, run.seed),
                      completion_tokens=run.max_completion_length)
     plan = plan_judge(validated.plugins.get("judge"), load, validated.rubric)
     if plan is None:

@@ -10,7 +10,7 @@ import pydantic
 from omegaconf import DictConfig, OmegaConf
 
 from rlkit.config.checkpoints import check_checkpoint
-from rlkit.config.compose import config_source, resolve_path
+from rlkit.config.compose import config_source
 from rlkit.config.schemas import (
     GROUP_SCHEMAS,
     PASS_THROUGH_KEYS,
@@ -23,6 +23,7 @@ from rlkit.config.schemas import (
 )
 from rlkit.core.errors import ConfigError, DataError, PluginError, RlkitError
 from rlkit.core.objective import SIGNALS
+from rlkit.core.package_files import resolve_path
 from rlkit.core.registry import KINDS, KINDS_BY_GROUP, Registry
 from rlkit.core.rubric import Rubric, load_rubric
 from rlkit.reward.pipeline import HeldoutScoring
@@ -215,12 +216,28 @@ def _plugin_node(registry: Registry, cfg: DictConfig, group: str) -> tuple[str, 
 
 def check_model_path(model: ModelConfig) -> None:
     """The model must be a local directory or a hub id in the local HF cache, whose ``config.json`` transformers can
-    read (``AutoConfig``: no weights are loaded)."""
+    read (``AutoConfig``: no weights are loaded), or a GGUF file whose header transformers' GGUF loader supports; what
+    cannot be found is said with ``model.install_hint`` where the preset gives one."""
+    from rlkit.lm.gguf import is_gguf, read_header
     from rlkit.lm.model_config import read_model_config
     from rlkit.lm.models import locate_model
 
     if model.name_or_path is not None:
-        read_model_config(locate_model(model.name_or_path), f"model.name_or_path ({model.name_or_path})")
+        where = f"model.name_or_path ({model.name_or_path})"
+        hint = f"; to install it: {model.install_hint}" if model.install_hint else ""
+        try:
+            path = resolve_path(model.name_or_path)
+        except ConfigError as exc:  # pkg:// naming a package that is not installed
+            raise ConfigError(exc.message + hint, where) from None
+        try:
+            if is_gguf(path):
+                read_header(path, where)  # imported on first use by the command that loads it, not here
+            else:
+                read_model_config(locate_model(path), where)
+        except ConfigError as exc:
+            if not hint:
+                raise
+            raise ConfigError(exc.message + hint, exc.where) from None
     read_chat_format(model)
 
 
@@ -273,7 +290,6 @@ def read_chat_format(model: ModelConfig) -> tuple[str | None, dict[str, Any] | N
     """``model.chat_template``'s text and ``model.response_template``'s dict (None where unset), read and checked."""
     import yaml
 
-    from rlkit.config.compose import resolve_path
 
     template = response = None
     if model.chat_template is not None:
@@ -295,6 +311,27 @@ def read_chat_format(model: ModelConfig) -> tuple[str | None, dict[str, Any] | N
         except (ValueError, TypeError) as exc:
             raise ConfigError(f"{path}: not a response_template: {exc}", "model.response_template") from None
     return template, response
+
+
+# Above these, a pretrained model's learning rate is far from what RL fine-tuning uses: the rubric design note starts
+# GRPO at 1e-6 for full fine-tuning (TRL's GRPOConfig defaults to 1e-6 as well); supervised fine-tuning goes up to a
+# few 1e-5; a LoRA adapter takes about ten times a full model's rate (Thinking Machines, "LoRA Without Regret", 2025).
+PRETRAINED_LR_LIMIT = {"full": 2e-5, "lora": 5e-4}
+
+
+def check_learning_rate(model: ModelConfig, lr: float) -> str | None:
+    """The warning a pretrained model (``model.name_or_path``) trained at a rate far above what suits it deserves;
+    None where the rate is in reach, or for the embedded policy (built from scratch, it takes a from-scratch rate)."""
+    if model.name_or_path is None:
+        return None
+    how = "lora" if model.lora.enabled else "full"
+    if lr <= PRETRAINED_LR_LIMIT[how]:
+        return None
+    suits = ("1e-6 to 1e-5 in full (the rubric design note starts GRPO at 1e-6)" if how == "full" else
+             "about ten times a full fine-tune's 1e-6 to 1e-5 under LoRA, so 1e-5 to 1e-4")
+    return (f"optim.lr={lr:g} is far above what suits a pretrained model ({model.name_or_path}): RL fine-tuning uses "
+            f"{suits}; {lr:g} suits a model trained from scratch, such as the embedded tiny policy. A rate this high "
+            f"can wreck what the model knows within a few steps (model=smollm2 uses 5e-5 with LoRA)")
 
 
 def _check_reward_path(result: ValidatedConfig) -> None:
@@ -322,7 +359,7 @@ def _check_prompt_sampler(run: RunConfig, result: ValidatedConfig, data: DataCon
                           "sampler=uniform or sampling.filter=none", "sampler, sampling.filter")
     records = result.records
     if records is None and data.path is None and data.task in SYNTHETIC_TASKS:
-        records = SYNTHETIC_TASKS[data.task](data.num_prompts, data.seed)
+        records = data.synthetic_records()
     if records:
         copy.deepcopy(sampler).setup(records, run.seed)
 
@@ -544,10 +581,17 @@ def validate_config(cfg: DictConfig, registry: Registry, *, read_data: bool = Tr
     if run.ckpt_path is not None:
         check_checkpoint(resolve_path(run.ckpt_path), result.rubric, parts["model"])
     _check_reward_path(result)
+    if (lr_warning := check_learning_rate(parts["model"], run.optim.lr)) is not None:
+        warnings.warn(lr_warning, stacklevel=2)
     _check_environment(result)
     _check_rubric_evolution(result)
     data: Any = parts["data"]
     if data.path is not None:
+        if data.chat or data.instruction is not None:
+            key = "data.chat" if data.chat else "data.instruction"
+            raise ConfigError("shapes the synthetic task's prompts; a data file's records are read as they are (write "
+                              "its prompts as chat messages, TRL's conversational format, to have them rendered with "
+                              "the chat template)", key)
         if read_data:
             result.records = read_jsonl(resolve_path(data.path), need_completions=need_completions)
     elif need_completions:

@@ -63,6 +63,10 @@ class Rollout:
     # set when the completions are one policy turn of each episode (step-scoped dimensions): the turn, from 1; each
     # record's ``prompt`` is then the conversation before that turn
     step: int | None = None
+    # each record's prompt as the policy saw it: chat messages rendered by its chat template (system prompt and role
+    # markers included), text as it is; None where the caller did not render them (``rlkit.plugin.seen_prompt``
+    # falls back to the messages as ``role: content`` lines)
+    prompt_texts: Sequence[str] | None = None
 
     def __post_init__(self) -> None:
         if len(self.records) != len(self.completions):
@@ -72,6 +76,8 @@ class Rollout:
             raise ValueError(f"every prompt needs the same number of completions, got sizes {sorted(sizes)}")
         if self.episodes is not None and [len(e) for e in self.episodes] != [len(c) for c in self.completions]:
             raise ValueError("episodes must be [B][G] like completions")
+        if self.prompt_texts is not None and len(self.prompt_texts) != len(self.records):
+            raise ValueError(f"{len(self.prompt_texts)} prompt texts for {len(self.records)} records")
 
     @property
     def num_prompts(self) -> int:

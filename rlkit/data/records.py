@@ -7,9 +7,12 @@ import json
 import random
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rlkit.core.errors import DataError
+
+if TYPE_CHECKING:
+    from rlkit.core.types import Rollout
 
 MAX_REPORTED_LINES = 10
 
@@ -195,13 +198,29 @@ def prompt_text(prompt: str | Sequence[dict[str, str]]) -> str:
     return "\n".join(f"{m['role']}: {m['content']}" for m in prompt)
 
 
-def arithmetic_task(num_prompts: int, seed: int, max_operand: int = 20) -> list[dict[str, Any]]:
-    """The default synthetic task: small sums with a numeric ``reference`` a rule judge can check."""
+def seen_prompt(rollout: Rollout, i: int) -> str:
+    """Record ``i``'s prompt as the policy saw it (``rollout.prompt_texts``), else :func:`prompt_text` of it: what a
+    judge that reads the prompt should read."""
+    if rollout.prompt_texts is not None:
+        return rollout.prompt_texts[i]
+    return prompt_text(rollout.records[i]["prompt"])
+
+
+def arithmetic_task(num_prompts: int, seed: int, max_operand: int = 20, chat: bool = False,
+                    instruction: str | None = None) -> list[dict[str, Any]]:
+    """The default synthetic task: small sums with a numeric ``reference`` a rule judge can check. As text the prompt
+    is ``a+b=`` (a base model's continuation); with ``chat`` it is one user message (TRL's conversational ``prompt``)
+    asking ``What is a + b?``, followed by ``instruction`` where given. The operands are the same either way."""
     rng = random.Random(seed)
     records = []
     for i in range(num_prompts):
         a, b = rng.randint(0, max_operand), rng.randint(0, max_operand)
-        records.append({"id": f"arith-{i}", "prompt": f"{a}+{b}=", "reference": str(a + b)})
+        if chat:
+            question = f"What is {a} + {b}?" + (f" {instruction}" if instruction else "")
+            prompt: str | list[dict[str, str]] = [{"role": "user", "content": question}]
+        else:
+            prompt = f"{a}+{b}=" if not instruction else f"{instruction}\n{a}+{b}="
+        records.append({"id": f"arith-{i}", "prompt": prompt, "reference": str(a + b)})
     return records
 
 
@@ -214,17 +233,19 @@ CALCULATOR_TOOLS = [{"type": "function", "function": {
     "return": {"type": "string"}}}]
 
 
-def calculator_task(num_prompts: int, seed: int) -> list[dict[str, Any]]:
+def calculator_task(num_prompts: int, seed: int, chat: bool = True,
+                    instruction: str | None = None) -> list[dict[str, Any]]:
     """Two-digit products, too hard for the tiny policy to work out alone and easy with ``environment=tools``'
-    calculator: chat prompts, a numeric ``reference``, the ``tools`` they may call (TRL's dataset column), and a
-    demonstration ``completion`` (TRL's conversational format) that calls the tool and copies its result, for a
-    warm start."""
+    calculator: chat prompts (whatever ``chat`` says: the tools need them), a numeric ``reference``, the ``tools``
+    they may call (TRL's dataset column), and a demonstration ``completion`` (TRL's conversational format) that calls
+    the tool and copies its result, for a warm start."""
     rng = random.Random(seed)
     records = []
     for i in range(num_prompts):
         a, b = rng.randint(10, 99), rng.randint(10, 99)
         call = f'[calc(e="{a}*{b}")]'
-        records.append({"id": f"calc-{i}", "prompt": [{"role": "user", "content": f"{a}*{b}"}],
+        question = f"{a}*{b}" + (f" {instruction}" if instruction else "")
+        records.append({"id": f"calc-{i}", "prompt": [{"role": "user", "content": question}],
                         "reference": str(a * b), "tools": CALCULATOR_TOOLS,
                         "completion": [{"role": "assistant", "content": call},
                                        {"role": "tool", "name": "calc", "content": str(a * b)},
@@ -235,11 +256,19 @@ def calculator_task(num_prompts: int, seed: int) -> list[dict[str, Any]]:
 SYNTHETIC_TASKS = {"arithmetic": arithmetic_task, "calculator": calculator_task}
 
 
-def disjoint_task_records(task: str, count: int, seed: int, exclude: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+def synthetic_records(task: str, count: int, seed: int, chat: bool = False,
+                      instruction: str | None = None) -> list[dict[str, Any]]:
+    """``count`` records of the synthetic ``task`` under ``seed``, their prompts as chat messages where ``chat``."""
+    return SYNTHETIC_TASKS[task](count, seed, chat=chat, instruction=instruction)
+
+
+def disjoint_task_records(task: str, count: int, seed: int, exclude: Iterable[dict[str, Any]], chat: bool = False,
+                          instruction: str | None = None) -> list[dict[str, Any]]:
     """``count`` draws of the synthetic ``task`` under ``seed`` whose prompts are none of ``exclude``'s: demonstrations
     a warm start may learn from without seeing a run's training or held-out prompts."""
     taken = {json.dumps(r["prompt"], sort_keys=True) for r in exclude}
-    return [r for r in SYNTHETIC_TASKS[task](count, seed) if json.dumps(r["prompt"], sort_keys=True) not in taken]
+    return [r for r in synthetic_records(task, count, seed, chat, instruction)
+            if json.dumps(r["prompt"], sort_keys=True) not in taken]
 
 
 def _prompt_key(record: dict[str, Any]) -> str:

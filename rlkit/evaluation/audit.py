@@ -121,7 +121,6 @@ def read_audit_records(path: str | Path, rubric: Rubric) -> tuple[list[dict[str,
 def sample_audit_records(validated: ValidatedConfig, num_prompts: int) -> list[dict[str, Any]]:
     """One completion per prompt sampled by the run's policy (``model``, ``generator``, ``temperature``) on the first
     ``num_prompts`` prompts of the run's data (``data.path``, else the synthetic task)."""
-    from rlkit.data.records import SYNTHETIC_TASKS
     from rlkit.evaluation.golden import load_checkpoint
     from rlkit.lm.sampling import GenerationRequest
 
@@ -130,7 +129,7 @@ def sample_audit_records(validated: ValidatedConfig, num_prompts: int) -> list[d
         prompts = list(validated.records[:num_prompts])
     else:
         assert data is not None and data.task is not None
-        prompts = SYNTHETIC_TASKS[data.task](num_prompts, data.seed)
+        prompts = data.synthetic_records(num_prompts)
     policy, tokenizer, _, _ = load_checkpoint(None, validated)
     generator = validated.plugins["generator"]
     generator.setup(policy, tokenizer)

@@ -23,7 +23,7 @@ from rlkit.core.errors import ConfigError, DataError
 from rlkit.core.rubric import Rubric
 from rlkit.core.stats import nan_mean_std
 from rlkit.core.types import Rollout
-from rlkit.data.records import SYNTHETIC_TASKS, prompt_text, read_jsonl
+from rlkit.data.records import prompt_text, read_jsonl
 from rlkit.lm.sampling import GenerationRequest
 from rlkit.reward.pipeline import aggregate_rewards, check_judge_output
 from rlkit.runs.history import read_result_rows
@@ -61,7 +61,7 @@ def training_prompts(validated: Any) -> tuple[list[dict[str, Any]], str]:
     if data.path is not None:
         records = validated.records if validated.records is not None else read_jsonl(resolve_path(data.path))
         return records, str(data.path)
-    return SYNTHETIC_TASKS[data.task](data.num_prompts, data.seed), f"synthetic task {data.task!r}"
+    return data.synthetic_records(), f"synthetic task {data.task!r}"
 
 
 def check_no_overlap(golden: Sequence[dict[str, Any]], golden_path: Path, training: Sequence[dict[str, Any]],
@@ -356,11 +356,11 @@ def results_markdown(rows: Sequence[dict[str, Any]]) -> str:
 
 def run_heldout_records(data: Any) -> list[dict[str, Any]]:
     """The held-out prompts ``fit`` would split off the synthetic task (none from a file: no warm start there)."""
-    from rlkit.data.records import SYNTHETIC_TASKS, split_heldout
+    from rlkit.data.records import split_heldout
 
     if data.path is not None:
         return []
-    return split_heldout(SYNTHETIC_TASKS[data.task](data.num_prompts, data.seed), data.heldout_fraction)[1]
+    return split_heldout(data.synthetic_records(), data.heldout_fraction)[1]
 
 
 def load_checkpoint(checkpoint: str | None, validated: Any) -> tuple[Any, Any, str, int | None]:
@@ -372,7 +372,7 @@ def load_checkpoint(checkpoint: str | None, validated: Any) -> tuple[Any, Any, s
 
     model = validated.model
     if checkpoint is None:  # the policy a run of this config starts from, warm start included
-        path = starting_policy(model, validated.data.task, run_heldout_records(validated.data),
+        path = starting_policy(model, validated.data, run_heldout_records(validated.data),
                                max_new_tokens=validated.run.max_completion_length,
                                chat_format=read_chat_format(model))
         policy, tokenizer = load_policy(path, model.dtype)

@@ -106,16 +106,17 @@ def warm_start_policy(base: Path, records: Sequence[dict[str, Any]], *, steps: i
 WARM_START_POOL = 4096
 
 
-def starting_policy(model: Any, task: str, heldout: Sequence[dict[str, Any]], *, max_new_tokens: int,
+def starting_policy(model: Any, data: Any, heldout: Sequence[dict[str, Any]], *, max_new_tokens: int,
                     chat_format: tuple[str | None, dict[str, Any] | None] = (None, None)) -> Path:
     """The folder a run's policy starts from: ``model.name_or_path`` (or the embedded tiny policy), warm-started when
-    ``model.warm_start.steps`` asks for it on draws of the synthetic ``task`` without any ``heldout`` prompt (the
+    ``model.warm_start.steps`` asks for it on draws of ``data``'s synthetic task without any ``heldout`` prompt (the
     task's distribution, as SFT before RL learns from), so a held-out table measures prompts it never saw. ``fit``
     and ``rlkit eval`` both start here, so an evaluation without a checkpoint sees the policy a run would train."""
     path = resolve_policy_path(model.name_or_path)
     warm = model.warm_start
     if not warm.steps:
         return path
-    demonstrations = disjoint_task_records(task, WARM_START_POOL, warm.seed + 1_000_003, heldout)
+    demonstrations = disjoint_task_records(data.task, WARM_START_POOL, warm.seed + 1_000_003, heldout, data.chat,
+                                           data.instruction)
     return warm_start_policy(path, demonstrations, steps=warm.steps, batch_size=warm.batch_size, lr=warm.lr,
                              seed=warm.seed, max_new_tokens=max_new_tokens, chat_format=chat_format)

@@ -979,11 +979,12 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 @contextmanager
-def server_process(model: str | Path | None = None, *, timeout: float = 120.0, reference: str | Path | None = None
-                   ) -> Iterator[tuple[str, Any]]:
+def server_process(model: str | Path | None = None, *, timeout: float = 120.0, reference: str | Path | None = None,
+                   threads: int | None = None) -> Iterator[tuple[str, Any]]:
     """``python -m rlkit.testing.openai_server`` in a process of its own on a free port (the caller's environment,
-    thread pinning included): yields its base URL and the ``subprocess.Popen`` once it serves, and stops it after.
-    ``reference``: a model directory it also serves, frozen, as ``reference``."""
+    thread pinning included, or ``threads`` torch threads): yields its base URL and the ``subprocess.Popen`` once it
+    serves, and stops it after. ``reference``: a model directory it also serves, frozen, as ``reference``."""
+    import os
     import subprocess
     import sys
 
@@ -992,7 +993,10 @@ def server_process(model: str | Path | None = None, *, timeout: float = 120.0, r
         command += ["--model", str(model)]
     if reference is not None:
         command += ["--reference-model", str(reference)]
-    server = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    env = dict(os.environ)
+    if threads is not None:
+        env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = str(threads)
+    server = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env)
     try:
         deadline = time.monotonic() + timeout
         line = ""

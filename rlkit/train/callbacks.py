@@ -27,6 +27,7 @@ class RolloutSnapshot:
     advantages: torch.Tensor
     episodes: list[list[Any]] | None = None  # multi-turn rollouts: each completion's whole episode
     step_scores: torch.Tensor | None = None  # [B, G, T, D] raw step scores (rubrics with `scope: step` dimensions)
+    prompt_texts: list[str] | None = None  # each prompt as the policy saw it (chat messages through its template)
 
 
 def conversation_text(messages: Any) -> str:
@@ -57,7 +58,7 @@ def sample_rows(snapshot: RolloutSnapshot, rubric: Rubric, limit: int) -> tuple[
         for i in range(b):
             if len(rows) == limit:
                 return columns, rows
-            prompt = snapshot.records[i]["prompt"]
+            prompt = snapshot.records[i]["prompt"] if snapshot.prompt_texts is None else snapshot.prompt_texts[i]
             row = [snapshot.step, prompt if isinstance(prompt, str) else prompt_text(prompt),
                    snapshot.completions[i][j], _number(float(snapshot.rewards[i, j])),
                    _number(float(snapshot.advantages[i, j])), *(_number(float(v)) for v in snapshot.raw_scores[i, j])]

@@ -9,7 +9,7 @@ import torch
 from torch.utils.data import DataLoader, Sampler
 
 from rlkit.config import DataConfig, resolve_path
-from rlkit.data.records import SYNTHETIC_TASKS, read_jsonl, split_heldout
+from rlkit.data.records import read_jsonl, split_heldout
 from rlkit.train.dynamic_sampling import take
 
 
@@ -120,7 +120,7 @@ class PromptDataModule(L.LightningDataModule):
         if self.data.path is not None:
             records = read_jsonl(resolve_path(self.data.path))
         else:
-            records = SYNTHETIC_TASKS[self.data.task](self.data.num_prompts, self.data.seed)
+            records = self.data.synthetic_records()
         self.train_records, self.heldout_records = split_heldout(records, self.data.heldout_fraction)
         if not self.train_records:
             raise ValueError("no training prompts left after the held-out split")

@@ -105,7 +105,7 @@ def build_module(validated: ValidatedConfig, heldout: Sequence[dict[str, Any]] =
     from rlkit.lm.warm_start import starting_policy
 
     chat_format = read_chat_format(validated.model)
-    path = starting_policy(validated.model, validated.data.task, heldout,
+    path = starting_policy(validated.model, validated.data, heldout,
                            max_new_tokens=validated.run.max_completion_length, chat_format=chat_format)
     policy, tokenizer = load_policy(path, validated.model.dtype)
     apply_chat_format(tokenizer, *chat_format)

@@ -21,7 +21,7 @@ from rlkit.judging.spend import StepSpend
 from rlkit.lm.model_config import model_fingerprint
 from rlkit.lm.models import make_adamw
 from rlkit.lm.reference import ReferencePolicy
-from rlkit.lm.sampling import GenerationRequest, SampledBatch, demonstration_batch
+from rlkit.lm.sampling import GenerationRequest, SampledBatch, demonstration_batch, render_prompt
 from rlkit.reward.debias import LengthFormatDebias, completion_features
 from rlkit.reward.diagnostics import (
     ConflictWatch,
@@ -129,13 +129,15 @@ class StepOutcome:
     logprob_at: float         # when the no-grad log-prob passes were done
 
 
-def as_rollout(records: list[dict[str, Any]], sampled: SampledBatch) -> Rollout:
+def as_rollout(records: list[dict[str, Any]], sampled: SampledBatch, tokenizer: Any = None) -> Rollout:
     """What a judge scores: the records, their sampled completions (an episode's last policy turn), the
-    completions' token counts and, for multi-turn rollouts, the episodes."""
+    completions' token counts, for multi-turn rollouts the episodes, and with ``tokenizer`` the prompts as the policy
+    saw them (chat messages through its chat template)."""
     g = len(sampled.texts[0])
+    seen = [render_prompt(r["prompt"], tokenizer) for r in records] if tokenizer is not None else None
     return Rollout(records=records, completions=sampled.texts,
                    completion_token_counts=sampled.completion_token_counts.view(len(records), g).cpu(),
-                   episodes=sampled.episodes)
+                   episodes=sampled.episodes, prompt_texts=seen)
 
 
 def advantage_metrics(advantages: torch.Tensor) -> dict[str, float]:
@@ -225,7 +227,7 @@ class RubricRLModule(L.LightningModule):
         """The judge's checked scores of every process's groups (held-out: this process's, which are all)."""
         if not heldout and self.record_rubrics is not None:
             records = self.record_rubrics(records)
-        rollout = as_rollout(records, sampled)
+        rollout = as_rollout(records, sampled, self.tokenizer)
         judge = self.parts.judge
         raw = check_judge_output(judge.score(rollout, self.judged_rubric), rollout, self.rubric,
                                  self.parts.judge_name)
@@ -389,7 +391,8 @@ class RubricRLModule(L.LightningModule):
         self.last_rollout = RolloutSnapshot(step, records, sampled.texts, spread.local(batch.raw_scores),
                                             spread.local(batch.rewards), outcome.advantages, sampled.episodes,
                                             spread.local(steps) if (steps := batch.extras.get("step_raw_scores"))
-                                            is not None else None)
+                                            is not None else None,
+                                            [render_prompt(r["prompt"], self.tokenizer) for r in records])
         t4 = time.perf_counter()
         lengths = spread.gather(sampled.completion_token_counts.float(), self.device)
         metrics = self.step_metrics(batch, lengths, truncated)
@@ -609,7 +612,7 @@ class RubricRLModule(L.LightningModule):
         sampled = self.sample(self.generation_request(records, greedy=True))
         other = self.parts.heldout
         if other is not None:
-            rollout = as_rollout(records, sampled)
+            rollout = as_rollout(records, sampled, self.tokenizer)
             raw = check_judge_output(other.judge.score(rollout, other.rubric), rollout, other.rubric, other.judge_name)
             batch = aggregate_rewards(raw, other.rubric, copy.deepcopy(other.scheduler), other.aggregator,
                                       normalization=self.parts.score_normalization)

@@ -51,7 +51,9 @@ def records_file(tmp_path: Path) -> Path:
 # judge=grm names the folder rlkit train-grm saved: tests/grm/test_grm.py validates it with one it trained.
 NEEDS_SERVER = {("judge", "reward_api"), ("judge", "grm")}
 # A multi-turn environment renders its turns with a chat template, which the embedded policy's tokenizer lacks.
-NEEDS_MORE = {("environment", "tools"): ["model.chat_template=pkg://rlkit.templates/chat/tiny_tools.jinja"]}
+NEEDS_MORE = {("environment", "tools"): ["model.chat_template=pkg://rlkit.templates/chat/tiny_tools.jinja"],
+              # its chat options shape the synthetic task, which a data file replaces
+              ("experiment", "smollm2_arithmetic"): ["data.chat=false", "data.instruction=null"]}
 
 @pytest.mark.parametrize(("group", "option"), [o for o in OPTIONS if o not in NEEDS_SERVER],
                          ids=[f"{g}={o}" for g, o in OPTIONS if (g, o) not in NEEDS_SERVER])
@@ -122,7 +124,7 @@ def test_unknown_key_without_plus_is_explained(registry):
 def test_non_plugin_group_schema(registry):
     with pytest.raises(ConfigError, match=r"objective.params.*objective/policy_gradient.yaml.*beta"):
         validate_config(compose_config(registry, ["objective.params.beta=-1"]), registry)
-    with pytest.raises(ConfigError, match=r"no option 'nope' in config group 'model'; available: tiny"):
+    with pytest.raises(ConfigError, match=r"no option 'nope' in config group 'model'; available: smollm2, tiny, tiny_random"):
         compose_config(registry, ["model=nope"])
 
 

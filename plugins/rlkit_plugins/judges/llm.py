@@ -58,6 +58,7 @@ from rlkit.plugin import (
     parse_scores,
     prompt_text,
     render_template,
+    seen_prompt,
     template_hash,
     template_path,
 )
@@ -139,8 +140,8 @@ class LLMJudge:
         orders = self._orders(rubric)
         # requests: (prompt index, completion index, permutation index) -> (cache key, chat)
         requests: dict[Hashable, tuple[str, list[dict[str, str]]]] = {}
-        for i, record in enumerate(rollout.records):
-            prompt = prompt_text(record["prompt"])
+        for i in range(rollout.num_prompts):
+            prompt = seen_prompt(rollout, i)
             for j, completion in enumerate(rollout.completions[i]):
                 for k, order in enumerate(orders):
                     text = render_template(template, rubric=rubric, prompt=prompt, completion=completion,

@@ -73,9 +73,9 @@ from rlkit.plugin import (
     group_labels,
     hookimpl,
     parse_ranking,
-    prompt_text,
     ranks_from_order,
     render_template,
+    seen_prompt,
     template_hash,
     template_path,
 )
@@ -293,7 +293,7 @@ class RankingJudge:
         shown: dict[tuple[int, int], list[int]] = {}
         requests: dict[Hashable, tuple[str, list[dict[str, str]]]] = {}
         for i, record in enumerate(rollout.records):
-            prompt, group = prompt_text(record["prompt"]), list(rollout.completions[i])
+            prompt, group = seen_prompt(rollout, i), list(rollout.completions[i])
             group_key = hashlib.sha256("\x00".join([prompt, *group]).encode()).hexdigest()
             for rep, order in enumerate(shuffled_orders(g, k, self.params.seed, group_key)):
                 shown[(i, rep)] = order
