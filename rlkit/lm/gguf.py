@@ -11,10 +11,7 @@ and renamed when complete, so an interrupted import leaves nothing a later run w
 from __future__ import annotations
 
 import hashlib
-import os
-import shutil
 import sys
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -120,7 +117,7 @@ def import_gguf(path: str | Path, out: str | Path | None = None, cache_dir: str 
                 where: str | None = None, quiet: bool = False) -> Path:
     """The Hugging Face folder of the GGUF checkpoint ``path``: ``out`` if given, else a folder in the rlkit cache
     keyed by the file's content hash (reused when complete: a second import is instant). Errors name ``where``."""
-    from rlkit.lm.models import default_cache_dir
+    from rlkit.lm.models import build_cached, default_cache_dir
 
     source = check_file(path, where)
     digest = content_hash(source)
@@ -139,22 +136,13 @@ def import_gguf(path: str | Path, out: str | Path | None = None, cache_dir: str 
     if not quiet:
         print(f"rlkit: importing {source.name} ({header.architecture}, {source.stat().st_size / 2**20:.0f} MiB) into "
               f"{target} (once; later runs load the folder)", file=sys.stderr)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
-    os.chmod(tmp, 0o755)  # mkdtemp's 0700 would keep a shared cache's model from its other users
-    try:
-        _write_folder(header, tmp, where or str(source))
-        (tmp / _DONE).write_text(f"{source.name}\n{digest}\n", encoding="utf-8")
-        if target.exists():  # an empty --out folder, or an incomplete one left by something else
-            shutil.rmtree(target)
-        try:
-            os.replace(tmp, target)
-        except OSError:
-            if not is_imported(target):  # else a concurrent import won the rename; its folder is as good
-                raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return target
+
+    def write(folder: Path) -> None:
+        _write_folder(header, folder, where or str(source))
+        (folder / _DONE).write_text(f"{source.name}\n{digest}\n", encoding="utf-8")
+
+    # an empty --out folder, or an incomplete one, is replaced whole
+    return build_cached(target, write, is_complete=is_imported)
 
 
 def _imported_hash(folder: Path) -> str | None:
@@ -165,27 +153,20 @@ def _imported_hash(folder: Path) -> str | None:
 def _write_folder(header: GgufHeader, folder: Path, where: str) -> None:
     """Load the file through transformers (dequantised to float32), drop the GGUF quantizer, save."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
-    from transformers.utils import logging as hf_logging
 
-    bars = hf_logging.is_progress_bar_enabled()
-    hf_logging.disable_progress_bar()
     try:
-        try:
-            model = AutoModelForCausalLM.from_pretrained(header.path.parent, gguf_file=header.path.name,
-                                                         dtype="float32", local_files_only=True)
-            tokenizer = AutoTokenizer.from_pretrained(header.path.parent, gguf_file=header.path.name,
-                                                      local_files_only=True)
-        except (ValueError, KeyError, OSError, NotImplementedError, TypeError) as exc:
-            raise ConfigError(f"transformers could not load {header.path} ({header.architecture}): "
-                              f"{' '.join(str(exc).split())[:300]}", where) from None
-        # The loaded weights are plain float tensors; the quantizer only marks the model as "from GGUF", which
-        # save_pretrained refuses ("quantized with gguf and is not serializable").
-        model.hf_quantizer = None
-        model.is_quantized = False
-        if hasattr(model.config, "quantization_config"):
-            del model.config.quantization_config
-        model.save_pretrained(folder)
-        tokenizer.save_pretrained(folder)
-    finally:
-        if bars:
-            hf_logging.enable_progress_bar()
+        model = AutoModelForCausalLM.from_pretrained(header.path.parent, gguf_file=header.path.name,
+                                                     dtype="float32", local_files_only=True)
+        tokenizer = AutoTokenizer.from_pretrained(header.path.parent, gguf_file=header.path.name,
+                                                  local_files_only=True)
+    except (ValueError, KeyError, OSError, NotImplementedError, TypeError) as exc:
+        raise ConfigError(f"transformers could not load {header.path} ({header.architecture}): "
+                          f"{' '.join(str(exc).split())[:300]}", where) from None
+    # The loaded weights are plain float tensors; the quantizer only marks the model as "from GGUF", which
+    # save_pretrained refuses ("quantized with gguf and is not serializable").
+    model.hf_quantizer = None
+    model.is_quantized = False
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)

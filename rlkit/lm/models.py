@@ -129,25 +129,27 @@ def _is_complete(folder: Path) -> bool:
     return all((folder / name).is_file() for name in _SAVED_FILES)
 
 
-def build_cached(target: Path, write: Callable[[Path], None]) -> Path:
-    """``target`` if it holds a complete save, else ``write(folder)`` into a fresh folder beside it, renamed
-    into place: a killed build never leaves a half-written folder, and concurrent builds both succeed."""
+def build_cached(target: Path, write: Callable[[Path], None],
+                 is_complete: Callable[[Path], bool] = _is_complete) -> Path:
+    """``target`` if it holds a complete save (``is_complete``), else ``write(folder)`` into a fresh folder beside
+    it, renamed into place: a killed build never leaves a half-written folder, and concurrent builds both succeed."""
     from transformers.utils import logging as hf_logging
 
-    if _is_complete(target):
+    if is_complete(target):
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    os.chmod(tmp, 0o755)  # mkdtemp's 0700 would keep a shared cache's folders from its other users
     bars = hf_logging.is_progress_bar_enabled()
     hf_logging.disable_progress_bar()  # a shard bar for a sub-megabyte file is noise
     try:
         write(tmp)
-        if target.exists() and not _is_complete(target):
+        if target.exists() and not is_complete(target):
             shutil.rmtree(target)  # left by something other than this function, which only renames whole folders
         try:
             os.replace(tmp, target)
         except OSError:
-            if not _is_complete(target):  # else a concurrent build won the rename; its folder is as good
+            if not is_complete(target):  # else a concurrent build won the rename; its folder is as good
                 raise
     finally:
         if bars:
