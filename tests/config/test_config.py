@@ -124,7 +124,8 @@ def test_unknown_key_without_plus_is_explained(registry):
 def test_non_plugin_group_schema(registry):
     with pytest.raises(ConfigError, match=r"objective.params.*objective/policy_gradient.yaml.*beta"):
         validate_config(compose_config(registry, ["objective.params.beta=-1"]), registry)
-    with pytest.raises(ConfigError, match=r"no option 'nope' in config group 'model'; available: smollm2, tiny, tiny_random"):
+    with pytest.raises(ConfigError,
+                       match=r"no option 'nope' in config group 'model'; available: smollm2, tiny, tiny_random"):
         compose_config(registry, ["model=nope"])
 
 
