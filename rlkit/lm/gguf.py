@@ -34,8 +34,6 @@ class GgufHeader:
 
     path: Path
     architecture: str
-    name: str | None
-    tensors: int
 
 
 def supported_architectures() -> list[str]:
@@ -66,17 +64,14 @@ def check_file(path: str | Path, where: str | None = None) -> Path:
 
 
 def read_header(path: str | Path, where: str | None = None) -> GgufHeader:
-    """The file's architecture, name and tensor count; a missing, non-GGUF, truncated or unsupported file is one
+    """The file's architecture; a missing, non-GGUF, truncated or unsupported file is one
     ``ConfigError`` naming ``where`` (the file, by default)."""
     path = check_file(path, where)
     where = where or str(path)
     from gguf import GGUFReader
 
     try:
-        reader = GGUFReader(path)
-        architecture = _field_text(reader, "general.architecture")
-        name = _field_text(reader, "general.name")
-        tensors = len(reader.tensors)
+        architecture = _field_text(GGUFReader(path), "general.architecture")  # the reader parses every tensor's info
     except Exception as exc:  # numpy and struct errors of a cut-off file; the reader has no error type of its own
         raise ConfigError(f"the GGUF file is truncated or corrupt: its reader stopped with "
                           f"{type(exc).__name__}: {' '.join(str(exc).split())[:200]}", where) from None
@@ -86,7 +81,7 @@ def read_header(path: str | Path, where: str | None = None) -> GgufHeader:
     if _RENAMED.get(architecture, architecture) not in supported:
         raise ConfigError(f"the GGUF file holds a {architecture!r} model, an architecture transformers' GGUF loader "
                           f"does not support; supported: {', '.join(supported)}", where)
-    return GgufHeader(path=path, architecture=architecture, name=name, tensors=tensors)
+    return GgufHeader(path=path, architecture=architecture)
 
 
 def _field_text(reader: object, key: str) -> str | None:

@@ -192,7 +192,7 @@ def locate_model(name_or_path: str | Path) -> Path:
     installed package."""
     ref = str(name_or_path)
     if ref.startswith(PACKAGE_SCHEME):
-        name_or_path = ref = str(resolve_path(ref))
+        ref = str(resolve_path(ref))
     if is_gguf(ref):
         from rlkit.lm.gguf import import_gguf
 

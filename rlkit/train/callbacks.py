@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,7 @@ import torch
 
 from rlkit.core.rubric import Rubric
 from rlkit.data.records import prompt_text
+from rlkit.lm.sampling import render_prompt
 
 
 @dataclass
@@ -27,7 +29,6 @@ class RolloutSnapshot:
     advantages: torch.Tensor
     episodes: list[list[Any]] | None = None  # multi-turn rollouts: each completion's whole episode
     step_scores: torch.Tensor | None = None  # [B, G, T, D] raw step scores (rubrics with `scope: step` dimensions)
-    prompt_texts: list[str] | None = None  # each prompt as the policy saw it (chat messages through its template)
 
 
 def conversation_text(messages: Any) -> str:
@@ -44,8 +45,11 @@ def _number(value: float) -> float | None:
     return None if math.isnan(value) else round(value, 6)
 
 
-def sample_rows(snapshot: RolloutSnapshot, rubric: Rubric, limit: int) -> tuple[list[str], list[list[Any]]]:
-    """Columns and up to ``limit`` rows: the first completion of every prompt, then the second, …"""
+def sample_rows(snapshot: RolloutSnapshot, rubric: Rubric, limit: int,
+                render: Callable[[Any], str] | None = None) -> tuple[list[str], list[list[Any]]]:
+    """Columns and up to ``limit`` rows: the first completion of every prompt, then the second, … ``render`` shows a
+    prompt as the policy saw it (chat messages through its template); without it chat messages are ``role: content``
+    lines."""
     columns = ["step", "prompt", "completion", "reward", "advantage", *rubric.dimension_names]
     if snapshot.episodes is not None:
         columns.insert(3, "episode")
@@ -58,8 +62,9 @@ def sample_rows(snapshot: RolloutSnapshot, rubric: Rubric, limit: int) -> tuple[
         for i in range(b):
             if len(rows) == limit:
                 return columns, rows
-            prompt = snapshot.records[i]["prompt"] if snapshot.prompt_texts is None else snapshot.prompt_texts[i]
-            row = [snapshot.step, prompt if isinstance(prompt, str) else prompt_text(prompt),
+            prompt = snapshot.records[i]["prompt"]
+            shown = render(prompt) if render is not None else prompt if isinstance(prompt, str) else prompt_text(prompt)
+            row = [snapshot.step, shown,
                    snapshot.completions[i][j], _number(float(snapshot.rewards[i, j])),
                    _number(float(snapshot.advantages[i, j])), *(_number(float(v)) for v in snapshot.raw_scores[i, j])]
             if snapshot.episodes is not None:
@@ -84,7 +89,8 @@ class SampleLogger(L.Callback):
         snapshot: RolloutSnapshot | None = getattr(pl_module, "last_rollout", None)
         if self.every <= 0 or snapshot is None or snapshot.step % self.every != 0 or not trainer.is_global_zero:
             return
-        columns, rows = sample_rows(snapshot, self.rubric, self.limit)
+        tokenizer = pl_module.tokenizer
+        columns, rows = sample_rows(snapshot, self.rubric, self.limit, lambda p: render_prompt(p, tokenizer))
         with self.path.open("a", encoding="utf-8") as fh:
             for row in rows:
                 fh.write(json.dumps(dict(zip(columns, row, strict=True)), ensure_ascii=False) + "\n")

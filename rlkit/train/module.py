@@ -391,8 +391,7 @@ class RubricRLModule(L.LightningModule):
         self.last_rollout = RolloutSnapshot(step, records, sampled.texts, spread.local(batch.raw_scores),
                                             spread.local(batch.rewards), outcome.advantages, sampled.episodes,
                                             spread.local(steps) if (steps := batch.extras.get("step_raw_scores"))
-                                            is not None else None,
-                                            [render_prompt(r["prompt"], self.tokenizer) for r in records])
+                                            is not None else None)
         t4 = time.perf_counter()
         lengths = spread.gather(sampled.completion_token_counts.float(), self.device)
         metrics = self.step_metrics(batch, lengths, truncated)
