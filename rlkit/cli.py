@@ -79,6 +79,23 @@ COMMANDS = {"plugins": cmd_plugins, "validate": cmd_validate, "score": cmd_score
             "rubric": cmd_rubric_tools, "model": cmd_model, "new": cmd_new}
 
 
+_SHOWN: set[str] = set()
+
+
+def show_warning(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+                 file: object = None, line: str | None = None) -> None:
+    """One line per warning on stderr, as errors are: rlkit's own say ``rlkit: warning:``; a library's keep its
+    category and where it was raised, without Python's echo of the source line."""
+    text = " ".join(str(message).split())
+    ours = any(part in filename for part in ("/rlkit/", "/rlkit_plugins/", "\\rlkit\\", "\\rlkit_plugins\\"))
+    if ours and issubclass(category, UserWarning):
+        if text not in _SHOWN:  # `fit` validates before Hydra starts its job and again inside it: say it once
+            _SHOWN.add(text)
+            print(f"rlkit: warning: {text}", file=sys.stderr)
+    else:
+        print(f"warning: {category.__name__}: {text} ({os.path.basename(filename)}:{lineno})", file=sys.stderr)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="rlkit", usage=USAGE, add_help=False)
     parser.add_argument("command", nargs="?")
@@ -101,6 +118,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("default")
+            warnings.showwarning = show_warning
+            _SHOWN.clear()
             return command(overrides)
     except RlkitError as exc:
         if debug:

@@ -27,7 +27,7 @@ from rlkit.core.registry import hookimpl
 from rlkit.core.rubric import Anchor, Dimension, Rubric, load_rubric, rubric_from_dict
 from rlkit.core.stats import nan_mean_std, nan_weighted_sum, scored_values_differ
 from rlkit.core.templates import chosen_template, render_template, template_hash, template_path
-from rlkit.core.types import EnvStep, Episode, PreferencePairs, RewardBatch, Rollout
+from rlkit.core.types import EnvStep, Episode, PreferencePairs, RecordField, RewardBatch, Rollout
 from rlkit.data.prepare import allocate as allocate_shares
 from rlkit.data.records import prompt_text, seen_prompt
 from rlkit.data.records import read_jsonl as read_records
@@ -51,7 +51,7 @@ from rlkit.judging.http import (
     snippet,
     tls_context,
 )
-from rlkit.judging.members import check_member_judge
+from rlkit.judging.members import check_member_judge, member_record_fields
 from rlkit.judging.parsing import RankingParse, ScoreParse, parse_ranking, parse_scores, ranks_from_order
 from rlkit.judging.rate_limit import rate_limiter
 from rlkit.judging.spend import (
@@ -127,6 +127,7 @@ __all__ = [
     "PluginRef",
     "PreferencePairs",
     "RankingParse",
+    "RecordField",
     "Register",
     "ResponseCache",
     "RewardBatch",
@@ -167,6 +168,7 @@ __all__ = [
     "make_view",
     "loop_can_decode",
     "masked_nll",
+    "member_record_fields",
     "nan_mean_std",
     "nan_weighted_sum",
     "normalize_scores",

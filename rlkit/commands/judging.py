@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from rich.table import Table
 
@@ -64,7 +65,28 @@ def cmd_score(overrides: Sequence[str]) -> int:
         resumed = f" ({sharded.shards_skipped} of {sharded.shards} shards from an earlier run in " \
                   f"{shards_dir(Path(options.output))})" if sharded.shards_skipped else ""
         console.print(f"wrote {sharded.lines} scored completions to {options.output}{resumed}", markup=False)
+    _refuse_unscored(result, validated)
     return 0
+
+
+def _refuse_unscored(result: Any, validated: Any) -> None:
+    """A dimension scored on none of the completions ends ``rlkit score`` with exit status 3: its table and file
+    show NaN, and a reward made of the other dimensions alone is not the rubric's."""
+    from rlkit.core.errors import UnscoredError
+    from rlkit.evaluation.scoring import dimension_table
+
+    rows = dimension_table(result)[:-1]  # the reward's row is not a dimension
+    unscored = [row["name"] for row in rows if row["scored"] == 0 and row["unscored"] > 0]
+    if not unscored:
+        return
+    judge = validated.plugin_names["judge"]
+    metrics = getattr(validated.plugins.get("judge"), "metrics", None)
+    rate = (metrics() if callable(metrics) else {}).get("judge/parse_failure_rate")
+    why = f" ({rate:.0%} of its dimension scores in the last batch could not be parsed)" if rate else ""
+    then = ("no reward could be made" if len(unscored) == len(rows)
+            else "the rewards are made of the other dimensions alone")
+    raise UnscoredError(f"judge {judge} scored {', '.join(unscored)} on none of the {len(result.rewards)} "
+                        f"completions{why}: {then}", "score")
 
 
 def cmd_calibrate(overrides: Sequence[str]) -> int:

@@ -600,8 +600,31 @@ def validate_config(cfg: DictConfig, registry: Registry, *, read_data: bool = Tr
         raise ConfigError(f"unknown synthetic task {data.task!r}; available: {', '.join(SYNTHETIC_TASKS)}",
                           _where(registry, cfg, "data", "task"))
     _check_demonstrations(result, data)
+    _check_record_fields(result, data)
     _check_prompt_sampler(run, result, data)
     return result
+
+
+def _check_record_fields(result: ValidatedConfig, data: DataConfig) -> None:
+    """Every record field the judge's scoring reads (its ``record_fields``) is in the data: none of the records
+    having it is an error (the dimension would never be scored, and a weighted reward would be made of the others
+    in silence); some lacking it, a warning with the count."""
+    fields = getattr(result.plugins.get("judge"), "record_fields", None)
+    if result.records is None or not result.records or not callable(fields):
+        return
+    records = result.records
+    for used in fields(result.rubric):
+        lacking = [i for i, record in enumerate(records, 1) if record.get(used.field) is None]
+        if len(lacking) == len(records):
+            present = sorted({key for record in records for key in record})
+            raise DataError(f"no record has a {used.field!r} field, which dimension {used.dimension} is scored from "
+                            f"({used.where}), so it would never be scored; the records have "
+                            f"{', '.join(present)}: rename the field in the data, or name one they have in the "
+                            "check's `field:`", str(data.path))
+        if lacking:
+            warnings.warn(f"{data.path}: {len(lacking)} of {len(records)} records have no {used.field!r} field "
+                          f"(first: record {lacking[0]}); dimension {used.dimension} ({used.where}) is not scored "
+                          "on their completions", stacklevel=3)
 
 
 def _check_audit_probes(registry: Registry, run: Any) -> None:

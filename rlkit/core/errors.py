@@ -37,5 +37,12 @@ class JudgeError(RlkitError):
     """A judge produced output that breaks its contract (wrong shape, out of range)."""
 
 
+class UnscoredError(JudgeError):
+    """The work ran, but the judge scored a dimension on none of the completions: what it made cannot be used as a
+    reward. Exit status 3 tells it from bad input (2) in scripts."""
+
+    exit_code = 3
+
+
 class GeneratorError(RlkitError):
     """A generator could not sample: an inference engine stopped answering or refused a weight sync mid-run."""

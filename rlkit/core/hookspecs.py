@@ -58,7 +58,10 @@ def rlkit_register_judges(register: Register) -> None:
     rubric's dimensions in rubric order, each value inside that dimension's range, NaN where the
     judge could not score (never a silent 0). Its ``check_rubric`` rejects dimensions it cannot
     score. An optional ``metrics() -> dict[str, float]`` (e.g. ``judge/parse_failure_rate``) describes
-    the last ``score`` call; the training loop logs it every step.
+    the last ``score`` call; the training loop logs it every step. An optional
+    ``record_fields(rubric) -> list[rlkit.RecordField]`` names the prompt-record fields its scoring reads (the
+    rule judge's ``match`` checks read ``reference``): ``rlkit validate``, ``fit`` and ``score`` refuse data in
+    which no record has one and warn with counts when some lack it, instead of leaving a dimension unscored.
 
     Two optional methods serve judges that do not score dimension by dimension:
 

@@ -89,6 +89,17 @@ class Rollout:
 
 
 @dataclass(frozen=True)
+class RecordField:
+    """A field of the prompt record that a judge reads to score ``dimension`` (a judge's optional
+    ``record_fields(rubric)``): a record without it leaves what reads it unscored, so validation reads the data
+    for it before any work. ``where`` names the rubric entry that reads it."""
+
+    field: str
+    dimension: str
+    where: str
+
+
+@dataclass(frozen=True)
 class RewardBatch:
     """Everything a reward plugin may read, for one batch of B prompts × G completions.
 

@@ -6,9 +6,14 @@ refuses the ones a composite cannot combine.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
 
 from rlkit.core.errors import ConfigError
+
+if TYPE_CHECKING:
+    from rlkit.core.rubric import Rubric
+    from rlkit.core.types import RecordField
 
 
 def check_member_judge(ref: Any, parent: str) -> Any:
@@ -21,3 +26,15 @@ def check_member_judge(ref: Any, parent: str) -> Any:
         raise ConfigError(f"judge {ref.name!r} scores groups on a rubric of its own, not the rubric's dimensions; "
                           f"a {parent} judge combines per-dimension judges", ref.where)
     return ref.plugin
+
+
+def member_record_fields(members: Iterable[tuple[Any, Rubric]]) -> list[RecordField]:
+    """The record fields any of ``(judge, the rubric it is asked with)`` reads, each once: a field one member
+    needs and a record lacks leaves that member's score of the dimension out of the composite's."""
+    out: list[RecordField] = []
+    for judge, rubric in members:
+        fields = getattr(judge, "record_fields", None)
+        for used in fields(rubric) if callable(fields) else []:
+            if used not in out:
+                out.append(used)
+    return out

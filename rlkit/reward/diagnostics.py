@@ -29,12 +29,14 @@ def unique_counts(scores: torch.Tensor, decimals: int = 6) -> torch.Tensor:
 def saturated_groups(scores: torch.Tensor, majority_share: float = 1.0, decimals: int = 6) -> torch.Tensor:
     """``bool [B, D]``: the dimension carries (almost) no signal within the group.
 
-    A group is saturated in a dimension when its scored values are all equal (one unique value, or
-    none scored), or, with ``majority_share < 1``, when the most common value's share of the scored
-    completions reaches ``majority_share``. The second form catches "one different, the rest
-    identical", which a std threshold misses because one outlier keeps the std high.
+    A group is saturated in a dimension when its scored values are all equal (one unique value), or,
+    with ``majority_share < 1``, when the most common value's share of the scored completions reaches
+    ``majority_share``. The second form catches "one different, the rest identical", which a std
+    threshold misses because one outlier keeps the std high. A group with nothing scored in the dimension
+    is not saturated: it is unscored, which ``unscored_share`` reports (counting it here hid a judge that
+    scored nothing behind a dimension that looked learnt).
     """
-    saturated = unique_counts(scores, decimals) <= 1
+    saturated = unique_counts(scores, decimals) == 1
     if majority_share >= 1.0:
         return saturated
     rounded = torch.round(scores, decimals=decimals)
@@ -43,6 +45,11 @@ def saturated_groups(scores: torch.Tensor, majority_share: float = 1.0, decimals
     scored = (~torch.isnan(rounded)).sum(dim=1)                              # [B, D]
     share = same.max(dim=1).values.double() / scored.clamp(min=1).double()  # float64, as a Python division
     return saturated | (share >= majority_share)
+
+
+def unscored_share(scores: torch.Tensor) -> torch.Tensor:
+    """``[D]``: the share of completions not scored on each dimension (NaN), over ``[B, G, D]``."""
+    return torch.isnan(scores).flatten(0, 1).double().mean(dim=0)
 
 
 def one_differs_share(group_size: int) -> float:
@@ -126,3 +133,60 @@ class RunningMeans:
     def last(self, key: str) -> float:
         values = self.recent.get(key)
         return sum(values) / len(values) if values else float("nan")
+
+
+NO_SIGNAL_STEPS = 3  # steps in a row without a gradient from the rewards before a run is told it learns nothing
+
+
+class SignalWatch:
+    """Says, at the step it starts, when a run trains on less than it seems to: a dimension that no completion of a
+    step could be scored on (a weighted reward is then made of the other dimensions in silence), and ``patience``
+    steps in a row without a learning signal (every group's advantages zero, or no preference pair formed: the
+    update moves nothing). Counts both over the run for the end-of-run summary.
+
+    It reads a step's metrics: ``rewards/<dimension>/unscored`` (share of completions not scored),
+    ``advantages/frac_zero_groups`` or ``pairs/used``.
+    """
+
+    def __init__(self, dimensions: list[str], patience: int = NO_SIGNAL_STEPS) -> None:
+        self.dimensions, self.patience = list(dimensions), patience
+        self.steps = 0
+        self.unscored_steps = dict.fromkeys(self.dimensions, 0)
+        self.no_signal_steps = 0
+        self._streak = 0
+        self._unscored_now: set[str] = set()
+
+    def update(self, step: int, metrics: dict[str, float]) -> list[str]:
+        """What this step starts, as messages to show the user (none in a healthy step)."""
+        self.steps += 1
+        messages = []
+        for name in self.dimensions:
+            if metrics.get(f"rewards/{name}/unscored") == 1.0:
+                self.unscored_steps[name] += 1
+                if name not in self._unscored_now:
+                    messages.append(f"step {step}: the judge scored dimension {name} on none of the step's "
+                                    "completions; rewards are made of the other dimensions until it does")
+                self._unscored_now.add(name)
+            else:
+                self._unscored_now.discard(name)
+        if metrics.get("advantages/frac_zero_groups") == 1.0 or metrics.get("pairs/used") == 0.0:
+            self.no_signal_steps += 1
+            self._streak += 1
+            if self._streak == self.patience:
+                messages.append(f"steps {step - self.patience + 1}-{step}: no learning signal: in {self.patience} "
+                                "steps in a row every group's completions scored alike (advantages all zero, or no "
+                                "preference pair), so the rewards train nothing; see rewards/*/saturated_groups")
+        else:
+            self._streak = 0
+        return messages
+
+    def summary_lines(self) -> list[str]:
+        """The run's totals, one line each, for what is wrong; none for a run with a signal throughout."""
+        lines = []
+        if self.no_signal_steps:
+            whole = " (the rewards trained nothing)" if self.no_signal_steps == self.steps else ""
+            lines.append(f"no learning signal in {self.no_signal_steps} of {self.steps} steps{whole}: every group's "
+                         "completions scored alike")
+        lines += [f"dimension {name} was scored on no completion in {n} of {self.steps} steps"
+                  for name, n in self.unscored_steps.items() if n]
+        return lines

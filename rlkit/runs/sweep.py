@@ -53,6 +53,8 @@ def write_job_summary(run_dir: Path, summary: dict[str, Any], wall_time_s: float
         "steps": int(summary["steps"]),
         "wall_time_s": round(wall_time_s, 3),
         "policy_dir": str(summary["policy_dir"]),
+        # what the figures mean less than they seem to: no held-out split, no warm start, no learning signal
+        "warnings": [*(summary.get("caveats") or {}).values(), *(summary.get("signal") or [])],
     }
     return atomic_write_text(run_dir / JOB_SUMMARY, json.dumps(data, indent=2) + "\n")
 

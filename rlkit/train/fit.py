@@ -164,6 +164,24 @@ def end_of_run_report(run_dir: Path, logger: Any) -> None:
     log_run_report(logger, report)
 
 
+def run_caveats(validated: ValidatedConfig, heldout: Sequence[dict[str, Any]]) -> dict[str, str]:
+    """What makes the start/end table mean less than its title says, said once at start-up and in the title:
+    ``no_warm_start`` (the embedded policy trained from random weights) and ``heldout_is_training`` (no held-out
+    split, so the table evaluates training prompts)."""
+    out = {}
+    model, data = validated.model, validated.data
+    if model.name_or_path is None and model.warm_start.steps == 0 and validated.objective.signal != "demonstrations":
+        why = "data.path is set and the warm start learns the synthetic task" if data.path is not None \
+            else "model.warm_start.steps=0"
+        out["no_warm_start"] = (f"the embedded policy starts from random weights, without a warm start ({why}): "
+                                "expect rewards near their floor for many steps")
+    if not heldout:
+        why = "data.heldout_fraction=0" if data.heldout_fraction == 0 else "too few prompts to hold one out"
+        out["heldout_is_training"] = (f"no held-out split ({why}): the start/end table scores training prompts, "
+                                      "which says nothing of generalisation")
+    return out
+
+
 def fit(validated: ValidatedConfig, run_dir: Path) -> dict[str, Any]:
     """Train, evaluate the held-out split before and after, and return the summary."""
     import torch
@@ -187,6 +205,10 @@ def fit(validated: ValidatedConfig, run_dir: Path) -> dict[str, Any]:
                                       sampler=validated.plugins.get("prompt_sampler"),
                                       sampler_name=validated.plugin_names.get("prompt_sampler", "uniform"))
         datamodule.setup()
+        caveats = run_caveats(validated, datamodule.heldout_records)
+        if trainer.is_global_zero:
+            for line in caveats.values():
+                print(f"rlkit: warning: {line}", file=sys.stderr)
         module = build_module(validated, datamodule.heldout_records)
         module.monitors = monitor_host(validated, run_dir)
         trainer.validate(module, datamodule=datamodule, verbose=False)
@@ -218,7 +240,8 @@ def fit(validated: ValidatedConfig, run_dir: Path) -> dict[str, Any]:
     return {"start": start, "end": end, "policy_dir": str(final_dir), "steps": trainer.global_step,
             "diagnostics": module.diagnostics, "global_zero": trainer.is_global_zero, "replicas": replicas,
             "monitors": monitors, "alerts": module.monitors.alerts if module.monitors is not None else [],
-            "judge_spend": judge_spend(validated.plugins.get("judge"))}  # whole run: held-out scoring included
+            "judge_spend": judge_spend(validated.plugins.get("judge")),
+            "signal": module.signal_watch.summary_lines(), "caveats": caveats}  # whole run: held-out scoring included
 
 
 def diagnostics_table(diagnostics: Any, dimensions: list[str]) -> Any:
@@ -226,13 +249,13 @@ def diagnostics_table(diagnostics: Any, dimensions: list[str]) -> Any:
     from rich.table import Table
 
     table = Table(title=f"training diagnostics (run mean · last {diagnostics.tail} steps)")
-    for column in ("dimension", "mean", "saturated groups", "unique/group", "weight"):
+    for column in ("dimension", "mean", "saturated groups", "unscored", "unique/group", "weight"):
         table.add_column(column, justify="left" if column == "dimension" else "right")
     for name in dimensions:
         key = f"rewards/{name}"
         table.add_row(name, *(f"{diagnostics.mean(k):.3f} · {diagnostics.last(k):.3f}" for k in
-                              (f"{key}/mean", f"{key}/saturated_groups", f"{key}/unique_per_group",
-                               f"weights/{name}")))
+                              (f"{key}/mean", f"{key}/saturated_groups", f"{key}/unscored",
+                               f"{key}/unique_per_group", f"weights/{name}")))
     return table
 
 
@@ -242,8 +265,13 @@ def print_summary(summary: dict[str, Any], validated: ValidatedConfig) -> None:
 
     rubric = validated.rubric if "heldout_judge" in validated.plugins else validated.reward_rubric
     yardstick = validated.heldout_yardstick()
-    table = Table(title=f"held-out, rubric {rubric.name} v{rubric.version} ({rubric.short_hash}), "
-                        f"{summary['steps']} steps" + (f"\n({yardstick})" if yardstick else ""))
+    caveats = summary.get("caveats") or {}
+    split = "training prompts (no held-out split)" if "heldout_is_training" in caveats else "held-out"
+    notes = [yardstick] if yardstick else []
+    if "no_warm_start" in caveats:
+        notes.append("the embedded policy without a warm start")
+    table = Table(title=f"{split}, rubric {rubric.name} v{rubric.version} ({rubric.short_hash}), "
+                        f"{summary['steps']} steps" + "".join(f"\n({note})" for note in notes), min_width=64)
     for column in ("dimension", "start", "end", "change"):
         table.add_column(column, justify="left" if column == "dimension" else "right")
     for key in [*rubric.dimension_names, "reward"]:
@@ -269,6 +297,9 @@ def print_summary(summary: dict[str, Any], validated: ValidatedConfig) -> None:
         console.print(spend_line(summary["judge_spend"]) + " (whole run, held-out scoring included)")
     if summary.get("replicas", 1) > 1:
         console.print(f"{summary['replicas']} processes hold the same parameters after training")
+    for line in summary.get("signal") or []:  # said last, beside the figure it qualifies
+        console.print(f"warning: {line}", markup=False)
     which = f" ({validated.plugin_names['heldout_aggregator']} yardstick)" if yardstick else ""
-    console.print(f"final held-out mean normalised reward{which}: {summary['end']['reward']:.4f}")
+    split = "training-prompt" if "heldout_is_training" in caveats else "held-out"
+    console.print(f"final {split} mean normalised reward{which}: {summary['end']['reward']:.4f}")
     console.print(f"policy saved to {summary['policy_dir']}")

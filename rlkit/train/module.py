@@ -26,11 +26,13 @@ from rlkit.reward.debias import LengthFormatDebias, completion_features
 from rlkit.reward.diagnostics import (
     ConflictWatch,
     RunningMeans,
+    SignalWatch,
     conflict_rate,
     distinct_values_per_group,
     one_differs_share,
     saturated_groups,
     unique_counts,
+    unscored_share,
 )
 from rlkit.reward.pipeline import (
     aggregate_rewards,
@@ -194,6 +196,7 @@ class RubricRLModule(L.LightningModule):
         self.conflict_watch = ConflictWatch()
         self._initial_scheduler = copy.deepcopy(parts.scheduler)
         self.diagnostics = RunningMeans()
+        self.signal_watch = SignalWatch(rubric.dimension_names)  # what the run trains on less than it seems to
         self.judge_spend = StepSpend(parts.judge)  # judge/calls, judge/tokens_in, ... of each step
         self._step_started: float | None = None
         self.monitors = monitors  # rlkit.train.monitoring.MonitorHost, or None (monitors=[])
@@ -423,6 +426,8 @@ class RubricRLModule(L.LightningModule):
         if iteration is not None:
             metrics["time/iteration"] = iteration
         self.diagnostics.update(metrics)
+        for message in self.signal_watch.update(step, metrics):
+            rank_zero_warn(message)
         self.log_step_metrics(metrics)
         # progress-bar copies only; the logger already has reward/mean and time/step
         self.log("reward", metrics["reward/mean"], prog_bar=True, logger=False, batch_size=len(records))
@@ -579,6 +584,7 @@ class RubricRLModule(L.LightningModule):
         saturated = saturated_groups(batch.scores).float().mean(dim=0)
         # the multi-reward note's near-saturation, "one differs, the rest identical" (majority share (G-1)/G)
         near = saturated_groups(batch.scores, one_differs_share(batch.scores.shape[1])).float().mean(dim=0)
+        unscored = unscored_share(batch.raw_scores)
         for i, name in enumerate(self.rubric.dimension_names):
             d_mean, d_std, _ = nan_mean_std(batch.raw_scores[..., i].reshape(-1), dim=0)
             out[f"rewards/{name}/mean"] = float(d_mean)
@@ -586,6 +592,7 @@ class RubricRLModule(L.LightningModule):
             out[f"rewards/{name}/unique_per_group"] = float(unique[i])
             out[f"rewards/{name}/saturated_groups"] = float(saturated[i])
             out[f"rewards/{name}/near_saturated_groups"] = float(near[i])
+            out[f"rewards/{name}/unscored"] = float(unscored[i])
             out[f"weights/{name}"] = float(batch.weights[i])
         steps = batch.extras.get("step_raw_scores")
         if steps is not None:  # each step-scoped dimension's mean score at each turn

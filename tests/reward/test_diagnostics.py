@@ -7,11 +7,13 @@ import math
 import torch
 
 from rlkit.reward.diagnostics import (
+    SignalWatch,
     conflict_rate,
     distinct_values_per_group,
     saturated_groups,
     saturation_share,
     unique_counts,
+    unscored_share,
 )
 
 nan = math.nan
@@ -21,7 +23,11 @@ def test_unique_counts_and_saturation_ignore_nan():
     scores = torch.tensor([[[1.0, 0.0], [1.0, 0.5], [nan, 1.0]],
                            [[0.0, nan], [1.0, nan], [1.0, nan]]])
     assert unique_counts(scores).tolist() == [[1, 3], [2, 0]]
-    assert saturated_groups(scores).tolist() == [[True, False], [False, True]]
+    # a group with nothing scored is unscored, not saturated: a judge that scores nothing must not look like a
+    # dimension the policy has learnt
+    assert saturated_groups(scores).tolist() == [[True, False], [False, False]]
+    assert saturated_groups(scores, majority_share=0.6).tolist() == [[True, False], [True, False]]
+    assert unscored_share(scores).tolist() == [1 / 6, 3 / 6]
 
 
 def test_majority_share_catches_one_outlier():
@@ -62,3 +68,33 @@ def test_running_means_over_the_run_and_the_tail():
         means.update({"x": v})
     assert means.mean("x") == 3.0 and means.last("x") == 4.0
     assert math.isnan(means.mean("absent"))
+
+
+def test_signal_watch_says_when_a_dimension_goes_unscored_and_again_after_it_recovers():
+    watch = SignalWatch(["format", "correctness"])
+    healthy = {"rewards/format/unscored": 0.0, "rewards/correctness/unscored": 0.25,
+               "advantages/frac_zero_groups": 0.5}
+    assert watch.update(0, healthy) == [], "some completions unscored is not a whole step without the dimension"
+    silent = {**healthy, "rewards/correctness/unscored": 1.0}
+    first = watch.update(1, silent)
+    assert len(first) == 1 and first[0].startswith("step 1:") and "correctness" in first[0]
+    assert watch.update(2, silent) == [], "said once when it starts, not every step"
+    watch.update(3, healthy)
+    assert len(watch.update(4, silent)) == 1, "a new stretch is said again"
+    assert watch.summary_lines() == ["dimension correctness was scored on no completion in 3 of 5 steps"]
+
+
+def test_signal_watch_says_no_learning_signal_after_patience_steps_in_a_row():
+    watch = SignalWatch(["format"], patience=3)
+    flat = {"rewards/format/unscored": 0.0, "advantages/frac_zero_groups": 1.0}
+    assert watch.update(0, flat) == [] and watch.update(1, flat) == []
+    watch.update(2, {**flat, "advantages/frac_zero_groups": 0.75})  # one group with a gradient breaks the run
+    assert watch.update(3, flat) == [] and watch.update(4, flat) == []
+    said = watch.update(5, flat)
+    assert len(said) == 1 and said[0].startswith("steps 3-5: no learning signal")
+    assert watch.update(6, flat) == []
+    assert watch.summary_lines() == ["no learning signal in 6 of 7 steps: every group's completions scored alike"]
+    pairs = SignalWatch(["format"], patience=1)
+    assert pairs.update(0, {"pairs/used": 0.0}) and pairs.summary_lines()[0].startswith(
+        "no learning signal in 1 of 1 steps (the rewards trained nothing)")
+    assert SignalWatch(["format"]).summary_lines() == [], "nothing to say about a healthy run"

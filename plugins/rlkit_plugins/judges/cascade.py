@@ -19,12 +19,14 @@ from rlkit.plugin import (
     JudgeLoad,
     JudgeRef,
     PluginRef,
+    RecordField,
     Rollout,
     Rubric,
     Spend,
     check_member_judge,
     hookimpl,
     judge_spend,
+    member_record_fields,
     plan_judge,
     sum_plans,
     sum_spend,
@@ -50,6 +52,9 @@ class CascadeJudge:
             check = getattr(judge, "check_rubric", None)
             if check is not None:
                 check(rubric)
+
+    def record_fields(self, rubric: Rubric) -> list[RecordField]:
+        return member_record_fields((judge, rubric) for judge in self.stages)
 
     def escalate(self, cheap: torch.Tensor, rubric: Rubric) -> torch.Tensor:
         """``bool [B]``: the groups the expensive judge must score."""

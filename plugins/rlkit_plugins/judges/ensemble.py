@@ -21,12 +21,14 @@ from rlkit.plugin import (
     JudgeLoad,
     JudgeRef,
     PluginRef,
+    RecordField,
     Rollout,
     Rubric,
     Spend,
     check_member_judge,
     hookimpl,
     judge_spend,
+    member_record_fields,
     plan_judge,
     sum_plans,
     sum_spend,
@@ -51,6 +53,9 @@ class EnsembleJudge:
             check = getattr(member, "check_rubric", None)
             if check is not None:
                 check(rubric)
+
+    def record_fields(self, rubric: Rubric) -> list[RecordField]:
+        return member_record_fields((member, rubric) for member in self.members)
 
     def score(self, rollout: Rollout, rubric: Rubric) -> torch.Tensor:
         stack = torch.stack([m.score(rollout, rubric).to(torch.float32) for m in self.members])  # [M, B, G, D]

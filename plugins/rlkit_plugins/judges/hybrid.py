@@ -17,12 +17,14 @@ from rlkit.plugin import (
     JudgeLoad,
     JudgeRef,
     PluginRef,
+    RecordField,
     Rollout,
     Rubric,
     Spend,
     check_member_judge,
     hookimpl,
     judge_spend,
+    member_record_fields,
     plan_judge,
     sum_plans,
     sum_spend,
@@ -68,6 +70,10 @@ class HybridJudge:
             check = getattr(self.judges[name], "check_rubric", None)
             if check is not None:
                 check(self._subset(rubric, indices))
+
+    def record_fields(self, rubric: Rubric) -> list[RecordField]:
+        return member_record_fields((self.judges[name], self._subset(rubric, indices))
+                                    for name, indices in self.routing(rubric).items())
 
     def score(self, rollout: Rollout, rubric: Rubric) -> torch.Tensor:
         out = torch.full((rollout.num_prompts, rollout.group_size, len(rubric.dimensions)), float("nan"))

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from rlkit.plugin import JudgeError, Rollout, Rubric, RubricError, hookimpl
+from rlkit.plugin import JudgeError, RecordField, Rollout, Rubric, RubricError, hookimpl
 from rlkit_plugins.judges import rule_features as rf
 from rlkit_plugins.judges.per_record import RecordRubrics, check_frame, score_per_record
 from rlkit_plugins.judges.rule_features import Batch, BatchCheck
@@ -178,6 +178,16 @@ class RuleJudge:
             check_frame(rubric, "rule")  # each record's own criteria are checked when it is first scored
             return
         self._plan(rubric)
+
+    def record_fields(self, rubric: Rubric) -> list[RecordField]:
+        """The record field each ``match`` check compares with (``reference`` unless it names another)."""
+        if rubric.per_record:
+            return []  # each record carries its own criteria, checked as it is scored
+        source = rubric.source or "<rubric>"
+        return [RecordField(check.get("field", "reference"), dim.name,
+                            f"{source}: dimension {dim.name}, checks[{j}] (match)")
+                for dim in rubric.dimensions if dim.judge in (None, "rule")
+                for j, check in enumerate(dim.checks or []) if check.get("type") == "match"]
 
     def score(self, rollout: Rollout, rubric: Rubric) -> torch.Tensor:
         """Raw scores float32 [B, G, D] in each dimension's range; NaN where no check applies."""
