@@ -32,7 +32,16 @@ def audit_overrides(args: Sequence[str]) -> list[str]:
 
 def cmd_rubric_audit(args: Sequence[str]) -> int:
     from rlkit.evaluation.audit import plan_audit, read_audit_records, run_audit, sample_audit_records
-    from rlkit.evaluation.audit_report import audit_payload, store_audit, summarize, write_outputs
+    from rlkit.evaluation.audit_report import (
+        audit_payload,
+        audited_key,
+        describe_audit,
+        judge_config,
+        store_audit,
+        strongest_audit,
+        summarize,
+        write_outputs,
+    )
 
     overrides = audit_overrides(args)
     validated = validated_config(overrides)
@@ -61,6 +70,7 @@ def cmd_rubric_audit(args: Sequence[str]) -> int:
     result = run_audit(validated, registry, plan)
     summary = summarize(result)
     payload = audit_payload(result, summary, calls)
+    payload["audited"] = audited_key(plan.items, judge_config(validated.cfg))
     console.print(audit_table(payload))
     json_path, md_path = write_outputs(payload, options.output)
     stored = store_audit(payload)
@@ -69,6 +79,10 @@ def cmd_rubric_audit(args: Sequence[str]) -> int:
         console.print(f"warning: {warning}", markup=False)
     console.print(f"wrote {json_path} and {md_path}; stored for `rlkit fit audit.require=true` in {stored}",
                   markup=False)
+    strongest = strongest_audit(rubric, payload["audited"]["judge_config"])
+    if strongest is not None and strongest[0] != stored:  # kept, not replaced: say which one a run will rely on
+        console.print(f"audit.require keeps accepting {describe_audit(*strongest)}, "
+                      f"over more records than this one ({payload['records']})", markup=False)
     return 0 if summary.passed else 1
 
 

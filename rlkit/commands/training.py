@@ -34,9 +34,9 @@ def cmd_fit(overrides: Sequence[str]) -> int:
         # Fail in milliseconds with one line, before Hydra sets up a run directory.
         validated = validated_config(overrides)
         if validated.run.audit.require:  # fit() checks again: a sweep's jobs and programmatic calls come there
-            from rlkit.evaluation.audit_report import require_passed_audit
+            from rlkit.evaluation.audit_report import judge_config, require_passed_audit
 
-            require_passed_audit(validated.rubric)
+            require_passed_audit(validated.rubric, judge_config(validated.cfg))  # fit() says which it accepted
     return run_hydra("fit", "fit", overrides, _fit_job)
 
 

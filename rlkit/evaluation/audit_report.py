@@ -1,15 +1,18 @@
 """What ``rlkit rubric audit`` concludes and where it keeps it: the findings with bootstrap intervals, the trust score
 and verdict, the JSON and Markdown card, and the store that ``rlkit fit audit.require=true`` reads.
 
-The store is one JSON file per rubric version in rlkit's cache, ``$RLKIT_CACHE/audits/<name>-v<version>-<hash>.json``
+The store is a folder per rubric version in rlkit's cache, ``$RLKIT_CACHE/audits/<name>-v<version>-<hash>/``
 (``~/.cache/rlkit`` without ``$RLKIT_CACHE``): a shipped rubric's folder may not be writable, and keying by the content
-hash means an edited rubric is never cleared by its predecessor's audit. The latest audit of a version replaces the
-one before.
+hash means an edited rubric is never cleared by its predecessor's audit. Within it, one JSON file per audited
+(judge config, records) pair: an audit replaces only its own rerun, so a throwaway audit of 8 records never takes the
+place of one of 500; ``audit.require`` accepts, among the audits of the run's own judge config, the one of the most
+records, and says which.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import json
 import math
 import re
@@ -297,40 +300,89 @@ def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", text) or "_"
 
 
-def store_path(identity: dict[str, str], root: Path | None = None) -> Path:
-    """Where the audit of one rubric version (name, version, content hash) is stored."""
+def _digest(value: Any) -> str:
+    return hashlib.sha256(json.dumps(value, sort_keys=True, default=str, ensure_ascii=False).encode()).hexdigest()
+
+
+def audited_key(items: list[dict[str, Any]], judge_config: dict[str, Any]) -> dict[str, Any]:
+    """What an audit audited, beside the rubric: the records (their number and a hash of their content) and the
+    judge config (and its hash), so a stored audit vouches only for the judge it scored with."""
+    return {"records": len(items), "records_hash": _digest(items), "judge_config": judge_config,
+            "judge_hash": _digest(judge_config)}
+
+
+def judge_config(cfg: Any) -> dict[str, Any]:
+    """The composed config's ``judge`` block, resolved: what an audit's judge is keyed by."""
+    from omegaconf import OmegaConf
+
+    return OmegaConf.to_container(cfg.judge, resolve=True)  # type: ignore[return-value]
+
+
+def store_folder(identity: dict[str, str], root: Path | None = None) -> Path:
+    """Where the audits of one rubric version (name, version, content hash) are stored."""
     from rlkit.lm.models import default_cache_dir
 
     base = (root or default_cache_dir()) / STORE_FOLDER
-    return base / f"{_slug(identity['name'])}-v{_slug(identity['version'])}-{identity['hash'][:12]}.json"
+    return base / f"{_slug(identity['name'])}-v{_slug(identity['version'])}-{identity['hash'][:12]}"
+
+
+def store_path(identity: dict[str, str], audited: dict[str, Any], root: Path | None = None) -> Path:
+    """The file of one audit: its rubric version's folder, named by the judge config's and records' hashes."""
+    name = f"judge-{audited['judge_hash'][:12]}-records-{audited['records_hash'][:12]}.json"
+    return store_folder(identity, root) / name
 
 
 def store_audit(payload: dict[str, Any]) -> Path:
-    path = store_path(payload["rubric"])
+    """Store ``payload`` (with its ``audited`` key); it replaces only an earlier audit of the same judge config and
+    records."""
+    path = store_path(payload["rubric"], payload["audited"])
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(path, json.dumps(payload, indent=2, ensure_ascii=False) + "\n")
     return path
 
 
-def stored_audit(rubric: Rubric) -> dict[str, Any] | None:
-    """The stored audit of exactly this rubric version and content, or None."""
-    path = store_path(rubric.identity())
-    if not path.is_file():
-        return None
-    try:
-        payload = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None  # a damaged record vouches for nothing
-    return payload if payload.get("rubric", {}).get("hash") == rubric.content_hash else None
+def stored_audits(rubric: Rubric) -> list[tuple[Path, dict[str, Any]]]:
+    """Every stored audit of exactly this rubric version and content, with its file."""
+    folder = store_folder(rubric.identity())
+    out = []
+    for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
+        try:
+            payload = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue  # a damaged record vouches for nothing
+        if payload.get("rubric", {}).get("hash") == rubric.content_hash and isinstance(payload.get("audited"), dict):
+            out.append((path, payload))
+    return out
 
 
-def require_passed_audit(rubric: Rubric) -> None:
-    """``audit.require=true``: raise one line naming the rubric version unless its stored audit passed."""
+def strongest_audit(rubric: Rubric, judge_config: dict[str, Any]) -> tuple[Path, dict[str, Any]] | None:
+    """The stored audit of this rubric version with ``judge_config`` over the most records (the latest of equals)."""
+    judge_hash = _digest(judge_config)
+    same = [(path, p) for path, p in stored_audits(rubric) if p["audited"].get("judge_hash") == judge_hash]
+    return max(same, key=lambda item: (item[1]["audited"].get("records", 0), item[1].get("created", "")),
+               default=None)
+
+
+def describe_audit(path: Path, payload: dict[str, Any]) -> str:
+    return (f"the audit of {payload.get('created', '?')} (judge {payload.get('judge', '?')}, "
+            f"{payload['audited'].get('records', '?')} records; {path})")
+
+
+def require_passed_audit(rubric: Rubric, judge_config: dict[str, Any]) -> str:
+    """``audit.require=true``: the stored audit it accepts, described in a line, or one error naming the rubric
+    version: no audit of it with this judge config, or the strongest of those (most records) failed."""
     label = f"rubric {rubric.name} v{rubric.version} ({rubric.short_hash})"
-    payload = stored_audit(rubric)
-    if payload is None:
+    found = strongest_audit(rubric, judge_config)
+    if found is None:
+        others = sorted({p.get("judge", "?") for _, p in stored_audits(rubric)})
+        if others:
+            raise ConfigError(f"{label} has stored audits only of other judge configs (judge {', '.join(others)}); "
+                              "an audit vouches for the judge it scored with: run `rlkit rubric audit` with this "
+                              f"run's judge (looked in {store_folder(rubric.identity())})", "audit.require")
         raise ConfigError(f"{label} has no stored audit; run `rlkit rubric audit` with this rubric first "
-                          f"(looked for {store_path(rubric.identity())})", "audit.require")
+                          f"(looked in {store_folder(rubric.identity())})", "audit.require")
+    path, payload = found
     if not payload.get("passed"):
-        raise ConfigError(f"{label} failed its audit of {payload.get('created', '?')} (judge "
-                          f"{payload.get('judge', '?')}): {payload.get('verdict', '')}", "audit.require")
+        raise ConfigError(f"{label} failed its strongest audit, {describe_audit(path, payload)}: "
+                          f"{payload.get('verdict', '')}", "audit.require")
+    return f"audit.require: accepted {describe_audit(path, payload)}"

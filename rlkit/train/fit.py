@@ -191,9 +191,9 @@ def fit(validated: ValidatedConfig, run_dir: Path) -> dict[str, Any]:
 
     run = validated.run
     if run.audit.require:  # before anything is built: the rubric version's stored audit must have passed
-        from rlkit.evaluation.audit_report import require_passed_audit
+        from rlkit.evaluation.audit_report import judge_config, require_passed_audit
 
-        require_passed_audit(validated.rubric)
+        print(f"rlkit: {require_passed_audit(validated.rubric, judge_config(validated.cfg))}", file=sys.stderr)
     quiet_lightning()
     if run.torch_threads:
         torch.set_num_threads(run.torch_threads)

@@ -84,10 +84,11 @@ def test_shipped_arithmetic_rubric_passes_with_the_rule_judge(workdir):
     card = (workdir / "out" / "audit.md").read_text(encoding="utf-8")
     assert "# Rubric audit: arithmetic v1.0" in card and "## Degradation ladder" in card
     rubric = load_rubric(ARITHMETIC)
-    from rlkit.evaluation.audit_report import store_path
+    from rlkit.evaluation.audit_report import stored_audits
 
-    stored = store_path(rubric.identity())
-    assert stored.is_file() and json.loads(stored.read_text())["rubric"]["hash"] == rubric.content_hash
+    ((stored, kept),) = stored_audits(rubric)
+    assert kept["rubric"]["hash"] == rubric.content_hash and kept["audited"]["records"] == 42
+    assert kept["audited"]["judge_config"]["name"] == "rule" and len(kept["audited"]["records_hash"]) == 64
 
 
 def test_fail_under_flag_gates_and_consistency_checks_run_when_asked(workdir):
@@ -147,9 +148,17 @@ def test_bad_input_is_one_line_with_file_and_line(workdir, capsys, content, mess
     assert len(err.splitlines()) == 1 and message in err and str(path) in err
 
 
+def _stored(rubric, judge: dict, records: int, passed: bool, created: str, verdict: str = "") -> Path:
+    from rlkit.evaluation.audit_report import audited_key, store_audit
+
+    items = [{"prompt": f"{i}+1=", "completion": str(i + 1)} for i in range(records)]
+    return store_audit({"rubric": rubric.identity(), "passed": passed, "judge": judge["name"], "created": created,
+                        "verdict": verdict, "records": records, "audited": audited_key(items, judge)})
+
+
 def test_fit_refuses_a_rubric_version_without_a_passed_audit(workdir):
     from rlkit.commands.common import validated_config
-    from rlkit.evaluation.audit_report import require_passed_audit, store_path
+    from rlkit.evaluation.audit_report import judge_config, require_passed_audit
     from rlkit.train.fit import fit
 
     validated = validated_config(["audit.require=true", "logger=none"])
@@ -157,18 +166,48 @@ def test_fit_refuses_a_rubric_version_without_a_passed_audit(workdir):
                                           r"audit; run `rlkit rubric audit`"):
         fit(validated, workdir / "run")
     assert not (workdir / "run").exists()  # refused before anything was built
-    rubric = validated.rubric
-    path = store_path(rubric.identity())
-    path.parent.mkdir(parents=True)
-    path.write_text(json.dumps({"rubric": rubric.identity(), "passed": False, "judge": "rule",
-                                "created": "2026-12-01T00:00:00+00:00", "verdict": "HACKABLE: keyword_stuffing"}))
-    with pytest.raises(ConfigError, match=r"rubric arithmetic v1\.0 \(f089cdf08376\) failed its audit .*HACKABLE"):
+    rubric, judge = validated.rubric, judge_config(validated.cfg)
+    _stored(rubric, judge, 42, False, "2026-12-01T00:00:00+00:00", "HACKABLE: keyword_stuffing")
+    with pytest.raises(ConfigError, match=r"rubric arithmetic v1\.0 \(f089cdf08376\) failed its strongest audit, "
+                                          r"the audit of 2026-12-01T00:00:00\+00:00 \(judge rule, 42 records; "
+                                          r".*HACKABLE"):
         fit(validated, workdir / "run")
-    path.write_text(json.dumps({"rubric": rubric.identity(), "passed": True}))
-    require_passed_audit(rubric)  # a passed audit of this very content lets the run start
-    path.write_text(json.dumps({"rubric": {**rubric.identity(), "hash": "0" * 64}, "passed": True}))
+    path = _stored(rubric, judge, 42, True, "2026-12-02T00:00:00+00:00")  # the same records again: replaces it
+    assert require_passed_audit(rubric, judge) == (f"audit.require: accepted the audit of 2026-12-02T00:00:00+00:00 "
+                                                   f"(judge rule, 42 records; {path})")
+    other = {**judge, "params": {**judge.get("params", {}), "case_sensitive": True}}
+    with pytest.raises(ConfigError, match="has stored audits only of other judge configs"):
+        require_passed_audit(rubric, other)  # an audit vouches for the judge config it scored with
+    payload = json.loads(path.read_text())
+    path.write_text(json.dumps({**payload, "rubric": {**payload["rubric"], "hash": "0" * 64}}))
     with pytest.raises(ConfigError, match="has no stored audit"):
-        require_passed_audit(rubric)  # an audit of other content vouches for nothing
+        require_passed_audit(rubric, judge)  # an audit of other content vouches for nothing
+
+
+def test_a_smaller_audit_never_replaces_a_stronger_one(workdir):
+    """The issue's case: an 8-record throwaway audit failed and replaced the stored verdict of the shipped rubric,
+    after which `rlkit fit audit.require=true` refused it. Both are kept; the run accepts the one of more records
+    and says which."""
+    from rlkit.commands.common import validated_config
+    from rlkit.evaluation.audit_report import judge_config, require_passed_audit, stored_audits
+
+    validated = validated_config(["audit.require=true", "logger=none"])
+    rubric, judge = validated.rubric, judge_config(validated.cfg)
+    strong = _stored(rubric, judge, 200, True, "2026-12-01T00:00:00+00:00")
+    _stored(rubric, judge, 8, False, "2026-12-03T00:00:00+00:00", "FAIL: trust 0.41 below 0.70")
+    assert len(stored_audits(rubric)) == 2
+    assert require_passed_audit(rubric, judge).endswith(f"(judge rule, 200 records; {strong})")
+
+
+def test_the_audit_command_says_which_audit_a_run_keeps_relying_on(workdir, capsys):
+    assert _audit(workdir, f"audit.records={LABELS}")[0] == 0
+    small = workdir / "small.jsonl"
+    small.write_text("".join(LABELS.read_text(encoding="utf-8").splitlines(keepends=True)[:8]), encoding="utf-8")
+    capsys.readouterr()
+    _audit(workdir, f"audit.records={small}")
+    out = " ".join(capsys.readouterr().out.split())
+    assert "audit.require keeps accepting the audit of" in out and "42 records" in out
+    assert "over more records than this one (8)" in out
 
 
 def test_fit_command_prints_one_line(workdir, capsys):
