@@ -25,7 +25,7 @@ from rlkit.core.refs import AggregatorRef, BackendRef, JudgeRef, PluginRef, Weig
 # --- what flows between plugins: rubric, rollouts, scores, pairs ----------------------------------------------
 from rlkit.core.registry import hookimpl
 from rlkit.core.rubric import Anchor, Dimension, Rubric, load_rubric, rubric_from_dict
-from rlkit.core.stats import nan_mean_std, nan_weighted_sum, scored_values_differ
+from rlkit.core.stats import nan_mean_std, nan_median, nan_weighted_sum, scored_values_differ
 from rlkit.core.templates import chosen_template, render_template, template_hash, template_path
 from rlkit.core.types import EnvStep, Episode, PreferencePairs, RecordField, RewardBatch, Rollout
 from rlkit.data.prepare import allocate as allocate_shares
@@ -170,6 +170,7 @@ __all__ = [
     "masked_nll",
     "member_record_fields",
     "nan_mean_std",
+    "nan_median",
     "nan_weighted_sum",
     "normalize_scores",
     "ordering_batch",

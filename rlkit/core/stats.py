@@ -54,3 +54,16 @@ def scored_values_differ(x: torch.Tensor, valid: torch.Tensor, dim: int = 1) -> 
     hi = torch.where(valid, x, torch.full_like(x, -torch.inf)).amax(dim=dim, keepdim=True)
     lo = torch.where(valid, x, torch.full_like(x, torch.inf)).amin(dim=dim, keepdim=True)
     return hi > lo
+
+
+def nan_median(x: torch.Tensor, dim: int = 0) -> torch.Tensor:
+    """The median along ``dim`` ignoring NaN, averaging the two middle values when an even number are present (NaN
+    where none is). ``torch.nanmedian`` returns the lower of the two, so over two members it is always the lower
+    one: "the consensus" of a rule judge's 1 and a model judge's 0 would be 0."""
+    x = x.movedim(dim, 0)
+    valid = ~torch.isnan(x)
+    count = valid.sum(dim=0)
+    ordered = torch.sort(torch.where(valid, x, torch.full_like(x, float("inf"))), dim=0).values
+    lower = ordered.gather(0, ((count - 1).clamp(min=0) // 2).unsqueeze(0)).squeeze(0)
+    upper = ordered.gather(0, (count // 2).clamp(max=x.shape[0] - 1).unsqueeze(0)).squeeze(0)
+    return torch.where(count > 0, (lower + upper) / 2, torch.full_like(lower, float("nan")))

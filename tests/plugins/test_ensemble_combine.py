@@ -32,3 +32,28 @@ def test_agreement_weighting_of_equal_top_scores_is_exactly_the_top():
     stack[:, 1, :, 0] = torch.tensor([1.0, 1.0, 3.0]).view(3, 1)  # unequal distances, so unequal weights
     out = combine_scores(stack, torch.tensor([1.0]), torch.tensor([5.0]), "agreement")
     assert (out[0] == 5.0).all()
+
+
+@pytest.mark.parametrize("how", ["median", "agreement"])
+def test_two_members_that_disagree_meet_in_the_middle(how):
+    """The issue's case: rule 1, llm 0 gave 0.18 and rule 0, llm 1 gave 0.82 (``torch.nanmedian`` of two is the
+    lower, so the lower-scoring member was always "the consensus"). Either order now gives 0.5, and four members
+    split two against two likewise."""
+    for pair in ([1.0, 0.0], [0.0, 1.0]):
+        stack = torch.tensor(pair).view(2, 1, 1, 1)
+        assert combine_scores(stack, torch.tensor([0.0]), torch.tensor([1.0]), how).item() == pytest.approx(0.5)
+    four = torch.tensor([1.0, 0.0, 1.0, 0.0]).view(4, 1, 1, 1)
+    assert combine_scores(four, torch.tensor([0.0]), torch.tensor([1.0]), how).item() == pytest.approx(0.5)
+    three = torch.tensor([1.0, 0.0, 1.0]).view(3, 1, 1, 1)  # an odd count still follows its majority
+    assert combine_scores(three, torch.tensor([0.0]), torch.tensor([1.0]), "median").item() == 1.0
+
+
+def test_nan_median_ignores_nan_and_averages_the_middle_two():
+    from rlkit.plugin import nan_median
+
+    x = torch.tensor([[1.0, float("nan"), 3.0], [2.0, float("nan"), float("nan")], [4.0, float("nan"), 5.0],
+                      [10.0, float("nan"), float("nan")]])
+    assert nan_median(x, dim=0)[0].item() == 3.0  # (2 + 4) / 2
+    assert torch.isnan(nan_median(x, dim=0)[1])
+    assert nan_median(x, dim=0)[2].item() == 4.0
+    assert nan_median(x, dim=1).tolist() == [2.0, 2.0, 4.5, 10.0]

@@ -29,6 +29,7 @@ from rlkit.plugin import (
     hookimpl,
     judge_spend,
     member_record_fields,
+    nan_median,
     plan_judge,
     sum_plans,
     sum_spend,
@@ -85,14 +86,16 @@ class EnsembleJudge:
 def combine_scores(stack: torch.Tensor, low: torch.Tensor, high: torch.Tensor, how: str) -> torch.Tensor:
     """Members' scores ``[M, B, G, D]`` → ``[B, G, D]`` by ``mean``, ``median`` or ``agreement`` weighting
     (each member weighted by 1 / (0.05 + its mean distance from the median, per dimension)); NaN where no
-    member scored. Clamped to each range: a weighted mean of in-range float32 values can land a rounding
-    error outside it (5.0000005 on a 1-5 scale), which the host's range check rightly rejects."""
+    member scored. The median of an even number of members is the mean of the middle two (``nan_median``), so two
+    members that disagree are equally far from it and weigh the same. Clamped to each range: a weighted mean of
+    in-range float32 values can land a rounding error outside it (5.0000005 on a 1-5 scale), which the host's
+    range check rightly rejects."""
     if how == "median":
-        combined = stack.nanmedian(dim=0).values
+        combined = nan_median(stack, dim=0)
     elif how == "mean":
         combined = stack.nanmean(dim=0)
     else:
-        consensus = stack.nanmedian(dim=0).values
+        consensus = nan_median(stack, dim=0)
         distance = ((stack - consensus).abs() / (high - low)).nanmean(dim=(1, 2)).nan_to_num(nan=1.0)  # [M, D]
         weight = (1.0 / (0.05 + distance)).view(stack.shape[0], 1, 1, -1).expand_as(stack)
         weight = torch.where(torch.isnan(stack), torch.zeros_like(weight), weight)
