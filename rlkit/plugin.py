@@ -54,6 +54,7 @@ from rlkit.judging.http import (
 from rlkit.judging.members import check_member_judge, member_record_fields
 from rlkit.judging.parsing import RankingParse, ScoreParse, parse_ranking, parse_scores, ranks_from_order
 from rlkit.judging.rate_limit import rate_limiter
+from rlkit.judging.schema import dimension_levels, rubric_json_schema
 from rlkit.judging.spend import (
     CallPlan,
     JudgeLoad,
@@ -77,6 +78,7 @@ from rlkit.judging.tiny_judge import (
 from rlkit.judging.types import Completion, render_chat
 
 # --- generators: what a sampler is asked for and hands back; models by path ---------------------------------
+from rlkit.lm.constrained import JsonSchemaConstraint
 from rlkit.lm.decoding import decode_with_kv_cache, loop_can_decode
 from rlkit.lm.logprobs import masked_nll
 from rlkit.lm.models import build_tiny_policy, check_model_directory, load_policy, locate_model
@@ -116,6 +118,7 @@ __all__ = [
     "GenerationRequest",
     "GenerativeRewardModel",
     "InfoResponse",
+    "JsonSchemaConstraint",
     "JudgeBackend",
     "JudgeError",
     "JudgeRef",
@@ -158,6 +161,7 @@ __all__ = [
     "due",
     "group_labels",
     "decode_with_kv_cache",
+    "dimension_levels",
     "group_row_seeds",
     "hookimpl",
     "input_device",
@@ -188,6 +192,7 @@ __all__ = [
     "read_records",
     "render_chat",
     "render_template",
+    "rubric_json_schema",
     "resolve_path",
     "retry_after_seconds",
     "retry_delay",

@@ -310,6 +310,9 @@ def rlkit_register_judge_backends(register: Register) -> None:
       fails after the backend's own retries comes back with ``text=None`` and an ``error`` string; the
       judge's failure policy decides what that means, never the backend.
     * ``close() -> None``: release connections, processes or models.
+    * optional ``structured_outputs: bool``: true when ``complete(prompts, schema=...)`` constrains every answer to
+      that JSON schema (a judge with ``structured: true`` then sends its rubric's); a backend without it is never
+      passed a schema.
     """
 
 

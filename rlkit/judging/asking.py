@@ -8,6 +8,7 @@ become scores.
 
 from __future__ import annotations
 
+import json
 import statistics
 import time
 import warnings
@@ -91,9 +92,12 @@ class Asked(Generic[Parsed]):
 
 def ask(backend: Any, cache: ResponseCache, requests: dict[Hashable, tuple[str, Chat]],
         parse: Callable[[Hashable, str], tuple[Parsed | None, bool]], retries: int,
-        reminder: Callable[[Hashable], str], meter: SpendMeter | None = None) -> Asked[Parsed]:
+        reminder: Callable[[Hashable], str], meter: SpendMeter | None = None,
+        schema: Callable[[Hashable], dict[str, Any]] | None = None) -> Asked[Parsed]:
     """Answer every ``slot -> (cache key, chat)``; ``meter`` (the judge's :attr:`JudgeBackend.meter`) counts the
-    calls, tokens, latency, cache hits and retries.
+    calls, tokens, latency, cache hits and retries. With ``schema`` (only for a backend whose
+    ``structured_outputs`` is true) each slot's answer is constrained to ``schema(slot)``, a JSON schema: the backend
+    is called once per distinct schema, as ``backend.complete(chats, schema=...)``.
 
     ``parse(slot, text)`` returns ``(parsed or None, complete)``: None is unreadable and asked again;
     a readable but incomplete answer is kept and asked again too; a later readable answer replaces it.
@@ -117,7 +121,7 @@ def ask(backend: Any, cache: ResponseCache, requests: dict[Hashable, tuple[str, 
         if not pending:
             break
         slots = list(pending)
-        results = backend.complete([pending[s] for s in slots])
+        results = _complete(backend, slots, pending, schema)
         if meter is not None:
             meter.record(results)
         out.latencies += [r.latency for r in results]
@@ -142,6 +146,23 @@ def ask(backend: Any, cache: ResponseCache, requests: dict[Hashable, tuple[str, 
     if meter is not None:
         meter.add(cache_hits=cache_hits, retries=out.retries)
     return out
+
+
+def _complete(backend: Any, slots: list[Hashable], chats: dict[Hashable, Chat],
+              schema: Callable[[Hashable], dict[str, Any]] | None) -> list[Any]:
+    """The backend's answers to ``slots`` in order: one call, or one per distinct schema."""
+    if schema is None:
+        return backend.complete([chats[s] for s in slots])
+    groups: dict[str, tuple[dict[str, Any], list[int]]] = {}
+    for index, slot in enumerate(slots):
+        wanted = schema(slot)
+        groups.setdefault(json.dumps(wanted, sort_keys=False), (wanted, []))[1].append(index)
+    results: list[Any] = [None] * len(slots)
+    for wanted, indices in groups.values():
+        for index, result in zip(indices, backend.complete([chats[slots[i]] for i in indices], schema=wanted),
+                                 strict=True):
+            results[index] = result
+    return results
 
 
 class FailureWarning:

@@ -3,7 +3,8 @@ asked to write (rubrics from references, verdicts) where the offline tiny model 
 
 It speaks just enough of the API for the ``openai`` judge backend: ``GET /v1/models`` and ``POST
 /v1/chat/completions`` (answer in ``choices[0].message.content``). ``answer(messages) -> str`` decides each reply;
-every request's messages are kept in :attr:`CannedChatServer.requests`::
+every request's messages are kept in :attr:`CannedChatServer.requests` (and its whole JSON body, ``response_format``
+included, in :attr:`CannedChatServer.bodies`)::
 
     with CannedChatServer(lambda messages: '{"criteria": []}') as server:
         server.url  # http://127.0.0.1:<port>/v1
@@ -73,6 +74,7 @@ class CannedChatServer:
                  rate_limit: tuple[int, float] | None = None, clock: Callable[[], float] = time.monotonic) -> None:
         self.answer = answer
         self.requests: list[list[dict[str, Any]]] = []
+        self.bodies: list[dict[str, Any]] = []
         self.usage = usage
         self.served = {"calls": 0, "prompt_tokens": 0, "completion_tokens": 0}  # chat answers sent (HTTP 200)
         self.throttled = 0  # HTTP 429s sent
@@ -117,7 +119,8 @@ class CannedChatServer:
                 if self.path.rstrip("/") != "/v1/chat/completions":
                     self._json(404, {"error": {"message": f"no route {self.path}"}})
                     return
-                messages = json.loads(raw or b"{}").get("messages") or []
+                request = json.loads(raw or b"{}")
+                messages = request.get("messages") or []
                 wait = owner._throttle()
                 if wait is not None:
                     self._json(429, {"error": {"message": "rate limit reached", "type": "rate_limit_error"}},
@@ -125,6 +128,7 @@ class CannedChatServer:
                     return
                 with owner._lock:
                     owner.requests.append(messages)
+                    owner.bodies.append(request)
                 text = owner.answer(messages)
                 body: dict[str, Any] = {"object": "chat.completion", "choices": [
                     {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}]}

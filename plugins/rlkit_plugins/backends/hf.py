@@ -16,6 +16,8 @@
   gives the same greedy answers. ``device_map: null`` (the default) loads the model whole on the CPU, as before.
 * Each chat is rendered with the tokenizer's chat template when it has one, else as ``role: content`` lines
   followed by ``assistant:``.
+* Structured outputs: ``complete(chats, schema=...)`` constrains every answer to a JSON schema (the ``llm`` judge
+  sends the rubric's) by constrained decoding (:class:`rlkit.plugin.JsonSchemaConstraint`), so each answer parses.
 * Nothing is retried for transient reasons (there are none in-process); a batch whose generation raises is
   retried one request at a time, so a single bad request comes back as ``text=None`` with an ``error`` and
   the others are still answered. ``latency`` is the batch's wall time divided by its size.
@@ -35,7 +37,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rlkit.plugin import Completion, ConfigError, Placement, hookimpl, input_device, render_chat, token_price
+from rlkit.plugin import (
+    Completion,
+    ConfigError,
+    JsonSchemaConstraint,
+    Placement,
+    hookimpl,
+    input_device,
+    render_chat,
+    token_price,
+)
 
 WHERE = "judge.params.backend.params"
 _DTYPES = ("auto", "float32", "float16", "bfloat16")
@@ -125,6 +136,7 @@ class HFBackend:
         self._lock = threading.Lock()
 
     generates_locally = True  # rlkit serve may answer chats with this model
+    structured_outputs = True  # complete(..., schema=) constrains answers to a JSON schema
 
     @property
     def max_answer_tokens(self) -> int:
@@ -186,8 +198,9 @@ class HFBackend:
             self._model, self._tokenizer = model, tokenizer
         return self._model, self._tokenizer
 
-    def complete(self, prompts: Sequence[Messages]) -> list[Completion]:
-        """One :class:`Completion` per chat, in order; a failed request has ``text=None`` and an ``error``."""
+    def complete(self, prompts: Sequence[Messages], schema: dict[str, Any] | None = None) -> list[Completion]:
+        """One :class:`Completion` per chat, in order; a failed request has ``text=None`` and an ``error``. With
+        ``schema`` every answer is constrained to that JSON schema."""
         if not prompts:
             return []
         with self._lock:  # one model, one generate at a time; callers may share a backend across threads
@@ -212,38 +225,40 @@ class HFBackend:
             size = self.params.batch_size
             for start in range(0, len(rendered), size):
                 chunk = rendered[start:start + size]
-                for (i, _), completion in zip(chunk, self._complete_chunk([t for _, t in chunk]), strict=True):
+                for (i, _), completion in zip(chunk, self._complete_chunk([t for _, t in chunk], schema),
+                                              strict=True):
                     results[i] = completion
         return [r for r in results if r is not None]
 
-    def _complete_chunk(self, texts: list[str]) -> list[Completion]:
+    def _complete_chunk(self, texts: list[str], schema: dict[str, Any] | None = None) -> list[Completion]:
         began = time.perf_counter()
         try:
-            answers = self._generate(texts)
+            answers = self._generate(texts, schema)
         except Exception as exc:
             if len(texts) == 1:
                 return [Completion(text=None, error=f"generation failed: {_error(exc)}",
                                    latency=time.perf_counter() - began)]
             # Find which request broke the batch: the others still deserve answers.
-            return [self._retry_alone(text) for text in texts]
+            return [self._retry_alone(text, schema) for text in texts]
         latency = (time.perf_counter() - began) / len(texts)
         return [Completion(text=a, latency=latency, tokens_in=n_in, tokens_out=n_out) for a, n_in, n_out in answers]
 
-    def _retry_alone(self, text: str) -> Completion:
+    def _retry_alone(self, text: str, schema: dict[str, Any] | None = None) -> Completion:
         began = time.perf_counter()
         try:
-            ((answer, n_in, n_out),) = self._generate([text])
+            ((answer, n_in, n_out),) = self._generate([text], schema)
         except Exception as exc:
             return Completion(text=None, error=f"generation failed: {_error(exc)}",
                               latency=time.perf_counter() - began, attempts=2)
         return Completion(text=answer, latency=time.perf_counter() - began, attempts=2, tokens_in=n_in,
                           tokens_out=n_out)
 
-    def _generate(self, texts: list[str]) -> list[tuple[str, int, int]]:
+    def _generate(self, texts: list[str], schema: dict[str, Any] | None = None) -> list[tuple[str, int, int]]:
         """Each text's answer, prompt tokens and new tokens (padding left out, the stopping EOS counted)."""
         import torch
 
         model, tokenizer = self._model, self._tokenizer
+        constraint = [JsonSchemaConstraint(tokenizer, schema, len(texts), sorted(self._stop))] if schema else None
         # The rendered text already holds whatever special tokens the template adds.
         enc = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False)
         device = input_device(model)
@@ -254,6 +269,7 @@ class HFBackend:
                 max_new_tokens=self.params.max_new_tokens, do_sample=sample,
                 temperature=self.params.temperature if sample else None, top_k=None, top_p=None,
                 pad_token_id=tokenizer.pad_token_id, eos_token_id=sorted(self._stop) or None, use_cache=True,
+                logits_processor=constraint,
             )
         new_tokens = out[:, enc["input_ids"].shape[1]:].tolist()
         prompt_tokens = enc["attention_mask"].sum(dim=1).tolist()

@@ -4,6 +4,12 @@ That covers OpenAI itself and the usual self-hosted servers (vLLM, SGLang, llama
 :class:`rlkit.testing.openai_server.OpenAICompatibleServer` for tests. Each chat becomes one
 ``POST {base_url}/chat/completions`` with ``model``, ``messages``, ``max_tokens`` and ``temperature``.
 
+* **Structured outputs.** ``complete(chats, schema=...)`` (the ``llm`` judge sends the rubric's JSON schema) adds
+  ``response_format`` in the shape ``response_format`` names: ``json_schema`` (the default) is OpenAI's
+  ``{"type": "json_schema", "json_schema": {"name", "schema", "strict"}}``, which OpenAI, vLLM, SGLang and
+  llama.cpp's ``llama-server`` accept; ``json_object`` is ``{"type": "json_object", "schema": ...}``, the only form
+  llama-cpp-python's server (``python -m llama_cpp.server``) takes; ``none`` sends no constraint (a server that
+  refuses the field). A server that cannot constrain answers HTTP 400, which is not retried: set ``none``.
 * **Key.** Read from the environment variable named by ``api_key_env`` on every :meth:`OpenAIBackend.complete`
   call (never from config, so it never lands in a saved config, a log or a cache key) and sent as
   ``Authorization: Bearer <key>`` when set; unset means no header (local servers rarely want one).
@@ -46,7 +52,7 @@ import re
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from rlkit.plugin import (
     MAX_BACKOFF_S,
@@ -117,6 +123,9 @@ class OpenAIBackend:
         """The endpoint's price per million prompt tokens; with the output price it gives ``judge/cost``."""
         price_output_per_million: float | None = None
         """The endpoint's price per million answer tokens; with the input price it gives ``judge/cost``."""
+        response_format: Literal["json_schema", "json_object", "none"] = "json_schema"
+        """How a JSON schema is asked for: OpenAI's ``json_schema`` (OpenAI, vLLM, SGLang, llama-server),
+        ``json_object`` with a ``schema`` (llama-cpp-python's server), or ``none``."""
 
     def __init__(self, params: OpenAIBackend.Params | None = None) -> None:
         import httpx  # here, not at module level: every rlkit command imports all built-in plugins
@@ -144,6 +153,14 @@ class OpenAIBackend:
         self.limiter = rate_limiter(p.requests_per_minute, p.tokens_per_minute, WHERE)
         self._url = f"{p.base_url.rstrip('/')}/chat/completions"
         self._usage_warned = False
+        if p.response_format not in ("json_schema", "json_object", "none"):
+            raise ConfigError(f"must be json_schema, json_object or none, got {p.response_format!r}",
+                              f"{WHERE}.response_format")
+
+    @property
+    def structured_outputs(self) -> bool:
+        """Whether ``complete(..., schema=)`` asks the server to constrain answers (``response_format`` not none)."""
+        return self.params.response_format != "none"
 
     @property
     def max_answer_tokens(self) -> int:
@@ -154,7 +171,7 @@ class OpenAIBackend:
         """What determines the answers (never the key): part of every response-cache key."""
         p = self.params
         return {"backend": "openai", "base_url": p.base_url, "model": p.model, "max_tokens": p.max_tokens,
-                "temperature": p.temperature}
+                "temperature": p.temperature, "response_format": p.response_format}
 
     def retry_delay(self, retry: int, retry_after: float | None = None) -> float:
         """Seconds to wait before retry ``retry`` (0-based): exponential, capped, no jitter."""
@@ -176,15 +193,23 @@ class OpenAIBackend:
             raise ConfigError(f"{base} refused the key (HTTP 401); set the environment variable {p.api_key_env} to "
                               "the server's key", f"{WHERE}.api_key_env")
 
-    def complete(self, prompts: Sequence[Messages]) -> list[Completion]:
-        """One :class:`Completion` per chat, in order; a request that keeps failing has ``text=None``."""
+    def complete(self, prompts: Sequence[Messages], schema: dict[str, Any] | None = None) -> list[Completion]:
+        """One :class:`Completion` per chat, in order; a request that keeps failing has ``text=None``. With
+        ``schema``, each answer is asked to follow that JSON schema (``response_format``)."""
         if not prompts:
             return []
         chats, headers = list(prompts), self._headers()
+        extra = {"response_format": self.response_format(schema)} if schema and self.structured_outputs else {}
+        return run_async(lambda: self._complete_all(chats, headers, extra), "rlkit-openai")
 
-        return run_async(lambda: self._complete_all(chats, headers), "rlkit-openai")
+    def response_format(self, schema: dict[str, Any]) -> dict[str, Any]:
+        """The request's ``response_format`` for ``schema``, in the shape the ``response_format`` param names."""
+        if self.params.response_format == "json_object":
+            return {"type": "json_object", "schema": schema}
+        return {"type": "json_schema", "json_schema": {"name": "rubric_scores", "schema": schema, "strict": True}}
 
-    async def _complete_all(self, chats: list[Messages], headers: dict[str, str]) -> list[Completion]:
+    async def _complete_all(self, chats: list[Messages], headers: dict[str, str],
+                            extra: dict[str, Any]) -> list[Completion]:
         import httpx
 
         p = self.params
@@ -192,13 +217,13 @@ class OpenAIBackend:
         limits = httpx.Limits(max_connections=p.concurrency, max_keepalive_connections=p.concurrency)
         async with httpx.AsyncClient(timeout=httpx.Timeout(p.timeout), limits=limits, headers=headers,
                                      verify=tls_context()) as client:
-            return list(await asyncio.gather(*(self._complete_one(client, slots, chat) for chat in chats)))
+            return list(await asyncio.gather(*(self._complete_one(client, slots, chat, extra) for chat in chats)))
 
     async def _complete_one(self, client: httpx.AsyncClient, slots: asyncio.Semaphore,
-                            messages: Messages) -> Completion:
+                            messages: Messages, extra: dict[str, Any]) -> Completion:
         p = self.params
         payload = {"model": p.model, "messages": list(messages), "max_tokens": p.max_tokens,
-                   "temperature": p.temperature}
+                   "temperature": p.temperature, **extra}
         limiter = self.limiter
         # the most this request may cost, taken from the token bucket up front and settled with its usage
         estimate = approx_tokens("".join(str(m.get("content", "")) for m in messages)) + p.max_tokens

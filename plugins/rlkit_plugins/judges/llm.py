@@ -58,6 +58,7 @@ from rlkit.plugin import (
     parse_scores,
     prompt_text,
     render_template,
+    rubric_json_schema,
     seen_prompt,
     template_hash,
     template_path,
@@ -88,6 +89,10 @@ class LLMJudge:
         reference_leak_check: bool = False
         """Warn once when a record's reference appears verbatim in the judge's prompt outside the completion (a
         judge shown the answer key grades by string match, not by the rubric); logs judge/reference_leaks."""
+        structured: bool = True
+        """Ask for the rubric's JSON schema (one field per dimension, its levels only) where the backend can
+        constrain answers to it (``structured_outputs``: the ``hf`` backend in-process, ``openai`` through
+        ``response_format``), so every answer parses; false: free text, parsed as written."""
 
     def __init__(self, params: Params) -> None:
         from rlkit.plugin import build_tiny_judge
@@ -138,6 +143,9 @@ class LLMJudge:
         t_hash, r_hash, dims = template_hash(template), rubric.content_hash, rubric.dimensions
         b, g, d = rollout.num_prompts, rollout.group_size, len(dims)
         orders = self._orders(rubric)
+        # the schema follows each permutation's dimension order, as its prompt does
+        schemas = ([rubric_json_schema([dims[x] for x in order]) for order in orders]
+                   if self.params.structured and getattr(backend, "structured_outputs", False) else None)
         # requests: (prompt index, completion index, permutation index) -> (cache key, chat)
         requests: dict[Hashable, tuple[str, list[dict[str, str]]]] = {}
         for i in range(rollout.num_prompts):
@@ -147,7 +155,8 @@ class LLMJudge:
                     text = render_template(template, rubric=rubric, prompt=prompt, completion=completion,
                                            dimensions=[dims[x] for x in order], step=rollout.step)
                     key = ResponseCache.key(judge="llm", backend=identity, template=t_hash, rubric=r_hash,
-                                            permutation=k, prompt=prompt, completion=completion)
+                                            permutation=k, prompt=prompt, completion=completion,
+                                            structured=schemas is not None)
                     requests[(i, j, k)] = (key, [{"role": "user", "content": text}])
 
         if self.params.reference_leak_check:
@@ -159,7 +168,7 @@ class LLMJudge:
 
         reminder = f"Answer with one JSON object, one field per dimension: {', '.join(x.name for x in dims)}."
         asked = ask(backend, self.cache, requests, read, self.params.parse_retries, lambda slot: reminder,
-                    meter=self.backend.meter)
+                    meter=self.backend.meter, schema=(lambda slot: schemas[slot[2]]) if schemas else None)
         parsed = asked.parsed
         scores = torch.full((b, g, d), math.nan)
         failures = 0
