@@ -186,7 +186,7 @@ def score_to_file(validated: ValidatedConfig, output: Path, options: ScoreOption
     # (which finds every shard done) writes the output again.
     atomic_write_text(output, "".join(line + "\n" for line in lines), temp_dir=folder)
     shutil.rmtree(folder)
-    return ShardedScoreResult(_scores_from_lines(lines, validated.rubric.dimension_names), len(lines),
+    return ShardedScoreResult(_scores_from_lines(lines, validated.reward_rubric.dimension_names), len(lines),
                               len(starts), len(done_paths))
 
 

@@ -109,7 +109,8 @@ def test_conversation_episode_infers_turns_and_tool_counts():
      '"messages": has no turn before the first assistant turn'),
 ])
 def test_a_bad_episode_line_is_one_error_naming_file_and_line(capsys, tmp_path, record, needle):
-    data = _write(tmp_path / "bad.jsonl", [RECORDS[0], record])
+    # with the reference the rubric's match check reads, so the line's own fault is all there is to say
+    data = _write(tmp_path / "bad.jsonl", [RECORDS[0], {**record, "reference": "518"}])
     code, _, err = _score(capsys, data)
     assert code == 2
     assert f"{data}:2: {needle}" in err and len(err.strip().splitlines()) == 1
