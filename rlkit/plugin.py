@@ -38,7 +38,7 @@ from rlkit.evaluation.calibration import calibrate, judge_records, read_labels
 from rlkit.grm.model import GenerativeRewardModel, read_grm_format
 
 # --- model-based judging: backends, the response cache, parsing, HTTP ---------------------------------------
-from rlkit.judging.asking import FailureWarning, JudgeBackend, ask
+from rlkit.judging.asking import FailureWarning, JudgeBackend, answer_with_levels, ask, split_levels
 from rlkit.judging.cache import ResponseCache
 from rlkit.judging.http import (
     MAX_BACKOFF_S,
@@ -146,6 +146,7 @@ __all__ = [
     "TinyJudgeSpec",
     "WeightSchedulerRef",
     "allocate_shares",
+    "answer_with_levels",
     "ask",
     "assemble_sampled_batch",
     "build_tiny_judge",
@@ -202,6 +203,7 @@ __all__ = [
     "scored_values_differ",
     "seeded_gumbel",
     "snippet",
+    "split_levels",
     "tls_context",
     "template_hash",
     "template_path",

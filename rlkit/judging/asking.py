@@ -93,11 +93,13 @@ class Asked(Generic[Parsed]):
 def ask(backend: Any, cache: ResponseCache, requests: dict[Hashable, tuple[str, Chat]],
         parse: Callable[[Hashable, str], tuple[Parsed | None, bool]], retries: int,
         reminder: Callable[[Hashable], str], meter: SpendMeter | None = None,
-        schema: Callable[[Hashable], dict[str, Any]] | None = None) -> Asked[Parsed]:
+        schema: Callable[[Hashable], dict[str, Any]] | None = None, level_probs: bool = False) -> Asked[Parsed]:
     """Answer every ``slot -> (cache key, chat)``; ``meter`` (the judge's :attr:`JudgeBackend.meter`) counts the
     calls, tokens, latency, cache hits and retries. With ``schema`` (only for a backend whose
     ``structured_outputs`` is true) each slot's answer is constrained to ``schema(slot)``, a JSON schema: the backend
-    is called once per distinct schema, as ``backend.complete(chats, schema=...)``.
+    is called once per distinct schema, as ``backend.complete(chats, schema=...)``; ``level_probs`` asks it for the
+    levels' probabilities too (``backend.level_probs_outputs``), and then what is parsed and cached for a slot is
+    ``answer_with_levels(completion)``, the text and those probabilities in one JSON string.
 
     ``parse(slot, text)`` returns ``(parsed or None, complete)``: None is unreadable and asked again;
     a readable but incomplete answer is kept and asked again too; a later readable answer replaces it.
@@ -121,20 +123,21 @@ def ask(backend: Any, cache: ResponseCache, requests: dict[Hashable, tuple[str, 
         if not pending:
             break
         slots = list(pending)
-        results = _complete(backend, slots, pending, schema)
+        results = _complete(backend, slots, pending, schema, level_probs)
         if meter is not None:
             meter.record(results)
         out.latencies += [r.latency for r in results]
         again: dict[Hashable, Chat] = {}
         for slot, result in zip(slots, results, strict=True):
-            got, complete = parse(slot, result.text) if result.text is not None else (None, False)
+            answer = (answer_with_levels(result) if level_probs else result.text) if result.text is not None else None
+            got, complete = parse(slot, answer) if answer is not None else (None, False)
             if got is not None:
                 out.parsed[slot] = got
                 if complete:
                     kept.pop(slot, None)
-                    cache.put(requests[slot][0], result.text)
+                    cache.put(requests[slot][0], answer)
                     continue
-                kept[slot] = result.text
+                kept[slot] = answer  # type: ignore[assignment]
             if attempt < retries:
                 out.retries += 1
                 again[slot] = [*requests[slot][1], {"role": "assistant", "content": result.text or ""},
@@ -148,8 +151,22 @@ def ask(backend: Any, cache: ResponseCache, requests: dict[Hashable, tuple[str, 
     return out
 
 
+def answer_with_levels(result: Any) -> str:
+    """A completion's text and level probabilities as one JSON string (what a judge scoring by expected level
+    parses and caches); :func:`split_levels` reads it back."""
+    levels = {name: {str(k): v for k, v in probs.items()} for name, probs in (result.level_probs or {}).items()}
+    return json.dumps({"text": result.text, "level_probs": levels})
+
+
+def split_levels(answer: str) -> tuple[str, dict[str, dict[int, float]]]:
+    """(text, {field: {level: probability}}) from :func:`answer_with_levels`'s string."""
+    data = json.loads(answer)
+    return data["text"], {name: {int(k): float(v) for k, v in probs.items()}
+                          for name, probs in data["level_probs"].items()}
+
+
 def _complete(backend: Any, slots: list[Hashable], chats: dict[Hashable, Chat],
-              schema: Callable[[Hashable], dict[str, Any]] | None) -> list[Any]:
+              schema: Callable[[Hashable], dict[str, Any]] | None, level_probs: bool = False) -> list[Any]:
     """The backend's answers to ``slots`` in order: one call, or one per distinct schema."""
     if schema is None:
         return backend.complete([chats[s] for s in slots])
@@ -159,8 +176,10 @@ def _complete(backend: Any, slots: list[Hashable], chats: dict[Hashable, Chat],
         groups.setdefault(json.dumps(wanted, sort_keys=False), (wanted, []))[1].append(index)
     results: list[Any] = [None] * len(slots)
     for wanted, indices in groups.values():
-        for index, result in zip(indices, backend.complete([chats[slots[i]] for i in indices], schema=wanted),
-                                 strict=True):
+        asked = [chats[slots[i]] for i in indices]
+        answers = backend.complete(asked, schema=wanted, level_probs=True) if level_probs else \
+            backend.complete(asked, schema=wanted)
+        for index, result in zip(indices, answers, strict=True):
             results[index] = result
     return results
 

@@ -12,7 +12,9 @@ class Completion:
     """One backend answer: ``text`` is None when the request failed after the backend's retries
     (then ``error`` says why). ``latency`` is the wall time of the request in seconds, retries included.
     ``tokens_in`` and ``tokens_out`` are the prompt and answer tokens it cost (a server's ``usage``, or counted by a
-    local tokenizer); None when the backend cannot say, so the judge's spend leaves the call's tokens out."""
+    local tokenizer); None when the backend cannot say, so the judge's spend leaves the call's tokens out.
+    ``level_probs``, when asked for (``complete(..., level_probs=True)``), is the model's probability of each level
+    of each one-digit integer field of the schema, at the token that wrote the field's value."""
 
     text: str | None
     error: str | None = None
@@ -20,6 +22,7 @@ class Completion:
     attempts: int = 1
     tokens_in: int | None = None
     tokens_out: int | None = None
+    level_probs: dict[str, dict[int, float]] | None = None
 
 
 def render_chat(messages: Sequence[dict[str, str]], tokenizer: Any) -> str:

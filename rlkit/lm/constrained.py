@@ -9,6 +9,7 @@ the set of tokens allowed next, which is applied with plain torch (llguidance's 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -44,19 +45,43 @@ def json_schema_grammar(schema: dict[str, Any]) -> str:
     return grammar
 
 
+def single_digit_levels(schema: dict[str, Any]) -> dict[str, list[int]]:
+    """The fields of ``schema`` whose values are an integer ``enum`` of one-digit levels (a rubric's 0/1 and 1-5
+    dimensions): those whose probability over levels can be read at the one token that writes the value."""
+    out = {}
+    for name, spec in (schema.get("properties") or {}).items():
+        levels = spec.get("enum") if isinstance(spec, dict) and spec.get("type") == "integer" else None
+        if levels and all(isinstance(v, int) and 0 <= v <= 9 for v in levels):
+            out[name] = list(levels)
+    return out
+
+
+_LEADING_DIGIT = re.compile(r"\s*(\d)(?!\d)")
+
+
 class JsonSchemaConstraint:
     """A ``logits_processor`` for ``model.generate``: at each step, every row's disallowed tokens get ``-inf``.
 
     One matcher per row follows what the row wrote; a row whose answer is complete may write only a stop token,
     and a row that has stopped is left alone (its later tokens are padding). ``stop_ids`` are the model's end
-    tokens (the chat template's end of turn included)."""
+    tokens (the chat template's end of turn included).
 
-    def __init__(self, tokenizer: Any, schema: dict[str, Any], batch: int, stop_ids: Sequence[int]) -> None:
+    With ``level_probs`` it also reads, for every one-digit integer field of the schema (``single_digit_levels``),
+    the model's probability of each level at the step that writes the field's value: the softmax of the logits
+    over the tokens the schema allows there, each token counted for the digit it starts with (G-Eval's
+    probability-weighted score, Liu et al. 2023). ``self.level_probs[row]`` maps field -> {level: probability}."""
+
+    def __init__(self, tokenizer: Any, schema: dict[str, Any], batch: int, stop_ids: Sequence[int], *,
+                 level_probs: bool = False) -> None:
         self.tokenizer, self.grammar = tokenizer, json_schema_grammar(schema)
         self.batch, self.stop = batch, tuple(sorted(stop_ids))
         self.matchers: list[Any] | None = None
         self.done = [False] * batch  # the row wrote a stop token: what follows is padding
         self.errors: list[str] = []
+        self.levels = single_digit_levels(schema) if level_probs else {}
+        self.level_probs: list[dict[str, dict[int, float]]] = [{} for _ in range(batch)]
+        self._written: list[list[int]] = [[] for _ in range(batch)]
+        self._digit_of: dict[int, int | None] = {}  # token id -> the digit its text starts with
 
     def _start(self, vocab: int) -> None:
         import llguidance
@@ -75,6 +100,7 @@ class JsonSchemaConstraint:
                     self.done[row] = True
                 elif not self.done[row] and not matcher.is_stopped() and not matcher.is_error():
                     matcher.consume_token(token)
+                    self._written[row].append(token)
         assert self.matchers is not None
         for row, matcher in enumerate(self.matchers):
             if self.done[row]:
@@ -90,8 +116,41 @@ class JsonSchemaConstraint:
                 continue
             bits = np.unpackbits(np.frombuffer(matcher.compute_bitmask(), dtype=np.uint8), bitorder="little")
             allowed = torch.from_numpy(bits[:vocab].astype(bool)).to(scores.device)
+            if self.levels:
+                self._read_levels(row, scores[row], allowed)
             scores[row] = scores[row].masked_fill(~allowed, float("-inf"))
         return scores
 
+    def _field_before_value(self, row: int) -> str | None:
+        """The level field whose value the row writes next (its text so far ends in ``"<field>":``, perhaps with a
+        space), if any. Read again at each such step: the last one before the value is the one that writes it."""
+        text = self.tokenizer.decode(self._written[row]).rstrip()
+        if not text.endswith(":"):
+            return None
+        for name in self.levels:
+            if text[:-1].rstrip().endswith(json.dumps(name)):
+                return name
+        return None
 
-__all__ = ["JsonSchemaConstraint", "json_schema_grammar"]
+    def _read_levels(self, row: int, logits: torch.Tensor, allowed: torch.Tensor) -> None:
+        name = self._field_before_value(row)
+        if name is None:
+            return
+        ids = allowed.nonzero().flatten().tolist()
+        digits = []
+        for token in ids:
+            if token not in self._digit_of:
+                found = _LEADING_DIGIT.match(self.tokenizer.decode([token]))
+                self._digit_of[token] = int(found.group(1)) if found else None
+            digits.append(self._digit_of[token])
+        probs = torch.softmax(logits[ids].double(), dim=0).tolist()
+        mass: dict[int, float] = {}
+        for digit, p in zip(digits, probs, strict=True):
+            if digit in self.levels[name]:
+                mass[digit] = mass.get(digit, 0.0) + p
+        total = sum(mass.values())
+        if total > 0:  # the schema allows only level tokens here; renormalised against any space-led ones
+            self.level_probs[row][name] = {level: mass.get(level, 0.0) / total for level in self.levels[name]}
+
+
+__all__ = ["JsonSchemaConstraint", "json_schema_grammar", "single_digit_levels"]

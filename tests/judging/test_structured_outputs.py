@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 
 from rlkit.core.errors import ConfigError
 from rlkit.core.rubric import load_rubric, rubric_from_dict
@@ -125,3 +126,74 @@ def test_the_llm_judge_asks_for_the_rubric_schema_and_the_cache_keeps_styles_apa
     orders = {tuple(s["properties"]) for s in structured}
     assert len(orders) == 2 and ("format", "correctness", "brevity", "repetition") in orders
     assert all("response_format" not in b for b in server.bodies[4:]) and len(server.bodies) == 6
+
+
+# --- scores from probabilities (scoring: expected) -------------------------------------------------------------
+
+
+def test_level_probabilities_are_read_at_the_value_token_and_weigh_each_level(tiny_backend):
+    """Hand-made logits at the step that writes ``format``'s value: "1" three times as likely as "0" (every other
+    token impossible) gives {0: 0.25, 1: 0.75}, whose expectation is 0.75."""
+    import math
+
+    import torch
+
+    from rlkit.lm.constrained import JsonSchemaConstraint
+
+    tiny_backend.complete([[{"role": "user", "content": "load"}]])  # loads the tokenizer
+    tokenizer = tiny_backend._tokenizer
+    schema = rubric_json_schema(load_rubric(ARITHMETIC).dimensions)
+    constraint = JsonSchemaConstraint(tokenizer, schema, 1, [tokenizer.eos_token_id], level_probs=True)
+    vocab = len(tokenizer)
+    constraint(torch.zeros(1, 1, dtype=torch.long), torch.zeros(1, vocab))  # starts the matcher
+    for token in tokenizer('{"format":', add_special_tokens=False)["input_ids"]:
+        constraint(torch.tensor([[token]]), torch.zeros(1, vocab))
+    zero, one = (tokenizer(d, add_special_tokens=False)["input_ids"][0] for d in "01")
+    logits = torch.full((1, vocab), -math.inf)
+    logits[0, zero], logits[0, one] = 0.0, math.log(3.0)
+    constraint(torch.tensor([[tokenizer(" ", add_special_tokens=False)["input_ids"][0]]]), logits.clone())
+    probs = constraint.level_probs[0]["format"]
+    assert probs == pytest.approx({0: 0.25, 1: 0.75})
+    assert sum(level * p for level, p in probs.items()) == pytest.approx(0.75)
+
+
+def test_the_hf_backend_returns_level_probabilities_consistent_with_what_it_wrote(tiny_backend):
+    schema = rubric_json_schema(load_rubric(ARITHMETIC).dimensions)
+    chats = [[{"role": "user", "content": f"score {i}"}] for i in range(4)]
+    for completion in tiny_backend.complete(chats, schema=schema, level_probs=True):
+        written = json.loads(completion.text)
+        assert set(completion.level_probs) == set(schema["properties"])
+        for name, probs in completion.level_probs.items():
+            assert sum(probs.values()) == pytest.approx(1.0) and set(probs) == set(schema["properties"][name]["enum"])
+            assert max(probs, key=probs.get) == written[name], "greedy decoding writes the likeliest level"
+
+
+def test_expected_scoring_needs_structured_answers_and_a_backend_that_reads_probabilities():
+    from rlkit.core.registry import load_registry
+
+    registry = load_registry()
+    with pytest.raises(ConfigError, match=r"judge\.params\.scoring: expected .* set judge\.params\.structured: true"):
+        registry.create("judge", "llm", {"scoring": "expected", "structured": False})
+    with pytest.raises(ConfigError, match=r"judge\.params\.scoring: expected needs a backend .* openai does not"):
+        registry.create("judge", "llm", {"scoring": "expected", "backend": {"name": "openai"}})
+
+
+def test_the_llm_judge_scores_the_expected_level_between_the_levels(tiny_backend, tmp_path, monkeypatch):
+    """On a random-weight model every answer parses, and ``expected`` gives each dimension the probability-weighted
+    mean of its levels: inside the range, and not only whole levels (the ties GRPO cannot use are rarer)."""
+    from rlkit.core.registry import load_registry
+    from rlkit.core.types import Rollout
+
+    monkeypatch.setenv("RLKIT_CACHE", str(tmp_path))
+    rubric = load_rubric(ARITHMETIC)
+    rollout = Rollout(records=[{"prompt": "3+4=", "reference": "7"}, {"prompt": "1+1=", "reference": "2"}],
+                      completions=[["7", "12"], ["2", "two"]])
+    backend = {"name": "hf", "params": {"model": tiny_backend.params.model, "max_new_tokens": 96}}
+    judge = load_registry().create("judge", "llm", {"backend": backend, "scoring": "expected",
+                                                    "template": "judge/rubric_scores.jinja"})
+    scores = judge.score(rollout, rubric)
+    assert judge.metrics()["judge/parse_failure_rate"] == 0.0
+    low = torch.tensor([d.low for d in rubric.dimensions])
+    high = torch.tensor([d.high for d in rubric.dimensions])
+    assert ((scores >= low) & (scores <= high)).all()
+    assert (scores != scores.round()).any(), "probability-weighted, not whole levels"

@@ -137,6 +137,7 @@ class HFBackend:
 
     generates_locally = True  # rlkit serve may answer chats with this model
     structured_outputs = True  # complete(..., schema=) constrains answers to a JSON schema
+    level_probs_outputs = True  # complete(..., schema=, level_probs=True) reads each level's probability
 
     @property
     def max_answer_tokens(self) -> int:
@@ -198,9 +199,11 @@ class HFBackend:
             self._model, self._tokenizer = model, tokenizer
         return self._model, self._tokenizer
 
-    def complete(self, prompts: Sequence[Messages], schema: dict[str, Any] | None = None) -> list[Completion]:
+    def complete(self, prompts: Sequence[Messages], schema: dict[str, Any] | None = None,
+                 level_probs: bool = False) -> list[Completion]:
         """One :class:`Completion` per chat, in order; a failed request has ``text=None`` and an ``error``. With
-        ``schema`` every answer is constrained to that JSON schema."""
+        ``schema`` every answer is constrained to that JSON schema, and with ``level_probs`` each carries the
+        probability of every level of the schema's one-digit fields (``Completion.level_probs``)."""
         if not prompts:
             return []
         with self._lock:  # one model, one generate at a time; callers may share a backend across threads
@@ -225,40 +228,45 @@ class HFBackend:
             size = self.params.batch_size
             for start in range(0, len(rendered), size):
                 chunk = rendered[start:start + size]
-                for (i, _), completion in zip(chunk, self._complete_chunk([t for _, t in chunk], schema),
-                                              strict=True):
+                answered = self._complete_chunk([t for _, t in chunk], schema, level_probs)
+                for (i, _), completion in zip(chunk, answered, strict=True):
                     results[i] = completion
         return [r for r in results if r is not None]
 
-    def _complete_chunk(self, texts: list[str], schema: dict[str, Any] | None = None) -> list[Completion]:
+    def _complete_chunk(self, texts: list[str], schema: dict[str, Any] | None = None,
+                        level_probs: bool = False) -> list[Completion]:
         began = time.perf_counter()
         try:
-            answers = self._generate(texts, schema)
+            answers = self._generate(texts, schema, level_probs)
         except Exception as exc:
             if len(texts) == 1:
                 return [Completion(text=None, error=f"generation failed: {_error(exc)}",
                                    latency=time.perf_counter() - began)]
             # Find which request broke the batch: the others still deserve answers.
-            return [self._retry_alone(text, schema) for text in texts]
+            return [self._retry_alone(text, schema, level_probs) for text in texts]
         latency = (time.perf_counter() - began) / len(texts)
-        return [Completion(text=a, latency=latency, tokens_in=n_in, tokens_out=n_out) for a, n_in, n_out in answers]
+        return [Completion(text=a, latency=latency, tokens_in=n_in, tokens_out=n_out, level_probs=probs)
+                for a, n_in, n_out, probs in answers]
 
-    def _retry_alone(self, text: str, schema: dict[str, Any] | None = None) -> Completion:
+    def _retry_alone(self, text: str, schema: dict[str, Any] | None = None, level_probs: bool = False) -> Completion:
         began = time.perf_counter()
         try:
-            ((answer, n_in, n_out),) = self._generate([text], schema)
+            ((answer, n_in, n_out, probs),) = self._generate([text], schema, level_probs)
         except Exception as exc:
             return Completion(text=None, error=f"generation failed: {_error(exc)}",
                               latency=time.perf_counter() - began, attempts=2)
         return Completion(text=answer, latency=time.perf_counter() - began, attempts=2, tokens_in=n_in,
-                          tokens_out=n_out)
+                          tokens_out=n_out, level_probs=probs)
 
-    def _generate(self, texts: list[str], schema: dict[str, Any] | None = None) -> list[tuple[str, int, int]]:
-        """Each text's answer, prompt tokens and new tokens (padding left out, the stopping EOS counted)."""
+    def _generate(self, texts: list[str], schema: dict[str, Any] | None = None,
+                  level_probs: bool = False) -> list[tuple[str, int, int, dict[str, dict[int, float]] | None]]:
+        """Each text's answer, prompt tokens, new tokens (padding left out, the stopping EOS counted) and, with a
+        schema and ``level_probs``, its levels' probabilities."""
         import torch
 
         model, tokenizer = self._model, self._tokenizer
-        constraint = [JsonSchemaConstraint(tokenizer, schema, len(texts), sorted(self._stop))] if schema else None
+        constraint = JsonSchemaConstraint(tokenizer, schema, len(texts), sorted(self._stop),
+                                          level_probs=level_probs) if schema else None
         # The rendered text already holds whatever special tokens the template adds.
         enc = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False)
         device = input_device(model)
@@ -269,16 +277,17 @@ class HFBackend:
                 max_new_tokens=self.params.max_new_tokens, do_sample=sample,
                 temperature=self.params.temperature if sample else None, top_k=None, top_p=None,
                 pad_token_id=tokenizer.pad_token_id, eos_token_id=sorted(self._stop) or None, use_cache=True,
-                logits_processor=constraint,
+                logits_processor=[constraint] if constraint is not None else None,
             )
         new_tokens = out[:, enc["input_ids"].shape[1]:].tolist()
         prompt_tokens = enc["attention_mask"].sum(dim=1).tolist()
         answers = []
-        for row, n_in in zip(new_tokens, prompt_tokens, strict=True):
+        for index, (row, n_in) in enumerate(zip(new_tokens, prompt_tokens, strict=True)):
             kept = _cut_at_stop(row, self._stop)
+            probs = constraint.level_probs[index] if constraint is not None and level_probs else None
             # the EOS that ended the answer was generated (and paid for) too; padding after it was not
             answers.append((tokenizer.decode(kept, skip_special_tokens=True), int(n_in),
-                            len(kept) + (len(kept) < len(row))))
+                            len(kept) + (len(kept) < len(row)), probs))
         return answers
 
     def close(self) -> None:

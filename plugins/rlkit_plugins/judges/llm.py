@@ -60,6 +60,7 @@ from rlkit.plugin import (
     render_template,
     rubric_json_schema,
     seen_prompt,
+    split_levels,
     template_hash,
     template_path,
 )
@@ -93,6 +94,10 @@ class LLMJudge:
         """Ask for the rubric's JSON schema (one field per dimension, its levels only) where the backend can
         constrain answers to it (``structured_outputs``: the ``hf`` backend in-process, ``openai`` through
         ``response_format``), so every answer parses; false: free text, parsed as written."""
+        scoring: Literal["sampled", "expected"] = "sampled"
+        """``sampled``: the level the judge wrote. ``expected``: the probability-weighted mean of the dimension's
+        levels at the token that wrote it (G-Eval, Liu et al. 2023): continuous scores, fewer ties within a group;
+        needs ``structured`` and a backend that reads the probabilities (``hf``) and one-digit levels."""
 
     def __init__(self, params: Params) -> None:
         from rlkit.plugin import build_tiny_judge
@@ -114,6 +119,14 @@ class LLMJudge:
         self._warning = FailureWarning("llm", params.failure_warning, params.parse_retries, params.failure_policy)
         self._leak_warned = False
         self._last_leaks = 0
+        if params.scoring == "expected":
+            backend_name = getattr(params.backend, "name", "?")
+            if not params.structured:
+                raise ConfigError("expected reads each level's probability where the structured answer writes it: "
+                                  "set judge.params.structured: true", "judge.params.scoring")
+            if not getattr(self.backend.configured, "level_probs_outputs", False):
+                raise ConfigError(f"expected needs a backend that returns each level's probability; backend "
+                                  f"{backend_name} does not (hf does): use scoring: sampled", "judge.params.scoring")
 
     def check_rubric(self, rubric: Rubric) -> None:
         """Before any scoring: a backend that asks a server must reach it (probed once)."""
@@ -156,19 +169,27 @@ class LLMJudge:
                                            dimensions=[dims[x] for x in order], step=rollout.step)
                     key = ResponseCache.key(judge="llm", backend=identity, template=t_hash, rubric=r_hash,
                                             permutation=k, prompt=prompt, completion=completion,
-                                            structured=schemas is not None)
+                                            structured=schemas is not None, scoring=self.params.scoring)
                     requests[(i, j, k)] = (key, [{"role": "user", "content": text}])
 
         if self.params.reference_leak_check:
             self._check_reference_leak(rollout, rubric, template)
 
-        def read(slot: Hashable, text: str) -> tuple[dict[str, float] | None, bool]:
+        expected = self.params.scoring == "expected" and schemas is not None
+
+        def read(slot: Hashable, answer: str) -> tuple[dict[str, float] | None, bool]:
+            text, levels = split_levels(answer) if expected else (answer, {})
             got = parse_scores(text, rubric)
-            return (got.scores or None), got.complete
+            scores = dict(got.scores)
+            for name, probs in levels.items():  # the written level's place taken by the levels' expectation
+                if name in scores:
+                    scores[name] = sum(level * p for level, p in probs.items())
+            return (scores or None), got.complete
 
         reminder = f"Answer with one JSON object, one field per dimension: {', '.join(x.name for x in dims)}."
         asked = ask(backend, self.cache, requests, read, self.params.parse_retries, lambda slot: reminder,
-                    meter=self.backend.meter, schema=(lambda slot: schemas[slot[2]]) if schemas else None)
+                    meter=self.backend.meter, schema=(lambda slot: schemas[slot[2]]) if schemas else None,
+                    level_probs=expected)
         parsed = asked.parsed
         scores = torch.full((b, g, d), math.nan)
         failures = 0
