@@ -51,7 +51,7 @@ from rlkit.judging.http import (
     snippet,
     tls_context,
 )
-from rlkit.judging.members import check_member_judge, member_record_fields
+from rlkit.judging.members import check_member_judge, member_model_folders, member_record_fields
 from rlkit.judging.parsing import RankingParse, ScoreParse, parse_ranking, parse_scores, ranks_from_order
 from rlkit.judging.rate_limit import rate_limiter
 from rlkit.judging.schema import dimension_levels, rubric_json_schema
@@ -173,6 +173,7 @@ __all__ = [
     "make_view",
     "loop_can_decode",
     "masked_nll",
+    "member_model_folders",
     "member_record_fields",
     "nan_mean_std",
     "nan_median",

@@ -388,6 +388,10 @@ class RunConfig(_Schema):
                                        "vllm_importance_sampling_correction, cap 2.0.")
     ckpt_path: str | None = Field(default=None, description="A Lightning checkpoint of a compatible run (same rubric "
                                                             "and model) to resume from.")
+    allow_self_judge: bool = Field(
+        default=False, description="Silence the warning that a model judge's model is the policy's model or shares "
+                                   "its base (the rubric design note's collusion risk: a judge can be pleased by the "
+                                   "model it trains); set it when that is what you mean.")
     log_samples: LogSamplesConfig = Field(default_factory=LogSamplesConfig, description=LogSamplesConfig.__doc__)
     debias: DebiasConfig = Field(default_factory=DebiasConfig, description="Length/format bias correction.")
     sampling: SamplingConfig = Field(default_factory=SamplingConfig, description=SamplingConfig.__doc__)

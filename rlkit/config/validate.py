@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import warnings
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pydantic
@@ -601,8 +603,48 @@ def validate_config(cfg: DictConfig, registry: Registry, *, read_data: bool = Tr
                           _where(registry, cfg, "data", "task"))
     _check_demonstrations(result, data)
     _check_record_fields(result, data)
+    _check_judge_is_not_the_policy(result)
     _check_prompt_sampler(run, result, data)
     return result
+
+
+_SAME_BASE_KEYS = ("model_type", "hidden_size", "num_hidden_layers", "intermediate_size", "vocab_size")
+
+
+def _base_signature(folder: Path) -> tuple[Any, ...] | None:
+    """What a model's ``config.json`` says of its architecture and size: equal for a base and its fine-tunes."""
+    try:
+        config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    signature = tuple(config.get(key) for key in _SAME_BASE_KEYS)
+    return signature if all(v is not None for v in signature) else None
+
+
+def _check_judge_is_not_the_policy(result: ValidatedConfig) -> None:
+    """Warn when a model judge asks the policy's own model, or one of its base (the same architecture and size):
+    the rubric design note's collusion risk, a judge pleased by what the model it trains writes. ``allow_self_judge``
+    says it is meant."""
+    from rlkit.lm.models import locate_model
+
+    model = result.model
+    folders = getattr(result.plugins.get("judge"), "model_folders", None)
+    if result.run.allow_self_judge or model is None or model.name_or_path is None or not callable(folders):
+        return
+    judged = folders()
+    if not judged:
+        return
+    policy = locate_model(model.name_or_path).resolve()
+    policy_base = _base_signature(policy)
+    for folder in judged:
+        same = Path(folder).resolve() == policy
+        if same or (policy_base is not None and _base_signature(Path(folder)) == policy_base):
+            sizes = ", ".join(f"{k} {v}" for k, v in zip(_SAME_BASE_KEYS, policy_base or (), strict=False))
+            what = "is the policy's own model" if same else f"shares the policy's base ({sizes})"
+            warnings.warn(f"judge={result.plugin_names.get('judge')}: its model {folder} {what}: a judge can be "
+                          "pleased by the model it trains (the rubric design note's collusion risk); use a judge of "
+                          "another family, or set allow_self_judge=true if this is meant", stacklevel=3)
+            return
 
 
 def _check_record_fields(result: ValidatedConfig, data: DataConfig) -> None:

@@ -61,7 +61,9 @@ def rlkit_register_judges(register: Register) -> None:
     the last ``score`` call; the training loop logs it every step. An optional
     ``record_fields(rubric) -> list[rlkit.RecordField]`` names the prompt-record fields its scoring reads (the
     rule judge's ``match`` checks read ``reference``): ``rlkit validate``, ``fit`` and ``score`` refuse data in
-    which no record has one and warn with counts when some lack it, instead of leaving a dimension unscored.
+    which no record has one and warn with counts when some lack it, instead of leaving a dimension unscored. An
+    optional ``model_folders() -> list[pathlib.Path]`` names the local models it asks; ``rlkit validate`` warns when
+    one is the policy's model or shares its base (``allow_self_judge`` silences it).
 
     Two optional methods serve judges that do not score dimension by dimension:
 

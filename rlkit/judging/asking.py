@@ -57,6 +57,12 @@ class JudgeBackend:
             self._ready = True
 
     @property
+    def model_folder(self) -> Path | None:
+        """The local model folder the configured backend answers with (``model_folder``), None for the offline tiny
+        judge or a served model."""
+        return None if self.offline else getattr(self.configured, "model_folder", None)
+
+    @property
     def chat_model(self) -> str | None:
         """The name a chat endpoint answers as when the backend generates in this process, else None."""
         if not getattr(self.configured, "generates_locally", False):

@@ -7,6 +7,7 @@ refuses the ones a composite cannot combine.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rlkit.core.errors import ConfigError
@@ -37,4 +38,15 @@ def member_record_fields(members: Iterable[tuple[Any, Rubric]]) -> list[RecordFi
         for used in fields(rubric) if callable(fields) else []:
             if used not in out:
                 out.append(used)
+    return out
+
+
+def member_model_folders(members: Iterable[Any]) -> list[Path]:
+    """The local model folders the member judges ask (their ``model_folders()``), each once."""
+    out: list[Path] = []
+    for judge in members:
+        folders = getattr(judge, "model_folders", None)
+        for folder in folders() if callable(folders) else []:
+            if folder not in out:
+                out.append(folder)
     return out

@@ -154,6 +154,11 @@ class HFBackend:
         return HFBackend(dataclasses.replace(self.params, model=str(folder)))
 
     @property
+    def model_folder(self) -> Path | None:
+        """The folder of the named model (None without one: the judge's offline model answers)."""
+        return self._path if self.params.model is not None else None
+
+    @property
     def loaded(self) -> bool:
         """Whether the weights are in memory (they load on the first non-empty :meth:`complete`)."""
         return self._model is not None

@@ -10,6 +10,7 @@ replace the cheap ones for the whole group, so one group is never scored by two 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 
@@ -26,6 +27,7 @@ from rlkit.plugin import (
     check_member_judge,
     hookimpl,
     judge_spend,
+    member_model_folders,
     member_record_fields,
     plan_judge,
     sum_plans,
@@ -52,6 +54,9 @@ class CascadeJudge:
             check = getattr(judge, "check_rubric", None)
             if check is not None:
                 check(rubric)
+
+    def model_folders(self) -> list[Path]:
+        return member_model_folders(self.stages)
 
     def record_fields(self, rubric: Rubric) -> list[RecordField]:
         return member_record_fields((judge, rubric) for judge in self.stages)

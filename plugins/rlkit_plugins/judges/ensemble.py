@@ -11,6 +11,7 @@ agreement 1 − (mean absolute pairwise difference / range) over the last batch.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Literal
 
 import torch
@@ -28,6 +29,7 @@ from rlkit.plugin import (
     check_member_judge,
     hookimpl,
     judge_spend,
+    member_model_folders,
     member_record_fields,
     nan_median,
     plan_judge,
@@ -54,6 +56,9 @@ class EnsembleJudge:
             check = getattr(member, "check_rubric", None)
             if check is not None:
                 check(rubric)
+
+    def model_folders(self) -> list[Path]:
+        return member_model_folders(self.members)
 
     def record_fields(self, rubric: Rubric) -> list[RecordField]:
         return member_record_fields((member, rubric) for member in self.members)

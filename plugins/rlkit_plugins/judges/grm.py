@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -77,6 +78,12 @@ class GrmJudge:
         self._grm: Any = None
         self._confidence: torch.Tensor | None = None
         self._metrics: dict[str, float] = {}
+
+    def model_folders(self) -> list[Path]:
+        """The GRM's folder (``rlkit validate`` compares it with the policy's)."""
+        from rlkit.plugin import locate_model
+
+        return [locate_model(str(self.params.model))]
 
     def _load(self) -> Any:
         if self._grm is None:

@@ -8,6 +8,7 @@ for a model (accuracy, clarity) reach it, while binary safety and format checks 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 
@@ -24,6 +25,7 @@ from rlkit.plugin import (
     check_member_judge,
     hookimpl,
     judge_spend,
+    member_model_folders,
     member_record_fields,
     plan_judge,
     sum_plans,
@@ -70,6 +72,9 @@ class HybridJudge:
             check = getattr(self.judges[name], "check_rubric", None)
             if check is not None:
                 check(self._subset(rubric, indices))
+
+    def model_folders(self) -> list[Path]:
+        return member_model_folders(self.judges.values())
 
     def record_fields(self, rubric: Rubric) -> list[RecordField]:
         return member_record_fields((self.judges[name], self._subset(rubric, indices))

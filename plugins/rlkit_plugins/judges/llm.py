@@ -36,6 +36,7 @@ import statistics
 import warnings
 from collections.abc import Hashable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Literal
 
 import torch
@@ -241,6 +242,11 @@ class LLMJudge:
             warnings.warn(f"judge llm: the reference answer appears verbatim in the judge's prompt for {len(leaked)} "
                           f"of {len(rollout.records)} records (first: {leaked[0][:60]!r}; template {template}); "
                           "the judge is shown the answer key", UserWarning, stacklevel=3)
+
+    def model_folders(self) -> list[Path]:
+        """The local model this judge asks, when one is named (``rlkit validate`` compares it with the policy's)."""
+        folder = self.backend.model_folder
+        return [folder] if folder is not None else []
 
     def metrics(self) -> dict[str, float]:
         """The last ``score`` call's parse-failure rate, retries, requests, cache hit rate and latency."""

@@ -47,6 +47,7 @@ import statistics
 from collections.abc import Hashable
 from dataclasses import dataclass, field
 from itertools import combinations
+from pathlib import Path
 from typing import Literal, get_args
 
 import torch
@@ -346,6 +347,11 @@ class RankingJudge:
             self._last["judge/swap_consistency"] = consistent / compared
         self._warning.check(rate, "rankings")
         return scores
+
+    def model_folders(self) -> list[Path]:
+        """The local model this judge asks, when one is named (``rlkit validate`` compares it with the policy's)."""
+        folder = self.backend.model_folder
+        return [folder] if folder is not None else []
 
     def metrics(self) -> dict[str, float]:
         """The last ``score`` call's parse-failure, incomplete and cycle counts, agreement between
