@@ -37,7 +37,7 @@ import warnings
 from collections.abc import Hashable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 
@@ -95,6 +95,10 @@ class LLMJudge:
         """Ask for the rubric's JSON schema (one field per dimension, its levels only) where the backend can
         constrain answers to it (``structured_outputs``: the ``hf`` backend in-process, ``openai`` through
         ``response_format``), so every answer parses; false: free text, parsed as written."""
+        show_reference: bool = False
+        """Show the record's ``reference`` to the judge (``judge/rubric_scores.jinja`` gives it as a reference
+        answer to compare with: reference-guided grading). Off by default: the ranking note's context leak, a judge
+        given the answer may copy rather than grade; the leak check counts only what the template does not show."""
         scoring: Literal["sampled", "expected"] = "sampled"
         """``sampled``: the level the judge wrote. ``expected``: the probability-weighted mean of the dimension's
         levels at the token that wrote it (G-Eval, Liu et al. 2023): continuous scores, fewer ties within a group;
@@ -164,13 +168,16 @@ class LLMJudge:
         requests: dict[Hashable, tuple[str, list[dict[str, str]]]] = {}
         for i in range(rollout.num_prompts):
             prompt = seen_prompt(rollout, i)
+            reference = self._shown_reference(rollout.records[i])
             for j, completion in enumerate(rollout.completions[i]):
                 for k, order in enumerate(orders):
                     text = render_template(template, rubric=rubric, prompt=prompt, completion=completion,
-                                           dimensions=[dims[x] for x in order], step=rollout.step)
+                                           dimensions=[dims[x] for x in order], step=rollout.step,
+                                           reference=reference)
                     key = ResponseCache.key(judge="llm", backend=identity, template=t_hash, rubric=r_hash,
                                             permutation=k, prompt=prompt, completion=completion,
-                                            structured=schemas is not None, scoring=self.params.scoring)
+                                            structured=schemas is not None, scoring=self.params.scoring,
+                                            reference=reference)
                     requests[(i, j, k)] = (key, [{"role": "user", "content": text}])
 
         if self.params.reference_leak_check:
@@ -223,17 +230,25 @@ class LLMJudge:
         self._warning.check(rate, "dimension scores")
         return scores
 
+    def _shown_reference(self, record: dict[str, Any]) -> str | None:
+        """The record's reference when the judge is shown it (``show_reference``), else None."""
+        reference = record.get("reference") if self.params.show_reference else None
+        return str(reference) if reference is not None else None
+
     def _check_reference_leak(self, rollout: Rollout, rubric: Rubric, template: str) -> None:
         """Warn once when the judge's prompt holds a record's reference as a whole word, more often than the template
-        and rubric alone do (their anchors may quote an answer) and outside the completion (which may give it)."""
+        and rubric alone do (their anchors may quote an answer; ``show_reference`` shows it on purpose) and outside
+        the completion (which may give it)."""
         leaked = []
-        bare = render_template(template, rubric=rubric, prompt="", completion="")
         for record in rollout.records:
             reference = record.get("reference")
             if not isinstance(reference, str) or not reference.strip():
                 continue
+            shown = self._shown_reference(record)
+            bare = render_template(template, rubric=rubric, prompt="", completion="", reference=shown)
             word = re.compile(r"(?<!\w)" + re.escape(reference.strip()) + r"(?!\w)")
-            text = render_template(template, rubric=rubric, prompt=prompt_text(record["prompt"]), completion="")
+            text = render_template(template, rubric=rubric, prompt=prompt_text(record["prompt"]), completion="",
+                                   reference=shown)
             if len(word.findall(text)) > len(word.findall(bare)):
                 leaked.append(prompt_text(record["prompt"]))
         self._last_leaks = len(leaked)
