@@ -97,11 +97,30 @@ def show_warning(message: Warning | str, category: type[Warning], filename: str,
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    except BrokenPipeError:
+        # `rlkit plugins | head`: the reader has gone; say nothing more (Python's own recipe: stdout to devnull so
+        # the interpreter's final flush does not raise again) and exit as a process killed by SIGPIPE would
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 141
+
+
+def _main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="rlkit", usage=USAGE, add_help=False)
     parser.add_argument("command", nargs="?")
     parser.add_argument("--debug", action="store_true")
     parser.add_argument("-h", "--help", action="store_true")
     args, overrides = parser.parse_known_args(list(sys.argv[1:] if argv is None else argv))
+    if args.help and args.command is not None:
+        from rlkit.commands.help import command_help
+
+        tool = overrides[0] if args.command == "rubric" and overrides and not overrides[0].startswith("-") else None
+        text = command_help(f"{args.command} {tool}" if tool else args.command)
+        if text is not None:
+            print(text)
+            return 0
     if args.help or args.command is None:
         print(USAGE)
         return 0 if args.help else 2

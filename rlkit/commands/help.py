@@ -1,0 +1,104 @@
+"""``rlkit <command> --help``: what one command does, its own arguments and, for the commands that compose the run's
+config, the config groups with their options and the keys of the command's own block, generated from the registry
+and the schemas so it is always true, with one example."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class CommandHelp:
+    summary: str
+    usage: str
+    example: str
+    block: str | None = None  # the RunConfig block the command reads (score, serve, ...)
+    config: bool = True       # composes conf/fit.yaml: takes group options and overrides
+    arguments: tuple[tuple[str, str], ...] = ()
+
+
+HELP: dict[str, CommandHelp] = {
+    "validate": CommandHelp("Compose the config and check every part (plugins, params, rubric, data, model path) "
+                            "without building anything heavy.", "rlkit validate [overrides]",
+                            "rlkit validate judge=ensemble aggregator=lexicographic"),
+    "fit": CommandHelp("Train the policy with the configured judge, aggregator and estimator; -m sweeps.",
+                       "rlkit fit [-m] [overrides]", "rlkit fit experiment=smollm2_arithmetic trainer.max_steps=10",
+                       arguments=(("-m, --multirun", "a Hydra sweep: comma-separated values run one job each"),)),
+    "sft": CommandHelp("Supervised fine-tuning on the records' demonstrations (rlkit fit objective=sft).",
+                       "rlkit sft [overrides]", "rlkit sft data.path=demos.jsonl trainer.max_steps=50"),
+    "score": CommandHelp("Score prompt/completion records with the configured judge, weights and aggregator; exits 3 "
+                         "when a dimension was scored on none of them.", "rlkit score data.path=FILE [overrides]",
+                         "rlkit score data.path=records.jsonl judge=llm score.output=scored.jsonl", block="score"),
+    "calibrate": CommandHelp("Agreement of the configured judge with human labels, per dimension and step window "
+                             "(quadratic-weighted Cohen's kappa, Spearman rho, bias).", "rlkit calibrate [overrides]",
+                             "rlkit calibrate judge=llm calibrate.labels=labels.jsonl", block="calibrate"),
+    "eval": CommandHelp("Golden-set evaluation of a checkpoint, per dimension and reference metric.",
+                        "rlkit eval eval.checkpoint=DIR [overrides]", "rlkit eval eval.checkpoint=outputs/run/policy",
+                        block="eval"),
+    "serve": CommandHelp("Serve the configured judge, rubric and aggregator as an HTTP reward API.",
+                         "rlkit serve [overrides]", "rlkit serve judge=rule serve.port=8000", block="serve"),
+    "rubric audit": CommandHelp("Before training, can the run's rubric, judge and aggregator be gamed: probes, a "
+                                "degradation ladder, re-grading, order, redundancy, human agreement; exits 1 when "
+                                "the audit fails.", "rlkit rubric audit [--fail-under X] [overrides]",
+                                "rlkit rubric audit audit.records=records.jsonl --fail-under 0.7", block="audit",
+                                arguments=(("--fail-under X", "the trust score in [0, 1] below which it fails"),)),
+}
+
+
+def _fields(schema: Any, prefix: str) -> list[str]:
+    """``prefix.key (default): description`` for each field of a schema, nested blocks named by their prefix."""
+    import pydantic
+
+    lines = []
+    for name, info in schema.model_fields.items():
+        annotation = info.annotation
+        if isinstance(annotation, type) and issubclass(annotation, pydantic.BaseModel):
+            lines.append(f"  {prefix}{name}.*: {(info.description or '').split('.')[0]}")
+            continue
+        default = info.get_default(call_default_factory=True)
+        description = " ".join((info.description or "").split())
+        lines.append(f"  {prefix}{name} (default {default!r}): {description}")
+    return lines
+
+
+def command_help(name: str) -> str | None:
+    """The help text of command ``name`` (``rubric audit`` for a tool), or None for one without its own."""
+    entry = HELP.get(name)
+    if entry is None:
+        return None
+    lines = [f"usage: {entry.usage}", "", entry.summary]
+    if entry.arguments:
+        lines += ["", "arguments:", *(f"  {flag}: {what}" for flag, what in entry.arguments)]
+    if entry.config:
+        lines += ["", "config groups (group=option):", *_groups()]
+    if entry.block is not None:
+        from rlkit.config.schemas import RunConfig
+
+        schema = RunConfig.model_fields[entry.block].annotation
+        lines += ["", f"its own keys ({entry.block}.*):", *_fields(schema, f"{entry.block}.")]
+    if name in ("fit", "sft", "validate"):
+        from rlkit.config.schemas import RunConfig
+
+        lines += ["", "top-level keys (key=value) and blocks (block.key=value):", *_fields(RunConfig, "")]
+    lines += ["", "Every key, with its default and constraint: docs/config-reference.md. Overrides are Hydra's.",
+              "", f"example: {entry.example}"]
+    return "\n".join(lines)
+
+
+def _groups() -> list[str]:
+    from rlkit.commands.common import run_registry
+    from rlkit.config import group_options
+    from rlkit.core.registry import KINDS
+
+    registry = run_registry()
+    plugin_groups = [kind.group for kind in KINDS if kind.selected_by is None]
+    out = []
+    for group in [*plugin_groups, "model", "data", "rubric", "trainer", "logger", "experiment"]:
+        options = group_options(registry, group)
+        shown = ", ".join(options) if options else "(none shipped)"
+        out.append(f"  {group}: {shown}" + (" (a list: monitors=[a,b])" if group == "monitors" else ""))
+    return out
+
+
+__all__ = ["HELP", "CommandHelp", "command_help"]
