@@ -53,6 +53,7 @@ def run_hydra(command: str, config_name: str, overrides: Sequence[str], body) ->
     import hydra
 
     from rlkit.config import register_run_defaults, search_path_override
+    from rlkit.config.compose import parse_hydra_args
 
     register_run_defaults()  # conf/fit.yaml composes the run's defaults from Hydra's ConfigStore
     relaunched = os.environ.get(RELAUNCHED_COMMAND) == command
@@ -70,12 +71,12 @@ def run_hydra(command: str, config_name: str, overrides: Sequence[str], body) ->
             sys.exit(exc.exit_code)
 
     argv = sys.argv
-    # Hydra's parser takes its flags (-m, --cfg job, ...) before the positional overrides.
-    flags = [o for o in overrides if o.startswith("-")]
-    positional = [o for o in overrides if not o.startswith("-")]
-    search = [] if relaunched else search_path_override(run_registry())  # a relaunched rank has it already
+    # Hydra's parser takes its flags (-m, --cfg job, -cd DIR, ...) with their values before the overrides; the search
+    # path joins a user's own hydra.searchpath to the plugins' (a relaunched rank has it already).
+    args = parse_hydra_args(overrides)
+    search = [] if relaunched else search_path_override(run_registry(), args.searchpath)
     # argv[0] stays this program: Lightning's DDP launcher starts the other ranks with it and these arguments.
-    sys.argv = [argv[0], *flags, *search, *positional]
+    sys.argv = [argv[0], *args.flags, *search, *args.overrides]
     previous = os.environ.get(RELAUNCHED_COMMAND)
     os.environ[RELAUNCHED_COMMAND] = command
     try:

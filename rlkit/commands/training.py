@@ -29,8 +29,13 @@ def _fit_job(cfg, run_dir: Path) -> float:
 
 
 def cmd_fit(overrides: Sequence[str]) -> int:
+    from rlkit.config.compose import parse_hydra_args
+
     relaunched = os.environ.get(RELAUNCHED_COMMAND) == "fit"
-    if not relaunched and not any(o in ("-m", "--multirun") for o in overrides):
+    args = parse_hydra_args(overrides)  # a flag Hydra does not know is one line here, before anything starts
+    if not relaunched and args.multirun and not args.shows_only:
+        validate_sweep(overrides)  # every job's config, before the first one trains
+    if not relaunched and not args.multirun and not args.shows_only:
         # Fail in milliseconds with one line, before Hydra sets up a run directory.
         validated = validated_config(overrides)
         if validated.run.audit.require:  # fit() checks again: a sweep's jobs and programmatic calls come there
@@ -38,6 +43,52 @@ def cmd_fit(overrides: Sequence[str]) -> int:
 
             require_passed_audit(validated.rubric, judge_config(validated.cfg))  # fit() says which it accepted
     return run_hydra("fit", "fit", overrides, _fit_job)
+
+
+def sweep_jobs(overrides: Sequence[str]) -> list[list[str]]:
+    """The overrides of each job a basic-sweeper multirun runs: the cartesian product of the sweeps
+    (``a=1,2 b=x,y`` is four jobs), in Hydra's order. A sweep it cannot list (an ``interval`` for an optimising
+    sweeper) keeps its first form, so the rest is still checked."""
+    import itertools
+
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    from rlkit.config.compose import parse_hydra_args
+    from rlkit.core.errors import ConfigError
+
+    args = parse_hydra_args(overrides)
+    try:
+        parsed = OverridesParser.create().parse_overrides(args.overrides)
+    except Exception as exc:  # Hydra's OverrideParseException: its own first line
+        raise ConfigError(str(exc).splitlines()[0], "command line") from None
+    choices = []
+    for override in parsed:
+        if override.is_sweep_override():
+            key = override.get_key_element()
+            try:
+                choices.append([f"{key}={value}" for value in override.sweep_string_iterator()])
+            except Exception:
+                choices.append([override.input_line])
+        else:
+            choices.append([override.input_line])
+    flags = [f for f in args.flags if f not in ("--multirun", "-m")]
+    search = [f"hydra.searchpath=[{','.join(repr(p) for p in args.searchpath)}]"] if args.searchpath else []
+    return [[*flags, *search, *job] for job in itertools.product(*choices)]
+
+
+def validate_sweep(overrides: Sequence[str]) -> None:
+    """Compose and validate every job of a sweep before the first one runs; the first bad job is one line naming
+    it and its own overrides (a value of the sweep, a group option), exit 2."""
+    from rlkit.core.errors import ConfigError, RlkitError
+
+    jobs = sweep_jobs(overrides)
+    base = set.intersection(*(set(job) for job in jobs)) if len(jobs) > 1 else set()
+    for number, job in enumerate(jobs):
+        try:
+            validated_config(job)
+        except RlkitError as exc:
+            own = " ".join(o for o in job if o not in base) or " ".join(job)
+            raise ConfigError(f"job {number} of {len(jobs)} ({own}): {exc}") from None
 
 
 def cmd_sft(overrides: Sequence[str]) -> int:
@@ -56,7 +107,10 @@ def _train_grm_job(cfg, run_dir: Path) -> float:
 
 
 def cmd_train_grm(overrides: Sequence[str]) -> int:
-    if not any(o in ("-m", "--multirun") for o in overrides):
+    from rlkit.config.compose import parse_hydra_args
+
+    args = parse_hydra_args(overrides)
+    if not args.multirun and not args.shows_only:
         from rlkit.config import compose_config
         from rlkit.grm.training import check_grm_config
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import contextlib
 import importlib.resources
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from omegaconf import DictConfig
@@ -30,12 +31,77 @@ def plugin_search_paths(registry: Registry) -> list[str]:
     return paths
 
 
-def search_path_override(registry: Registry) -> list[str]:
-    """The ``hydra.searchpath=[...]`` override that adds plugin config dirs (empty if none)."""
-    paths = plugin_search_paths(registry)
+def search_path_override(registry: Registry, user: Sequence[str] = ()) -> list[str]:
+    """The ``hydra.searchpath=[...]`` override: a user's own entries (``hydra.searchpath=`` on the command line, and
+    ``--config-dir``) first, then the plugins' config dirs; empty if there are none."""
+    paths = [*user, *(p for p in plugin_search_paths(registry) if p not in user)]
     if not paths:
         return []
     return ["hydra.searchpath=[" + ",".join(f"'{p}'" for p in paths) + "]"]
+
+
+_VALUED_FLAGS = {"cfg": "--cfg", "package": "--package", "config_path": "--config-path", "config_name": "--config-name",
+                 "config_dir": "--config-dir", "experimental_rerun": "--experimental-rerun", "info": "--info"}
+_SWITCHES = {"hydra_help": "--hydra-help", "version": "--version", "resolve": "--resolve", "run": "--run",
+             "multirun": "--multirun", "shell_completion": "--shell-completion"}
+
+
+@dataclass(frozen=True)
+class HydraArgs:
+    """A command line split as Hydra's own parser splits it: its flags (``--cfg job``, ``-cd DIR``, ``-m``, ...) and
+    the overrides; a user's ``hydra.searchpath=[...]`` is taken out of the overrides and kept in ``searchpath``."""
+
+    flags: list[str]
+    overrides: list[str]
+    config_dir: str | None = None
+    config_name: str | None = None
+    multirun: bool = False
+    searchpath: tuple[str, ...] = ()
+    shows_only: bool = False  # --cfg, --info, --hydra-help, --version, --shell-completion: nothing runs
+
+    @property
+    def user_searchpath(self) -> list[str]:
+        """``--config-dir`` (as ``file://``) then the user's own ``hydra.searchpath`` entries."""
+        first = [f"file://{Path(self.config_dir).resolve()}"] if self.config_dir else []
+        return [*first, *self.searchpath]
+
+
+def parse_hydra_args(args: Sequence[str]) -> HydraArgs:
+    """Split ``args`` with Hydra's own argument parser; a flag Hydra does not know, or one without its value, is one
+    ``ConfigError`` naming it."""
+    import argparse
+
+    from hydra._internal.utils import get_args_parser
+
+    parser = get_args_parser()
+
+    def refuse(message: str) -> None:
+        raise ConfigError(message.replace("unrecognized arguments", "not a Hydra flag or an override"),
+                          "command line")
+
+    parser.error = refuse  # type: ignore[method-assign]
+    try:
+        ns = parser.parse_args([a for a in args if a not in ("-h", "--help")])
+    except argparse.ArgumentError as exc:
+        raise ConfigError(str(exc), "command line") from None
+    flags: list[str] = []
+    for key, flag in _VALUED_FLAGS.items():
+        if getattr(ns, key, None) is not None:
+            flags += [flag, str(getattr(ns, key))]
+    flags += [flag for key, flag in _SWITCHES.items() if getattr(ns, key, False)]
+    overrides, searchpath = [], []
+    for override in ns.overrides:
+        key, _, value = override.partition("=")
+        if key.lstrip("+") == "hydra.searchpath":
+            searchpath += [v.strip().strip("'\"") for v in value.strip().strip("[]").split(",") if v.strip()]
+        else:
+            overrides.append(override)
+    if ns.config_dir is not None and not Path(ns.config_dir).is_dir():
+        raise ConfigError(f"{ns.config_dir} is not a folder", "--config-dir")
+    shows = ns.cfg is not None or ns.info is not None or any(
+        getattr(ns, key, False) for key in ("hydra_help", "version", "shell_completion"))
+    return HydraArgs(flags, overrides, ns.config_dir, ns.config_name, bool(ns.multirun), tuple(searchpath),
+                     bool(shows))
 
 
 def _search_roots(registry: Registry) -> list[Path]:
@@ -109,19 +175,23 @@ def _translated_hydra_errors(registry: Registry) -> Iterator[None]:
 
 def compose_config(registry: Registry, overrides: list[str] | None = None,
                    config_name: str = PRIMARY_CONFIG) -> DictConfig:
-    """Compose ``conf/fit.yaml`` with ``overrides``; errors become one-line ``ConfigError``s.
+    """Compose ``conf/fit.yaml`` with ``overrides``; errors become one-line ``ConfigError``s. The overrides may hold
+    Hydra's ``--config-dir``/``-cd`` (a folder whose group YAMLs join rlkit's) and ``--config-name``/``-cn`` (a primary
+    config there), and a ``hydra.searchpath`` of the user's own; other Hydra flags are left to ``rlkit fit``.
 
     The result keeps ``hydra.runtime.choices`` so messages can name the YAML each part came from.
     """
     from hydra import compose, initialize_config_module
     from hydra.core.global_hydra import GlobalHydra
 
+    args = parse_hydra_args(list(overrides or []))
     register_run_defaults()
     GlobalHydra.instance().clear()
     with _translated_hydra_errors(registry), initialize_config_module(
         CONFIG_MODULE, version_base=HYDRA_VERSION_BASE
     ):
-        return compose(config_name, overrides=search_path_override(registry) + list(overrides or []),
+        return compose(args.config_name or config_name,
+                       overrides=search_path_override(registry, args.user_searchpath) + args.overrides,
                        return_hydra_config=True)
 
 
