@@ -27,7 +27,6 @@ from typing import Any, Literal
 
 import pydantic
 import torch
-from lightning.pytorch.utilities import rank_zero_info
 
 from rlkit.plugin import (
     AggregatorRef,
@@ -109,6 +108,8 @@ class GroupDpoObjective:
         if (p.auto_lexicographic and not per_prompt and not self.lexicographic_ordering
                 and self.watch.update(conflict_rate(counted))):
             self.lexicographic_ordering = True
+            from lightning.pytorch.utilities import rank_zero_info  # here: importing Lightning costs seconds
+
             rank_zero_info(f"rlkit: dimension conflicts averaged {self.watch.mean:.0%} over {self.watch.window} "
                            f"steps; pairs are ordered lexicographically from step {step} on")
         order = ordering_batch(batch, fallback if self.lexicographic_ordering else aggregator,
