@@ -66,6 +66,20 @@ class HydraArgs:
         return [*first, *self.searchpath]
 
 
+def _hydra_spelling(flag: str, following: str | None) -> str:
+    """What to write instead of an argparse-style ``--key value`` (``--max_steps 5``): the Hydra override."""
+    from rlkit.config.schemas import RunConfig
+
+    key, _, value = flag[2:].partition("=")
+    key = key.replace("-", "_")
+    value = value or (following if following is not None and not following.startswith("-") else "VALUE")
+    trainer_keys = ("max_steps", "max_epochs", "accelerator", "devices", "precision", "num_nodes", "strategy")
+    path = key if key in RunConfig.model_fields or "." in key else f"trainer.{key}" if key in trainer_keys else None
+    if path is None:
+        return f"not a Hydra flag or an override: {flag}; overrides are key=value (`rlkit fit --help` lists the keys)"
+    return f"{flag} is not a flag; overrides are Hydra's key=value: write {path}={value}"
+
+
 def parse_hydra_args(args: Sequence[str]) -> HydraArgs:
     """Split ``args`` with Hydra's own argument parser; a flag Hydra does not know, or one without its value, is one
     ``ConfigError`` naming it."""
@@ -74,6 +88,10 @@ def parse_hydra_args(args: Sequence[str]) -> HydraArgs:
     from hydra._internal.utils import get_args_parser
 
     parser = get_args_parser()
+    known = {flag for action in parser._actions for flag in action.option_strings}
+    for index, arg in enumerate(args):
+        if arg.startswith("--") and arg.split("=")[0] not in known:
+            raise ConfigError(_hydra_spelling(arg, args[index + 1] if index + 1 < len(args) else None), "command line")
 
     def refuse(message: str) -> None:
         raise ConfigError(message.replace("unrecognized arguments", "not a Hydra flag or an override"),

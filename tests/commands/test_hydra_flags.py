@@ -58,6 +58,10 @@ def test_a_users_config_folder_joins_rlkits_groups(capsys, myconf):
     (["--frob"], "rlkit: error: command line: not a Hydra flag or an override: --frob"),
     (["--cfg", "jobb"], "rlkit: error: command line: argument --cfg/-c: invalid choice: 'jobb'"),
     (["-cd", "/no/such/folder"], "rlkit: error: --config-dir: /no/such/folder is not a folder"),
+    (["--max_steps", "5"], "rlkit: error: command line: --max_steps is not a flag; overrides are Hydra's key=value: "
+                           "write trainer.max_steps=5"),
+    (["--batch-size=4"], "rlkit: error: command line: --batch-size=4 is not a flag; overrides are Hydra's "
+                         "key=value: write batch_size=4"),
 ])
 def test_a_flag_hydra_does_not_take_is_one_line(capsys, myconf, args, expected):
     code, out, err = _run(capsys, "fit", *args)
