@@ -291,6 +291,12 @@ def print_summary(summary: dict[str, Any], validated: ValidatedConfig) -> None:
                       f"dropped by gap {diagnostics.mean('pairs/dropped_by_gap'):.3f}",
                       f"implicit-reward accuracy {diagnostics.mean('rewards/accuracies'):.3f}"]
         console.print(" · ".join(parts) + " (means over the run)")
+        agreement = {key.rsplit("/", 1)[1]: diagnostics.mean(key) for key in diagnostics.counts
+                     if key.startswith("judge/agreement/")}
+        if agreement:  # an ensemble's members: 1 - their mean absolute difference, in units of each range
+            console.print("judge members' agreement per dimension: "
+                          + ", ".join(f"{name} {value:.2f}" for name, value in agreement.items())
+                          + " (means over the run; low: the members score that dimension differently)")
     for line in summary_lines(summary.get("monitors") or {}, summary.get("alerts") or []):
         console.print(line)
     if summary.get("judge_spend") is not None:
