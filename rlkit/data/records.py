@@ -17,6 +17,11 @@ if TYPE_CHECKING:
 MAX_REPORTED_LINES = 10
 
 
+# the roles chat templates know (OpenAI's and TRL's conversational format); a template meeting another one either
+# raises deep inside a run or renders it as something else
+CHAT_ROLES = ("system", "developer", "user", "assistant", "tool", "function", "ipython")
+
+
 def _prompt_problem(prompt: Any, field: str = "prompt") -> str | None:
     """Why ``prompt`` (the record's ``field``) is not non-empty text or chat messages; None when it is."""
     if isinstance(prompt, str):
@@ -25,7 +30,14 @@ def _prompt_problem(prompt: Any, field: str = "prompt") -> str | None:
         isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
         for m in prompt
     ):
+        for i, message in enumerate(prompt):
+            if message["role"] not in CHAT_ROLES:
+                return f'"{field}"[{i}]: unknown role {message["role"]!r}; a chat message\'s role is one of ' \
+                       f'{", ".join(CHAT_ROLES)}'
         return None
+    for i, message in enumerate(prompt if isinstance(prompt, list) else []):
+        if isinstance(message, dict) and "content" in message and not isinstance(message["content"], str):
+            return f'"{field}"[{i}]: content must be text, got {type(message["content"]).__name__}'
     return f'"{field}" must be text or a list of chat messages {{role, content}}'
 
 

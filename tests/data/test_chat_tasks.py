@@ -3,6 +3,8 @@ exactly as ``apply_chat_template`` renders them, and seen that way by the sample
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from rlkit.cli import main
@@ -63,3 +65,17 @@ def test_chat_options_with_a_data_file_are_refused(tmp_path, capsys, override, k
     assert main(["validate", "data=jsonl", f"data.path={records}", override]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"rlkit: error: {key}: shapes the synthetic task's prompts") and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("message, expected", [
+    ({"role": "wizard", "content": "1+1="},
+     "\"prompt\"[0]: unknown role 'wizard'; a chat message's role is one of system, developer, user, assistant"),
+    ({"role": "user", "content": 5}, '"prompt"[0]: content must be text, got int'),
+])
+def test_a_chat_record_of_an_unknown_role_or_non_text_content_is_one_line(tmp_path, capsys, message, expected):
+    data = tmp_path / "chat.jsonl"
+    data.write_text('{"prompt": "1+2=", "reference": "3"}\n' + json.dumps({"prompt": [message], "reference": "2"})
+                    + "\n")
+    assert main(["validate", f"data.path={data}"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"rlkit: error: {data}:2: {expected}") and err.count("\n") == 1, err
