@@ -21,8 +21,9 @@ trainer:
 
 @pytest.fixture(autouse=True)
 def _logging_restored():
-    """Hydra's --cfg and --info set up its own logging on the streams pytest captures for the test; later tests of
-    the session would log to those closed streams. A command of its own never meets that."""
+    """Hydra's --cfg and --info set up its own logging on the streams pytest captures for the test, and leave its
+    run config behind; later tests of the session would log to those closed streams and read that config. A command
+    of its own never meets either."""
     import logging
 
     loggers = [logging.getLogger(), *(logging.getLogger(name) for name in ("hydra", "hydra.core.utils"))]
@@ -32,6 +33,12 @@ def _logging_restored():
         lg.handlers[:] = handlers
         lg.setLevel(level)
         lg.propagate = propagate
+    # --cfg leaves Hydra's run config behind without a run directory, which later in-process code would read
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.hydra_config import HydraConfig
+
+    HydraConfig.instance().cfg = None  # type: ignore[assignment]
+    GlobalHydra.instance().clear()
 
 
 @pytest.fixture
