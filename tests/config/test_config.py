@@ -172,3 +172,15 @@ def test_mapping_override_into_an_empty_mapping_needs_double_plus(registry):
 def test_gdpo_with_another_aggregator_warns_that_it_only_feeds_the_log(registry):
     with pytest.warns(UserWarning, match="aggregator=geometric only feeds the logged reward"):
         validate_config(compose_config(registry, ["advantage=gdpo", "aggregator=geometric"]), registry)
+
+
+def test_the_trainer_arguments_rlkit_checks_are_lightnings_own():
+    """`trainer.*` keys are checked against a written-out list (importing Lightning to read its signature cost 5 s of
+    every `rlkit validate`): it must stay the installed Lightning's."""
+    import inspect
+
+    import lightning as L
+
+    from rlkit.config.validate import TRAINER_ARGUMENTS
+
+    assert set(TRAINER_ARGUMENTS) == set(inspect.signature(L.Trainer.__init__).parameters) - {"self"}
