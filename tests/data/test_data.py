@@ -95,7 +95,7 @@ def test_completions_not_needed_by_default(tmp_path: Path) -> None:
         ({"prompt": []}, "chat messages"),
         ({"prompt": [{"role": "user"}]}, "chat messages"),
         ({"prompt": [{"content": "hi"}]}, "chat messages"),
-        ({"prompt": [{"role": "user", "content": 3}]}, "chat messages"),
+        ({"prompt": [{"role": "user", "content": 3}]}, "content must be text, got int"),
         ({"prompt": ["user: hi"]}, "chat messages"),
         ({"prompt": [{"role": "user", "content": "ok"}, "stray"]}, "chat messages"),
     ],
