@@ -129,6 +129,10 @@ def _rlkit_fit(size: str, precision: str, steps: int, warmup: int, workdir: Path
 
     shape = SIZES[size]
     run_dir = workdir / "rlkit"
+    if os.environ.get("RLKIT_TIMELINE"):  # server_timeline.py: the step's phases rlkit's module times, traced too
+        from server_timeline import trace_trainer_phases
+
+        trace_trainer_phases()
     code = main(["fit", "logger=csv", f"trainer.max_steps={steps}", "log_samples.every=0", "checkpoint_every=100000",
                  f"hydra.run.dir={run_dir}", f"model.name_or_path={policy_path(size)}",
                  f"batch_size={shape['prompts']}", f"num_generations={shape['group']}",

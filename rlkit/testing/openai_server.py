@@ -89,6 +89,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from rlkit.core.timeline import record, span
 from rlkit.judging import render_chat
 
 _GARBAGE: tuple[tuple[str, bytes], ...] = (
@@ -522,6 +523,7 @@ class OpenAICompatibleServer:
         job = _Job(name, max_tokens, min_tokens, temperature, prompts, n, seed, logprobs or 0,
                    prompt_logprobs=prompt_logprobs is not None)
         self._decode_with(job)
+        built_from = time.time()
         as_ids = bool(body.get("return_tokens_as_token_ids"))
         tok = self.tokenizer
         choices: list[dict[str, Any]] = []
@@ -544,6 +546,7 @@ class OpenAICompatibleServer:
             choices.append(choice)
             completion_total += len(kept)
             prompt_total += len(prompt)
+        record("server", "build answer", built_from, time.time())
         with self._lock:
             number = len(self.log) + self._in_flight
         return {"id": f"cmpl-{number}", "object": "text_completion", "created": int(time.time()),
@@ -567,7 +570,8 @@ class OpenAICompatibleServer:
                 self._leading = lead = True
         if lead:
             try:
-                self._gather_burst()
+                with span("server", "gather burst"):
+                    self._gather_burst()
                 with self._queue_ready:
                     jobs, self._waiting = self._waiting, []
                 with self._model_lock:
@@ -609,13 +613,17 @@ class OpenAICompatibleServer:
                     if scores:
                         greedy_next = max_tokens == 1 and temperature == 0 and not top
                         for job in group:
-                            job.prompt_scores, next_rows = self._score_prompts(model, job.prompts, greedy_next)
+                            with span("server", "score reference" if name == self.reference_name
+                                      else "score prompts", rows=len(job.prompts)):
+                                job.prompt_scores, next_rows = self._score_prompts(model, job.prompts,
+                                                                                   greedy_next)
                             out += [row for row in next_rows for _ in range(job.n)]
                         if greedy_next:  # each job's one token came from the scoring pass itself
                             rows = []
                     for at in range(0, len(rows), self.max_batch_rows):
-                        out += self._decode(model, rows[at:at + self.max_batch_rows], max_tokens, min_tokens,
-                                            temperature, top)
+                        chunk = rows[at:at + self.max_batch_rows]
+                        with span("server", "decode", rows=len(chunk), tokens=max_tokens):
+                            out += self._decode(model, chunk, max_tokens, min_tokens, temperature, top)
                 for job in group:
                     job.out, out = out[:job.size], out[job.size:]
             except _BadRequest as exc:
@@ -911,7 +919,8 @@ class _Handler(BaseHTTPRequestHandler):
         app = self.server.app
         authorization = self.headers.get("Authorization")
         with app._track():
-            raw = self._read_body()  # always drain the body, or keep-alive desynchronises
+            with span("server", "read request"):
+                raw = self._read_body()  # always drain the body, or keep-alive desynchronises
             route = self.path.rstrip("/")
             if route in _ADMIN_ROUTES:
                 self._admin(route, raw, authorization)
@@ -951,7 +960,8 @@ class _Handler(BaseHTTPRequestHandler):
             app._record(RequestRecord("POST", self.path, authorization, status,
                                       fault if status in (200, 500, 503) and fault else None,
                                       usage.get("prompt_tokens", 0), usage.get("completion_tokens", 0)))
-            answer()
+            with span("server", "send answer"):
+                answer()
 
     def _admin(self, route: str, raw: bytes, authorization: str | None) -> None:
         app = self.server.app
@@ -960,7 +970,8 @@ class _Handler(BaseHTTPRequestHandler):
             if not app._auth_ok(authorization):
                 raise _BadRequest(401, "invalid or missing API key", "authentication_error")
             body = _json_object(raw)
-            result = getattr(app, _ADMIN_ROUTES[route])(body)
+            with span("server", _ADMIN_ROUTES[route].strip("_").replace("_", " ")):  # "update weights from disk"
+                result = getattr(app, _ADMIN_ROUTES[route])(body)
             if isinstance(result, str):  # vLLM answers the LoRA routes with a plain-text line
                 answer = partial(self._send, 200, result.encode(), "text/plain; charset=utf-8")
             else:

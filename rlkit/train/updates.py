@@ -20,6 +20,7 @@ from typing import Any
 import torch
 
 from rlkit.core.objective import CompletionLossInputs, PairLossInputs, PairTargets
+from rlkit.core.timeline import span
 from rlkit.core.types import PreferencePairs
 from rlkit.lm.logprobs import sequence_logp_sums, truncated_importance_weights
 from rlkit.lm.sampling import (
@@ -47,11 +48,13 @@ def optimizer_step(module: Any, opt: Any) -> float:
     """Clip (when configured), step, and bring the generator and the reference up to the new weights; returns the
     gradient norm before clipping."""
     s = module.settings
-    grad_norm = _grad_norm(module.policy)
-    if s.gradient_clip_val:
-        module.clip_gradients(opt, gradient_clip_val=s.gradient_clip_val, gradient_clip_algorithm="norm")
-    opt.step()
-    module.generator.sync_weights(module.policy)
+    with span("trainer", "optimizer step"):
+        grad_norm = _grad_norm(module.policy)
+        if s.gradient_clip_val:
+            module.clip_gradients(opt, gradient_clip_val=s.gradient_clip_val, gradient_clip_algorithm="norm")
+        opt.step()
+    with span("trainer", "weight sync"):
+        module.generator.sync_weights(module.policy)
     if module.reference is not None:
         module.reference.on_optimizer_step(module.policy)
     return grad_norm
@@ -90,7 +93,7 @@ def completion_update(module: Any, objective: Any, sampled: SampledBatch, advant
     # which it overlaps.
     request = getattr(module.reference, "request", None)
     ref_pending = request(sampled) if callable(request) else None
-    with torch.inference_mode():
+    with span("trainer", "log-prob passes"), torch.inference_mode():
         old_logp = (all_rows(lambda sub: sequence_log_probs(module.policy, sub))
                     if objective.num_iterations > 1 and (objective.needs_old_logprobs or engine is not None)
                     else None)
@@ -112,24 +115,27 @@ def completion_update(module: Any, objective: Any, sampled: SampledBatch, advant
         loss = torch.zeros((), device=device)
         weighted: dict[str, torch.Tensor] = {}
         for rows in chunks:
-            if iteration == 0:
-                logp, entropy = sequence_log_probs_and_entropy(module.policy, sampled.rows(rows))
-                entropy_sum = entropy_sum + torch.where(mask[rows] > 0, entropy, 0.0).sum()
-            else:
-                logp = sequence_log_probs(module.policy, sampled.rows(rows))
+            with span("trainer", "policy forward"):
+                if iteration == 0:
+                    logp, entropy = sequence_log_probs_and_entropy(module.policy, sampled.rows(rows))
+                    entropy_sum = entropy_sum + torch.where(mask[rows] > 0, entropy, 0.0).sum()
+                else:
+                    logp = sequence_log_probs(module.policy, sampled.rows(rows))
             if ref_pending is not None:
-                ref_logp, ref_pending = ref_pending.result().to(device), None
+                with span("trainer", "reference wait"):
+                    ref_logp, ref_pending = ref_pending.result().to(device), None
             weights = None if sampling_weights is None else sampling_weights[rows]
             if engine is not None and old_logp is None:  # one iteration: the lag correction reads this pass
                 weights, chunk_ratio, chunk_clipped = truncated_importance_weights(
                     logp.detach(), engine[rows].to(logp), mask[rows], s.engine_is_cap)
                 ratio_sum, clipped = ratio_sum + chunk_ratio, clipped + chunk_clipped
-            part, part_metrics = objective.loss(CompletionLossInputs(
-                logp=logp, old_logp=logp.detach() if old_logp is None else old_logp[rows],
-                ref_logp=None if ref_logp is None else ref_logp[rows], advantages=advantages[rows], mask=mask[rows],
-                num_sequences=num_sequences, num_tokens=num_tokens, max_completion_length=s.max_completion_length,
-                sampling_weights=weights))
-            module.manual_backward(part * spread.world_size)
+            with span("trainer", "policy backward"):
+                part, part_metrics = objective.loss(CompletionLossInputs(
+                    logp=logp, old_logp=logp.detach() if old_logp is None else old_logp[rows],
+                    ref_logp=None if ref_logp is None else ref_logp[rows], advantages=advantages[rows],
+                    mask=mask[rows], num_sequences=num_sequences, num_tokens=num_tokens,
+                    max_completion_length=s.max_completion_length, sampling_weights=weights))
+                module.manual_backward(part * spread.world_size)
             loss = loss + part.detach()
             share = mask[rows].sum() / max(num_tokens, 1.0)
             for key, value in part_metrics.items():
@@ -198,7 +204,7 @@ def pair_update(module: Any, objective: Any, sampled: SampledBatch, targets: Pai
     request = getattr(module.reference, "request", None)
     scored = request(sampled).result().to(device) if callable(request) else None
     refs: list[tuple[torch.Tensor, torch.Tensor] | None] = []
-    with torch.inference_mode():
+    with span("trainer", "log-prob passes"), torch.inference_mode():
         for rows in chunks:
             if module.reference is None or rows.start == rows.stop:
                 refs.append(None)
