@@ -64,6 +64,8 @@ def _fields(schema: Any, prefix: str) -> list[str]:
 
 def command_help(name: str) -> str | None:
     """The help text of command ``name`` (``rubric audit`` for a tool), or None for one without its own."""
+    from rlkit.config.schemas import RunConfig
+
     entry = HELP.get(name)
     if entry is None:
         return None
@@ -73,13 +75,9 @@ def command_help(name: str) -> str | None:
     if entry.config:
         lines += ["", "config groups (group=option):", *_groups()]
     if entry.block is not None:
-        from rlkit.config.schemas import RunConfig
-
         schema = RunConfig.model_fields[entry.block].annotation
         lines += ["", f"its own keys ({entry.block}.*):", *_fields(schema, f"{entry.block}.")]
     if name in ("fit", "sft", "validate"):
-        from rlkit.config.schemas import RunConfig
-
         lines += ["", "top-level keys (key=value) and blocks (block.key=value):", *_fields(RunConfig, "")]
     lines += ["", "Every key, with its default and constraint: docs/config-reference.md. Overrides are Hydra's.",
               "", f"example: {entry.example}"]

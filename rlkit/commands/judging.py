@@ -50,7 +50,8 @@ def cmd_score(overrides: Sequence[str]) -> int:
                         f"{len(result.rewards)} completions, judge {validated.plugin_names['judge']}")
     for column in ("dimension", "mean", "std", "min", "max", "scored", "unscored"):
         table.add_column(column, justify="left" if column == "dimension" else "right")
-    for row in dimension_table(result):
+    rows = dimension_table(result)
+    for row in rows:
         table.add_row(row["name"], fmt(row["mean"]), fmt(row["std"]), fmt(row["min"]), fmt(row["max"]),
                       str(row["scored"]), str(row["unscored"]))
     console = rich_console()
@@ -65,17 +66,16 @@ def cmd_score(overrides: Sequence[str]) -> int:
         resumed = f" ({sharded.shards_skipped} of {sharded.shards} shards from an earlier run in " \
                   f"{shards_dir(Path(options.output))})" if sharded.shards_skipped else ""
         console.print(f"wrote {sharded.lines} scored completions to {options.output}{resumed}", markup=False)
-    _refuse_unscored(result, validated)
+    _refuse_unscored(rows[:-1], len(result.rewards), validated)  # the last row is the reward's
     return 0
 
 
-def _refuse_unscored(result: Any, validated: Any) -> None:
+def _refuse_unscored(rows: list[dict[str, Any]], completions: int, validated: Any) -> None:
     """A dimension scored on none of the completions ends ``rlkit score`` with exit status 3: its table and file
-    show NaN, and a reward made of the other dimensions alone is not the rubric's."""
+    show NaN, and a reward made of the other dimensions alone is not the rubric's. ``rows``: the dimensions' rows
+    of the summary table."""
     from rlkit.core.errors import UnscoredError
-    from rlkit.evaluation.scoring import dimension_table
 
-    rows = dimension_table(result)[:-1]  # the reward's row is not a dimension
     unscored = [row["name"] for row in rows if row["scored"] == 0 and row["unscored"] > 0]
     if not unscored:
         return
@@ -85,7 +85,7 @@ def _refuse_unscored(result: Any, validated: Any) -> None:
     why = f" ({rate:.0%} of its dimension scores in the last batch could not be parsed)" if rate else ""
     then = ("no reward could be made" if len(unscored) == len(rows)
             else "the rewards are made of the other dimensions alone")
-    raise UnscoredError(f"judge {judge} scored {', '.join(unscored)} on none of the {len(result.rewards)} "
+    raise UnscoredError(f"judge {judge} scored {', '.join(unscored)} on none of the {completions} "
                         f"completions{why}: {then}", "score")
 
 

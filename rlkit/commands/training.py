@@ -33,9 +33,10 @@ def cmd_fit(overrides: Sequence[str]) -> int:
 
     relaunched = os.environ.get(RELAUNCHED_COMMAND) == "fit"
     args = parse_hydra_args(overrides)  # a flag Hydra does not know is one line here, before anything starts
-    if not relaunched and args.multirun and not args.shows_only:
+    checked_here = not relaunched and not args.shows_only  # another rank's was checked; --cfg and --info train nothing
+    if checked_here and args.multirun:
         validate_sweep(overrides)  # every job's config, before the first one trains
-    if not relaunched and not args.multirun and not args.shows_only:
+    elif checked_here:
         # Fail in milliseconds with one line, before Hydra sets up a run directory.
         validated = validated_config(overrides)
         if validated.run.audit.require:  # fit() checks again: a sweep's jobs and programmatic calls come there

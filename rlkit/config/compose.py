@@ -68,12 +68,12 @@ class HydraArgs:
 
 def _hydra_spelling(flag: str, following: str | None) -> str:
     """What to write instead of an argparse-style ``--key value`` (``--max_steps 5``): the Hydra override."""
-    from rlkit.config.schemas import RunConfig
+    from rlkit.config.schemas import TRAINER_ARGUMENTS, TRAINER_KEYS_RLKIT_SETS, RunConfig
 
     key, _, value = flag[2:].partition("=")
     key = key.replace("-", "_")
     value = value or (following if following is not None and not following.startswith("-") else "VALUE")
-    trainer_keys = ("max_steps", "max_epochs", "accelerator", "devices", "precision", "num_nodes", "strategy")
+    trainer_keys = set(TRAINER_ARGUMENTS) - set(TRAINER_KEYS_RLKIT_SETS)  # what `trainer.*` takes (check_trainer)
     path = key if key in RunConfig.model_fields or "." in key else f"trainer.{key}" if key in trainer_keys else None
     if path is None:
         return f"not a Hydra flag or an override: {flag}; overrides are key=value (`rlkit fit --help` lists the keys)"

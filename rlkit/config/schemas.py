@@ -411,9 +411,20 @@ GROUP_SCHEMAS: dict[str, type[pydantic.BaseModel]] = {
     "rubric": RubricConfig,
     "logger": LoggerConfig,
 }
-# Nodes passed on to a library: `trainer` holds lightning.Trainer's own arguments (checked against its signature
-# by rlkit.config.validate), `hydra` is Hydra's.
+# Nodes passed on to a library: `trainer` holds lightning.Trainer's own arguments (checked against
+# TRAINER_ARGUMENTS by rlkit.config.validate), `hydra` is Hydra's.
 PASS_THROUGH_KEYS = ("trainer", "hydra")
+# lightning.Trainer's arguments, written out: reading its signature imports Lightning, 5 of `rlkit validate`'s 11 s
+# here. tests/config/test_config.py checks the list against the installed Lightning.
+TRAINER_ARGUMENTS = (
+    "accelerator", "accumulate_grad_batches", "barebones", "benchmark", "callbacks", "check_val_every_n_epoch",
+    "default_root_dir", "detect_anomaly", "deterministic", "devices", "enable_autolog_hparams", "enable_checkpointing",
+    "enable_model_summary", "enable_progress_bar", "fast_dev_run", "gradient_clip_algorithm", "gradient_clip_val",
+    "inference_mode", "limit_predict_batches", "limit_test_batches", "limit_train_batches", "limit_val_batches",
+    "log_every_n_steps", "logger", "max_epochs", "max_steps", "max_time", "min_epochs", "min_steps", "model_registry",
+    "num_nodes", "num_sanity_val_steps", "overfit_batches", "plugins", "precision", "profiler",
+    "reload_dataloaders_every_n_epochs", "strategy", "sync_batchnorm", "use_distributed_sampler", "val_check_interval",
+)
 # lightning.Trainer arguments that rlkit sets itself (rlkit.train.fit.build_trainer): a run may not set them.
 TRAINER_KEYS_RLKIT_SETS = ("default_root_dir", "logger", "callbacks", "num_sanity_val_steps",
                            "check_val_every_n_epoch", "val_check_interval", "enable_model_summary")

@@ -16,6 +16,7 @@ from rlkit.config.compose import config_source
 from rlkit.config.schemas import (
     GROUP_SCHEMAS,
     PASS_THROUGH_KEYS,
+    TRAINER_ARGUMENTS,
     TRAINER_KEYS_RLKIT_SETS,
     DataConfig,
     DebiasConfig,
@@ -107,19 +108,6 @@ def run_keys(cfg: DictConfig) -> dict[str, Any]:
     groups = set(GROUP_SCHEMAS) | set(KINDS_BY_GROUP) | set(PASS_THROUGH_KEYS)
     return {k: OmegaConf.to_container(v, resolve=True) if OmegaConf.is_config(v) else v
             for k, v in cfg.items() if k not in groups}
-
-
-# lightning.Trainer's arguments, written out: reading its signature imports Lightning, 5 of `rlkit validate`'s 11 s
-# here. tests/config/test_config.py checks the list against the installed Lightning.
-TRAINER_ARGUMENTS = (
-    "accelerator", "accumulate_grad_batches", "barebones", "benchmark", "callbacks", "check_val_every_n_epoch",
-    "default_root_dir", "detect_anomaly", "deterministic", "devices", "enable_autolog_hparams", "enable_checkpointing",
-    "enable_model_summary", "enable_progress_bar", "fast_dev_run", "gradient_clip_algorithm", "gradient_clip_val",
-    "inference_mode", "limit_predict_batches", "limit_test_batches", "limit_train_batches", "limit_val_batches",
-    "log_every_n_steps", "logger", "max_epochs", "max_steps", "max_time", "min_epochs", "min_steps", "model_registry",
-    "num_nodes", "num_sanity_val_steps", "overfit_batches", "plugins", "precision", "profiler",
-    "reload_dataloaders_every_n_epochs", "strategy", "sync_batchnorm", "use_distributed_sampler", "val_check_interval",
-)
 
 
 def check_trainer(cfg: DictConfig) -> dict[str, Any]:

@@ -29,24 +29,27 @@ def check_member_judge(ref: Any, parent: str) -> Any:
     return ref.plugin
 
 
+def _optional(judge: Any, method: str, *args: Any) -> list[Any]:
+    """What ``judge.<method>(*args)`` gives, or nothing for a judge without that optional method."""
+    found = getattr(judge, method, None)
+    return found(*args) if callable(found) else []
+
+
+def _each_once(lists: Iterable[list[Any]]) -> list[Any]:
+    out: list[Any] = []
+    for items in lists:
+        for item in items:
+            if item not in out:
+                out.append(item)
+    return out
+
+
 def member_record_fields(members: Iterable[tuple[Any, Rubric]]) -> list[RecordField]:
     """The record fields any of ``(judge, the rubric it is asked with)`` reads, each once: a field one member
     needs and a record lacks leaves that member's score of the dimension out of the composite's."""
-    out: list[RecordField] = []
-    for judge, rubric in members:
-        fields = getattr(judge, "record_fields", None)
-        for used in fields(rubric) if callable(fields) else []:
-            if used not in out:
-                out.append(used)
-    return out
+    return _each_once(_optional(judge, "record_fields", rubric) for judge, rubric in members)
 
 
 def member_model_folders(members: Iterable[Any]) -> list[Path]:
     """The local model folders the member judges ask (their ``model_folders()``), each once."""
-    out: list[Path] = []
-    for judge in members:
-        folders = getattr(judge, "model_folders", None)
-        for folder in folders() if callable(folders) else []:
-            if folder not in out:
-                out.append(folder)
-    return out
+    return _each_once(_optional(judge, "model_folders") for judge in members)

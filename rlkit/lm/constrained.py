@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+import weakref
 from collections.abc import Sequence
 from typing import Any
 
@@ -18,17 +19,19 @@ import torch
 
 from rlkit.core.errors import ConfigError
 
-_TOKENIZERS: dict[tuple[int, int, tuple[int, ...]], Any] = {}  # (id(tokenizer), vocab, stop ids) -> LLTokenizer
+# tokenizer -> {(vocab, stop ids): LLTokenizer}; weak, so a dropped model's tokenizer is not kept, and a new tokenizer
+# never finds another's entry (an id() key can be reused once its object is freed)
+_TOKENIZERS: weakref.WeakKeyDictionary[Any, dict[tuple[int, tuple[int, ...]], Any]] = weakref.WeakKeyDictionary()
 
 
 def _engine_tokenizer(tokenizer: Any, vocab: int, stop: tuple[int, ...]) -> Any:
     """llguidance's view of ``tokenizer`` (built once per tokenizer: 0.4 s for a 49k vocabulary)."""
     import llguidance.hf
 
-    key = (id(tokenizer), vocab, stop)
-    if key not in _TOKENIZERS:
-        _TOKENIZERS[key] = llguidance.hf.from_tokenizer(tokenizer, n_vocab=vocab, eos_token=list(stop) or None)
-    return _TOKENIZERS[key]
+    built = _TOKENIZERS.setdefault(tokenizer, {})
+    if (vocab, stop) not in built:
+        built[vocab, stop] = llguidance.hf.from_tokenizer(tokenizer, n_vocab=vocab, eos_token=list(stop) or None)
+    return built[vocab, stop]
 
 
 def json_schema_grammar(schema: dict[str, Any]) -> str:

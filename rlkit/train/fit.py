@@ -266,7 +266,8 @@ def print_summary(summary: dict[str, Any], validated: ValidatedConfig) -> None:
     rubric = validated.rubric if "heldout_judge" in validated.plugins else validated.reward_rubric
     yardstick = validated.heldout_yardstick()
     caveats = summary.get("caveats") or {}
-    split = "training prompts (no held-out split)" if "heldout_is_training" in caveats else "held-out"
+    on_training_prompts = "heldout_is_training" in caveats
+    split = "training prompts (no held-out split)" if on_training_prompts else "held-out"
     notes = [yardstick] if yardstick else []
     if "no_warm_start" in caveats:
         notes.append("the embedded policy without a warm start")
@@ -306,6 +307,6 @@ def print_summary(summary: dict[str, Any], validated: ValidatedConfig) -> None:
     for line in summary.get("signal") or []:  # said last, beside the figure it qualifies
         console.print(f"warning: {line}", markup=False)
     which = f" ({validated.plugin_names['heldout_aggregator']} yardstick)" if yardstick else ""
-    split = "training-prompt" if "heldout_is_training" in caveats else "held-out"
-    console.print(f"final {split} mean normalised reward{which}: {summary['end']['reward']:.4f}")
+    console.print(f"final {'training-prompt' if on_training_prompts else 'held-out'} mean normalised reward{which}: "
+                  f"{summary['end']['reward']:.4f}")
     console.print(f"policy saved to {summary['policy_dir']}")

@@ -181,6 +181,6 @@ def test_the_trainer_arguments_rlkit_checks_are_lightnings_own():
 
     import lightning as L
 
-    from rlkit.config.validate import TRAINER_ARGUMENTS
+    from rlkit.config.schemas import TRAINER_ARGUMENTS
 
     assert set(TRAINER_ARGUMENTS) == set(inspect.signature(L.Trainer.__init__).parameters) - {"self"}
