@@ -315,6 +315,13 @@ def rlkit_register_judge_backends(register: Register) -> None:
     * optional ``structured_outputs: bool``: true when ``complete(prompts, schema=...)`` constrains every answer to
       that JSON schema (a judge with ``structured: true`` then sends its rubric's); a backend without it is never
       passed a schema.
+    * optional ``level_probs_outputs: bool``: true when ``complete(prompts, schema=..., level_probs=True)`` gives each
+      answered ``Completion`` its ``level_probs``: for each integer field of the schema whose levels are one digit,
+      ``{level: probability}`` over exactly those levels (summing to 1), read at the token that wrote the field's
+      value (``hf``: from its logits in-process; ``openai``: from the server's ``top_logprobs``). A field it cannot
+      read may be left out (the judge then keeps the written level); a backend that cannot read any (a server that
+      returns no log-probs) raises a ``ConfigError`` rather than answer without them. The ``llm`` judge's
+      ``scoring: expected`` needs it (and ``structured_outputs``); a backend without it is never asked.
     """
 
 

@@ -16,6 +16,19 @@ counts what it served in :attr:`CannedChatServer.served` (answered calls and the
 next N chat requests with HTTP 429, and ``rate_limit=(n, seconds)`` answers 429 to a request that arrives when ``n``
 were already answered within the last ``seconds`` by ``clock`` (pass a fake clock to count instead of timing);
 :attr:`CannedChatServer.throttled` counts the 429s.
+
+Structured outputs and log-probs, as the ``openai`` backend asks for them under ``scoring: expected``:
+
+* ``response_format`` is read as llama.cpp's server reads it: ``json_schema`` with the schema nested as OpenAI nests
+  it (``{"json_schema": {"schema": ...}}``), ``json_object`` with an optional ``schema`` (llama-cpp-python's form),
+  ``text``; any other type is HTTP 400. The schema each request asked for (None: none) is kept in
+  :attr:`CannedChatServer.schemas`; the canned answer is sent whatever it is.
+* ``logprobs: true`` (with ``top_logprobs``, 0 to 20, which alone is HTTP 400, as OpenAI and llama-server answer)
+  adds ``choices[0].logprobs.content`` in OpenAI's layout: one ``{token, logprob, bytes, top_logprobs}`` per token,
+  the ``top_logprobs`` likeliest alternatives each. ``answer`` may return a list of :class:`Token` instead of text to
+  say what those are (:func:`tokens_of` builds one from text, with chosen alternatives at chosen fields' values and
+  an optional ```json fence, which stays out of ``content`` as llama.cpp's server strips it); a plain text answer is
+  split by :func:`split_tokens`, each token certain. ``logprobs=False`` makes a server that never sends any.
 """
 
 from __future__ import annotations
@@ -25,12 +38,115 @@ import re
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-Answer = Callable[[list[dict[str, Any]]], str]
+
+@dataclass(frozen=True)
+class Token:
+    """One token of a canned answer: its text, its log-prob, and the alternatives the server lists at its position
+    (``top``: token text -> log-prob; empty: the token alone, at its own log-prob)."""
+
+    text: str
+    logprob: float = 0.0
+    top: dict[str, float] = field(default_factory=dict)
+
+
+Answer = Callable[[list[dict[str, Any]]], str | list[Token]]
 COUNTED = "count"  # `usage`: count the tokens as count_tokens does
+MAX_TOP_LOGPROBS = 20  # OpenAI's cap on top_logprobs
+# each token: one digit, a word, or one other character, with the spaces before it (a digit alone, as Llama 3's and
+# Qwen's tokenizers split numbers); trailing spaces are a token of their own
+_TOKEN = re.compile(r"\s*(?:\d|[^\W\d]\w*|[^\w\s])|\s+$")
+_FENCED = re.compile(r"\A\s*```(?:json)?[ \t]*\n(.*?)\n?```\s*\Z", re.DOTALL)
+
+
+def split_tokens(text: str) -> list[str]:
+    """The server's tokenizer, deterministic: ``'{"a": 12}'`` -> ``'{', '"', 'a', '"', ':', ' 1', '2', '}'``; the
+    tokens join to ``text``."""
+    return _TOKEN.findall(text)
+
+
+def tokens_of(text: str, alternatives: dict[str, dict[str, float]] | None = None, *,
+              fence: bool = False) -> list[Token]:
+    """``text`` as :func:`split_tokens` splits it, each token certain (log-prob 0), except the token that writes the
+    value of each field named in ``alternatives`` (the first token after ``"<field>":``): the server lists those
+    alternatives there (token text -> log-prob), and the written token gets the log-prob listed for its text, spaces
+    aside. ``fence``: the stream opens with a ```json fence and closes it, as a llama.cpp model may write."""
+    tokens = split_tokens(text)
+    out = []
+    for index, token in enumerate(tokens):
+        written = "".join(tokens[:index]).rstrip()
+        named = next((name for name in alternatives or {} if written.endswith(json.dumps(name) + ":")), None)
+        if named is None or not token.strip():
+            out.append(Token(token))
+            continue
+        top = (alternatives or {})[named]
+        out.append(Token(token, top.get(token, top.get(token.strip(), 0.0)), dict(top)))
+    if fence:
+        out = [Token("```"), Token("json"), Token("\n"), *out, Token("\n"), Token("```")]
+    return out
+
+
+def _content(tokens: Sequence[Token]) -> str:
+    """What a token stream shows as ``message.content``: its text, without a ```json fence around it."""
+    text = "".join(t.text for t in tokens)
+    fenced = _FENCED.match(text)
+    return fenced.group(1) if fenced else text
+
+
+def _logprobs(tokens: Sequence[Token], top: int) -> dict[str, Any]:
+    """``choices[0].logprobs`` in OpenAI's layout: each token with its ``top`` likeliest alternatives."""
+
+    def entry(text: str, logprob: float) -> dict[str, Any]:
+        return {"token": text, "logprob": logprob, "bytes": list(text.encode())}
+
+    content = []
+    for token in tokens:
+        listed = token.top or {token.text: token.logprob}
+        likeliest = sorted(listed.items(), key=lambda item: -item[1])[:top]
+        content.append({**entry(token.text, token.logprob), "top_logprobs": [entry(t, v) for t, v in likeliest]})
+    return {"content": content, "refusal": None}
+
+
+class _Refused(Exception):
+    """A request the server answers with HTTP 400."""
+
+
+def _schema(request: dict[str, Any]) -> dict[str, Any] | None:
+    """The JSON schema ``response_format`` asks for (None: none), read as llama.cpp's server reads it."""
+    shape = request.get("response_format")
+    if shape is None:
+        return None
+    kind = shape.get("type") if isinstance(shape, dict) else None
+    if kind == "json_schema":
+        nested = shape.get("json_schema")
+        schema = nested.get("schema") if isinstance(nested, dict) else None
+        if not isinstance(schema, dict):
+            raise _Refused("response_format json_schema needs json_schema.schema, a JSON schema")
+        return schema
+    if kind == "json_object":
+        schema = shape.get("schema", {})
+        if not isinstance(schema, dict):
+            raise _Refused("response_format json_object's schema must be a JSON schema")
+        return schema
+    if kind == "text":
+        return None
+    raise _Refused('response_format type must be one of "text", "json_object" or "json_schema"')
+
+
+def _top_logprobs(request: dict[str, Any]) -> int | None:
+    """How many alternatives to list per token (None: no log-probs asked), checked as OpenAI checks it."""
+    asked, top = request.get("logprobs"), request.get("top_logprobs")
+    if asked not in (None, True, False):
+        raise _Refused(f"logprobs must be a boolean, got {asked!r}")
+    if top is not None and (isinstance(top, bool) or not isinstance(top, int) or not 0 <= top <= MAX_TOP_LOGPROBS):
+        raise _Refused(f"top_logprobs must be an integer from 0 to {MAX_TOP_LOGPROBS}, got {top!r}")
+    if top is not None and asked is not True:
+        raise _Refused("logprobs must be set to true if top_logprobs is used")
+    return (top or 0) if asked else None
 
 
 def count_tokens(text: str) -> int:
@@ -71,10 +187,13 @@ class CannedChatServer:
     """Binds ``127.0.0.1`` on a free port; serves in a daemon thread between ``start`` and ``stop``."""
 
     def __init__(self, answer: Answer, *, usage: Any = COUNTED, throttle_first: int = 0,
-                 rate_limit: tuple[int, float] | None = None, clock: Callable[[], float] = time.monotonic) -> None:
+                 rate_limit: tuple[int, float] | None = None, clock: Callable[[], float] = time.monotonic,
+                 logprobs: bool = True) -> None:
         self.answer = answer
         self.requests: list[list[dict[str, Any]]] = []
         self.bodies: list[dict[str, Any]] = []
+        self.schemas: list[dict[str, Any] | None] = []  # the JSON schema each answered request asked for
+        self.logprobs = logprobs  # False: log-probs asked for are never sent (a server without them)
         self.usage = usage
         self.served = {"calls": 0, "prompt_tokens": 0, "completion_tokens": 0}  # chat answers sent (HTTP 200)
         self.throttled = 0  # HTTP 429s sent
@@ -129,9 +248,21 @@ class CannedChatServer:
                 with owner._lock:
                     owner.requests.append(messages)
                     owner.bodies.append(request)
-                text = owner.answer(messages)
-                body: dict[str, Any] = {"object": "chat.completion", "choices": [
-                    {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}]}
+                try:
+                    schema, top = _schema(request), _top_logprobs(request)
+                except _Refused as exc:
+                    self._json(400, {"error": {"message": str(exc), "type": "invalid_request_error"}})
+                    return
+                with owner._lock:
+                    owner.schemas.append(schema)
+                said = owner.answer(messages)
+                tokens = [Token(t) for t in split_tokens(said)] if isinstance(said, str) else list(said)
+                text = said if isinstance(said, str) else _content(tokens)
+                choice: dict[str, Any] = {"index": 0, "message": {"role": "assistant", "content": text},
+                                          "finish_reason": "stop"}
+                if top is not None and owner.logprobs:
+                    choice["logprobs"] = _logprobs(tokens, top)
+                body: dict[str, Any] = {"object": "chat.completion", "choices": [choice]}
                 prompt_tokens = sum(count_tokens(str(m.get("content", ""))) for m in messages)
                 completion_tokens = count_tokens(text)
                 if owner.usage == COUNTED:

@@ -174,8 +174,11 @@ def test_expected_scoring_needs_structured_answers_and_a_backend_that_reads_prob
     registry = load_registry()
     with pytest.raises(ConfigError, match=r"judge\.params\.scoring: expected .* set judge\.params\.structured: true"):
         registry.create("judge", "llm", {"scoring": "expected", "structured": False})
+    # openai reads them from the server's top_logprobs (tests/judging/test_openai_expected.py), but only when it
+    # sends a schema: without one there is no structured answer whose value tokens to read
     with pytest.raises(ConfigError, match=r"judge\.params\.scoring: expected needs a backend .* openai does not"):
-        registry.create("judge", "llm", {"scoring": "expected", "backend": {"name": "openai"}})
+        registry.create("judge", "llm", {"scoring": "expected", "backend": {
+            "name": "openai", "params": {"response_format": "none"}}})
 
 
 def test_the_llm_judge_scores_the_expected_level_between_the_levels(tiny_backend, tmp_path, monkeypatch):

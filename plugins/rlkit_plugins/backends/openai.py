@@ -10,6 +10,20 @@ That covers OpenAI itself and the usual self-hosted servers (vLLM, SGLang, llama
   llama.cpp's ``llama-server`` accept; ``json_object`` is ``{"type": "json_object", "schema": ...}``, the only form
   llama-cpp-python's server (``python -m llama_cpp.server``) takes; ``none`` sends no constraint (a server that
   refuses the field). A server that cannot constrain answers HTTP 400, which is not retried: set ``none``.
+* **Level probabilities** (``scoring: expected``). ``complete(chats, schema=..., level_probs=True)`` also sends
+  ``logprobs: true`` and ``top_logprobs`` (the param, 1 to 20; both fields, as llama-cpp-python returns nothing
+  without the second and llama-server refuses the second alone), and gives each answer the probability of every
+  level of the schema's one-digit integer fields (``Completion.level_probs``), read from
+  ``choices[0].logprobs.content`` by :func:`read_level_probs`. The token that writes a field's value is found by its
+  text offset after ``"<field>":`` in the tokens' own joined text, never by its index (llama.cpp's server lets a
+  model write a ```json fence, then strips it from ``content``); the entries of its ``top_logprobs`` that write a
+  level (each counted for the digit it starts with, as the ``hf`` backend counts them) are renormalised over the
+  levels, since servers report raw log-probs, before the schema's mask (vLLM's default ``raw_logprobs``,
+  llama.cpp, llama-cpp-python). A field whose token lists no level keeps its written level with probability 1 and
+  is counted in :attr:`OpenAIBackend.level_probs_fallbacks` (and warned about once): its score is then the sampled
+  one, which is a score, not a failure, so the judge's parse accounting is the wrong place for it. A server that
+  answers without any ``logprobs`` is a ``ConfigError`` naming ``base_url`` and ``scoring: sampled``, rather than
+  expected scores quietly read from the written levels.
 * **Key.** Read from the environment variable named by ``api_key_env`` on every :meth:`OpenAIBackend.complete`
   call (never from config, so it never lands in a saved config, a log or a cache key) and sent as
   ``Authorization: Bearer <key>`` when set; unset means no header (local servers rarely want one).
@@ -46,6 +60,8 @@ That covers OpenAI itself and the usual self-hosted servers (vLLM, SGLang, llama
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import json
 import math
 import os
 import re
@@ -70,10 +86,14 @@ from rlkit.plugin import (
 )
 from rlkit_plugins.backends.reachability import probe
 
-__all__ = ["MAX_BACKOFF_S", "OpenAIBackend"]
+__all__ = ["MAX_BACKOFF_S", "OpenAIBackend", "level_distribution", "one_digit_levels", "read_level_probs",
+           "value_token"]
 
 WHERE = "judge.params.backend.params"
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_LEADING_DIGIT = re.compile(r"\s*(\d)(?!\d)")  # a token that writes one digit, perhaps after spaces ("4", " 4", "4,")
+MAX_TOP_LOGPROBS = 20  # OpenAI's and vLLM's (--max-logprobs) cap
+UNKNOWN_LOGPROB = -9999.0  # what OpenAI lists for a token outside the top 20
 
 if TYPE_CHECKING:
     import httpx
@@ -87,17 +107,99 @@ class _Answer:
     tokens_in: int | None
     tokens_out: int | None
     usage_problem: str | None
+    tokens: list[Any] | None = None  # choices[0].logprobs.content; None when the server sent none
 
 
 def _content(response: httpx.Response) -> _Answer | None:
     try:
         body = response.json()
-        content = body["choices"][0]["message"]["content"]
+        choice = body["choices"][0]
+        content = choice["message"]["content"]
     except (ValueError, KeyError, IndexError, TypeError):
         return None
     if not isinstance(content, str):
         return None
-    return _Answer(content, *read_usage(body))
+    logprobs = choice.get("logprobs")
+    tokens = logprobs.get("content") if isinstance(logprobs, dict) else None
+    # absent log-probs are not a malformed answer to retry: the server does not send them (complete() says so)
+    return _Answer(content, *read_usage(body), tokens=tokens if isinstance(tokens, list) else None)
+
+
+def one_digit_levels(schema: dict[str, Any]) -> dict[str, list[int]]:
+    """The schema's fields whose values are an integer ``enum`` of one-digit levels: those whose distribution one
+    token's ``top_logprobs`` holds. (``rlkit.lm.constrained.single_digit_levels``, which imports torch.)"""
+    out = {}
+    for name, spec in (schema.get("properties") or {}).items():
+        levels = spec.get("enum") if isinstance(spec, dict) and spec.get("type") == "integer" else None
+        if levels and all(isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= 9 for v in levels):
+            out[name] = list(levels)
+    return out
+
+
+def value_token(tokens: Sequence[str], name: str) -> int | None:
+    """The index of the token that writes field ``name``'s value: the one holding the first character after
+    ``"<name>":`` in the tokens' joined text, if that token opens with the value (spaces aside) and writes one digit.
+    Offsets, not indices: a model may write a ```json fence (or anything) before the object."""
+    text = "".join(tokens)
+    found = re.search(re.escape(json.dumps(name, ensure_ascii=False)) + r"\s*:\s*", text)
+    if found is None or found.end() >= len(text):
+        return None
+    at, start = found.end(), 0
+    for index, token in enumerate(tokens):
+        if start + len(token) > at:
+            # a token that also writes the colon (``:4``) has alternatives for the colon, not for the value
+            opens = not token[:at - start].strip()
+            return index if opens and _LEADING_DIGIT.match(token) else None
+        start += len(token)
+    return None
+
+
+def level_distribution(entry: dict[str, Any], levels: Sequence[int]) -> dict[int, float] | None:
+    """{level: probability} from one token's ``top_logprobs``: the entries that write a level, renormalised over the
+    levels (other tokens, such as ``x`` or a space, are dropped); None when no entry writes one."""
+    logprob_of: dict[int, list[float]] = {}
+    for alternative in entry.get("top_logprobs") or []:
+        token = alternative.get("token") if isinstance(alternative, dict) else None
+        logprob = alternative.get("logprob") if isinstance(alternative, dict) else None
+        found = _LEADING_DIGIT.match(token) if isinstance(token, str) else None
+        # OpenAI writes -9999.0 for "very unlikely, value unknown": no evidence, not a log-prob to renormalise
+        if (found and int(found.group(1)) in levels and isinstance(logprob, int | float)
+                and not isinstance(logprob, bool) and math.isfinite(logprob) and logprob > UNKNOWN_LOGPROB):
+            # " 4" and "4" are different tokens writing the same level: their mass adds up
+            logprob_of.setdefault(int(found.group(1)), []).append(float(logprob))
+    if not logprob_of:
+        return None
+    peak = max(max(values) for values in logprob_of.values())  # subtracted so that exp cannot underflow to 0 for all
+    mass = {level: sum(math.exp(v - peak) for v in values) for level, values in logprob_of.items()}
+    total = sum(mass.values())
+    return {level: mass.get(level, 0.0) / total for level in levels}
+
+
+def read_level_probs(tokens: Sequence[Any], levels: dict[str, list[int]]
+                     ) -> tuple[dict[str, dict[int, float]], list[str]]:
+    """Each level field's {level: probability} from an answer's ``logprobs.content``, and the fields whose
+    probabilities could not be read. Of those, one whose value token lists no level in its ``top_logprobs`` gets its
+    written level with probability 1; one whose value token cannot be found (or writes no level) is left out, and
+    the judge reads it from the text as written. Either way its score is the sampled one."""
+    texts = [t.get("token") if isinstance(t, dict) else None for t in tokens]
+    if not all(isinstance(t, str) for t in texts):
+        return {}, list(levels)  # an entry without its text shifts every offset after it
+    out: dict[str, dict[int, float]] = {}
+    fallbacks: list[str] = []
+    for name, allowed in levels.items():
+        index = value_token(texts, name)  # type: ignore[arg-type]
+        if index is None:
+            fallbacks.append(name)
+            continue
+        probs = level_distribution(tokens[index], allowed)
+        if probs is None:
+            fallbacks.append(name)
+            written = int(_LEADING_DIGIT.match(texts[index]).group(1))  # type: ignore[arg-type, union-attr]
+            if written in allowed:
+                out[name] = {level: float(level == written) for level in allowed}
+        else:
+            out[name] = probs
+    return out, fallbacks
 
 
 class OpenAIBackend:
@@ -126,6 +228,10 @@ class OpenAIBackend:
         response_format: Literal["json_schema", "json_object", "none"] = "json_schema"
         """How a JSON schema is asked for: OpenAI's ``json_schema`` (OpenAI, vLLM, SGLang, llama-server),
         ``json_object`` with a ``schema`` (llama-cpp-python's server), or ``none``."""
+        top_logprobs: int = 20
+        """How many of the likeliest tokens the server lists at each position when the judge scores by expected
+        level (``scoring: expected``), 1 to 20 (OpenAI's and vLLM's cap); a level outside them counts as
+        improbable."""
 
     def __init__(self, params: OpenAIBackend.Params | None = None) -> None:
         import httpx  # here, not at module level: every rlkit command imports all built-in plugins
@@ -156,6 +262,12 @@ class OpenAIBackend:
         if p.response_format not in ("json_schema", "json_object", "none"):
             raise ConfigError(f"must be json_schema, json_object or none, got {p.response_format!r}",
                               f"{WHERE}.response_format")
+        if (isinstance(p.top_logprobs, bool) or not isinstance(p.top_logprobs, int)
+                or not 1 <= p.top_logprobs <= MAX_TOP_LOGPROBS):
+            raise ConfigError(f"must be an integer from 1 to {MAX_TOP_LOGPROBS} (OpenAI and vLLM list at most "
+                              f"{MAX_TOP_LOGPROBS}), got {p.top_logprobs!r}", f"{WHERE}.top_logprobs")
+        self.level_probs_fallbacks = 0  # level fields scored at their written level: no level in top_logprobs
+        self._fallback_warned = False
 
     @property
     def structured_outputs(self) -> bool:
@@ -163,15 +275,28 @@ class OpenAIBackend:
         return self.params.response_format != "none"
 
     @property
+    def level_probs_outputs(self) -> bool:
+        """Whether ``complete(..., schema=, level_probs=True)`` reads each level's probability (from the server's
+        ``top_logprobs``): whenever a schema is sent at all (``response_format`` not none)."""
+        return self.structured_outputs
+
+    @property
     def max_answer_tokens(self) -> int:
         """The longest answer a request may get (``max_tokens``): what ``rlkit validate``'s estimate assumes."""
         return self.params.max_tokens
 
     def identity(self) -> dict[str, Any]:
-        """What determines the answers (never the key): part of every response-cache key."""
+        """What determines the answers (never the key): part of every response-cache key.
+
+        ``top_logprobs`` is in it only when it is not the default: it changes only answers asked with
+        ``level_probs``, which the ``llm`` judge's key already keeps apart (``scoring``), so the keys of every
+        judge on the default stay as they were."""
         p = self.params
-        return {"backend": "openai", "base_url": p.base_url, "model": p.model, "max_tokens": p.max_tokens,
-                "temperature": p.temperature, "response_format": p.response_format}
+        out = {"backend": "openai", "base_url": p.base_url, "model": p.model, "max_tokens": p.max_tokens,
+               "temperature": p.temperature, "response_format": p.response_format}
+        if p.top_logprobs != MAX_TOP_LOGPROBS:
+            out["top_logprobs"] = p.top_logprobs
+        return out
 
     def retry_delay(self, retry: int, retry_after: float | None = None) -> float:
         """Seconds to wait before retry ``retry`` (0-based): exponential, capped, no jitter."""
@@ -193,14 +318,51 @@ class OpenAIBackend:
             raise ConfigError(f"{base} refused the key (HTTP 401); set the environment variable {p.api_key_env} to "
                               "the server's key", f"{WHERE}.api_key_env")
 
-    def complete(self, prompts: Sequence[Messages], schema: dict[str, Any] | None = None) -> list[Completion]:
+    def complete(self, prompts: Sequence[Messages], schema: dict[str, Any] | None = None,
+                 level_probs: bool = False) -> list[Completion]:
         """One :class:`Completion` per chat, in order; a request that keeps failing has ``text=None``. With
-        ``schema``, each answer is asked to follow that JSON schema (``response_format``)."""
+        ``schema``, each answer is asked to follow that JSON schema (``response_format``), and with ``level_probs``
+        each carries the probability of every level of the schema's one-digit fields (``Completion.level_probs``,
+        from the server's ``top_logprobs``). A server that answers without log-probs is a ``ConfigError``."""
         if not prompts:
             return []
         chats, headers = list(prompts), self._headers()
-        extra = {"response_format": self.response_format(schema)} if schema and self.structured_outputs else {}
-        return run_async(lambda: self._complete_all(chats, headers, extra), "rlkit-openai")
+        extra: dict[str, Any] = {"response_format": self.response_format(schema)} if schema and \
+            self.structured_outputs else {}
+        asked = bool(level_probs and schema)
+        if asked:
+            extra |= {"logprobs": True, "top_logprobs": self.params.top_logprobs}
+        replies = run_async(lambda: self._complete_all(chats, headers, extra), "rlkit-openai")
+        if not asked:
+            return [completion for completion, _ in replies]
+        return self._with_level_probs(replies, one_digit_levels(schema))  # type: ignore[arg-type]
+
+    def _with_level_probs(self, replies: list[tuple[Completion, list[Any] | None]],
+                          levels: dict[str, list[int]]) -> list[Completion]:
+        # every request asked the same way: one answer without log-probs means the server does not send them
+        if any(c.text is not None and (tokens is None or (c.text and not tokens)) for c, tokens in replies):
+            raise ConfigError(f"{self.params.base_url} does not return logprobs (asked with logprobs: true, "
+                              f"top_logprobs: {self.params.top_logprobs}), so scoring: expected cannot read the "
+                              "levels' probabilities; use scoring: sampled, or a server that returns them (OpenAI, "
+                              "vLLM, SGLang, llama.cpp's llama-server)", "judge.params.scoring")
+        out, fallbacks = [], 0
+        for completion, tokens in replies:
+            if completion.text is None:
+                out.append(completion)
+                continue
+            probs, missed = read_level_probs(tokens or [], levels)
+            fallbacks += len(missed)
+            out.append(dataclasses.replace(completion, level_probs=probs))
+        if fallbacks:
+            self.level_probs_fallbacks += fallbacks
+            if not self._fallback_warned:
+                self._fallback_warned = True
+                warnings.warn(f"judge backend openai: the levels' probabilities of {fallbacks} dimension score(s) "
+                              f"could not be read from {self.params.base_url}'s answer (no level among the top "
+                              f"{self.params.top_logprobs} tokens where the value is written, or no such token); "
+                              "they are scored at the level written, and OpenAIBackend.level_probs_fallbacks counts "
+                              "them", UserWarning, stacklevel=3)
+        return out
 
     def response_format(self, schema: dict[str, Any]) -> dict[str, Any]:
         """The request's ``response_format`` for ``schema``, in the shape the ``response_format`` param names."""
@@ -209,7 +371,7 @@ class OpenAIBackend:
         return {"type": "json_schema", "json_schema": {"name": "rubric_scores", "schema": schema, "strict": True}}
 
     async def _complete_all(self, chats: list[Messages], headers: dict[str, str],
-                            extra: dict[str, Any]) -> list[Completion]:
+                            extra: dict[str, Any]) -> list[tuple[Completion, list[Any] | None]]:
         import httpx
 
         p = self.params
@@ -219,8 +381,9 @@ class OpenAIBackend:
                                      verify=tls_context()) as client:
             return list(await asyncio.gather(*(self._complete_one(client, slots, chat, extra) for chat in chats)))
 
-    async def _complete_one(self, client: httpx.AsyncClient, slots: asyncio.Semaphore,
-                            messages: Messages, extra: dict[str, Any]) -> Completion:
+    async def _complete_one(self, client: httpx.AsyncClient, slots: asyncio.Semaphore, messages: Messages,
+                            extra: dict[str, Any]) -> tuple[Completion, list[Any] | None]:
+        """The answer, and its ``logprobs.content`` (None when the server sent none)."""
         p = self.params
         payload = {"model": p.model, "messages": list(messages), "max_tokens": p.max_tokens,
                    "temperature": p.temperature, **extra}
@@ -233,13 +396,13 @@ class OpenAIBackend:
                                       malformed="no choices[0].message.content", delay=self.retry_delay, gate=gate)
         answer = out.value
         if answer is None:
-            return Completion(text=None, error=out.error, latency=out.latency, attempts=out.attempts)
+            return Completion(text=None, error=out.error, latency=out.latency, attempts=out.attempts), None
         if answer.usage_problem is not None:
             self._warn_usage(answer.usage_problem)
         elif limiter is not None:
             limiter.settle(estimate, answer.tokens_in + answer.tokens_out)  # type: ignore[operator]
         return Completion(text=answer.text, latency=out.latency, attempts=out.attempts, tokens_in=answer.tokens_in,
-                          tokens_out=answer.tokens_out)
+                          tokens_out=answer.tokens_out), answer.tokens
 
     def _warn_usage(self, problem: str) -> None:
         if not self._usage_warned:
