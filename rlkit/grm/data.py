@@ -29,16 +29,6 @@ def competition_ranks(rewards: list[float]) -> list[int]:
     return [1 + sum(other > r for other in rewards) for r in rewards]
 
 
-def near_miss_answer(a: int, b: int, rng: random.Random) -> str:
-    """An answer that starts with a number, right or close to it: the comparisons a policy's late training turns
-    on, and the rarest in :func:`~rlkit.judging.tiny_judge.default_task_answer`'s mix."""
-    s = a + b
-    if rng.random() < 0.4:
-        return rng.choice([str(s), f"{s}.", f" {s}", f"{s} ok"])
-    wrong = rng.choice([s + d for d in (-10, -3, -2, -1, 1, 2, 3, 10, 11)] + [int(str(s)[::-1]), s * 10 + s % 10])
-    return rng.choice([str(wrong), f"{wrong}.", f"{wrong} ok"])
-
-
 def synthetic_preferences(num_records: int, ranker: SyntheticRanker, seed: int = 0,
                           group_size: tuple[int, int] = (3, 6), operands: tuple[int, int] = (0, 20),
                           near_miss: float = 0.5) -> list[dict[str, Any]]:
@@ -49,7 +39,7 @@ def synthetic_preferences(num_records: int, ranker: SyntheticRanker, seed: int =
     ``domain`` is ``one-digit`` when both operands are below 10, else ``two-digit``.
     """
     from rlkit.core.types import Rollout
-    from rlkit.judging.tiny_judge import default_task_answer, shipped_rubric
+    from rlkit.judging.tiny_judge import default_task_answer, near_miss_answer, shipped_rubric
     from rlkit.lm.models import TinyPolicySpec
     from rlkit.reward.pipeline import aggregate_rewards
 

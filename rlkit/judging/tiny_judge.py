@@ -21,7 +21,7 @@ from rlkit.lm.models import TinyPolicySpec, build_cached, build_model, build_tok
 
 COMPACT_TEMPLATE = "judge/rubric_scores_compact.jinja"
 RANKING_COMPACT_TEMPLATE = "judge/rank_group_compact.jinja"
-_FORMAT = 4  # bump when the recipe (data, training, chat template) changes
+_FORMAT = 5  # bump when the recipe (data, training, chat template) changes
 # The judge answers the rendered prompt as it is: its chat template passes message contents through, so
 # any backend that applies the tokenizer's chat template (hf, the OpenAI-compatible server) asks it exactly
 # what it was trained on.
@@ -36,10 +36,23 @@ class TinyJudgeSpec:
     num_attention_heads: int = 4
     num_key_value_heads: int = 2
     max_position_embeddings: int = 256
-    tie_word_embeddings: bool = True
-    steps: int = 400
+    tie_word_embeddings: bool = False
+    # Comparing the answer with the reference is an equality of neighbouring characters (the compact template's C:
+    # line), which this model learns only with a first layer that sees a short window and weights initialised
+    # wider than transformers' 0.02: with full attention over the whole prompt and the default init it stayed at
+    # 0.70-0.81 agreement with the rule judge on correctness after 400-1200 steps, and a toy of the bare comparison
+    # behind 50-120 characters at chance; with both, the toy learnt it exactly in 400 steps. This recipe (with the
+    # near and digit misses, the digits' loss weight, 1000 steps at 2e-3) agreed with the rule judge on 99.7% of
+    # 300 fresh answers' correctness and on the issue's four sums; 600 steps at 4e-3 gave 0.85-0.98 and missed
+    # some of the sums (one-off experiments, 2026-12-03).
+    initializer_range: float | None = 0.1
+    sliding_window: int | None = 8  # the first layer's attention window; None: full attention in every layer
+    near_misses: float = 0.4  # scores: the share of answers drawn from near_miss_answer
+    digit_misses: float = 0.1  # scores: the share drawn from digit_miss_answer
+    value_weight: float = 5.0  # the loss weight of the answer's digits (its scores) against its other tokens
+    steps: int = 1000
     batch_size: int = 32
-    lr: float = 4e-3
+    lr: float = 2e-3
     examples: int = 4000
     seed: int = 0
     rubric: str = "arithmetic"
@@ -53,7 +66,8 @@ class TinyJudgeSpec:
 # of sizes 2-8 in the same steps reached 0.05-0.35, and labels in variable-width lines ~0.0-0.2 even with a
 # curriculum from lone answers up (one-off experiments, 2026-11-29; benchmarks/tiny_ranking_judge.py
 # measures the adopted recipe through the ranking judge).
-RANKING_SPEC = TinyJudgeSpec(task="ranking", max_position_embeddings=512, num_hidden_layers=3, steps=600, lr=3e-3)
+RANKING_SPEC = TinyJudgeSpec(task="ranking", max_position_embeddings=512, num_hidden_layers=3, steps=600, lr=3e-3,
+                             tie_word_embeddings=True, initializer_range=None, sliding_window=None, value_weight=1.0)
 
 
 def ranking_spec(group_size: int) -> TinyJudgeSpec:
@@ -83,6 +97,24 @@ def default_task_answer(a: int, b: int, rng: random.Random, alphabet: str) -> st
     return "".join(rng.choice(alphabet) for _ in range(n))
 
 
+def near_miss_answer(a: int, b: int, rng: random.Random) -> str:
+    """An answer that starts with a number, right or close to it: the comparisons a policy's late training turns
+    on, and the rarest in :func:`default_task_answer`'s mix."""
+    s = a + b
+    if rng.random() < 0.4:
+        return rng.choice([str(s), f"{s}.", f" {s}", f"{s} ok"])
+    wrong = rng.choice([s + d for d in (-10, -3, -2, -1, 1, 2, 3, 10, 11)] + [int(str(s)[::-1]), s * 10 + s % 10])
+    return rng.choice([str(wrong), f"{wrong}.", f"{wrong} ok"])
+
+
+def digit_miss_answer(a: int, b: int, rng: random.Random) -> str:
+    """A wrong answer that shares digits with the sum: cut short (2 for 21), one digit more (72 or 17 for 7),
+    digits swapped (81 for 18): the comparisons a judge shown the reference gets wrong first."""
+    s = str(a + b)
+    wrong = [s[:-1], s + str(rng.randint(0, 9)), str(rng.randint(1, 9)) + s, s[::-1]]
+    return rng.choice([w for w in wrong if w and w != s] or [str(a + b + 1)])
+
+
 def shipped_rubric(name: str) -> Any:
     """A rubric shipped under ``conf/rubrics/`` (the tiny judge learns the default task's)."""
     import importlib.resources
@@ -105,8 +137,12 @@ def distillation_records(spec: TinyJudgeSpec, teacher: Any) -> list[dict[str, An
     records = []
     for _ in range(spec.examples):
         a, b = rng.randint(0, 20), rng.randint(0, 20)
-        records.append({"prompt": f"{a}+{b}=", "reference": str(a + b),
-                        "completion": default_task_answer(a, b, rng, alphabet)})
+        # a share of near misses: without them "not the sum" is learnt from far-off numbers only
+        draw = rng.random()
+        completion = (near_miss_answer(a, b, rng) if draw < spec.near_misses
+                      else digit_miss_answer(a, b, rng) if draw < spec.near_misses + spec.digit_misses
+                      else default_task_answer(a, b, rng, alphabet))
+        records.append({"prompt": f"{a}+{b}=", "reference": str(a + b), "completion": completion})
     rollout = Rollout(records=records, completions=[[r["completion"]] for r in records])
     raw = teacher.score(rollout, rubric)[:, 0]
     out = []
@@ -118,10 +154,10 @@ def distillation_records(spec: TinyJudgeSpec, teacher: Any) -> list[dict[str, An
     return out
 
 
-def render_compact(rubric: Any, prompt: str, completion: str) -> str:
+def render_compact(rubric: Any, prompt: str, completion: str, reference: str | None = None) -> str:
     from rlkit.core.templates import render_template
 
-    return render_template(COMPACT_TEMPLATE, rubric=rubric, prompt=prompt, completion=completion)
+    return render_template(COMPACT_TEMPLATE, rubric=rubric, prompt=prompt, completion=completion, reference=reference)
 
 
 def group_labels(n: int) -> list[str]:
@@ -188,7 +224,7 @@ def _training_texts(spec: TinyJudgeSpec, rubric: Any, teacher: Any) -> list[tupl
     if spec.task == "ranking":
         return [(render_ranking_compact(rubric, r["prompt"], r["completions"], r["reference"]), r["answer"])
                 for r in ranking_records(spec, teacher)]
-    return [(render_compact(rubric, r["prompt"], r["completion"]), r["answer"])
+    return [(render_compact(rubric, r["prompt"], r["completion"], r["reference"]), r["answer"])
             for r in distillation_records(spec, teacher)]
 
 
@@ -231,6 +267,8 @@ def _train(spec: TinyJudgeSpec, out_dir: Path, teacher: Any, log: Any) -> dict[s
         answer_ids = tokenizer(answer, add_special_tokens=False)["input_ids"] + [eos]
         encoded.append((prompt_ids, answer_ids))
     model = build_model(spec, tokenizer)  # the tiny policy's architecture code, at the judge's size
+    # the answer's digits are its scores or levels; the rest is fixed JSON or labels, learnt in a few steps
+    digit_ids = torch.tensor([tokenizer.convert_tokens_to_ids(c) for c in "0123456789"])
     threads = torch.get_num_threads()
     # One thread: on a 2-core machine shared with anything else, two torch threads run several times slower.
     torch.set_num_threads(1)
@@ -252,7 +290,12 @@ def _train(spec: TinyJudgeSpec, out_dir: Path, teacher: Any, log: Any) -> dict[s
                 input_ids[row, :len(p) + len(a)] = torch.tensor(p + a)
                 labels[row, len(p):len(p) + len(a)] = torch.tensor(a)  # learn the answer, not the prompt
                 attention[row, :len(p) + len(a)] = 1
-            loss = model(input_ids=input_ids, attention_mask=attention, labels=labels).loss
+            logits = model(input_ids=input_ids, attention_mask=attention).logits[:, :-1]
+            targets = labels[:, 1:]
+            per_token = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1),
+                                                          ignore_index=-100, reduction="none").view_as(targets)
+            weights = (targets != -100).float() * torch.where(torch.isin(targets, digit_ids), spec.value_weight, 1.0)
+            loss = (per_token * weights).sum() / weights.sum()
             opt.zero_grad()
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)

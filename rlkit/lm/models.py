@@ -117,12 +117,26 @@ def build_model(spec: Any, tokenizer: Any) -> Any:
                         intermediate_size=spec.intermediate_size, num_hidden_layers=spec.num_hidden_layers,
                         num_attention_heads=spec.num_attention_heads, num_key_value_heads=spec.num_key_value_heads,
                         max_position_embeddings=spec.max_position_embeddings,
-                        tie_word_embeddings=spec.tie_word_embeddings, **ids)
+                        tie_word_embeddings=spec.tie_word_embeddings, **ids, **_attention_options(spec))
     with torch.random.fork_rng(devices=[]):  # seed the init without touching the caller's RNG
         torch.manual_seed(spec.seed)
         model = model_cls(config)
     model.generation_config = GenerationConfig(**ids)
     return model
+
+
+def _attention_options(spec: Any) -> dict[str, Any]:
+    """Config fields a spec may set beyond the policy's: ``initializer_range`` and a ``sliding_window`` over the
+    first layer only (the offline tiny judge's, :class:`rlkit.judging.tiny_judge.TinyJudgeSpec`)."""
+    out: dict[str, Any] = {}
+    if getattr(spec, "initializer_range", None) is not None:
+        out["initializer_range"] = spec.initializer_range
+    window = getattr(spec, "sliding_window", None)
+    if window:
+        layers = spec.num_hidden_layers
+        out |= {"use_sliding_window": True, "sliding_window": window, "max_window_layers": layers,
+                "layer_types": ["sliding_attention"] + ["full_attention"] * (layers - 1)}
+    return out
 
 
 def _is_complete(folder: Path) -> bool:

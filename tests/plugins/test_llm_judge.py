@@ -65,6 +65,19 @@ def test_offline_judge_scores_the_rubric_and_caches(cache_env):
     assert judge.metrics()["judge/requests"] == 0 and judge.metrics()["judge/cache_hit_rate"] >= 0.5
 
 
+def test_the_offline_judge_grades_a_sum_against_its_reference(cache_env):
+    """The default model judge tells the truth on the issue's four sums: it is shown each record's reference (it
+    cannot work a sum out) and calls the right answer right and a wrong one sharing its digits wrong."""
+    sums = [("3+4=", "7", "12"), ("12+5=", "17", "15"), ("9+9=", "18", "81"), ("20+1=", "21", "2")]
+    rollout = Rollout(records=[{"prompt": p, "reference": r} for p, r, _ in sums],
+                      completions=[[right, wrong] for _, right, wrong in sums])
+    rubric = load_rubric(RUBRIC)
+    correctness = _judge().score(rollout, rubric)[..., rubric.dimension_names.index("correctness")]
+    assert correctness.tolist() == [[1.0, 0.0]] * 4
+    hidden = _judge(show_reference=False).score(rollout, rubric)[..., rubric.dimension_names.index("correctness")]
+    assert not torch.equal(hidden, correctness), "without the reference it cannot tell"
+
+
 def test_failure_policies_on_a_server_that_answers_garbage(cache_env):
     from rlkit.judging.tiny_judge import build_tiny_judge
     from rlkit.testing.openai_server import OpenAICompatibleServer

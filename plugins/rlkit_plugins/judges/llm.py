@@ -95,10 +95,12 @@ class LLMJudge:
         """Ask for the rubric's JSON schema (one field per dimension, its levels only) where the backend can
         constrain answers to it (``structured_outputs``: the ``hf`` backend in-process, ``openai`` through
         ``response_format``), so every answer parses; false: free text, parsed as written."""
-        show_reference: bool = False
+        show_reference: bool | None = None
         """Show the record's ``reference`` to the judge (``judge/rubric_scores.jinja`` gives it as a reference
-        answer to compare with: reference-guided grading). Off by default: the ranking note's context leak, a judge
-        given the answer may copy rather than grade; the leak check counts only what the template does not show."""
+        answer to compare with: reference-guided grading). None: shown to the offline tiny judge, which was trained
+        to compare an answer with it (it cannot work a sum out), hidden from a model judge, the ranking note's
+        context leak (a judge given the answer may copy rather than grade). The leak check counts only what the
+        template does not show."""
         scoring: Literal["sampled", "expected"] = "sampled"
         """``sampled``: the level the judge wrote. ``expected``: the probability-weighted mean of the dimension's
         levels at the token that wrote it (G-Eval, Liu et al. 2023): continuous scores, fewer ties within a group;
@@ -231,8 +233,10 @@ class LLMJudge:
         return scores
 
     def _shown_reference(self, record: dict[str, Any]) -> str | None:
-        """The record's reference when the judge is shown it (``show_reference``), else None."""
-        reference = record.get("reference") if self.params.show_reference else None
+        """The record's reference when the judge is shown it (``show_reference``; by default the offline tiny
+        judge), else None."""
+        shown = self.params.show_reference
+        reference = record.get("reference") if (self.backend.offline if shown is None else shown) else None
         return str(reference) if reference is not None else None
 
     def _check_reference_leak(self, rollout: Rollout, rubric: Rubric, template: str) -> None:
