@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Sequence
 from pathlib import Path
@@ -96,6 +97,7 @@ def cmd_calibrate(overrides: Sequence[str]) -> int:
         return cmd_calibrate_sample(overrides[1:])
     from dataclasses import replace
 
+    from rlkit.core.atomic import atomic_write_text
     from rlkit.evaluation.calibration import (
         DEFAULT_OUTPUT,
         calibrate,
@@ -108,6 +110,16 @@ def cmd_calibrate(overrides: Sequence[str]) -> int:
         run_dir_of,
         write_report,
         write_windows,
+    )
+    from rlkit.evaluation.calibration_rounds import (
+        ROUND_NAME,
+        compare_rounds,
+        line_changes,
+        line_scores,
+        read_round,
+        render_rounds_markdown,
+        round_payload,
+        worst_disagreements,
     )
     from rlkit.evaluation.scoring import score_records
     from rlkit.runs.loggers import finish_logger, logger_name, make_logger
@@ -129,6 +141,8 @@ def cmd_calibrate(overrides: Sequence[str]) -> int:
         options = replace(options, output=run_dir / "calibration")
     check_writable(options.output, "calibrate.output", folder=True)
     labelled = read_all_labels(options.labels, rubric)
+    # read before scoring: a wrong file should not cost a judge pass
+    previous = read_round(options.previous, rubric) if options.previous is not None else None
     judge = validated.plugin_names["judge"]
     scored = score_records(replace(validated, records=judge_records(labelled)),
                            batch_size=int(cfg.score.batch_size))
@@ -146,11 +160,23 @@ def cmd_calibrate(overrides: Sequence[str]) -> int:
     if report.flagged:
         console.print(f"flagged (κ or ρ below {report.threshold:g}, or undefined): {', '.join(report.flagged)} "
                       "— its anchors need rewriting")
+    lines = line_scores(labelled, scored.raw_scores, rubric)
+    worst = worst_disagreements(lines, options.disagreements)
+    if worst:
+        _print_disagreements(console, worst)
+    changes = moved = None
+    if previous is not None:
+        changes, moved = compare_rounds(previous, report), line_changes(previous, lines)
+        _print_round_changes(console, previous, changes, moved)
     windows = calibrate_by_window(labelled, scored.raw_scores, rubric, options.threshold)
     if len(windows) > 1 or (windows and run_dir is not None):
         _print_windows(console, windows)
-    paths = write_report(report, options.output, windows)
-    console.print(f"wrote {paths[0]} and {len(paths) - 1} confusion-matrix PNGs", markup=False)
+    extra = render_rounds_markdown(worst, changes, previous, moved) if options.disagreements or changes else ""
+    paths = write_report(report, options.output, windows, extra)
+    round_file = atomic_write_text(options.output / ROUND_NAME,
+                                   json.dumps(round_payload(report, lines), indent=1, ensure_ascii=False) + "\n")
+    console.print(f"wrote {paths[0]} and {len(paths) - 1} confusion-matrix PNGs; this round's scores: {round_file} "
+                  "(calibrate.previous= it in the next round)", markup=False)
     if windows:
         console.print(f"wrote {write_windows(windows, report, options.output)}", markup=False)
     if run_dir is not None:
@@ -167,6 +193,34 @@ def cmd_calibrate(overrides: Sequence[str]) -> int:
             finish_logger(logger)
         console.print(f"logged the numbers to {logger_name(cfg)} under {options.output}")
     return 0
+
+
+def _print_disagreements(console, worst) -> None:
+    from rlkit.evaluation.calibration_rounds import pair_text
+
+    table = Table(title=f"the {len(worst)} lines where judge and humans disagree most (human → judge)")
+    for column in ("#", "id", "prompt", "completion", "human → judge", "disagreement"):
+        table.add_column(column, justify="right" if column in ("#", "disagreement") else "left",
+                         overflow="fold" if column == "human → judge" else "ellipsis",
+                         max_width=None if column in ("#", "disagreement", "human → judge") else 24)
+    for rank, line in enumerate(worst, start=1):
+        table.add_row(str(rank), line.record_id or str(line.index + 1), line.prompt.replace("\n", "⏎"),
+                      line.completion.replace("\n", "⏎"), pair_text(line), f"{line.size:.2f}")
+    console.print(table)
+
+
+def _print_round_changes(console, previous, changes, moved) -> None:
+    table = Table(title=f"since the previous round ({previous['path']})")
+    for column in ("dimension", "κ before", "κ now", "Δκ", "ρ before", "ρ now"):
+        table.add_column(column, justify="left" if column == "dimension" else "right")
+    for change in changes:
+        table.add_row(change.name, fmt(change.kappa_before), fmt(change.kappa_now),
+                      "—" if change.kappa_change != change.kappa_change else f"{change.kappa_change:+.3f}",
+                      fmt(change.spearman_before), fmt(change.spearman_now))
+    console.print(table)
+    fixed, broken, matched = moved
+    console.print(f"of {matched} lines in both rounds: {fixed} now agree that did not, {broken} now disagree that did "
+                  "not", markup=False)
 
 
 def _print_windows(console, windows) -> None:

@@ -256,6 +256,10 @@ class CalibrateConfig(_Schema):
                         description="Folder for calibration.md and the confusion-matrix PNGs (relative: to the cwd).")
     threshold: float = _finite(default=0.6, ge=-1, le=1,
                                description="Flag a dimension whose kappa or rho is below this, or undefined.")
+    disagreements: int = Field(default=10, ge=0, description="How many of the lines where judge and humans "
+                                                             "disagree most to list (0: none).")
+    previous: str | None = Field(default=None, description="A previous round's calibration.json (or its folder) "
+                                                           "of the same rubric, compared per dimension and line.")
 
 
 class EvalConfig(_Schema):

@@ -220,6 +220,8 @@ class CalibrateOptions:
     labels: Path
     output: Path
     threshold: float
+    disagreements: int = 10
+    previous: Path | None = None
 
 
 def calibrate_options(cfg: Any) -> CalibrateOptions:
@@ -231,7 +233,9 @@ def calibrate_options(cfg: Any) -> CalibrateOptions:
     node = OmegaConf.select(cfg, "calibrate", default=None)
     block = check_block(CalibrateConfig, OmegaConf.to_container(node, resolve=True) if node is not None else {},
                         "calibrate")
-    return CalibrateOptions(resolve_path(block.labels), Path(block.output).expanduser(), block.threshold)
+    previous = Path(block.previous).expanduser() if block.previous else None
+    return CalibrateOptions(resolve_path(block.labels), Path(block.output).expanduser(), block.threshold,
+                            block.disagreements, previous)
 
 
 # --- agreement ---------------------------------------------------------------------------------
@@ -447,7 +451,7 @@ def render_markdown(report: CalibrationReport, png_names: Sequence[str] | None =
 
 
 def write_report(report: CalibrationReport, out_dir: str | Path,
-                 windows: Sequence[WindowAgreement] = ()) -> list[Path]:
+                 windows: Sequence[WindowAgreement] = (), extra: str = "") -> list[Path]:
     """Write ``calibration.md`` (with the step-window section when there are windows) and one confusion-matrix PNG
     per dimension, each atomically; return the paths."""
     out = Path(out_dir)
@@ -459,7 +463,7 @@ def write_report(report: CalibrationReport, out_dir: str | Path,
         _atomic_write(path, lambda fh, row=row: _plot_confusion(row, fh))
         written.append(path)
     md = out / REPORT_NAME
-    text = render_markdown(report, names) + (render_windows_markdown(windows) if windows else "")
+    text = render_markdown(report, names) + extra + (render_windows_markdown(windows) if windows else "")
     _atomic_write(md, lambda fh: fh.write(text.encode("utf-8")))
     return [md, *written]
 

@@ -249,7 +249,8 @@ def test_cli_calibrate_shipped_example(tmp_path, capsys):
     md = (out / "calibration.md").read_text()
     assert all(f"| {d} |" in md for d in DIMS)
     assert all((out / f"confusion_{d}.png").read_bytes()[:8] == PNG_MAGIC for d in DIMS)
-    assert sorted(p.name for p in out.iterdir()) == sorted(["calibration.md", *(f"confusion_{d}.png" for d in DIMS)])
+    assert sorted(p.name for p in out.iterdir()) == sorted(["calibration.md", "calibration.json",
+                                                            *(f"confusion_{d}.png" for d in DIMS)])
 
 
 def _wandb_records(log: Path) -> list[bytes]:

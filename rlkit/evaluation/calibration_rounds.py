@@ -1,0 +1,226 @@
+"""What a calibration round tells the rubric's author to fix, and how it compares with the round before.
+
+The rubric design note iterates 2-3 rounds: score the labelled set, read the completions where judge and humans
+disagree most, rewrite those anchors, score again. ``rlkit calibrate`` therefore lists the worst disagreements and
+writes every labelled line's human and judge scores to ``calibration.json``; ``calibrate.previous`` points at the
+``calibration.json`` (or its folder) of an earlier round of the same rubric, and the two are compared per dimension
+and per line.
+
+Disagreement of a line: the mean over the dimensions with both a label and a score of ``|judge - human|`` divided
+by the dimension's span (``high - low``), so a binary miss and a 1-to-5 miss by four weigh alike (1.0).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rlkit.core.errors import DataError
+from rlkit.core.rubric import Rubric
+
+ROUND_NAME = "calibration.json"
+ROUND_FORMAT = 1  # bump when the file's shape changes
+
+
+@dataclass(frozen=True)
+class Disagreement:
+    """One labelled line where judge and humans differ: its place in the labels, the texts and both sides' scores."""
+
+    index: int  # the line's position among the labelled records
+    record_id: str | None
+    prompt: str
+    completion: str
+    human: dict[str, float]
+    judge: dict[str, float]
+    size: float  # mean |judge - human| / span over the dimensions with both
+
+    @property
+    def differing(self) -> list[str]:
+        """The dimensions whose (rounded) judge level is not the human's."""
+        return [name for name, h in self.human.items()
+                if name in self.judge and round(self.judge[name]) != round(h)]
+
+
+def _prompt_text(prompt: Any) -> str:
+    if isinstance(prompt, str):
+        return prompt
+    if isinstance(prompt, list):  # chat: the last user turn is what was answered
+        users = [m.get("content") for m in prompt if isinstance(m, dict) and m.get("role") == "user"]
+        return str(users[-1]) if users else json.dumps(prompt, ensure_ascii=False)
+    return str(prompt)
+
+
+def line_scores(labelled: Sequence[dict[str, Any]], judge_scores: Any, rubric: Rubric) -> list[Disagreement]:
+    """Every labelled line with its human and judge scores and its disagreement, in the labels' order."""
+    if hasattr(judge_scores, "detach"):
+        judge_scores = judge_scores.detach().cpu().numpy()
+    scores = np.asarray(judge_scores, dtype=float)
+    out = []
+    for index, record in enumerate(labelled):
+        labels = record.get("labels") or {}
+        human, judged, gaps = {}, {}, []
+        for d, dim in enumerate(rubric.dimensions):
+            value = float(scores[index, d])
+            if not math.isnan(value):
+                judged[dim.name] = value
+            label = labels.get(dim.name)
+            if label is None:
+                continue
+            human[dim.name] = float(label)
+            if dim.name in judged:
+                gaps.append(abs(value - float(label)) / max(dim.high - dim.low, 1e-9))
+        out.append(Disagreement(index=index, record_id=record.get("id") if isinstance(record.get("id"), str) else None,
+                                prompt=_prompt_text(record.get("prompt")), completion=str(record.get("completion")),
+                                human=human, judge=judged, size=float(np.mean(gaps)) if gaps else 0.0))
+    return out
+
+
+def worst_disagreements(lines: Sequence[Disagreement], limit: int) -> list[Disagreement]:
+    """The ``limit`` lines that disagree most (ties in the labels' order), leaving out lines that agree."""
+    ranked = sorted((line for line in lines if line.size > 0), key=lambda line: (-line.size, line.index))
+    return ranked[:limit]
+
+
+def round_payload(report: Any, lines: Sequence[Disagreement]) -> dict[str, Any]:
+    """The JSON of ``calibration.json``: the round's agreement per dimension and every line's scores (NaN as null)."""
+    def number(x: float) -> float | None:
+        return None if math.isnan(x) else round(float(x), 6)
+
+    return {"format": ROUND_FORMAT, "rubric": report.rubric, "judge": report.judge, "labels": report.labels_path,
+            "threshold": report.threshold,
+            "dimensions": {row.name: {"n": row.n, "kappa": number(row.kappa), "spearman": number(row.spearman),
+                                      "bias": number(row.bias), "flagged": row.flagged} for row in report.rows},
+            "lines": [{"id": line.record_id, "prompt": line.prompt, "completion": line.completion,
+                       "human": line.human, "judge": line.judge, "disagreement": round(line.size, 6)}
+                      for line in lines]}
+
+
+def read_round(path: str | Path, rubric: Rubric) -> dict[str, Any]:
+    """A previous round's ``calibration.json`` (``path`` may be the file or its folder), checked to be a round of
+    ``rubric`` (same name; its version may differ: rounds are how a rubric is revised)."""
+    path = Path(path).expanduser()
+    if path.is_dir():
+        path = path / ROUND_NAME
+    if not path.is_file():
+        raise DataError(f"no previous calibration round here (rlkit calibrate writes {ROUND_NAME} into "
+                        "calibrate.output)", str(path))
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise DataError(f"not a calibration round: {exc}", str(path)) from None
+    if not isinstance(data, dict) or data.get("format") != ROUND_FORMAT or not isinstance(data.get("dimensions"), dict):
+        raise DataError(f"not a calibration round written by this rlkit (format {ROUND_FORMAT})", str(path))
+    name = (data.get("rubric") or {}).get("name")
+    if name != rubric.name:
+        raise DataError(f"a round of rubric {name!r}, not of {rubric.name!r}: compare rounds of the same rubric",
+                        str(path))
+    data["path"] = str(path)
+    return data
+
+
+@dataclass(frozen=True)
+class RoundChange:
+    """One dimension's agreement in the previous round and in this one."""
+
+    name: str
+    kappa_before: float
+    kappa_now: float
+    spearman_before: float
+    spearman_now: float
+
+    @property
+    def kappa_change(self) -> float:
+        return self.kappa_now - self.kappa_before
+
+
+def compare_rounds(previous: dict[str, Any], report: Any) -> list[RoundChange]:
+    """Per dimension of this round: κ and ρ before and now (NaN where the previous round lacks the dimension)."""
+    def value(x: Any) -> float:
+        return float(x) if isinstance(x, int | float) and not isinstance(x, bool) else math.nan
+
+    out = []
+    for row in report.rows:
+        before = previous["dimensions"].get(row.name) or {}
+        out.append(RoundChange(row.name, value(before.get("kappa")), row.kappa, value(before.get("spearman")),
+                               row.spearman))
+    return out
+
+
+def line_changes(previous: dict[str, Any], lines: Sequence[Disagreement]) -> tuple[int, int, int]:
+    """Of the lines both rounds scored (matched by prompt and completion): how many the judge now gets right that it
+    got wrong, how many it now gets wrong that it got right, and how many were matched."""
+    before = {(line.get("prompt"), line.get("completion")): line for line in previous.get("lines") or []
+              if isinstance(line, dict)}
+    fixed = broken = matched = 0
+    for line in lines:
+        old = before.get((line.prompt, line.completion))
+        if old is None:
+            continue
+        matched += 1
+        was_right = float(old.get("disagreement") or 0.0) == 0.0
+        is_right = line.size == 0.0
+        fixed += is_right and not was_right
+        broken += was_right and not is_right
+    return fixed, broken, matched
+
+
+def _md(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def _short(text: str, width: int = 60) -> str:
+    text = text.replace("\n", "⏎")
+    return text if len(text) <= width else text[:width - 1] + "…"
+
+
+def _level(x: float) -> str:
+    return f"{x:g}" if float(x).is_integer() else f"{x:.2f}"
+
+
+def pair_text(line: Disagreement) -> str:
+    """``correctness 1→0, brevity 5→3``: human level → judge score, for the dimensions that differ."""
+    return ", ".join(f"{name} {_level(line.human[name])}→{_level(line.judge[name])}" for name in line.differing)
+
+
+def render_rounds_markdown(worst: Sequence[Disagreement], changes: Sequence[RoundChange] | None = None,
+                           previous: dict[str, Any] | None = None,
+                           moved: tuple[int, int, int] | None = None) -> str:
+    """The sections of ``calibration.md`` on the worst disagreements and on the change since the previous round."""
+    lines = ["", "## Where judge and humans disagree most", "",
+             "Human level → judge score on the dimensions that differ; disagreement: the mean of |judge − human| "
+             "over the dimension's span. Rewrite the anchors these lines fall between, then calibrate again with "
+             "`calibrate.previous` set to this folder.", ""]
+    if worst:
+        lines += ["| # | id | prompt | completion | human → judge | disagreement |", "|--:|---|---|---|---|--:|"]
+        for rank, line in enumerate(worst, start=1):
+            lines.append(f"| {rank} | {_md(line.record_id or str(line.index + 1))} | {_md(_short(line.prompt))} | "
+                         f"{_md(_short(line.completion))} | {_md(pair_text(line))} | {line.size:.2f} |")
+    else:
+        lines.append("None: the judge gives the human level on every labelled dimension.")
+    if changes is not None and previous is not None:
+        rubric = previous.get("rubric") or {}
+        lines += ["", "## Since the previous round", "",
+                  f"Previous: `{previous.get('path')}` (judge `{previous.get('judge')}`, rubric v"
+                  f"{rubric.get('version', '?')}).", "",
+                  "| dimension | κ before | κ now | Δκ | ρ before | ρ now |", "|---|--:|--:|--:|--:|--:|"]
+        for change in changes:
+            lines.append(f"| {_md(change.name)} | {_num(change.kappa_before)} | {_num(change.kappa_now)} | "
+                         f"{_num(change.kappa_change, signed=True)} | {_num(change.spearman_before)} | "
+                         f"{_num(change.spearman_now)} |")
+        if moved is not None:
+            fixed, broken, matched = moved
+            lines += ["", f"Of {matched} lines in both rounds: {fixed} now agree that did not, {broken} now disagree "
+                          "that did not."]
+    return "\n".join(lines) + "\n"
+
+
+def _num(x: float, signed: bool = False) -> str:
+    if math.isnan(x):
+        return "—"
+    return f"{x:+.3f}" if signed else f"{x:.3f}"
