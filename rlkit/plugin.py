@@ -52,7 +52,7 @@ from rlkit.judging.http import (
     tls_context,
 )
 from rlkit.judging.members import check_member_judge, member_model_folders, member_record_fields
-from rlkit.judging.parsing import RankingParse, ScoreParse, parse_ranking, parse_scores, ranks_from_order
+from rlkit.judging.parsing import RankingParse, ScoreParse, parse_ranking, parse_reasons, parse_scores, ranks_from_order
 from rlkit.judging.rate_limit import rate_limiter
 from rlkit.judging.schema import dimension_levels, rubric_json_schema
 from rlkit.judging.spend import (
@@ -181,6 +181,7 @@ __all__ = [
     "normalize_scores",
     "ordering_batch",
     "parse_ranking",
+    "parse_reasons",
     "parse_scores",
     "plan_placement",
     "answered_attempt",

@@ -160,7 +160,7 @@ def cmd_calibrate(overrides: Sequence[str]) -> int:
     if report.flagged:
         console.print(f"flagged (κ or ρ below {report.threshold:g}, or undefined): {', '.join(report.flagged)} "
                       "— its anchors need rewriting")
-    lines = line_scores(labelled, scored.raw_scores, rubric)
+    lines = line_scores(labelled, scored.raw_scores, rubric, scored.details)
     worst = worst_disagreements(lines, options.disagreements)
     if worst:
         _print_disagreements(console, worst)

@@ -63,7 +63,10 @@ def rlkit_register_judges(register: Register) -> None:
     rule judge's ``match`` checks read ``reference``): ``rlkit validate``, ``fit`` and ``score`` refuse data in
     which no record has one and warn with counts when some lack it, instead of leaving a dimension unscored. An
     optional ``model_folders() -> list[pathlib.Path]`` names the local models it asks; ``rlkit validate`` warns when
-    one is the policy's model or shares its base (``allow_self_judge`` silences it).
+    one is the policy's model or shares its base (``allow_self_judge`` silences it). An optional
+    ``reasons() -> list[list[dict[str, str]]] | None`` gives the last ``score`` call's one-line reason per
+    dimension, ``[B][G] -> {dimension: reason}`` (None: it gives none); ``rlkit score`` writes them beside each
+    completion's scores and ``rlkit calibrate`` beside its disagreements.
 
     Two optional methods serve judges that do not score dimension by dimension:
 

@@ -64,6 +64,7 @@ def render_template(name: str, *, rubric: Any, prompt: str, completion: str = ""
                     **extra: Any) -> str:
     """Render with the rubric, its dimensions (in the given order, for permutations), prompt and completion."""
     dims = list(dimensions if dimensions is not None else rubric.dimensions)
-    example = "{" + ", ".join(f'"{d.name}": {int(d.high)}' for d in dims) + "}"
+    reason = (lambda d: f'"{d.name}_reason": "<one line: why>", ') if extra.get("reasons") else (lambda d: "")
+    example = "{" + ", ".join(f'{reason(d)}"{d.name}": {int(d.high)}' for d in dims) + "}"
     return render_file(name, rubric=rubric, dimensions=dims, prompt=prompt, completion=completion, example=example,
                        **extra)

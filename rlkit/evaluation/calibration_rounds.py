@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +39,7 @@ class Disagreement:
     human: dict[str, float]
     judge: dict[str, float]
     size: float  # mean |judge - human| / span over the dimensions with both
+    reasons: dict[str, str] = field(default_factory=dict)  # the judge's, where it gave them (judge.params.reasons)
 
     @property
     def differing(self) -> list[str]:
@@ -56,8 +57,10 @@ def _prompt_text(prompt: Any) -> str:
     return str(prompt)
 
 
-def line_scores(labelled: Sequence[dict[str, Any]], judge_scores: Any, rubric: Rubric) -> list[Disagreement]:
-    """Every labelled line with its human and judge scores and its disagreement, in the labels' order."""
+def line_scores(labelled: Sequence[dict[str, Any]], judge_scores: Any, rubric: Rubric,
+                details: Sequence[dict[str, Any]] | None = None) -> list[Disagreement]:
+    """Every labelled line with its human and judge scores and its disagreement, in the labels' order; ``details``
+    (``ScoreResult.details``, one per line) brings the judge's reasons."""
     if hasattr(judge_scores, "detach"):
         judge_scores = judge_scores.detach().cpu().numpy()
     scores = np.asarray(judge_scores, dtype=float)
@@ -77,7 +80,8 @@ def line_scores(labelled: Sequence[dict[str, Any]], judge_scores: Any, rubric: R
                 gaps.append(abs(value - float(label)) / max(dim.high - dim.low, 1e-9))
         out.append(Disagreement(index=index, record_id=record.get("id") if isinstance(record.get("id"), str) else None,
                                 prompt=_prompt_text(record.get("prompt")), completion=str(record.get("completion")),
-                                human=human, judge=judged, size=float(np.mean(gaps)) if gaps else 0.0))
+                                human=human, judge=judged, size=float(np.mean(gaps)) if gaps else 0.0,
+                                reasons=dict((details[index] or {}).get("reasons") or {}) if details else {}))
     return out
 
 
@@ -97,7 +101,8 @@ def round_payload(report: Any, lines: Sequence[Disagreement]) -> dict[str, Any]:
             "dimensions": {row.name: {"n": row.n, "kappa": number(row.kappa), "spearman": number(row.spearman),
                                       "bias": number(row.bias), "flagged": row.flagged} for row in report.rows},
             "lines": [{"id": line.record_id, "prompt": line.prompt, "completion": line.completion,
-                       "human": line.human, "judge": line.judge, "disagreement": round(line.size, 6)}
+                       "human": line.human, "judge": line.judge, "disagreement": round(line.size, 6),
+                       **({"reasons": line.reasons} if line.reasons else {})}
                       for line in lines]}
 
 
@@ -184,8 +189,13 @@ def _level(x: float) -> str:
 
 
 def pair_text(line: Disagreement) -> str:
-    """``correctness 1→0, brevity 5→3``: human level → judge score, for the dimensions that differ."""
-    return ", ".join(f"{name} {_level(line.human[name])}→{_level(line.judge[name])}" for name in line.differing)
+    """``correctness 1→0, brevity 5→3``: human level → judge score, for the dimensions that differ, each followed
+    by the judge's reason where it gave one (``correctness 1→0 ("12 is not 7")``)."""
+    def reason(name: str) -> str:
+        return f' ("{line.reasons[name]}")' if line.reasons.get(name) else ""
+
+    return ", ".join(f"{name} {_level(line.human[name])}→{_level(line.judge[name])}{reason(name)}"
+                     for name in line.differing)
 
 
 def render_rounds_markdown(worst: Sequence[Disagreement], changes: Sequence[RoundChange] | None = None,

@@ -97,7 +97,7 @@ def score_records(validated: ValidatedConfig, batch_size: int = 64, *, retries: 
                 judge, r, validated.rubric, retries, retry_backoff, where, name))
         raw_parts.append(batch.raw_scores.reshape(-1, batch.raw_scores.shape[-1]))
         reward_parts.append(batch.rewards.reshape(-1))
-        details.extend(_details(rollout, steps, rubric))
+        details.extend(_details(rollout, steps, rubric, None if steps is not None else judge_reasons(judge)))
         if on_batch is not None:
             on_batch(sum(len(g) for g in groups))
     kept = details if any(details) else None
@@ -130,12 +130,22 @@ def judge_and_aggregate(validated: ValidatedConfig, rollout: Rollout,
     return aggregate_judged(validated, rollout, raw, steps), steps
 
 
-def _details(rollout: Rollout, steps: torch.Tensor | None, rubric: Rubric) -> list[dict[str, Any]]:
-    """Per completion, in rollout order: its step scores and its episode's turns and counts, where there are."""
+def judge_reasons(judge: Any) -> list[list[dict[str, str]]] | None:
+    """The judge's reasons for its last ``score`` call (its optional ``reasons()``), or None."""
+    reasons = getattr(judge, "reasons", None)
+    return reasons() if callable(reasons) else None
+
+
+def _details(rollout: Rollout, steps: torch.Tensor | None, rubric: Rubric,
+             reasons: list[list[dict[str, str]]] | None = None) -> list[dict[str, Any]]:
+    """Per completion, in rollout order: its step scores, its episode's turns and counts, and the judge's reasons,
+    where there are."""
     out = []
     for b, group in enumerate(num_turns(rollout)):
         for g, turns in enumerate(group):
             detail: dict[str, Any] = {}
+            if reasons is not None and reasons[b][g]:
+                detail["reasons"] = reasons[b][g]
             if steps is not None:
                 detail["steps"] = step_lists(steps[b, g], turns, rubric)
             if rollout.episodes is not None:
@@ -240,6 +250,8 @@ def scored_lines(result: ScoreResult, rubric_identity: dict[str, str]) -> list[s
                                 for n, values in detail["steps"].items()}
             if "episode" in detail:
                 out["episode"] = detail["episode"]
+            if "reasons" in detail:
+                out["reasons"] = detail["reasons"]
             lines.append(json.dumps(out, ensure_ascii=False))
             row += 1
     return lines

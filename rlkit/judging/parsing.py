@@ -70,7 +70,7 @@ from typing import Any
 
 from rlkit.core.rubric import Dimension, Rubric
 
-__all__ = ["RankingParse", "ScoreParse", "parse_ranking", "parse_scores", "ranks_from_order"]
+__all__ = ["RankingParse", "ScoreParse", "parse_ranking", "parse_reasons", "parse_scores", "ranks_from_order"]
 
 
 @dataclass(frozen=True)
@@ -679,3 +679,33 @@ def ranks_from_order(order: list[list[str]], labels: list[str]) -> list[float]:
             rank[label] = shared
         position += len(tier)
     return [rank[label] for label in labels]
+
+
+_REASON_KEYS = ("reason", "reasoning", "explanation", "rationale", "why")
+
+
+def parse_reasons(text: str, rubric: Rubric) -> dict[str, str]:
+    """Each dimension's one-line reason from a judge's answer: a ``"<dimension>_reason"`` string beside the score
+    (the structured schema's form, ``rlkit.judging.schema.reason_field``) or a ``reason`` inside the dimension's own
+    object (``{"brevity": {"score": 4, "reason": ...}}``); newlines become spaces. Dimensions without one are left
+    out. Never raises on the content of ``text``."""
+    if not isinstance(text, str):
+        return {}
+    wanted = {_norm(dim.name + "_reason"): dim.name for dim in rubric.dimensions}
+    own = {_norm(dim.name): dim.name for dim in rubric.dimensions}
+    for obj in _json_candidates(text, "{", "}"):
+        found: dict[str, str] = {}
+        for candidate in _score_dicts(obj):
+            for key, value in candidate.items():
+                if not isinstance(key, str):
+                    continue
+                name = wanted.get(_norm(key))
+                if name is None and isinstance(value, dict) and _norm(key) in own:
+                    name = own[_norm(key)]
+                    value = next((v for k, v in value.items() if isinstance(k, str) and _norm(k) in _REASON_KEYS),
+                                 None)
+                if name is not None and isinstance(value, str) and value.strip() and name not in found:
+                    found[name] = " ".join(value.split())
+        if found:
+            return found
+    return {}

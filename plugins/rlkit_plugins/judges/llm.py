@@ -56,6 +56,7 @@ from rlkit.plugin import (
     ask,
     chosen_template,
     hookimpl,
+    parse_reasons,
     parse_scores,
     prompt_text,
     render_template,
@@ -68,6 +69,8 @@ from rlkit.plugin import (
 from rlkit_plugins.judges.per_record import RecordRubrics, check_frame, score_per_record
 from rlkit_plugins.judges.rule import RuleJudge
 
+# answer tokens a dimension's one-line reason and its field names take (REASON_MAX_CHARS characters at ~4 a token)
+REASON_TOKENS = 64
 FULL_TEMPLATE = "judge/rubric_scores.jinja"
 COMPACT_TEMPLATE = "judge/rubric_scores_compact.jinja"
 # one policy turn of an episode (step-scoped dimensions): the conversation so far, then the step to score
@@ -101,6 +104,12 @@ class LLMJudge:
         to compare an answer with it (it cannot work a sum out), hidden from a model judge, the ranking note's
         context leak (a judge given the answer may copy rather than grade). The leak check counts only what the
         template does not show."""
+        reasons: bool = False
+        """Ask for a one-line reason per dimension, written before its score (``<dimension>_reason`` in the
+        structured schema and the template's example); the last call's are kept (:meth:`reasons`) for
+        ``rlkit score``'s output and ``rlkit calibrate``'s disagreements. Off by default: they cost answer tokens
+        (the backend's max tokens must leave room: ``REASON_TOKENS`` per dimension, checked before scoring, and
+        the spend estimate counts them)."""
         scoring: Literal["sampled", "expected"] = "sampled"
         """``sampled``: the level the judge wrote. ``expected``: the probability-weighted mean of the dimension's
         levels at the token that wrote it (G-Eval, Liu et al. 2023): continuous scores, fewer ties within a group;
@@ -126,6 +135,10 @@ class LLMJudge:
         self._warning = FailureWarning("llm", params.failure_warning, params.parse_retries, params.failure_policy)
         self._leak_warned = False
         self._last_leaks = 0
+        self._last_reasons: list[list[dict[str, str]]] | None = None
+        if params.reasons and self.backend.offline:
+            raise ConfigError("the offline tiny judge was not trained to give reasons; point the backend at a model "
+                              "(hf: model=<folder>, or openai) or set reasons: false", "judge.params.reasons")
         if params.scoring == "expected":
             backend_name = getattr(params.backend, "name", "?")
             if not params.structured:
@@ -136,9 +149,18 @@ class LLMJudge:
                                   f"{backend_name} does not (hf does): use scoring: sampled", "judge.params.scoring")
 
     def check_rubric(self, rubric: Rubric) -> None:
-        """Before any scoring: a backend that asks a server must reach it (probed once)."""
+        """Before any scoring: a backend that asks a server must reach it (probed once); with ``reasons`` its answers
+        must have room for them."""
         if rubric.per_record:
             check_frame(rubric, "llm")
+        room = int(getattr(self.backend.configured, "max_answer_tokens", 0) or 0)
+        needed = REASON_TOKENS * len(rubric.dimensions)
+        if self.params.reasons and room and room < needed:
+            name = "max_new_tokens" if getattr(self.params.backend, "name", "") == "hf" else "max_tokens"
+            raise ConfigError(f"reasons need about {REASON_TOKENS} answer tokens per dimension ({needed} for "
+                              f"{len(rubric.dimensions)}), the backend allows {room}: raise "
+                              f"judge.params.backend.params.{name}, or set judge.params.reasons: false",
+                              "judge.params.reasons")
         self.backend.check_ready()
 
     def _orders(self, rubric: Rubric) -> list[list[int]]:
@@ -164,7 +186,7 @@ class LLMJudge:
         b, g, d = rollout.num_prompts, rollout.group_size, len(dims)
         orders = self._orders(rubric)
         # the schema follows each permutation's dimension order, as its prompt does
-        schemas = ([rubric_json_schema([dims[x] for x in order]) for order in orders]
+        schemas = ([rubric_json_schema([dims[x] for x in order], reasons=self.params.reasons) for order in orders]
                    if self.params.structured and getattr(backend, "structured_outputs", False) else None)
         # requests: (prompt index, completion index, permutation index) -> (cache key, chat)
         requests: dict[Hashable, tuple[str, list[dict[str, str]]]] = {}
@@ -175,11 +197,11 @@ class LLMJudge:
                 for k, order in enumerate(orders):
                     text = render_template(template, rubric=rubric, prompt=prompt, completion=completion,
                                            dimensions=[dims[x] for x in order], step=rollout.step,
-                                           reference=reference)
+                                           reference=reference, reasons=self.params.reasons)
                     key = ResponseCache.key(judge="llm", backend=identity, template=t_hash, rubric=r_hash,
                                             permutation=k, prompt=prompt, completion=completion,
                                             structured=schemas is not None, scoring=self.params.scoring,
-                                            reference=reference)
+                                            reference=reference, **({"reasons": True} if self.params.reasons else {}))
                     requests[(i, j, k)] = (key, [{"role": "user", "content": text}])
 
         if self.params.reference_leak_check:
@@ -187,8 +209,12 @@ class LLMJudge:
 
         expected = self.params.scoring == "expected" and schemas is not None
 
+        reasons_of: dict[Hashable, dict[str, str]] = {}
+
         def read(slot: Hashable, answer: str) -> tuple[dict[str, float] | None, bool]:
             text, levels = split_levels(answer) if expected else (answer, {})
+            if self.params.reasons:
+                reasons_of[slot] = parse_reasons(text, rubric)
             got = parse_scores(text, rubric)
             scores = dict(got.scores)
             for name, probs in levels.items():  # the written level's place taken by the levels' expectation
@@ -216,6 +242,9 @@ class LLMJudge:
                     if len(values) > 1:
                         compared += 1
                         consistent += len(set(values)) == 1
+        # each completion's reasons as the first dimension order that gave one wrote them
+        self._last_reasons = [[next((reasons_of[(i, j, k)] for k in range(len(orders)) if reasons_of.get((i, j, k))),
+                                    {}) for j in range(g)] for i in range(b)] if self.params.reasons else None
         missing = torch.isnan(scores)
         if self.params.failure_policy == "min":
             low = torch.tensor([dim.low for dim in dims]).expand_as(scores)
@@ -267,6 +296,11 @@ class LLMJudge:
         folder = self.backend.model_folder
         return [folder] if folder is not None else []
 
+    def reasons(self) -> list[list[dict[str, str]]] | None:
+        """The last ``score`` call's one-line reason per dimension, ``[prompt][completion] -> {dimension: reason}``
+        (a dimension the judge gave none for is absent), or None when ``reasons`` is off."""
+        return self._last_reasons
+
     def metrics(self) -> dict[str, float]:
         """The last ``score`` call's parse-failure rate, retries, requests, cache hit rate and latency."""
         return dict(self._last)
@@ -280,7 +314,8 @@ class LLMJudge:
         k = self.params.permutations
         template = chosen_template(self.params.template, rubric, "llm", self.default_template)
         prompt = render_template(template, rubric=rubric, prompt=load.placeholder_prompt(),
-                                 completion=load.placeholder_completion(), dimensions=rubric.dimensions, step=None)
+                                 completion=load.placeholder_completion(), dimensions=rubric.dimensions, step=None,
+                                 reasons=self.params.reasons)
         return self.backend.plan(load.prompts * load.generations * k, f"{load.prompts} prompts × "
                                  f"{load.generations} completions × {k} permutation{'s' * (k != 1)}", prompt)
 
