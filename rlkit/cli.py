@@ -99,6 +99,9 @@ def show_warning(message: Warning | str, category: type[Warning], filename: str,
 def main(argv: Sequence[str] | None = None) -> int:
     try:
         return _main(argv)
+    except KeyboardInterrupt:  # Ctrl-C outside a run (composing a config, scoring, ...): one line, no traceback
+        print("rlkit: interrupted", file=sys.stderr, flush=True)
+        return 130
     except BrokenPipeError:
         # `rlkit plugins | head`: the reader has gone; say nothing more (Python's own recipe: stdout to devnull so
         # the interpreter's final flush does not raise again) and exit as a process killed by SIGPIPE would

@@ -62,6 +62,8 @@ def run_hydra(command: str, config_name: str, overrides: Sequence[str], body) ->
     def task(cfg) -> float:
         from hydra.core.hydra_config import HydraConfig
 
+        from rlkit.train.interrupt import EXIT_CODE, RunInterrupted
+
         try:
             return body(cfg, Path(HydraConfig.get().runtime.output_dir))
         except RlkitError as exc:
@@ -69,6 +71,9 @@ def run_hydra(command: str, config_name: str, overrides: Sequence[str], body) ->
                 raise
             print(f"rlkit: error: {exc}", file=sys.stderr)
             sys.exit(exc.exit_code)
+        except (RunInterrupted, KeyboardInterrupt) as exc:  # Ctrl-C: one line, never a traceback
+            print(f"rlkit: {exc or 'interrupted'}", file=sys.stderr, flush=True)
+            sys.exit(EXIT_CODE)
 
     argv = sys.argv
     # Hydra's parser takes its flags (-m, --cfg job, -cd DIR, ...) with their values before the overrides; the search

@@ -25,7 +25,30 @@ def _fit_job(cfg, run_dir: Path) -> float:
     if summary["global_zero"]:
         print_summary(summary, validated)
         write_job_summary(run_dir, summary, time.monotonic() - started)  # a sweep's summary table reads it
+    if summary.get("interrupted"):
+        from rlkit.train.interrupt import RunInterrupted
+
+        raise RunInterrupted(interrupted_line(summary["interrupted"], run_dir))
     return summary["end"]["reward"]
+
+
+def interrupted_line(interrupted: dict, run_dir: Path) -> str:
+    """Where a Ctrl-C'd run stopped and the command that resumes it (this job's overrides, ``ckpt_path`` added)."""
+    import shlex
+
+    from hydra.core.hydra_config import HydraConfig
+
+    step, checkpoint = interrupted["step"], interrupted["checkpoint"]
+    if checkpoint is None:  # after the last step: only the report was left out
+        return (f"interrupted after training ({step} steps): policy in {run_dir / 'policy'} and summary written, the "
+                f"run report skipped (rlkit report {run_dir} builds it)")
+    try:
+        overrides = [o for o in HydraConfig.get().overrides.task if not o.lstrip("+").startswith("ckpt_path=")]
+    except ValueError:  # not inside a Hydra job
+        overrides = []
+    command = shlex.join(["rlkit", "fit", *overrides, f"ckpt_path={checkpoint}"])
+    return (f"interrupted after step {step}; run folder {run_dir}, trained policy in {run_dir / 'policy'}; "
+            f"resume with: {command}")
 
 
 def cmd_fit(overrides: Sequence[str]) -> int:

@@ -55,6 +55,7 @@ def write_job_summary(run_dir: Path, summary: dict[str, Any], wall_time_s: float
         "policy_dir": str(summary["policy_dir"]),
         # what the figures mean less than they seem to: no held-out split, no warm start, no learning signal
         "warnings": [*(summary.get("caveats") or {}).values(), *(summary.get("signal") or [])],
+        "interrupted": summary.get("interrupted"),  # Ctrl-C: the step it stopped after and the checkpoint there
     }
     return atomic_write_text(run_dir / JOB_SUMMARY, json.dumps(data, indent=2) + "\n")
 

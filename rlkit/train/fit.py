@@ -65,7 +65,8 @@ def check_replicas_agree(policy: Any, device: Any) -> int:
     return spread.world_size
 
 
-def build_trainer(validated: ValidatedConfig, run_dir: Path) -> tuple[L.Trainer, Any]:
+def build_trainer(validated: ValidatedConfig, run_dir: Path,
+                  extra_callbacks: Sequence[Any] = ()) -> tuple[L.Trainer, Any]:
     """The Lightning trainer of ``trainer.*`` with rlkit's checkpoints, sample log and logger."""
     from rlkit.evaluation.golden import golden_callbacks
     from rlkit.train.datamodule import SamplerFeedback
@@ -85,7 +86,7 @@ def build_trainer(validated: ValidatedConfig, run_dir: Path) -> tuple[L.Trainer,
     try:
         trainer = L.Trainer(default_root_dir=str(run_dir), logger=logger, num_sanity_val_steps=0,
                             callbacks=[checkpoints, samples, SamplerFeedback(), *golden,
-                                       *rubric_evolution_callbacks(validated, run_dir)],
+                                       *rubric_evolution_callbacks(validated, run_dir), *extra_callbacks],
                             check_val_every_n_epoch=None,
                             val_check_interval=validated.run.heldout_every, enable_model_summary=False,
                             **trainer_kwargs)
@@ -183,7 +184,15 @@ def run_caveats(validated: ValidatedConfig, heldout: Sequence[dict[str, Any]]) -
 
 
 def fit(validated: ValidatedConfig, run_dir: Path) -> dict[str, Any]:
-    """Train, evaluate the held-out split before and after, and return the summary."""
+    """Train, evaluate the held-out split before and after, and return the summary. Ctrl-C finishes what was
+    trained (``rlkit.train.interrupt``); the summary's ``interrupted`` then says at which step and where to resume."""
+    from rlkit.train.interrupt import InterruptGuard
+
+    with InterruptGuard() as guard:
+        return _fit(validated, run_dir, guard)
+
+
+def _fit(validated: ValidatedConfig, run_dir: Path, guard: Any) -> dict[str, Any]:
     import torch
 
     from rlkit.lm.models import save_policy
@@ -198,7 +207,13 @@ def fit(validated: ValidatedConfig, run_dir: Path) -> dict[str, Any]:
     if run.torch_threads:
         torch.set_num_threads(run.torch_threads)
     L.seed_everything(run.seed, workers=True, verbose=False)
-    trainer, logger = build_trainer(validated, run_dir)  # first: a trainer setting Lightning refuses fails fast
+    from rlkit.train.interrupt import StopOnInterrupt
+
+    # its own name: ModelCheckpoint also saves last.ckpt when the loop stops, at the epoch's end, and would version
+    # its file beside ours (last-v1.ckpt)
+    stop = StopOnInterrupt(guard, run_dir / "checkpoints" / "interrupted.ckpt")
+    # first: a trainer setting Lightning refuses fails fast
+    trainer, logger = build_trainer(validated, run_dir, [stop])
     module = None
     try:
         datamodule = PromptDataModule(validated.data, batch_size=run.batch_size, seed=run.seed,
@@ -215,16 +230,18 @@ def fit(validated: ValidatedConfig, run_dir: Path) -> dict[str, Any]:
         start = dict(module.heldout)
         module.history = MetricsHistory(run_dir / METRICS_FILE) if trainer.is_global_zero else None
         record_heldout(module.history, 0, start)
+        guard.phase = "training"
         try:
             trainer.fit(module, datamodule=datamodule, ckpt_path=run.ckpt_path)
         except RlkitError as exc:  # e.g. an engine that stopped answering: say where the run can go on from
             raise with_resume_hint(exc, run_dir) from None
+        guard.phase = "finishing"
         monitors = module.monitors.summary() if module.monitors is not None else {}  # writes monitors.json
         replicas = check_replicas_agree(module.policy, module.device)
         trainer.validate(module, datamodule=datamodule, verbose=False)
         end = dict(module.heldout)
         record_heldout(module.history, trainer.global_step, end)
-        if trainer.is_global_zero:
+        if trainer.is_global_zero and not guard.requested:  # after a Ctrl-C: `rlkit report RUN` builds it later
             end_of_run_report(run_dir, logger)
     finally:
         finish_logger(logger)
@@ -241,7 +258,9 @@ def fit(validated: ValidatedConfig, run_dir: Path) -> dict[str, Any]:
             "diagnostics": module.diagnostics, "global_zero": trainer.is_global_zero, "replicas": replicas,
             "monitors": monitors, "alerts": module.monitors.alerts if module.monitors is not None else [],
             "judge_spend": judge_spend(validated.plugins.get("judge")),
-            "signal": module.signal_watch.summary_lines(), "caveats": caveats}  # whole run: held-out scoring included
+            "signal": module.signal_watch.summary_lines(), "caveats": caveats,  # whole run: held-out scoring included
+            "interrupted": ({"step": stop.saved_at, "checkpoint": str(stop.checkpoint)} if stop.saved_at is not None
+                            else {"step": trainer.global_step, "checkpoint": None} if guard.requested else None)}
 
 
 def diagnostics_table(diagnostics: Any, dimensions: list[str]) -> Any:

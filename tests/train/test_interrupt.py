@@ -1,0 +1,131 @@
+"""Ctrl-C during ``rlkit fit`` (issue 40): one line and exit 130, never a traceback; mid-run it finishes the step,
+saves a checkpoint, the policy and the summary and prints the command that resumes, which continues exactly; during
+the end of the run it still writes the policy and the summary; a second Ctrl-C stops at once."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from rlkit.cli import main
+
+RLKIT = [sys.executable, "-m", "rlkit"]
+QUICK = ["logger=csv", "batch_size=4", "num_generations=4"]
+
+
+def _start(run_dir: Path, *overrides: str) -> subprocess.Popen:
+    return subprocess.Popen([*RLKIT, "fit", *QUICK, *overrides, f"hydra.run.dir={run_dir}"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _wait_for(condition, proc: subprocess.Popen, timeout: float = 240.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert proc.poll() is None, f"exited early: {proc.communicate()[1][-2000:]}"
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+def _trained_steps(run_dir: Path) -> list[int]:
+    path = run_dir / "metrics.jsonl"
+    if not path.is_file():
+        return []
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return [r["step"] for r in rows if "reward/mean" in r.get("metrics", {})]
+
+
+def _rewards(run_dir: Path) -> dict[int, float]:
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    return {r["step"]: r["metrics"]["reward/mean"] for r in rows if "reward/mean" in r.get("metrics", {})}
+
+
+def test_ctrl_c_mid_run_saves_what_was_trained_and_the_printed_command_resumes_exactly(tmp_path):
+    run = tmp_path / "run"
+    proc = _start(run, "trainer.max_steps=6")
+    _wait_for(lambda: len(_trained_steps(run)) >= 2, proc)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=240)
+    assert proc.returncode == 130, err[-2000:]
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err
+    assert "rlkit: interrupt: finishing this step" in err
+    line = next(x for x in err.splitlines() if x.startswith("rlkit: interrupted after step"))
+    summary = json.loads((run / "summary.json").read_text())
+    stopped = summary["interrupted"]["step"]
+    assert 2 <= stopped < 6 and summary["steps"] == stopped
+    assert (run / "policy" / "config.json").is_file() and "final held-out" in out
+    checkpoint = run / "checkpoints" / "interrupted.ckpt"
+    assert checkpoint.is_file() and f"ckpt_path={checkpoint}" in line
+    # the printed command, run as printed (into a folder of its own), continues where the run stopped
+    command = shlex.split(line.split("resume with: ", 1)[1])
+    assert command[:2] == ["rlkit", "fit"]
+    resumed, straight = tmp_path / "resumed", tmp_path / "straight"
+    subprocess.run([*RLKIT, *command[1:], f"hydra.run.dir={resumed}"], check=True, capture_output=True)
+    subprocess.run([*RLKIT, "fit", *QUICK, "trainer.max_steps=6", f"hydra.run.dir={straight}"], check=True,
+                   capture_output=True)
+    after = _rewards(resumed)
+    assert sorted(after) == list(range(stopped, 6))
+    assert after == {step: reward for step, reward in _rewards(straight).items() if step >= stopped}
+
+
+def test_ctrl_c_during_start_up_stops_at_once(tmp_path):
+    early = tmp_path / "early"
+    proc = _start(early, "trainer.max_steps=200")
+    _wait_for(early.is_dir, proc)  # Hydra made the run folder: the job has begun, no step has trained
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=240)
+    assert proc.returncode == 130 and "Traceback" not in err, err[-2000:]
+    assert err.strip().splitlines()[-1].startswith("rlkit: interrupted")
+    assert _trained_steps(early) == []
+
+
+def test_a_second_ctrl_c_stops_at_once(tmp_path, monkeypatch, capsys):
+    from rlkit.train.module import RubricRLModule
+
+    training_step = RubricRLModule.training_step
+
+    def twice_in_step_two(self, *args, **kwargs):
+        if self.trainer.global_step == 1:
+            os.kill(os.getpid(), signal.SIGINT)  # real signals; Python runs the handler before the next line
+            os.kill(os.getpid(), signal.SIGINT)
+        return training_step(self, *args, **kwargs)
+
+    monkeypatch.setattr(RubricRLModule, "training_step", twice_in_step_two)
+    run = tmp_path / "run"
+    with pytest.raises(SystemExit) as exited:
+        main(["fit", *QUICK, "trainer.max_steps=50", f"hydra.run.dir={run}"])
+    assert exited.value.code == 130
+    err = capsys.readouterr().err
+    assert "rlkit: interrupted again: stopped at once" in err and "Traceback" not in err
+    assert not (run / "policy").exists() and not (run / "summary.json").exists()
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler, "the handler is put back"
+
+
+def test_ctrl_c_while_the_run_finishes_still_writes_the_policy_and_the_summary(tmp_path, monkeypatch, capsys):
+    import rlkit.train.fit as fit_module
+
+    agree = fit_module.check_replicas_agree
+
+    def interrupted_while_finishing(*args, **kwargs):
+        os.kill(os.getpid(), signal.SIGINT)  # a real SIGINT, delivered to this (the main) thread
+        return agree(*args, **kwargs)
+
+    monkeypatch.setattr(fit_module, "check_replicas_agree", interrupted_while_finishing)
+    run = tmp_path / "run"
+    with pytest.raises(SystemExit) as exited:
+        main(["fit", *QUICK, "trainer.max_steps=2", f"hydra.run.dir={run}"])
+    assert exited.value.code == 130
+    err = capsys.readouterr().err
+    assert "skipping the run report" in err and "Traceback" not in err
+    assert f"rlkit report {run} builds it" in err
+    assert (run / "policy" / "config.json").is_file()
+    assert json.loads((run / "summary.json").read_text())["interrupted"] == {"step": 2, "checkpoint": None}
+    assert not (run / "report").exists()
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler, "the handler is put back"
