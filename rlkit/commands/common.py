@@ -53,7 +53,7 @@ def run_hydra(command: str, config_name: str, overrides: Sequence[str], body) ->
     import hydra
 
     from rlkit.config import register_run_defaults, search_path_override
-    from rlkit.config.compose import parse_hydra_args
+    from rlkit.config.compose import parse_hydra_args, with_declared_keys
 
     register_run_defaults()  # conf/fit.yaml composes the run's defaults from Hydra's ConfigStore
     relaunched = os.environ.get(RELAUNCHED_COMMAND) == command
@@ -81,7 +81,8 @@ def run_hydra(command: str, config_name: str, overrides: Sequence[str], body) ->
     args = parse_hydra_args(overrides)
     search = [] if relaunched else search_path_override(run_registry(), args.searchpath)
     # argv[0] stays this program: Lightning's DDP launcher starts the other ranks with it and these arguments.
-    sys.argv = [argv[0], *args.flags, *search, *args.overrides]
+    # keys validation composed as `++key=` (declared by a schema, absent from the YAML) go to Hydra the same way
+    sys.argv = [argv[0], *args.flags, *search, *with_declared_keys(args.overrides)]
     previous = os.environ.get(RELAUNCHED_COMMAND)
     os.environ[RELAUNCHED_COMMAND] = command
     try:

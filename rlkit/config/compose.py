@@ -12,7 +12,7 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from rlkit.config.schemas import register_run_defaults
-from rlkit.core.errors import ConfigError, PluginError
+from rlkit.core.errors import ConfigError, PluginError, did_you_mean
 from rlkit.core.package_files import resolve_path
 from rlkit.core.registry import KINDS_BY_GROUP, Registry
 
@@ -174,10 +174,12 @@ def _translated_hydra_errors(registry: Registry) -> Iterator[None]:
                 raise PluginError(
                     f"unknown {kind.key.replace('_', ' ')} {option!r}; available {kind.label}: "
                     f"{registry.available(kind.key)}"
+                    f"{did_you_mean(option, [e.name for e in registry.entries(kind.key)])}"
                 ) from None
             raise ConfigError(
                 f"no option {option!r} in config group {group!r}; available: "
                 f"{', '.join(group_options(registry, group)) or 'none'}"
+                f"{did_you_mean(option, group_options(registry, group))}"
             ) from None
         text = str(exc)
         override = _NOT_IN_STRUCT.search(text)
@@ -185,10 +187,43 @@ def _translated_hydra_errors(registry: Registry) -> Iterator[None]:
             key = override.group(1)
             # Hydra says the same when the key is missing and when a mapping value brings keys the
             # (empty) mapping in the config does not have: ++ covers both.
-            raise ConfigError(f"cannot set {key!r}: it, or a key inside the mapping given, is not in the config; "
-                              f"use +{key}=... to add a key, or ++{key}=... to add or replace",
-                              "command line") from None
+            raise NotInConfig(key) from None
         raise ConfigError(_one_line(exc)) from None
+
+
+class NotInConfig(ConfigError):
+    """An override sets a key the composed config does not have (Hydra wants ``+key=`` for that)."""
+
+    def __init__(self, key: str) -> None:
+        # Hydra says the same when the key is missing and when a mapping value brings keys the (empty) mapping in the
+        # config does not have: ++ covers both.
+        super().__init__(f"cannot set {key!r}: it, or a key inside the mapping given, is not in the config; use "
+                         f"+{key}=... to add a key, or ++{key}=... to add or replace", "command line")
+        self.key = key
+
+
+# Keys set without `+` that the config's YAML leaves out but rlkit validates (a schema's field, a plugin's param, a
+# Lightning argument): composed as `++key=`, so a schema-declared key needs no `+`, and one nobody declares is
+# answered by the validation that follows, with the valid keys and a "did you mean". Kept for `rlkit fit`, which
+# hands the overrides to Hydra after validating them.
+ADDED_AS_DECLARED: set[str] = set()
+
+
+def _settable(overrides: list[str], key: str) -> list[str] | None:
+    """``overrides`` with ``key=...`` turned into ``++key=...``, or None where that is not for rlkit to decide:
+    Hydra's own keys (rlkit does not check them, so a typo there would pass unseen), or no such plain override."""
+    if key.split(".")[0] == "hydra":
+        return None
+    for i, override in enumerate(overrides):
+        if not override.startswith(("+", "~")) and override.split("=", 1)[0] == key:
+            return [*overrides[:i], "++" + override, *overrides[i + 1:]]
+    return None
+
+
+def with_declared_keys(overrides: Sequence[str]) -> list[str]:
+    """``overrides`` with every key that composition had to add (:data:`ADDED_AS_DECLARED`) written ``++key=``."""
+    return [f"++{o}" if not o.startswith(("+", "~", "-")) and o.split("=", 1)[0] in ADDED_AS_DECLARED else o
+            for o in overrides]
 
 
 def compose_config(registry: Registry, overrides: list[str] | None = None,
@@ -204,12 +239,21 @@ def compose_config(registry: Registry, overrides: list[str] | None = None,
 
     args = parse_hydra_args(list(overrides or []))
     register_run_defaults()
-    GlobalHydra.instance().clear()
-    with _translated_hydra_errors(registry), initialize_config_module(
-        CONFIG_MODULE, version_base=HYDRA_VERSION_BASE
-    ):
-        return compose(args.config_name or config_name,
-                       overrides=search_path_override(registry, args.user_searchpath) + args.overrides,
-                       return_hydra_config=True)
+    given = list(args.overrides)
+    while True:
+        GlobalHydra.instance().clear()
+        try:
+            with _translated_hydra_errors(registry), initialize_config_module(
+                CONFIG_MODULE, version_base=HYDRA_VERSION_BASE
+            ):
+                return compose(args.config_name or config_name,
+                               overrides=search_path_override(registry, args.user_searchpath) + given,
+                               return_hydra_config=True)
+        except NotInConfig as exc:
+            rewritten = _settable(given, exc.key)
+            if rewritten is None:
+                raise
+            ADDED_AS_DECLARED.add(exc.key)
+            given = rewritten
 
 

@@ -24,7 +24,7 @@ from rlkit.config.schemas import (
     RubricEvolveConfig,
     RunConfig,
 )
-from rlkit.core.errors import ConfigError, DataError, PluginError, RlkitError
+from rlkit.core.errors import ConfigError, DataError, PluginError, RlkitError, did_you_mean
 from rlkit.core.objective import SIGNALS
 from rlkit.core.package_files import resolve_path
 from rlkit.core.registry import KINDS, KINDS_BY_GROUP, Registry
@@ -55,8 +55,10 @@ def schema_message(err: Any, schema: type[pydantic.BaseModel] | None = None) -> 
     """One pydantic error as rlkit says it: the rule broken and the value given (``must be >= 1, got 0``)."""
     kind, given = err["type"], err.get("input")
     if kind == "extra_forbidden":
-        valid = f"; valid keys: {', '.join(schema.model_fields)}" if schema is not None else ""
-        return f"unknown key{valid}"
+        if schema is None:
+            return "unknown key"
+        return (f"unknown key; valid keys: {', '.join(schema.model_fields)}"
+                f"{did_you_mean(err['loc'][-1] if err.get('loc') else None, schema.model_fields)}")
     if kind == "missing":
         return "required value is missing"
     if kind in _BOUNDS:
@@ -123,8 +125,9 @@ def check_trainer(cfg: DictConfig) -> dict[str, Any]:
             raise ConfigError(f"set by rlkit itself; leave it out (rlkit sets: {', '.join(TRAINER_KEYS_RLKIT_SETS)})",
                               f"trainer.{key}")
         if key not in takes:
-            raise ConfigError(f"unknown key: not an argument of lightning.Trainer (it takes: "
-                              f"{', '.join(sorted(takes - set(TRAINER_KEYS_RLKIT_SETS)))})", f"trainer.{key}")
+            allowed = sorted(takes - set(TRAINER_KEYS_RLKIT_SETS))
+            raise ConfigError(f"unknown key: not an argument of lightning.Trainer (it takes: {', '.join(allowed)})"
+                              f"{did_you_mean(key, allowed)}", f"trainer.{key}")
     for key, low in (("max_steps", -1), ("log_every_n_steps", 1)):
         value = container.get(key)
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < low):

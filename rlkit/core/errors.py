@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 
 class RlkitError(Exception):
     """Base of every error caused by user input (config, rubric, data, plugin choice).
@@ -46,3 +48,16 @@ class UnscoredError(JudgeError):
 
 class GeneratorError(RlkitError):
     """A generator could not sample: an inference engine stopped answering or refused a weight sync mid-run."""
+
+
+def did_you_mean(given: object, choices: Iterable[str]) -> str:
+    """``"; did you mean 'weight'?"`` when ``given`` is close to one of ``choices`` (a typo, a case slip), else ``""``:
+    the suffix every "unknown key" and "unknown name" message ends with."""
+    import difflib
+
+    if not isinstance(given, str):
+        return ""
+    options = list(choices)
+    by_lower = {c.lower(): c for c in options}
+    close = difflib.get_close_matches(given.lower(), list(by_lower), n=1, cutoff=0.75)
+    return f"; did you mean {by_lower[close[0]]!r}?" if close and by_lower[close[0]] != given else ""

@@ -11,7 +11,7 @@ from typing import Any
 import pluggy
 
 from rlkit.core import hookspecs
-from rlkit.core.errors import ConfigError, PluginError
+from rlkit.core.errors import ConfigError, PluginError, did_you_mean
 from rlkit.core.refs import iter_refs
 
 hookimpl = pluggy.HookimplMarker("rlkit")
@@ -171,7 +171,7 @@ class Registry:
         except KeyError:
             label = KINDS_BY_KEY[kind].label
             raise PluginError(f"unknown {kind.replace('_', ' ')} {name!r}; available {label}: "
-                              f"{self.available(kind)}") from None
+                              f"{self.available(kind)}{did_you_mean(name, self._entries.get(kind, {}))}") from None
 
     def validate_params(self, kind: str, name: str, params: dict[str, Any] | None, where: str) -> Any:
         """Bind ``params`` against the plugin's schema without building the plugin (references included)."""
@@ -228,7 +228,8 @@ def bind_params(entry: PluginEntry, params: dict[str, Any], where: str) -> Any:
     unknown = sorted(set(params) - known)
     if unknown:
         raise ConfigError(
-            f"unknown key {unknown[0]!r} for {label}; valid keys: {', '.join(sorted(known)) or 'none'}",
+            f"unknown key {unknown[0]!r} for {label}; valid keys: {', '.join(sorted(known)) or 'none'}"
+            f"{did_you_mean(unknown[0], known)}",
             where,
         )
     try:

@@ -13,7 +13,7 @@ import pydantic
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from rlkit.core.errors import RlkitError, RubricError
+from rlkit.core.errors import RlkitError, RubricError, did_you_mean
 
 MAX_DIMENSIONS_BEFORE_WARNING = 7
 
@@ -247,6 +247,25 @@ class Rubric(_Strict):
         return {"name": self.name, "version": self.version, "hash": self.content_hash}
 
 
+def _owning_model(model: Any, loc: tuple[Any, ...]) -> Any:
+    """The pydantic model that holds the field at ``loc`` (list indices and dict keys stepped through), or None."""
+    import typing
+
+    for part in loc:
+        if isinstance(part, int) or not isinstance(model, type) or not issubclass(model, pydantic.BaseModel):
+            continue
+        field = model.model_fields.get(part)
+        if field is None:
+            return None
+        inner = field.annotation
+        while typing.get_origin(inner) is not None and not (isinstance(inner, type)
+                                                             and issubclass(inner, pydantic.BaseModel)):
+            models = [a for a in typing.get_args(inner) if isinstance(a, type) and issubclass(a, pydantic.BaseModel)]
+            inner = models[0] if models else (typing.get_args(inner) or [None])[-1]
+        model = inner
+    return model if isinstance(model, type) and issubclass(model, pydantic.BaseModel) else None
+
+
 def _field_path(loc: tuple[Any, ...], data: Any) -> str:
     """``dimensions[2](format).anchors`` from pydantic's ``('dimensions', 2, 'anchors')``."""
     parts: list[str] = []
@@ -283,7 +302,10 @@ def rubric_from_dict(data: Any, source: str = "<rubric>", *, verify_changelog: b
         field = _field_path(tuple(err["loc"]), data)
         msg = err["msg"].removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":
-            msg = "unknown key"
+            owner = _owning_model(Rubric, tuple(err["loc"])[:-1])
+            fields = list(owner.model_fields) if owner is not None else []
+            msg = (f"unknown key; valid keys: {', '.join(f for f in fields if f != 'source')}"
+                   f"{did_you_mean(err['loc'][-1], fields)}" if fields else "unknown key")
         elif err["type"] == "missing":
             msg = "required field is missing"
         where = f"{source}: {field}" if field else source

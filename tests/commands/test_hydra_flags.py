@@ -106,3 +106,13 @@ def test_sweep_jobs_are_the_product_of_the_sweeps():
     jobs = sweep_jobs(["-m", "seed=1,2", "judge=rule,llm", "batch_size=4"])
     assert jobs == [["seed=1", "judge=rule", "batch_size=4"], ["seed=1", "judge=llm", "batch_size=4"],
                     ["seed=2", "judge=rule", "batch_size=4"], ["seed=2", "judge=llm", "batch_size=4"]]
+
+
+def test_fit_takes_a_declared_key_without_plus_through_hydra(tmp_path, capsys):
+    """Validation composes `trainer.min_steps=1` (a Lightning argument no YAML sets) as `++`; Hydra's own run is
+    handed the same, so the job trains instead of failing in Hydra's override parser."""
+    run = tmp_path / "run"
+    assert main(["fit", "trainer.min_steps=1", "trainer.max_steps=1", "batch_size=2", "num_generations=2",
+                 "logger=none", f"hydra.run.dir={run}"]) == 0
+    assert (run / "policy").is_dir()
+    assert "trainer.min_steps=1" in (run / ".hydra" / "overrides.yaml").read_text()

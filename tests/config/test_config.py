@@ -11,7 +11,9 @@ from omegaconf import OmegaConf
 from rlkit import ConfigError, PluginError
 from rlkit.config import compose_config, config_source, validate_config
 from rlkit.config.compose import _search_roots
+from rlkit.core.errors import RubricError
 from rlkit.core.registry import KINDS_BY_GROUP, Registry, create_plugin_manager
+from rlkit.core.rubric import load_rubric
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
 
@@ -116,9 +118,33 @@ def test_bad_param_value_names_field(registry):
         validate_config(compose_config(registry, ["advantage.params.scale_rewards=sometimes"]), registry)
 
 
-def test_unknown_key_without_plus_is_explained(registry):
-    with pytest.raises(ConfigError, match=r"cannot set 'judge.params.nope'.*\+judge.params.nope=.*\+\+judge"):
-        compose_config(registry, ["judge.params.nope=1"])
+def test_a_declared_key_needs_no_plus_and_an_undeclared_one_is_named_at_once(registry):
+    # a param the llm judge declares but its YAML leaves out, and a Lightning argument, set as a user types them
+    cfg = compose_config(registry, ["judge=llm", "judge.params.backend.params.max_new_tokens=32",
+                                    "trainer.min_steps=1"])
+    validated = validate_config(cfg, registry)
+    assert cfg.judge.params.backend.params.max_new_tokens == 32 and validated.cfg.trainer.min_steps == 1
+    with pytest.raises(ConfigError, match=r"judge.params.*unknown key 'nope' for judge 'rule'; valid keys"):
+        validate_config(compose_config(registry, ["judge.params.nope=1"]), registry)
+    with pytest.raises(ConfigError, match=r"trainer.max_step: unknown key.*did you mean 'max_steps'\?"):
+        validate_config(compose_config(registry, ["trainer.max_step=3"]), registry)
+    with pytest.raises(ConfigError, match=r"optim.learning_rate: unknown key; valid keys: lr, "):
+        validate_config(compose_config(registry, ["optim.learning_rate=1e-4"]), registry)
+    # Hydra's own keys are Hydra's: rlkit does not check them, so it does not add them either
+    with pytest.raises(ConfigError, match=r"cannot set 'hydra.nope'.*\+hydra.nope=.*\+\+hydra"):
+        compose_config(registry, ["hydra.nope=1"])
+
+
+def test_unknown_names_and_keys_say_what_was_meant(registry, tmp_path):
+    with pytest.raises(PluginError, match=r"unknown judge 'rul'; available judges: .*; did you mean 'rule'\?"):
+        compose_config(registry, ["judge=rul"])
+    with pytest.raises(ConfigError, match=r"unknown key 'case_sensitiv'.*did you mean 'case_sensitive'\?"):
+        validate_config(compose_config(registry, ["+judge.params.case_sensitiv=true"]), registry)
+    rubric = tmp_path / "rubric.yaml"
+    rubric.write_text((CONF / "rubrics" / "arithmetic.yaml").read_text().replace("    weight: 1.0", "    wieght: 1.0"))
+    with pytest.raises(RubricError, match=r"dimensions\[0\]\(format\).wieght: unknown key; valid keys: name, .*"
+                                          r"did you mean 'weight'\?"):
+        load_rubric(rubric)
 
 
 def test_non_plugin_group_schema(registry):
@@ -162,11 +188,10 @@ def test_reference_none_is_fine_without_kl(registry):
     validate_config(compose_config(registry, ["model.reference=adapter_off", "model.lora.r=8"]), registry)
 
 
-def test_mapping_override_into_an_empty_mapping_needs_double_plus(registry):
-    with pytest.raises(ConfigError, match=r"\+\+weights.params.weights="):
-        compose_config(registry, ["weights.params.weights={correctness:3}"])
-    cfg = compose_config(registry, ["++weights.params.weights={correctness:3}"])
-    assert validate_config(cfg, registry).plugins["weight_scheduler"].params.weights == {"correctness": 3}
+def test_a_mapping_override_into_an_empty_mapping_needs_no_plus(registry):
+    for override in ("weights.params.weights={correctness:3}", "++weights.params.weights={correctness:3}"):
+        cfg = compose_config(registry, [override])
+        assert validate_config(cfg, registry).plugins["weight_scheduler"].params.weights == {"correctness": 3}
 
 
 def test_gdpo_with_another_aggregator_warns_that_it_only_feeds_the_log(registry):

@@ -105,7 +105,8 @@ def test_valid_rubric_loads(tmp_path: Path) -> None:
 def test_unknown_top_level_key(tmp_path: Path) -> None:
     text = rubric_yaml("  - {name: a, range: [1, 5]}\n", top="colour: blue\n")
     message = expect_error(tmp_path, text, "colour", "unknown key")
-    assert "dimensions" not in message
+    assert "dimensions" not in message.split("unknown key")[0], "the key is the rubric's own, not a dimension's"
+    assert "valid keys: name, version" in message
 
 
 def test_unknown_key_in_dimension(tmp_path: Path) -> None:
