@@ -98,6 +98,7 @@ def cmd_calibrate(overrides: Sequence[str]) -> int:
     from dataclasses import replace
 
     from rlkit.core.atomic import atomic_write_text
+    from rlkit.evaluation.audit_report import judge_config
     from rlkit.evaluation.calibration import (
         DEFAULT_OUTPUT,
         calibrate,
@@ -119,6 +120,7 @@ def cmd_calibrate(overrides: Sequence[str]) -> int:
         read_round,
         render_rounds_markdown,
         round_payload,
+        store_round,
         worst_disagreements,
     )
     from rlkit.evaluation.scoring import score_records
@@ -173,10 +175,13 @@ def cmd_calibrate(overrides: Sequence[str]) -> int:
         _print_windows(console, windows)
     extra = render_rounds_markdown(worst, changes, previous, moved) if options.disagreements or changes else ""
     paths = write_report(report, options.output, windows, extra)
+    payload = round_payload(report, lines)
     round_file = atomic_write_text(options.output / ROUND_NAME,
-                                   json.dumps(round_payload(report, lines), indent=1, ensure_ascii=False) + "\n")
+                                   json.dumps(payload, indent=1, ensure_ascii=False) + "\n")
+    stored = store_round(payload, judge_config(cfg))
     console.print(f"wrote {paths[0]} and {len(paths) - 1} confusion-matrix PNGs; this round's scores: {round_file} "
-                  "(calibrate.previous= it in the next round)", markup=False)
+                  f"(calibrate.previous= it in the next round); kept for rlkit fit's start-up check: {stored}",
+                  markup=False)
     if windows:
         console.print(f"wrote {write_windows(windows, report, options.output)}", markup=False)
     if run_dir is not None:

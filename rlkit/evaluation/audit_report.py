@@ -318,11 +318,12 @@ def judge_config(cfg: Any) -> dict[str, Any]:
     return OmegaConf.to_container(cfg.judge, resolve=True)  # type: ignore[return-value]
 
 
-def store_folder(identity: dict[str, str], root: Path | None = None) -> Path:
-    """Where the audits of one rubric version (name, version, content hash) are stored."""
+def store_folder(identity: dict[str, str], root: Path | None = None, folder: str = STORE_FOLDER) -> Path:
+    """Where the audits (or, with ``folder``, another kind of stored verdict) of one rubric version (name, version,
+    content hash) are stored."""
     from rlkit.lm.models import default_cache_dir
 
-    base = (root or default_cache_dir()) / STORE_FOLDER
+    base = (root or default_cache_dir()) / folder
     return base / f"{_slug(identity['name'])}-v{_slug(identity['version'])}-{identity['hash'][:12]}"
 
 

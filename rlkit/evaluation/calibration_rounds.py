@@ -26,6 +26,7 @@ from rlkit.core.rubric import Rubric
 
 ROUND_NAME = "calibration.json"
 ROUND_FORMAT = 1  # bump when the file's shape changes
+STORE_FOLDER = "calibrations"  # in rlkit's cache, beside the audits: what rlkit fit's start-up reads
 
 
 @dataclass(frozen=True)
@@ -234,3 +235,62 @@ def _num(x: float, signed: bool = False) -> str:
     if math.isnan(x):
         return "—"
     return f"{x:+.3f}" if signed else f"{x:.3f}"
+
+
+# --- the store rlkit fit reads at start-up ----------------------------------------------------------------------------
+
+
+def store_round(payload: dict[str, Any], judge_config: dict[str, Any]) -> Path:
+    """Keep ``payload`` (a round's ``calibration.json``) in rlkit's cache, keyed like the audits: the rubric version's
+    folder, one file per (judge config, labelled lines). ``rlkit fit`` with the same rubric and judge config reads it
+    at start-up (:func:`calibration_caveat`)."""
+    from rlkit.core.atomic import atomic_write_text
+    from rlkit.evaluation.audit_report import audited_key, store_folder
+
+    judged = audited_key([{k: line[k] for k in ("prompt", "completion", "human")} for line in payload["lines"]],
+                         judge_config)
+    folder = store_folder(payload["rubric"], folder=STORE_FOLDER)
+    path = folder / f"judge-{judged['judge_hash'][:12]}-labels-{judged['records_hash'][:12]}.json"
+    folder.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(path, json.dumps({**payload, "judged": judged}, indent=1, ensure_ascii=False) + "\n")
+    return path
+
+
+def stored_round(rubric: Rubric, judge_config: dict[str, Any]) -> tuple[Path, dict[str, Any]] | None:
+    """The stored calibration of this rubric version with ``judge_config`` over the most labelled lines (the latest of
+    equals), or None."""
+    from rlkit.evaluation.audit_report import audited_key, store_folder
+
+    folder = store_folder(rubric.identity(), folder=STORE_FOLDER)
+    judge_hash = audited_key([], judge_config)["judge_hash"]
+    found = []
+    for path in sorted(folder.glob(f"judge-{judge_hash[:12]}-labels-*.json")) if folder.is_dir() else []:
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+            continue  # a damaged store file vouches for nothing; the start-up check is advice, not a gate
+        if data.get("format") == ROUND_FORMAT and (data.get("judged") or {}).get("judge_hash") == judge_hash:
+            found.append((len(data.get("lines") or []), path.stat().st_mtime, path, data))
+    if not found:
+        return None
+    _, _, path, data = max(found, key=lambda x: (x[0], x[1]))
+    return path, data
+
+
+def calibration_caveat(rubric: Rubric, judge_config: dict[str, Any]) -> str | None:
+    """One line for a run's start when this judge's stored calibration on this rubric flags dimensions (κ or ρ below
+    its threshold, or undefined): the rewards on those dimensions are not what the labellers would give."""
+    found = stored_round(rubric, judge_config)
+    if found is None:
+        return None
+    path, data = found
+    flagged = [(name, row) for name, row in data["dimensions"].items() if row.get("flagged")]
+    if not flagged:
+        return None
+
+    def kappa(row: dict[str, Any]) -> str:
+        return "undefined" if row.get("kappa") is None else f"{row['kappa']:.2f}"
+
+    shown = ", ".join(f"{name} (κ {kappa(row)})" for name, row in flagged)
+    return (f"judge {data.get('judge')}: its calibration against {len(data.get('lines') or [])} human labels "
+            f"({path}) is poor on {shown}: its rewards there are not what the labellers would give")

@@ -167,8 +167,9 @@ def end_of_run_report(run_dir: Path, logger: Any) -> None:
 
 def run_caveats(validated: ValidatedConfig, heldout: Sequence[dict[str, Any]]) -> dict[str, str]:
     """What makes the start/end table mean less than its title says, said once at start-up and in the title:
-    ``no_warm_start`` (the embedded policy trained from random weights) and ``heldout_is_training`` (no held-out
-    split, so the table evaluates training prompts)."""
+    ``no_warm_start`` (the embedded policy trained from random weights), ``heldout_is_training`` (no held-out
+    split, so the table evaluates training prompts) and ``judge_calibration`` (``rlkit calibrate`` found the run's
+    judge, with this config, poor on some of the rubric's dimensions)."""
     out = {}
     model, data = validated.model, validated.data
     if model.name_or_path is None and model.warm_start.steps == 0 and validated.objective.signal != "demonstrations":
@@ -180,6 +181,14 @@ def run_caveats(validated: ValidatedConfig, heldout: Sequence[dict[str, Any]]) -
         why = "data.heldout_fraction=0" if data.heldout_fraction == 0 else "too few prompts to hold one out"
         out["heldout_is_training"] = (f"no held-out split ({why}): the start/end table scores training prompts, "
                                       "which says nothing of generalisation")
+    from rlkit.evaluation.audit_report import judge_config
+    from rlkit.evaluation.calibration_rounds import calibration_caveat
+
+    # a judge that asks a model (it meters its calls): the rule judge's agreement is its rubric's, said by calibrate
+    asks_a_model = callable(getattr(validated.plugins.get("judge"), "spend", None))
+    poorly_calibrated = calibration_caveat(validated.rubric, judge_config(validated.cfg)) if asks_a_model else None
+    if poorly_calibrated is not None:
+        out["judge_calibration"] = poorly_calibrated
     return out
 
 

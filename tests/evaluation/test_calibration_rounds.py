@@ -110,3 +110,29 @@ def test_cli_refuses_a_previous_round_of_another_rubric_before_judging(tmp_path,
     err = capsys.readouterr().err
     assert "rubric 'x', not of 'arithmetic'" in err and str(other / "calibration.json") in err
     assert not (out / "calibration.md").exists(), "nothing written"
+
+
+def test_a_model_judge_calibrated_poorly_says_so_when_a_run_starts(tmp_path, monkeypatch, capsys):
+    from rlkit.testing.canned_chat import CannedChatServer
+
+    monkeypatch.setenv("RLKIT_CACHE", str(tmp_path / "cache"))
+    # a judge that calls every answer perfect: no agreement with the labellers on anything they told apart
+    perfect = json.dumps({"format": 1, "correctness": 1, "brevity": 5, "repetition": 5})
+    with CannedChatServer(lambda messages: perfect) as server:
+        judge = ["judge=llm", "judge.params.backend.name=openai",
+                 f"++judge.params.backend.params={{base_url: '{server.url}', max_retries: 0}}", "logger=none"]
+        assert main(["calibrate", f"calibrate.output={tmp_path / 'cal'}", *judge]) == 0
+        assert "kept for rlkit fit's start-up check" in capsys.readouterr().out
+        assert main(["fit", *judge, "trainer.max_steps=1", "batch_size=2", "num_generations=2",
+                     f"hydra.run.dir={tmp_path / 'run'}"]) == 0
+        err = capsys.readouterr().err
+        assert "rlkit: warning: judge llm: its calibration against 42 human labels" in err
+        assert "is poor on format (κ " in err and "correctness (κ " in err
+        summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+        assert any("its calibration against 42 human labels" in w for w in summary["warnings"])
+        # another judge config (another max_tokens) has no stored calibration: nothing said
+        other = [*judge[:2], f"++judge.params.backend.params={{base_url: '{server.url}', max_retries: 0, "
+                             "max_tokens: 32}", "logger=none"]
+        assert main(["fit", *other, "trainer.max_steps=1", "batch_size=2", "num_generations=2",
+                     f"hydra.run.dir={tmp_path / 'run2'}"]) == 0
+        assert "its calibration against" not in capsys.readouterr().err
