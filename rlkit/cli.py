@@ -9,10 +9,6 @@ import warnings
 from collections.abc import Sequence
 
 from rlkit.commands.common import RELAUNCHED_COMMAND
-from rlkit.commands.data import cmd_data
-from rlkit.commands.inspect import cmd_plugins, cmd_report, cmd_rubric, cmd_validate
-from rlkit.commands.judging import cmd_calibrate, cmd_eval, cmd_score, cmd_serve
-from rlkit.commands.training import cmd_fit, cmd_sft, cmd_train_grm
 from rlkit.core.errors import RlkitError
 
 USAGE = """rlkit <command> [--debug] [key=value ...]
@@ -43,12 +39,6 @@ Set --debug or HYDRA_FULL_ERROR=1 to see tracebacks."""
 
 
 
-def cmd_label(args: Sequence[str]) -> int:
-    from rlkit.commands.label import cmd_label as label
-
-    return label(args)
-
-
 def cmd_rubric_tools(args: Sequence[str]) -> int:
     if args and args[0] == "audit":
         from rlkit.commands.rubric_audit import cmd_rubric_audit
@@ -58,25 +48,29 @@ def cmd_rubric_tools(args: Sequence[str]) -> int:
         from rlkit.commands.rubric_generate import cmd_rubric_generate
 
         return cmd_rubric_generate(args[1:])
+    from rlkit.commands.inspect import cmd_rubric
+
     return cmd_rubric(args)
 
 
-def cmd_model(args: Sequence[str]) -> int:
-    from rlkit.commands.model import cmd_model as model
+# Each command's function as "module:name", imported only when that command runs: the config layer imports torch
+# (1.7 s), which `rlkit --help` and a mistyped command word should not wait for.
+COMMANDS = {"plugins": "rlkit.commands.inspect:cmd_plugins", "validate": "rlkit.commands.inspect:cmd_validate",
+            "score": "rlkit.commands.judging:cmd_score", "calibrate": "rlkit.commands.judging:cmd_calibrate",
+            "fit": "rlkit.commands.training:cmd_fit", "sft": "rlkit.commands.training:cmd_sft",
+            "data": "rlkit.commands.data:cmd_data", "serve": "rlkit.commands.judging:cmd_serve",
+            "train-grm": "rlkit.commands.training:cmd_train_grm", "eval": "rlkit.commands.judging:cmd_eval",
+            "report": "rlkit.commands.inspect:cmd_report", "label": "rlkit.commands.label:cmd_label",
+            "rubric": "rlkit.cli:cmd_rubric_tools", "model": "rlkit.commands.model:cmd_model",
+            "new": "rlkit.commands.scaffold:main"}
 
-    return model(args)
 
+def command_function(name: str):
+    """The function that runs command ``name`` (see :data:`COMMANDS`)."""
+    import importlib
 
-def cmd_new(args: Sequence[str]) -> int:
-    from rlkit.commands.scaffold import main as scaffold_main
-
-    return scaffold_main(args)
-
-
-COMMANDS = {"plugins": cmd_plugins, "validate": cmd_validate, "score": cmd_score, "calibrate": cmd_calibrate,
-            "fit": cmd_fit, "sft": cmd_sft, "data": cmd_data, "serve": cmd_serve, "train-grm": cmd_train_grm,
-            "eval": cmd_eval, "report": cmd_report, "label": cmd_label,
-            "rubric": cmd_rubric_tools, "model": cmd_model, "new": cmd_new}
+    module, attribute = COMMANDS[name].split(":")
+    return getattr(importlib.import_module(module), attribute)
 
 
 _SHOWN: set[str] = set()
@@ -127,11 +121,11 @@ def _main(argv: Sequence[str] | None = None) -> int:
     if args.help or args.command is None:
         print(USAGE)
         return 0 if args.help else 2
-    command = COMMANDS.get(args.command)
+    command = args.command if args.command in COMMANDS else None
     relaunched = os.environ.get(RELAUNCHED_COMMAND)
     if command is None and relaunched in COMMANDS and os.environ.get("LOCAL_RANK", "0") != "0":
         # another rank of a multi-process run: every argument is an override of the first rank's command
-        command, overrides = COMMANDS[relaunched], [args.command, *overrides]
+        command, overrides = relaunched, [args.command, *overrides]
     if command is None:
         print(f"rlkit: error: unknown command {args.command!r}; commands: {', '.join(COMMANDS)}",
               file=sys.stderr)
@@ -142,7 +136,7 @@ def _main(argv: Sequence[str] | None = None) -> int:
             warnings.simplefilter("default")
             warnings.showwarning = show_warning
             _SHOWN.clear()
-            return command(overrides)
+            return command_function(command)(overrides)
     except RlkitError as exc:
         if debug:
             raise

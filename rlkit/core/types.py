@@ -6,9 +6,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-import torch
+if TYPE_CHECKING:  # annotations only: `import rlkit` (every command, `rlkit --help`) need not load torch's 1.7 s
+    import torch
 
-if TYPE_CHECKING:
     from rlkit.core.rubric import Rubric
 
 
