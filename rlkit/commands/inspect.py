@@ -13,27 +13,50 @@ from rlkit.commands.common import rich_console, run_registry, validated_config
 
 
 def cmd_plugins(overrides: Sequence[str]) -> int:
+    """Every registered plugin by kind; ``--kind KIND`` (a kind or its config group: ``judge``, ``advantage``) lists one
+    kind. A table on a terminal; piped, one plain line a plugin (kind, selector, provider, summary), never cut."""
     from rlkit.config import group_options
+    from rlkit.core.errors import ConfigError, did_you_mean
 
     registry = run_registry()
-    table = Table(title="rlkit plugins")
-    for column in ("kind", "name", "provided by", "config"):
-        table.add_column(column, no_wrap=True)  # selectors are copied from here: never broken across lines
-    table.add_column("what it is", overflow="fold", min_width=20)  # the column that gives way to a narrow terminal
-    for kind in registry.kinds():
+    kinds = list(registry.kinds())
+    args = list(overrides)
+    if args[:1] == ["--kind"] and len(args) == 2 or (len(args) == 1 and args[0].startswith("--kind=")):
+        wanted = args[1] if len(args) == 2 else args[0].split("=", 1)[1]
+        names = [k.key for k in kinds] + [k.group for k in kinds]
+        kinds = [k for k in kinds if wanted in (k.key, k.group)]
+        if not kinds:
+            raise ConfigError(f"unknown kind {wanted!r}; kinds: {', '.join(k.key for k in registry.kinds())}"
+                              f"{did_you_mean(wanted, names)}", "--kind")
+    elif args:
+        raise ConfigError(f"takes only --kind KIND, got {' '.join(args)}", "rlkit plugins")
+    rows = []
+    for kind in kinds:
         entries = registry.entries(kind.key)
         options = set(group_options(registry, kind.group))
         if not entries:
-            table.add_row(kind.key, "—", "", f"{kind.group}=…", "")
+            rows.append((kind.key, "—", "", f"{kind.group}=…", ""))
         for entry in entries:
             selector = f"{kind.group}={entry.name}" if entry.name in options else f"{kind.group}.name={entry.name}"
             if kind.selected_by:
                 selector = f"{kind.selected_by}={entry.name}"
             elif kind.many:  # a list group: several may be selected together
-                # "\[": rich would read [name] as markup
-                selector = (f"{kind.group}=\\[{entry.name}]" if entry.name in options
-                            else f"+{kind.group}.{entry.name}=…")
-            table.add_row(kind.key, entry.name, entry.provider, selector, plugin_summary(entry.factory))
+                selector = f"{kind.group}=[{entry.name}]" if entry.name in options else f"+{kind.group}.{entry.name}=…"
+            rows.append((kind.key, entry.name, entry.provider, selector, plugin_summary(entry.factory)))
+    if not sys.stdout.isatty():
+        width = max(len(r[3]) for r in rows)
+        for kind_key, _, provider, selector, summary in rows:
+            print(f"{kind_key:<23} {selector:<{width}}  ({provider}) {summary}".rstrip())
+        return 0
+    from rich.markup import escape
+
+    # no kind column: the selector names the group, and three no-wrap columns leave an 80-column terminal too little
+    table = Table(title="rlkit plugins" if len(kinds) > 1 else f"rlkit plugins: {kinds[0].key}")
+    table.add_column("config", no_wrap=True)  # selectors are copied from here: never broken across lines
+    table.add_column("provided by", overflow="fold")  # a long distribution name may fold; it is read, not copied
+    table.add_column("what it is", min_width=16)  # gives way to a narrow terminal, wrapping between words
+    for _, _, provider, selector, summary in rows:
+        table.add_row(escape(selector), provider, escape(summary))
     rich_console().print(table)
     return 0
 
@@ -46,8 +69,8 @@ def plugin_summary(factory: Any) -> str:
     if not doc:
         module = sys.modules.get(getattr(factory, "__module__", "") or "")
         doc = inspect.getdoc(module) if module is not None else None
-    # rich would read [name] as markup
-    return (doc or "").strip().split("\n")[0].replace("[", "\\[")
+    # plain text: reST's ``literal`` marks are noise in a listing
+    return (doc or "").strip().split("\n")[0].replace("``", "")
 
 
 def cmd_validate(overrides: Sequence[str]) -> int:

@@ -190,4 +190,17 @@ def test_plugins_say_what_each_is_and_tell_the_two_gdpos_apart():
     group_dpo = plugin_summary(registry.get("objective", "group_dpo").factory)
     assert "NVIDIA" in gdpo and "objective=group_dpo" in gdpo
     assert "note's GDPO" in group_dpo and "advantage=gdpo" in group_dpo
-    assert plugin_summary(registry.get("environment", "single_turn").factory).startswith("``single_turn``")
+    assert plugin_summary(registry.get("environment", "single_turn").factory).startswith("single_turn")
+
+
+def test_plugins_piped_is_one_plain_line_a_plugin_and_kind_filters(capsys):
+    code, out, _ = _run(capsys, "plugins", "--kind", "judge")
+    assert code == 0
+    lines = out.strip().splitlines()
+    assert len(lines) >= 9 and all(line.startswith("judge ") for line in lines)
+    rule = next(line for line in lines if "judge=rule " in line)
+    assert "(rlkit)" in rule and "``" not in out and "\\[" not in out
+    code, out, _ = _run(capsys, "plugins", "--kind=monitors")
+    assert code == 0 and "monitors=[template_phrases]" in out and "judge=" not in out
+    code, _, err = _run(capsys, "plugins", "--kind", "judges")
+    assert code == 2 and "unknown kind 'judges'" in err and "did you mean 'judge'?" in err
