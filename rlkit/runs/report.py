@@ -522,7 +522,42 @@ def render_comparison(runs: Sequence[tuple[str, list[GoldenColumn]]], run_dirs: 
                   "`rlkit rubric diff OLD.yaml NEW.yaml`).", ""]
     lines += ["| " + " | ".join(_md(h) for h in header) + " |", "|---|" + "--:|" * (len(header) - 1)]
     lines += ["| " + " | ".join(_md(v) for v in row) + " |" for row in rows]
+    header, rows = heldout_table([(label, d) for (label, _), d in zip(runs, run_dirs, strict=True)])
+    lines += ["", "## Held-out split and the run", "",
+              "Each run's `summary.json`: its held-out split's mean at the start → the end (the run's own split and "
+              "rubric: numbers compare across runs only where both are the same), steps, wall time, and what the "
+              "run warned its figures mean less than they seem to.", "",
+              "| " + " | ".join(_md(h) for h in header) + " |", "|---|" + "--:|" * (len(header) - 1)]
+    lines += ["| " + " | ".join(_md(v) for v in row) + " |" for row in rows]
     return "\n".join(lines) + "\n"
+
+
+def heldout_table(runs: Sequence[tuple[str, Path]]) -> tuple[list[str], list[list[str]]]:
+    """Rows (held-out reward and dimensions start → end, steps, wall time, warnings, interrupted) by run, read from
+    each run's ``summary.json``; a run without one gets a column of dashes."""
+    from rlkit.runs.sweep import JOB_SUMMARY
+
+    summaries = []
+    for _, run_dir in runs:
+        try:
+            summaries.append(json.loads((run_dir / JOB_SUMMARY).read_text(encoding="utf-8")))
+        except (OSError, ValueError):
+            summaries.append({})
+    names = ["reward"] + [d for s in summaries for d in s.get("dimensions") or [] if d != "reward"]
+    names = list(dict.fromkeys(names))
+
+    def moved(summary: dict[str, Any], name: str) -> str:
+        start, end = (summary.get("start") or {}).get(name), (summary.get("end") or {}).get(name)
+        return "—" if start is None or end is None else f"{start:.3f} → {end:.3f}"
+
+    rows = [[f"held-out {name}", *(moved(s, name) for s in summaries)] for name in names]
+    rows.append(["steps", *(str(s.get("steps", "—")) for s in summaries)])
+    rows.append(["wall time", *("—" if s.get("wall_time_s") is None else f"{s['wall_time_s']:.0f} s"
+                                for s in summaries)])
+    rows.append(["warnings", *("; ".join(s.get("warnings") or []) or ("none" if s else "—") for s in summaries)])
+    rows.append(["interrupted", *(("—" if not s else "no") if not s.get("interrupted")
+                                  else f"after step {s['interrupted'].get('step')}" for s in summaries)])
+    return ["", *(label for label, _ in runs)], rows
 
 
 def default_comparison_path(run_dirs: Sequence[Path]) -> Path:

@@ -94,3 +94,24 @@ def test_a_bad_results_line_or_a_missing_run_is_a_data_error(tmp_path):
     assert err.value.where.endswith("results.jsonl:1")
     with pytest.raises(DataError):
         write_comparison([run, tmp_path / "missing"])
+
+
+def test_comparison_sets_the_runs_held_out_start_and_end_side_by_side(tmp_path):
+    a = _run(tmp_path, "a", None, {})
+    b = _run(tmp_path, "b", None, {})
+    c = _run(tmp_path, "c", None, {})
+    (a / "summary.json").write_text(json.dumps({
+        "dimensions": ["format", "correctness"], "start": {"reward": 0.5, "format": 1.0, "correctness": 0.25},
+        "end": {"reward": 0.75, "format": 1.0, "correctness": 0.5}, "steps": 40, "wall_time_s": 61.2,
+        "warnings": ["no held-out split (data.heldout_fraction=0): ..."], "interrupted": None}))
+    (b / "summary.json").write_text(json.dumps({
+        "dimensions": ["format", "correctness"], "start": {"reward": 0.5, "format": 1.0, "correctness": 0.25},
+        "end": {"reward": 0.625, "format": 1.0, "correctness": 0.375}, "steps": 12, "wall_time_s": 20.0,
+        "warnings": [], "interrupted": {"step": 12, "checkpoint": "/x/interrupted.ckpt"}}))
+    text = write_comparison([a, b, c]).read_text()
+    assert "## Held-out split and the run" in text
+    assert "| held-out reward | 0.500 → 0.750 | 0.500 → 0.625 | — |" in text
+    assert "| held-out correctness | 0.250 → 0.500 | 0.250 → 0.375 | — |" in text
+    assert "| steps | 40 | 12 | — |" in text and "| wall time | 61 s | 20 s | — |" in text
+    assert "| interrupted | no | after step 12 | — |" in text
+    assert "no held-out split" in text and "| warnings |" in text
