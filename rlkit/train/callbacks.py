@@ -29,6 +29,7 @@ class RolloutSnapshot:
     advantages: torch.Tensor
     episodes: list[list[Any]] | None = None  # multi-turn rollouts: each completion's whole episode
     step_scores: torch.Tensor | None = None  # [B, G, T, D] raw step scores (rubrics with `scope: step` dimensions)
+    reasons: list[list[dict[str, str]]] | None = None  # [B][G] the judge's one-line reason per dimension
 
 
 def conversation_text(messages: Any) -> str:
@@ -56,6 +57,8 @@ def sample_rows(snapshot: RolloutSnapshot, rubric: Rubric, limit: int,
     step_dims = [i for i, d in enumerate(rubric.dimensions) if d.scope == "step"] \
         if snapshot.step_scores is not None else []
     columns += [f"{rubric.dimensions[i].name}/steps" for i in step_dims]
+    if snapshot.reasons is not None:
+        columns.append("reasons")
     b, g = snapshot.rewards.shape
     rows = []
     for j in range(g):
@@ -73,6 +76,8 @@ def sample_rows(snapshot: RolloutSnapshot, rubric: Rubric, limit: int,
             for k in step_dims:  # each turn's score in turn order, space-separated (a W&B cell holds text)
                 row.append(" ".join(f"{float(v):g}" for v in snapshot.step_scores[i, j, :, k]
                                     if not math.isnan(float(v))))
+            if snapshot.reasons is not None:  # one text cell: "correctness: 12 is not 7; brevity: short"
+                row.append("; ".join(f"{name}: {why}" for name, why in snapshot.reasons[i][j].items()))
             rows.append(row)
     return columns, rows
 

@@ -198,6 +198,7 @@ class RubricRLModule(L.LightningModule):
         self.diagnostics = RunningMeans()
         self.signal_watch = SignalWatch(rubric.dimension_names)  # what the run trains on less than it seems to
         self.judge_spend = StepSpend(parts.judge)  # judge/calls, judge/tokens_in, ... of each step
+        self.last_reasons: list[list[dict[str, str]]] | None = None  # the judge's, of this process's last groups
         self._step_started: float | None = None
         self.monitors = monitors  # rlkit.train.monitoring.MonitorHost, or None (monitors=[])
         if settings.sampling.filters and parts.objective is not None and parts.objective.signal == "demonstrations":
@@ -234,6 +235,9 @@ class RubricRLModule(L.LightningModule):
         judge = self.parts.judge
         raw = check_judge_output(judge.score(rollout, self.judged_rubric), rollout, self.rubric,
                                  self.parts.judge_name)
+        if not heldout:  # the judge's one-line reasons for this process's groups, where it gives them
+            reasons = getattr(judge, "reasons", None)
+            self.last_reasons = reasons() if callable(reasons) else None
         own = raw  # this process's groups
         report = getattr(judge, "group_confidence", None)
         confidence = report() if callable(report) else None
@@ -391,10 +395,16 @@ class RubricRLModule(L.LightningModule):
         else:
             outcome = self.advantage_step(sampled, batch)
         loss, t2, t3 = outcome.loss, outcome.decided_at, outcome.logprob_at
+        # the judge's reasons, kept only where they are this batch's, one per sampled completion (a rubric with
+        # step-scoped dimensions asks the judge again per turn, so its last reasons are a turn's)
+        reasons = self.last_reasons
+        if (batch.extras.get("step_raw_scores") is not None or reasons is None
+                or [len(group) for group in reasons] != [len(texts) for texts in sampled.texts]):
+            reasons = None
         self.last_rollout = RolloutSnapshot(step, records, sampled.texts, spread.local(batch.raw_scores),
                                             spread.local(batch.rewards), outcome.advantages, sampled.episodes,
                                             spread.local(steps) if (steps := batch.extras.get("step_raw_scores"))
-                                            is not None else None)
+                                            is not None else None, reasons)
         t4 = time.perf_counter()
         lengths = spread.gather(sampled.completion_token_counts.float(), self.device)
         metrics = self.step_metrics(batch, lengths, truncated)

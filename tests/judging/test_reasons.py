@@ -113,3 +113,14 @@ def test_calibrate_shows_the_judges_reason_beside_a_disagreement(tmp_path, monke
     assert 'correctness 1→0 ("07 is not the sum 7")' in md
     saved = json.loads((out / "calibration.json").read_text())
     assert saved["lines"][1]["reasons"]["correctness"] == "07 is not the sum 7"
+
+
+def test_fit_keeps_the_reasons_in_its_samples(tmp_path, monkeypatch):
+    monkeypatch.setenv("RLKIT_CACHE", str(tmp_path / "cache"))
+    run = tmp_path / "run"
+    with CannedChatServer(_answer) as server:
+        assert main(["fit", *_backend(server.url), "trainer.max_steps=1", "batch_size=2", "num_generations=2",
+                     "log_samples.every=1", f"hydra.run.dir={run}"]) == 0
+    rows = [json.loads(line) for line in (run / "samples.jsonl").read_text().splitlines()]
+    assert rows and all(row["reasons"].startswith("format: starts with a digit; correctness: ") for row in rows)
+    assert all(f"correctness: {row['completion'].strip()} is" in row["reasons"] for row in rows)
