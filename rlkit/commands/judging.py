@@ -159,6 +159,14 @@ def cmd_calibrate(overrides: Sequence[str]) -> int:
                       "yes" if row.flagged else "")
     console = rich_console()
     console.print(table)
+    details = scored.details or []
+    if details and all("written" in detail for detail in details):
+        # scoring: expected read each answer twice, as the levels' expectation and as the level written
+        import torch
+
+        written = calibrate(labelled, torch.tensor([detail["written"] for detail in details]), rubric,
+                            options.threshold, judge=judge, labels_path=str(options.labels))
+        _print_both_scorings(console, report, written)
     if report.flagged:
         console.print(f"flagged (κ or ρ below {report.threshold:g}, or undefined): {', '.join(report.flagged)} "
                       "— its anchors need rewriting")
@@ -198,6 +206,17 @@ def cmd_calibrate(overrides: Sequence[str]) -> int:
             finish_logger(logger)
         console.print(f"logged the numbers to {logger_name(cfg)} under {options.output}")
     return 0
+
+
+def _print_both_scorings(console, expected, sampled) -> None:
+    table = Table(title="the same answers scored both ways: expected (the levels' probability-weighted mean) and "
+                        "sampled (the level written)")
+    for column in ("dimension", "κ expected", "ρ expected", "κ sampled", "ρ sampled"):
+        table.add_column(column, justify="left" if column == "dimension" else "right")
+    for by_expectation, as_written in zip(expected.rows, sampled.rows, strict=True):
+        table.add_row(by_expectation.name, fmt(by_expectation.kappa), fmt(by_expectation.spearman),
+                      fmt(as_written.kappa), fmt(as_written.spearman))
+    console.print(table)
 
 
 def _print_disagreements(console, worst) -> None:

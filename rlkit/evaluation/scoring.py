@@ -97,7 +97,9 @@ def score_records(validated: ValidatedConfig, batch_size: int = 64, *, retries: 
                 judge, r, validated.rubric, retries, retry_backoff, where, name))
         raw_parts.append(batch.raw_scores.reshape(-1, batch.raw_scores.shape[-1]))
         reward_parts.append(batch.rewards.reshape(-1))
-        details.extend(_details(rollout, steps, rubric, None if steps is not None else judge_reasons(judge)))
+        written = getattr(judge, "written_scores", None)
+        details.extend(_details(rollout, steps, rubric, None if steps is not None else judge_reasons(judge),
+                                written() if callable(written) and steps is None else None))
         if on_batch is not None:
             on_batch(sum(len(g) for g in groups))
     kept = details if any(details) else None
@@ -137,15 +139,18 @@ def judge_reasons(judge: Any) -> list[list[dict[str, str]]] | None:
 
 
 def _details(rollout: Rollout, steps: torch.Tensor | None, rubric: Rubric,
-             reasons: list[list[dict[str, str]]] | None = None) -> list[dict[str, Any]]:
-    """Per completion, in rollout order: its step scores, its episode's turns and counts, and the judge's reasons,
-    where there are."""
+             reasons: list[list[dict[str, str]]] | None = None,
+             written: torch.Tensor | None = None) -> list[dict[str, Any]]:
+    """Per completion, in rollout order: its step scores, its episode's turns and counts, the judge's reasons and,
+    scoring by expected level, the levels it wrote (``written``, ``[B, G, D]``), where there are."""
     out = []
     for b, group in enumerate(num_turns(rollout)):
         for g, turns in enumerate(group):
             detail: dict[str, Any] = {}
             if reasons is not None and reasons[b][g]:
                 detail["reasons"] = reasons[b][g]
+            if written is not None:
+                detail["written"] = [float(v) for v in written[b, g]]
             if steps is not None:
                 detail["steps"] = step_lists(steps[b, g], turns, rubric)
             if rollout.episodes is not None:

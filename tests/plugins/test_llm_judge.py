@@ -300,3 +300,25 @@ def test_steps_are_asked_with_the_step_template_and_the_conversation_so_far():
     second = next(text for text in asked if "STEP 2" in text)
     assert "CONVERSATION SO FAR:\nuser: 37*14\nassistant: [calc(e=\"37*14\")]\ntool: 518" in second
     assert second.rstrip().endswith("518")
+
+
+def test_calibrate_with_expected_scoring_reports_both_ways_from_one_pass(cache_env, tmp_path, capsys):
+    """`scoring: expected` reads each answer twice, as the expectation and as the level written: calibrate prints
+    both, and the written levels are what `scoring: sampled` gives (greedy answers are the same answers)."""
+    from rlkit.cli import main
+
+    assert main(["calibrate", "judge=llm", "judge.params.scoring=expected", "logger=none",
+                 f"calibrate.output={tmp_path / 'expected'}"]) == 0
+    out = capsys.readouterr().out
+    assert "scored both ways" in out
+    both = {line.split("│")[1].strip(): [c.strip() for c in line.split("│")[2:6]]
+            for line in out.splitlines() if line.count("│") == 6 and line.split("│")[1].strip() in
+            ("format", "correctness", "brevity", "repetition")}
+    assert main(["calibrate", "judge=llm", "judge.params.scoring=sampled", "logger=none",
+                 f"calibrate.output={tmp_path / 'sampled'}"]) == 0
+    sampled = json.loads((tmp_path / "sampled" / "calibration.json").read_text())["dimensions"]
+    for name, (_, _, kappa, rho) in both.items():
+        expect = sampled[name]
+        assert kappa == ("—" if expect["kappa"] is None else f"{expect['kappa']:.3f}"), name
+        assert rho == ("—" if expect["spearman"] is None else f"{expect['spearman']:.3f}"), name
+    assert len(both) == 4

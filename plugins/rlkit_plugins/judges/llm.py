@@ -29,6 +29,7 @@ the server answers (its ``check_ready``), so a server that is not running fails 
 
 from __future__ import annotations
 
+import itertools
 import math
 import random
 import re
@@ -136,6 +137,7 @@ class LLMJudge:
         self._leak_warned = False
         self._last_leaks = 0
         self._last_reasons: list[list[dict[str, str]]] | None = None
+        self._last_written: torch.Tensor | None = None
         if params.reasons and self.backend.offline:
             raise ConfigError("the offline tiny judge was not trained to give reasons; point the backend at a model "
                               "(hf: model=<folder>, or openai) or set reasons: false", "judge.params.reasons")
@@ -210,6 +212,7 @@ class LLMJudge:
         expected = self.params.scoring == "expected" and schemas is not None
 
         reasons_of: dict[Hashable, dict[str, str]] = {}
+        written_of: dict[Hashable, dict[str, float]] = {}  # expected scoring: the levels the judge wrote as well
 
         def read(slot: Hashable, answer: str) -> tuple[dict[str, float] | None, bool]:
             text, levels = split_levels(answer) if expected else (answer, {})
@@ -217,6 +220,8 @@ class LLMJudge:
                 reasons_of[slot] = parse_reasons(text, rubric)
             got = parse_scores(text, rubric)
             scores = dict(got.scores)
+            if expected:
+                written_of[slot] = dict(got.scores)
             for name, probs in levels.items():  # the written level's place taken by the levels' expectation
                 if name in scores:
                     scores[name] = sum(level * p for level, p in probs.items())
@@ -242,6 +247,15 @@ class LLMJudge:
                     if len(values) > 1:
                         compared += 1
                         consistent += len(set(values)) == 1
+        # the same answers read as sampled: the written levels, for calibrating both ways in one pass
+        self._last_written = None
+        if expected:
+            self._last_written = torch.full((b, g, d), math.nan)
+            for (i, j, x), dim in ((ijx, dims[ijx[2]]) for ijx in itertools.product(range(b), range(g), range(d))):
+                values = [written_of[(i, j, k)][dim.name] for k in range(len(orders))
+                          if dim.name in written_of.get((i, j, k), {})]
+                if values and not math.isnan(float(scores[i, j, x])):
+                    self._last_written[i, j, x] = statistics.median(values)
         # each completion's reasons as the first dimension order that gave one wrote them
         self._last_reasons = [[next((reasons_of[(i, j, k)] for k in range(len(orders)) if reasons_of.get((i, j, k))),
                                     {}) for j in range(g)] for i in range(b)] if self.params.reasons else None
@@ -295,6 +309,11 @@ class LLMJudge:
         """The local model this judge asks, when one is named (``rlkit validate`` compares it with the policy's)."""
         folder = self.backend.model_folder
         return [folder] if folder is not None else []
+
+    def written_scores(self) -> torch.Tensor | None:
+        """With ``scoring: expected``: the last ``score`` call's levels as the judge wrote them (what ``sampled`` would
+        have scored, from the same answers), ``[B, G, D]``, NaN where the expected score is unscored; else None."""
+        return self._last_written
 
     def reasons(self) -> list[list[dict[str, str]]] | None:
         """The last ``score`` call's one-line reason per dimension, ``[prompt][completion] -> {dimension: reason}``
