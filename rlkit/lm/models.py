@@ -193,7 +193,40 @@ def check_model_directory(name_or_path: str | Path) -> Path:
         raise ConfigError("no such model directory", where)
     if not (path / "config.json").is_file():
         raise ConfigError("not a Hugging Face model directory (no config.json)", where)
+    check_weights_files(path, where)
     return path
+
+
+def check_weights_files(path: Path, where: str) -> None:
+    """Every weights file of a model folder whole, read from headers alone (milliseconds, nothing loaded): a
+    ``.safetensors`` file at least as long as its header says its tensors reach, a ``.bin`` a zip archive (torch's
+    format since 1.6). A copy cut short otherwise fails only when training starts, as a library traceback."""
+    import json
+    import struct
+    import zipfile
+
+    for file in sorted(path.glob("*.safetensors")):
+        size = file.stat().st_size
+        with file.open("rb") as fh:
+            head = fh.read(8)
+            length = struct.unpack("<Q", head)[0] if len(head) == 8 else None
+            raw = fh.read(length) if length is not None and length <= size - 8 else b""
+        try:
+            header = json.loads(raw) if raw else None
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            header = None
+        if not isinstance(header, dict):
+            raise ConfigError(f"{file.name} is corrupt or truncated: its safetensors header cannot be read "
+                              f"({size} bytes)", where)
+        ends = [entry["data_offsets"][1] for name, entry in header.items()
+                if name != "__metadata__" and isinstance(entry, dict) and len(entry.get("data_offsets") or []) == 2]
+        needed = 8 + length + max(ends, default=0)
+        if size < needed:
+            raise ConfigError(f"{file.name} is truncated: {size} bytes, its header describes {needed} (copy it "
+                              "again)", where)
+    for file in sorted(path.glob("*.bin")):
+        if file.name.startswith(("pytorch_model", "model")) and not zipfile.is_zipfile(file):
+            raise ConfigError(f"{file.name} is corrupt or truncated: not the zip archive torch saves", where)
 
 
 def _looks_like_path(ref: str) -> bool:

@@ -162,6 +162,27 @@ def test_missing_model_path(registry, tmp_path):
         validate_config(compose_config(registry, [f"model.name_or_path={tmp_path}"]), registry)
 
 
+def test_corrupt_or_truncated_weights_fail_validate_naming_the_file(registry, tmp_path):
+    import struct
+
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    header = json.dumps({"w": {"dtype": "F32", "shape": [64], "data_offsets": [0, 256]}}).encode()
+    whole = struct.pack("<Q", len(header)) + header + b"\0" * 256
+    (model / "model.safetensors").write_bytes(whole[:-100])  # a copy cut short
+    with pytest.raises(ConfigError, match=r"model.name_or_path \(.*\): model.safetensors is truncated: "
+                                          rf"{len(whole) - 100} bytes, its header describes {len(whole)}"):
+        validate_config(compose_config(registry, [f"model.name_or_path={model}"]), registry)
+    (model / "model.safetensors").write_bytes(b"\x05\x00")
+    with pytest.raises(ConfigError, match="model.safetensors is corrupt or truncated: its safetensors header"):
+        validate_config(compose_config(registry, [f"model.name_or_path={model}"]), registry)
+    (model / "model.safetensors").unlink()
+    (model / "pytorch_model.bin").write_bytes(b"not a zip")
+    with pytest.raises(ConfigError, match="pytorch_model.bin is corrupt or truncated: not the zip archive"):
+        validate_config(compose_config(registry, [f"model.name_or_path={model}"]), registry)
+
+
 def test_config_source_names_plugin_yaml(registry):
     assert config_source(registry, "judge", "anchor_overlap").endswith("conf/judge/anchor_overlap.yaml")
     assert "rlkit_example_plugin" in config_source(registry, "judge", "anchor_overlap")
