@@ -43,7 +43,9 @@ class InterruptGuard:
         self._installed = False
 
     def __enter__(self) -> InterruptGuard:
-        if threading.current_thread() is threading.main_thread():
+        # a process started with SIGINT ignored (`nohup rlkit fit &` from a script) keeps ignoring it
+        if threading.current_thread() is threading.main_thread() and \
+                signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
             self._previous = signal.signal(signal.SIGINT, self._handle)
             self._installed = True
         return self

@@ -21,9 +21,23 @@ RLKIT = [sys.executable, "-m", "rlkit"]
 QUICK = ["logger=csv", "batch_size=4", "num_generations=4"]
 
 
+def _interruptible() -> None:
+    # a job a script starts in the background inherits SIGINT ignored (POSIX), and so would the run: a terminal's
+    # Ctrl-C is what is tested, so the run starts as a terminal starts it
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+@pytest.fixture
+def ctrl_c_reaches_this_process():
+    """SIGINT raises KeyboardInterrupt here, as in a terminal, whatever the test runner inherited; put back after."""
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield signal.default_int_handler
+    signal.signal(signal.SIGINT, before)
+
+
 def _start(run_dir: Path, *overrides: str) -> subprocess.Popen:
     return subprocess.Popen([*RLKIT, "fit", *QUICK, *overrides, f"hydra.run.dir={run_dir}"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=_interruptible)
 
 
 def _wait_for(condition, proc: subprocess.Popen, timeout: float = 240.0) -> None:
@@ -67,7 +81,8 @@ def test_ctrl_c_mid_run_saves_what_was_trained_and_the_printed_command_resumes_e
     command = shlex.split(line.split("resume with: ", 1)[1])
     assert command[:2] == ["rlkit", "fit"]
     resumed, straight = tmp_path / "resumed", tmp_path / "straight"
-    subprocess.run([*RLKIT, *command[1:], f"hydra.run.dir={resumed}"], check=True, capture_output=True)
+    subprocess.run([*RLKIT, *command[1:], f"hydra.run.dir={resumed}"], check=True, capture_output=True,
+                   preexec_fn=_interruptible)
     subprocess.run([*RLKIT, "fit", *QUICK, "trainer.max_steps=6", f"hydra.run.dir={straight}"], check=True,
                    capture_output=True)
     after = _rewards(resumed)
@@ -86,7 +101,7 @@ def test_ctrl_c_during_start_up_stops_at_once(tmp_path):
     assert _trained_steps(early) == []
 
 
-def test_a_second_ctrl_c_stops_at_once(tmp_path, monkeypatch, capsys):
+def test_a_second_ctrl_c_stops_at_once(tmp_path, monkeypatch, capsys, ctrl_c_reaches_this_process):
     from rlkit.train.module import RubricRLModule
 
     training_step = RubricRLModule.training_step
@@ -105,10 +120,11 @@ def test_a_second_ctrl_c_stops_at_once(tmp_path, monkeypatch, capsys):
     err = capsys.readouterr().err
     assert "rlkit: interrupted again: stopped at once" in err and "Traceback" not in err
     assert not (run / "policy").exists() and not (run / "summary.json").exists()
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler, "the handler is put back"
+    assert signal.getsignal(signal.SIGINT) is ctrl_c_reaches_this_process, "the handler is put back"
 
 
-def test_ctrl_c_while_the_run_finishes_still_writes_the_policy_and_the_summary(tmp_path, monkeypatch, capsys):
+def test_ctrl_c_while_the_run_finishes_still_writes_the_policy_and_the_summary(tmp_path, monkeypatch, capsys,
+                                                                              ctrl_c_reaches_this_process):
     import rlkit.train.fit as fit_module
 
     agree = fit_module.check_replicas_agree
@@ -128,4 +144,15 @@ def test_ctrl_c_while_the_run_finishes_still_writes_the_policy_and_the_summary(t
     assert (run / "policy" / "config.json").is_file()
     assert json.loads((run / "summary.json").read_text())["interrupted"] == {"step": 2, "checkpoint": None}
     assert not (run / "report").exists()
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler, "the handler is put back"
+    assert signal.getsignal(signal.SIGINT) is ctrl_c_reaches_this_process, "the handler is put back"
+
+
+def test_a_run_started_with_ctrl_c_ignored_keeps_ignoring_it():
+    from rlkit.train.interrupt import InterruptGuard
+
+    before = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        with InterruptGuard():
+            assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGINT, before)
