@@ -23,6 +23,7 @@ import numpy as np
 
 from rlkit.core.errors import DataError
 from rlkit.core.rubric import Rubric
+from rlkit.evaluation.calibration import _md, _num
 
 ROUND_NAME = "calibration.json"
 ROUND_FORMAT = 1  # bump when the file's shape changes
@@ -176,10 +177,6 @@ def line_changes(previous: dict[str, Any], lines: Sequence[Disagreement]) -> tup
     return fixed, broken, matched
 
 
-def _md(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
-
-
 def _short(text: str, width: int = 60) -> str:
     text = text.replace("\n", "⏎")
     return text if len(text) <= width else text[:width - 1] + "…"
@@ -222,7 +219,7 @@ def render_rounds_markdown(worst: Sequence[Disagreement], changes: Sequence[Roun
                   "| dimension | κ before | κ now | Δκ | ρ before | ρ now |", "|---|--:|--:|--:|--:|--:|"]
         for change in changes:
             lines.append(f"| {_md(change.name)} | {_num(change.kappa_before)} | {_num(change.kappa_now)} | "
-                         f"{_num(change.kappa_change, signed=True)} | {_num(change.spearman_before)} | "
+                         f"{_signed(change.kappa_change)} | {_num(change.spearman_before)} | "
                          f"{_num(change.spearman_now)} |")
         if moved is not None:
             fixed, broken, matched = moved
@@ -231,10 +228,8 @@ def render_rounds_markdown(worst: Sequence[Disagreement], changes: Sequence[Roun
     return "\n".join(lines) + "\n"
 
 
-def _num(x: float, signed: bool = False) -> str:
-    if math.isnan(x):
-        return "—"
-    return f"{x:+.3f}" if signed else f"{x:.3f}"
+def _signed(x: float) -> str:
+    return "—" if math.isnan(x) else f"{x:+.3f}"
 
 
 # --- the store rlkit fit reads at start-up ----------------------------------------------------------------------------
