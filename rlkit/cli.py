@@ -91,11 +91,17 @@ def show_warning(message: Warning | str, category: type[Warning], filename: str,
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from rlkit.core.interrupt import EXIT_CODE, InterruptGuard, RunInterrupted
+
     try:
-        return _main(argv)
-    except KeyboardInterrupt:  # Ctrl-C outside a run (composing a config, scoring, ...): one line, no traceback
-        print("rlkit: interrupted", file=sys.stderr, flush=True)
-        return 130
+        with InterruptGuard() as guard:  # Ctrl-C anywhere (composing a config, scoring, ...): one line, exit 130
+            code = _main(argv)
+        if guard.stopped:  # the Ctrl-C's exception was swallowed on the way (a __del__ ignores it): still say it
+            raise RunInterrupted(guard.startup_message)
+        return code
+    except (RunInterrupted, KeyboardInterrupt) as exc:
+        print(f"rlkit: {exc or 'interrupted'}", file=sys.stderr, flush=True)
+        return EXIT_CODE
     except BrokenPipeError:
         # `rlkit plugins | head`: the reader has gone; say nothing more (Python's own recipe: stdout to devnull so
         # the interpreter's final flush does not raise again) and exit as a process killed by SIGPIPE would

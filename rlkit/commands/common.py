@@ -8,11 +8,12 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
-
-from rich.console import Console
+from typing import TYPE_CHECKING, Any
 
 from rlkit.core.errors import RlkitError
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 
 @functools.cache
@@ -25,6 +26,8 @@ def run_registry() -> Any:
 
 
 def rich_console() -> Console:
+    from rich.console import Console  # a table's library: `rlkit --help` and `rlkit plugins` answer without it
+
     # Outside a terminal rich assumes 80 columns and truncates plugin names; logs can be wider.
     return Console(highlight=False, width=None if sys.stdout.isatty() else 120)
 
@@ -62,7 +65,7 @@ def run_hydra(command: str, config_name: str, overrides: Sequence[str], body) ->
     def task(cfg) -> float:
         from hydra.core.hydra_config import HydraConfig
 
-        from rlkit.train.interrupt import EXIT_CODE, RunInterrupted
+        from rlkit.core.interrupt import EXIT_CODE, RunInterrupted
 
         try:
             return body(cfg, Path(HydraConfig.get().runtime.output_dir))

@@ -26,7 +26,7 @@ def _fit_job(cfg, run_dir: Path) -> float:
         print_summary(summary, validated)
         write_job_summary(run_dir, summary, time.monotonic() - started)  # a sweep's summary table reads it
     if summary.get("interrupted"):
-        from rlkit.train.interrupt import RunInterrupted
+        from rlkit.core.interrupt import RunInterrupted
 
         raise RunInterrupted(interrupted_line(summary["interrupted"], run_dir))
     return summary["end"]["reward"]

@@ -194,10 +194,10 @@ def run_caveats(validated: ValidatedConfig, heldout: Sequence[dict[str, Any]]) -
 
 def fit(validated: ValidatedConfig, run_dir: Path) -> dict[str, Any]:
     """Train, evaluate the held-out split before and after, and return the summary. Ctrl-C finishes what was
-    trained (``rlkit.train.interrupt``); the summary's ``interrupted`` then says at which step and where to resume."""
-    from rlkit.train.interrupt import InterruptGuard
+    trained (``rlkit.core.interrupt``); the summary's ``interrupted`` then says at which step and where to resume."""
+    from rlkit.core.interrupt import InterruptGuard
 
-    with InterruptGuard() as guard:
+    with InterruptGuard("interrupted during start-up; nothing was trained") as guard:
         return _fit(validated, run_dir, guard)
 
 

@@ -148,7 +148,7 @@ def test_ctrl_c_while_the_run_finishes_still_writes_the_policy_and_the_summary(t
 
 
 def test_a_run_started_with_ctrl_c_ignored_keeps_ignoring_it():
-    from rlkit.train.interrupt import InterruptGuard
+    from rlkit.core.interrupt import InterruptGuard
 
     before = signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
@@ -156,3 +156,40 @@ def test_a_run_started_with_ctrl_c_ignored_keeps_ignoring_it():
             assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
     finally:
         signal.signal(signal.SIGINT, before)
+
+
+class _SwallowsCtrlC:
+    """Where a Ctrl-C lands inside a destructor, Python prints "Exception ignored" and carries on."""
+
+    def __del__(self) -> None:
+        os.kill(os.getpid(), signal.SIGINT)
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # the swallowing, shown
+def test_a_ctrl_c_a_destructor_swallowed_during_start_up_still_stops_the_run(ctrl_c_reaches_this_process):
+    from rlkit.core.interrupt import InterruptGuard, RunInterrupted
+
+    with InterruptGuard("interrupted during start-up") as guard:
+        _SwallowsCtrlC()
+        assert guard.stopped
+        with pytest.raises(RunInterrupted, match="interrupted during start-up"):
+            guard.phase = "training"
+    with InterruptGuard() as outer:
+        _SwallowsCtrlC()
+        with pytest.raises(RunInterrupted), InterruptGuard():  # fit's own guard, entered after the swallowed one
+            pass
+    assert outer.stopped and signal.getsignal(signal.SIGINT) is ctrl_c_reaches_this_process
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # the swallowing, shown
+def test_a_command_whose_ctrl_c_was_swallowed_still_exits_130(monkeypatch, capsys, ctrl_c_reaches_this_process):
+    import rlkit.cli
+
+    def swallowing_command(argv):
+        _SwallowsCtrlC()
+        return 0
+
+    monkeypatch.setattr(rlkit.cli, "_main", swallowing_command)
+    assert main(["plugins"]) == 130
+    assert capsys.readouterr().err.strip().splitlines()[-1] == "rlkit: interrupted"
+    assert signal.getsignal(signal.SIGINT) is ctrl_c_reaches_this_process

@@ -1,0 +1,95 @@
+"""Ctrl-C for every command: one line, exit 130, never a traceback, and never lost.
+
+The command line installs an :class:`InterruptGuard` before it does anything else; ``rlkit fit`` nests one of its
+own whose phases say what a Ctrl-C does (``rlkit.train.interrupt``):
+
+* During start-up (nothing trained yet) the first Ctrl-C stops at once.
+* During training the first one lets the current step finish, saves a checkpoint, the policy and the summary, and
+  prints the resume command; during the end of the run it skips the report and still writes the policy and summary.
+* A second Ctrl-C stops at once.
+
+Stopping at once raises :class:`RunInterrupted`, a ``BaseException`` but not a ``KeyboardInterrupt``, for three
+reasons. Lightning answers a ``KeyboardInterrupt`` inside ``fit`` or ``validate`` with its own message and
+``sys.exit(1)`` (and ignores SIGINT from then on), while other exceptions it tears down and re-raises. CPython marks
+a ``KeyboardInterrupt`` that passes through C code running Python source (``PyRun_String``, as some extensions do at
+import) as unhandled for good, and then ends the process by SIGINT (status -2) even after the command caught it and
+exited 130. And an exception a signal handler raises inside a ``__del__`` is printed and dropped ("Exception ignored
+in ..."), so the guard also remembers the Ctrl-C and raises it again where start-up hands over to training, or the
+command line reports it when the command returns.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+from typing import Any, Literal
+
+Phase = Literal["startup", "training", "finishing"]
+EXIT_CODE = 130  # 128 + SIGINT, the shell's convention
+
+
+class RunInterrupted(BaseException):  # noqa: N818 (a Ctrl-C, not an error)
+    """Ctrl-C that stops the command at once; its message is the one line said."""
+
+
+class InterruptGuard:
+    """Handles SIGINT for the duration of a ``with`` block in the main thread (elsewhere it installs nothing: only the
+    main thread receives signals). ``phase`` is set by the run as it moves on; ``requested`` is true once a Ctrl-C
+    asked the run to finish early; ``stopped`` once a Ctrl-C asked to stop at once (even where the exception it
+    raised was swallowed)."""
+
+    def __init__(self, startup_message: str = "interrupted") -> None:
+        self.startup_message = startup_message
+        self.requested = False
+        self.stopped = False
+        self._phase: Phase = "startup"
+        self._previous: Any = None
+        self._installed = False
+
+    @property
+    def phase(self) -> Phase:
+        return self._phase
+
+    @phase.setter
+    def phase(self, phase: Phase) -> None:
+        if self._phase == "startup" and self.stopped:  # a start-up Ctrl-C that a __del__ swallowed
+            raise RunInterrupted(self.startup_message)
+        self._phase = phase
+
+    def __enter__(self) -> InterruptGuard:
+        # a process started with SIGINT ignored (`nohup rlkit fit &` from a script) keeps ignoring it
+        if threading.current_thread() is not threading.main_thread() or \
+                signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+            return self
+        outer = getattr(signal.getsignal(signal.SIGINT), "__self__", None)
+        if isinstance(outer, InterruptGuard) and outer.stopped:
+            raise RunInterrupted(outer.startup_message)  # the outer guard's Ctrl-C was swallowed on the way here
+        self._previous = signal.signal(signal.SIGINT, self._handle)
+        self._installed = True
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._installed:
+            signal.signal(signal.SIGINT, self._previous)
+            self._installed = False
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        if self._phase == "startup":
+            self.stopped = True
+            raise RunInterrupted(self.startup_message)
+        if self.requested:
+            self.stopped = True
+            raise RunInterrupted("interrupted again: stopped at once; the last saved checkpoint, if any, is in the "
+                                 "run folder's checkpoints/")
+        self.requested = True
+        if self._phase == "training":
+            say("interrupt: finishing this step, then saving a checkpoint, the policy and the summary "
+                "(Ctrl-C again to stop at once)")
+        else:
+            say("interrupt: writing the policy and the summary, skipping the run report (Ctrl-C again to stop at "
+                "once)")
+
+
+def say(line: str) -> None:
+    print(f"rlkit: {line}", file=sys.stderr, flush=True)
