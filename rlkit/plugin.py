@@ -3,96 +3,139 @@
 A plugin imports from here (and from ``rlkit.testing`` in its tests), never from the host's subpackages: those
 may move between minor releases, these names may not. ``docs/plugin-api.md`` says what each group promises.
 rlkit's own plugins (``rlkit_plugins``) are held to this by the import-layer contract in CI.
+
+Each name is imported from its module when a plugin first asks for it (PEP 562): building the registry imports every
+plugin module, and a door that imported all of rlkit would load torch and transformers for ``rlkit plugins`` and
+``rlkit validate``, which use neither. The imports below, read by type checkers, are also the list of names.
 """
 
 from __future__ import annotations
 
-# --- the contract: marking hooks, the register callback, errors -------------------------------------------
-from rlkit.core.errors import (
-    ConfigError,
-    DataError,
-    GeneratorError,
-    JudgeError,
-    PluginError,
-    RlkitError,
-    RubricError,
-)
-from rlkit.core.hookspecs import Register
-from rlkit.core.objective import CompletionLossInputs, PairLossInputs, PairTargets
-from rlkit.core.package_files import resolve_path
-from rlkit.core.refs import AggregatorRef, BackendRef, JudgeRef, PluginRef, WeightSchedulerRef
+import ast
+import importlib
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-# --- what flows between plugins: rubric, rollouts, scores, pairs ----------------------------------------------
-from rlkit.core.registry import hookimpl
-from rlkit.core.rubric import Anchor, Dimension, Rubric, load_rubric, rubric_from_dict
-from rlkit.core.stats import nan_mean_std, nan_median, nan_weighted_sum, scored_values_differ
-from rlkit.core.templates import chosen_template, render_template, template_hash, template_path
-from rlkit.core.types import EnvStep, Episode, PreferencePairs, RecordField, RewardBatch, Rollout
-from rlkit.data.prepare import allocate as allocate_shares
-from rlkit.data.records import prompt_text, seen_prompt
-from rlkit.data.records import read_jsonl as read_records
-from rlkit.evaluation.calibration import DEFAULT_LABELS as DEFAULT_CALIBRATION_LABELS
-from rlkit.evaluation.calibration import calibrate, judge_records, read_labels
+if TYPE_CHECKING:
+    # --- the contract: marking hooks, the register callback, errors -------------------------------------------
+    from rlkit.core.errors import (
+        ConfigError,
+        DataError,
+        GeneratorError,
+        JudgeError,
+        PluginError,
+        RlkitError,
+        RubricError,
+    )
+    from rlkit.core.hookspecs import Register
+    from rlkit.core.objective import CompletionLossInputs, PairLossInputs, PairTargets
+    from rlkit.core.package_files import resolve_path
+    from rlkit.core.refs import AggregatorRef, BackendRef, JudgeRef, PluginRef, WeightSchedulerRef
 
-# --- generative reward models and the reward API's wire format ------------------------------------------------
-from rlkit.grm.model import GenerativeRewardModel, read_grm_format
+    # --- what flows between plugins: rubric, rollouts, scores, pairs ----------------------------------------------
+    from rlkit.core.registry import hookimpl
+    from rlkit.core.rubric import Anchor, Dimension, Rubric, load_rubric, rubric_from_dict
+    from rlkit.core.stats import nan_mean_std, nan_median, nan_weighted_sum, scored_values_differ
+    from rlkit.core.templates import chosen_template, render_template, template_hash, template_path
+    from rlkit.core.types import EnvStep, Episode, PreferencePairs, RecordField, RewardBatch, Rollout
+    from rlkit.data.prepare import allocate as allocate_shares
+    from rlkit.data.records import prompt_text, seen_prompt
+    from rlkit.data.records import read_jsonl as read_records
+    from rlkit.evaluation.calibration import DEFAULT_LABELS as DEFAULT_CALIBRATION_LABELS
+    from rlkit.evaluation.calibration import calibrate, judge_records, read_labels
 
-# --- model-based judging: backends, the response cache, parsing, HTTP ---------------------------------------
-from rlkit.judging.asking import FailureWarning, JudgeBackend, answer_with_levels, ask, split_levels
-from rlkit.judging.cache import ResponseCache
-from rlkit.judging.http import (
-    MAX_BACKOFF_S,
-    Attempt,
-    answered_attempt,
-    post_with_retries,
-    retry_after_seconds,
-    retry_delay,
-    run_async,
-    snippet,
-    tls_context,
-)
-from rlkit.judging.members import check_member_judge, member_model_folders, member_record_fields
-from rlkit.judging.parsing import RankingParse, ScoreParse, parse_ranking, parse_reasons, parse_scores, ranks_from_order
-from rlkit.judging.rate_limit import rate_limiter
-from rlkit.judging.schema import dimension_levels, rubric_json_schema
-from rlkit.judging.spend import (
-    CallPlan,
-    JudgeLoad,
-    Spend,
-    approx_tokens,
-    judge_spend,
-    plan_judge,
-    read_usage,
-    sum_plans,
-    sum_spend,
-    token_price,
-)
-from rlkit.judging.tiny_judge import (
-    RANKING_COMPACT_TEMPLATE,
-    RANKING_SPEC,
-    TinyJudgeSpec,
-    build_tiny_judge,
-    group_labels,
-    ranking_spec,
-)
-from rlkit.judging.types import Completion, render_chat
+    # --- generative reward models and the reward API's wire format ------------------------------------------------
+    from rlkit.grm.model import GenerativeRewardModel, read_grm_format
 
-# --- generators: what a sampler is asked for and hands back; models by path ---------------------------------
-from rlkit.lm.constrained import JsonSchemaConstraint
-from rlkit.lm.decoding import decode_with_kv_cache, loop_can_decode
-from rlkit.lm.logprobs import masked_nll
-from rlkit.lm.models import build_tiny_policy, check_model_directory, load_policy, locate_model
-from rlkit.lm.placement import Placement, input_device, plan_placement
-from rlkit.lm.sampling import GenerationRequest, SampledBatch, assemble_sampled_batch, tokenize_prompts
-from rlkit.lm.seeded import SeededSampling, group_row_seeds, seeded_gumbel
+    # --- model-based judging: backends, the response cache, parsing, HTTP ---------------------------------------
+    from rlkit.judging.asking import FailureWarning, JudgeBackend, answer_with_levels, ask, split_levels
+    from rlkit.judging.cache import ResponseCache
+    from rlkit.judging.http import (
+        MAX_BACKOFF_S,
+        Attempt,
+        answered_attempt,
+        post_with_retries,
+        retry_after_seconds,
+        retry_delay,
+        run_async,
+        snippet,
+        tls_context,
+    )
+    from rlkit.judging.members import check_member_judge, member_model_folders, member_record_fields
+    from rlkit.judging.parsing import (
+        RankingParse,
+        ScoreParse,
+        parse_ranking,
+        parse_reasons,
+        parse_scores,
+        ranks_from_order,
+    )
+    from rlkit.judging.rate_limit import rate_limiter
+    from rlkit.judging.schema import dimension_levels, rubric_json_schema
+    from rlkit.judging.spend import (
+        CallPlan,
+        JudgeLoad,
+        Spend,
+        approx_tokens,
+        judge_spend,
+        plan_judge,
+        read_usage,
+        sum_plans,
+        sum_spend,
+        token_price,
+    )
+    from rlkit.judging.tiny_judge import (
+        RANKING_COMPACT_TEMPLATE,
+        RANKING_SPEC,
+        TinyJudgeSpec,
+        build_tiny_judge,
+        group_labels,
+        ranking_spec,
+    )
+    from rlkit.judging.types import Completion, render_chat
 
-# --- reward helpers: normalisation, saturation, weight schedulers, monitors -----------------------------------
-from rlkit.reward.diagnostics import ConflictWatch, conflict_rate, saturation_share
-from rlkit.reward.monitor_view import Alert, BaselineDrift, MonitorView, due, make_view
-from rlkit.reward.pipeline import normalize_scores
-from rlkit.reward.preferences import chosen_win_share, confidence_weighted, drop_close_pairs, ordering_batch
-from rlkit.reward.weighting import StepRecordScheduler
-from rlkit.serve.protocol import InfoResponse, RewardResponse
+    # --- generators: what a sampler is asked for and hands back; models by path ---------------------------------
+    from rlkit.lm.constrained import JsonSchemaConstraint
+    from rlkit.lm.decoding import decode_with_kv_cache, loop_can_decode
+    from rlkit.lm.logprobs import masked_nll
+    from rlkit.lm.models import build_tiny_policy, check_model_directory, load_policy, locate_model
+    from rlkit.lm.placement import Placement, input_device, plan_placement
+    from rlkit.lm.sampling import GenerationRequest, SampledBatch, assemble_sampled_batch, tokenize_prompts
+    from rlkit.lm.seeded import SeededSampling, group_row_seeds, seeded_gumbel
+
+    # --- reward helpers: normalisation, saturation, weight schedulers, monitors -----------------------------------
+    from rlkit.reward.diagnostics import ConflictWatch, conflict_rate, saturation_share
+    from rlkit.reward.monitor_view import Alert, BaselineDrift, MonitorView, due, make_view
+    from rlkit.reward.pipeline import normalize_scores
+    from rlkit.reward.preferences import chosen_win_share, confidence_weighted, drop_close_pairs, ordering_batch
+    from rlkit.reward.weighting import StepRecordScheduler
+    from rlkit.serve.protocol import InfoResponse, RewardResponse
+
+
+def _exported_names() -> dict[str, tuple[str, str]]:
+    """name -> (module, name there), from the ``if TYPE_CHECKING:`` imports above: one list for type checkers and
+    for this door."""
+    tree = ast.parse(Path(__file__).read_text(encoding="utf-8"))
+    block = next(node for node in tree.body if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING")
+    return {alias.asname or alias.name: (node.module, alias.name) for node in block.body
+            if isinstance(node, ast.ImportFrom) for alias in node.names}
+
+
+_EXPORTED = _exported_names()
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTED:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    module, original = _EXPORTED[name]
+    value = getattr(importlib.import_module(module), original)
+    globals()[name] = value  # asked once: later lookups find it without coming here
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)
+
 
 __all__ = [
     "DEFAULT_CALIBRATION_LABELS",

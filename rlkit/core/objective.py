@@ -8,10 +8,12 @@ turns one of these into ``(loss, metrics)`` with a pure function (see the ``rlki
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-import torch
+from typing import TYPE_CHECKING
 
 from rlkit.core.types import PreferencePairs
+
+if TYPE_CHECKING:
+    import torch
 
 SIGNALS = ("advantages", "pairs", "demonstrations")
 """What an objective learns from: per-completion advantages (from the advantage estimator), preference pairs (from

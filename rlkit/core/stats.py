@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-import torch
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch
 
 
 def nan_mean_std(x: torch.Tensor, dim: int | tuple[int, ...], *, unbiased: bool = True,
@@ -12,6 +15,7 @@ def nan_mean_std(x: torch.Tensor, dim: int | tuple[int, ...], *, unbiased: bool 
     The std is Bessel-corrected when ``unbiased`` (as ``torch.std`` and TRL's GRPO); with fewer
     than two values it is 0, since one value has no spread. The mean of no values is NaN.
     """
+    import torch
     valid = ~torch.isnan(x)
     count = valid.sum(dim=dim, keepdim=True)
     filled = torch.where(valid, x, torch.zeros_like(x))
@@ -39,6 +43,7 @@ def nan_weighted_sum(scores: torch.Tensor, weights: torch.Tensor) -> torch.Tenso
     ``scores [..., D]``, ``weights [D]`` → ``[...]``. Where nothing with positive weight was
     scored the result is NaN: no reward, rather than a silent 0.
     """
+    import torch
     valid = ~torch.isnan(scores)
     w = torch.where(valid, weights.to(scores.dtype).expand_as(scores), torch.zeros_like(scores))
     total = w.sum(dim=-1)
@@ -51,6 +56,7 @@ def scored_values_differ(x: torch.Tensor, valid: torch.Tensor, dim: int = 1) -> 
     """Whether the scored entries of ``x`` (``valid``) take more than one value along ``dim`` (kept as size 1).
     Estimators give a group without contrast exact zeros: centring equal rewards leaves a rounding error, which a
     division by a tiny std or a batch normalisation would turn into an advantage."""
+    import torch
     hi = torch.where(valid, x, torch.full_like(x, -torch.inf)).amax(dim=dim, keepdim=True)
     lo = torch.where(valid, x, torch.full_like(x, torch.inf)).amin(dim=dim, keepdim=True)
     return hi > lo
@@ -60,6 +66,7 @@ def nan_median(x: torch.Tensor, dim: int = 0) -> torch.Tensor:
     """The median along ``dim`` ignoring NaN, averaging the two middle values when an even number are present (NaN
     where none is). ``torch.nanmedian`` returns the lower of the two, so over two members it is always the lower
     one: "the consensus" of a rule judge's 1 and a model judge's 0 would be 0."""
+    import torch
     x = x.movedim(dim, 0)
     valid = ~torch.isnan(x)
     count = valid.sum(dim=0)

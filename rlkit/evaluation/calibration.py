@@ -27,14 +27,15 @@ import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
-
-import numpy as np
+from typing import IO, TYPE_CHECKING, Any
 
 from rlkit.config.schemas import CalibrateConfig
 from rlkit.core.errors import DataError
 from rlkit.core.rubric import Dimension, Rubric
 from rlkit.data.records import MAX_REPORTED_LINES, read_jsonl
+
+if TYPE_CHECKING:
+    import numpy as np
 
 DEFAULT_THRESHOLD = CalibrateConfig.model_fields["threshold"].default
 DEFAULT_LABELS = CalibrateConfig.model_fields["labels"].default
@@ -47,6 +48,7 @@ REPORT_NAME = "calibration.md"
 
 def _as_floats(x: Any) -> np.ndarray:
     """A flat float array from a list (``None`` → NaN), a numpy array or a torch tensor."""
+    import numpy as np
     if hasattr(x, "detach"):
         x = x.detach().cpu().numpy()
     arr = np.asarray(x)
@@ -57,6 +59,7 @@ def _as_floats(x: Any) -> np.ndarray:
 
 def _pairs(human: Any, judge: Any) -> tuple[np.ndarray, np.ndarray]:
     """Both sides as float arrays, keeping only the pairs where neither is NaN/None."""
+    import numpy as np
     h, j = _as_floats(human), _as_floats(judge)
     if h.shape != j.shape:
         raise ValueError(f"human and judge differ in length: {h.size} vs {j.size}")
@@ -72,12 +75,14 @@ def _bounds(low: float, high: float) -> tuple[int, int]:
 
 def to_levels(scores: Any, low: float, high: float) -> np.ndarray:
     """Round scores to the nearest whole level (halves up) and clip to ``[low, high]``; NaN stays NaN."""
+    import numpy as np
     lo, hi = _bounds(low, high)
     x = np.asarray(scores, dtype=float)
     return np.clip(np.floor(x + 0.5), lo, hi)
 
 
 def _human_levels(h: np.ndarray, lo: int, hi: int) -> np.ndarray:
+    import numpy as np
     if np.any(h != np.round(h)) or np.any((h < lo) | (h > hi)):
         bad = h[(h != np.round(h)) | (h < lo) | (h > hi)][0]
         raise ValueError(f"human label {bad:g} is not a whole level in [{lo}, {hi}]")
@@ -86,6 +91,7 @@ def _human_levels(h: np.ndarray, lo: int, hi: int) -> np.ndarray:
 
 def confusion_matrix(human: Any, judge: Any, low: float, high: float) -> np.ndarray:
     """Counts ``[k, k]`` of (human level, rounded judge level) over the complete pairs."""
+    import numpy as np
     lo, hi = _bounds(low, high)
     h, j = _pairs(human, judge)
     k = hi - lo + 1
@@ -98,6 +104,7 @@ def confusion_matrix(human: Any, judge: Any, low: float, high: float) -> np.ndar
 
 def quadratic_weighted_kappa(human: Any, judge: Any, low: float, high: float) -> float:
     """Cohen's κ with quadratic weights over the levels ``low..high`` (judge scores rounded to a level)."""
+    import numpy as np
     observed = confusion_matrix(human, judge, low, high).astype(float)
     n = observed.sum()
     if n == 0:
@@ -114,6 +121,7 @@ def quadratic_weighted_kappa(human: Any, judge: Any, low: float, high: float) ->
 
 def average_ranks(x: Any) -> np.ndarray:
     """Ranks 1..n; tied values share the mean of the ranks they span (as ``scipy.stats.rankdata``)."""
+    import numpy as np
     x = np.asarray(x, dtype=float)
     n = x.size
     order = np.argsort(x, kind="mergesort")
@@ -127,6 +135,7 @@ def average_ranks(x: Any) -> np.ndarray:
 
 def spearman(human: Any, judge: Any) -> float:
     """Spearman's ρ with average ranks for ties; NaN with < 2 pairs or when either side is constant."""
+    import numpy as np
     h, j = _pairs(human, judge)
     if h.size < 2:
         return math.nan
@@ -281,6 +290,7 @@ def calibrate(labels_records: Sequence[dict[str, Any]], judge_scores: Any, rubri
               threshold: float = DEFAULT_THRESHOLD, *, judge: str | None = None,
               labels_path: str | None = None) -> CalibrationReport:
     """Compare human ``labels`` with the judge's raw scores ``[N, D]`` (rubric dimension order, NaN unscored)."""
+    import numpy as np
     if hasattr(judge_scores, "detach"):
         judge_scores = judge_scores.detach().cpu().numpy()
     scores = np.asarray(judge_scores, dtype=float)  # [N, D]
@@ -496,6 +506,7 @@ def calibrate_by_window(labels_records: Sequence[dict[str, Any]], judge_scores: 
 
     The trend is the collusion signal: judge–human agreement on the policy's own outputs falling as training goes
     on, while the judge's agreement with itself (``judge_stability``) stays put."""
+    import numpy as np
     scores = np.asarray(judge_scores.detach().cpu().numpy() if hasattr(judge_scores, "detach") else judge_scores,
                         dtype=float)
     groups: dict[int, list[int]] = {}

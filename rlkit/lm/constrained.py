@@ -12,12 +12,12 @@ import json
 import re
 import weakref
 from collections.abc import Sequence
-from typing import Any
-
-import numpy as np
-import torch
+from typing import TYPE_CHECKING, Any
 
 from rlkit.core.errors import ConfigError
+
+if TYPE_CHECKING:
+    import torch
 
 # tokenizer -> {(vocab, stop ids): LLTokenizer}; weak, so a dropped model's tokenizer is not kept, and a new tokenizer
 # never finds another's entry (an id() key can be reused once its object is freed)
@@ -93,6 +93,8 @@ class JsonSchemaConstraint:
         self.matchers = [llguidance.LLMatcher(engine, self.grammar) for _ in range(self.batch)]
 
     def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        import numpy as np
+        import torch
         vocab = scores.shape[-1]
         if self.matchers is None:
             self._start(vocab)  # the first call sees the prompts alone: nothing written yet
@@ -136,6 +138,7 @@ class JsonSchemaConstraint:
         return None
 
     def _read_levels(self, row: int, logits: torch.Tensor, allowed: torch.Tensor) -> None:
+        import torch
         name = self._field_before_value(row)
         if name is None:
             return

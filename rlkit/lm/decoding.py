@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
 # Fields of a model's generation config that do not change what the loop must draw: ids, lengths, and the
 # sampling settings rlkit's `generate` call overrides (top_k=None and top_p=None switch a model's defaults off,
@@ -27,6 +28,7 @@ def _base_model(model: Any) -> Any:
 def _sharded_across_processes(model: Any) -> bool:
     """FSDP (1 or 2) over several processes: every forward gathers parameters from all of them, so a process
     whose rows have all ended must keep calling the model (``generate``'s ``synced_gpus``); the loop stops."""
+    import torch
     if not (torch.distributed.is_available() and torch.distributed.is_initialized()
             and torch.distributed.get_world_size() > 1):
         return False
@@ -62,6 +64,7 @@ def decode_with_kv_cache(model: Any, input_ids: torch.Tensor, attention_mask: to
     if given, sees each step's float32 logits before any masking or processing (what an inference server reports
     as raw log-probs) and the tokens drawn.
     """
+    import torch
     from transformers import DynamicCache
 
     stops = [eos_token_id] if isinstance(eos_token_id, int) else list(eos_token_id or [])

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-import torch
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch
 
 # Elements of logits a chunk of rows may hold (64 MiB in float32): a real vocabulary (~150k) at a few hundred
 # tokens gets one row per chunk, while a small one gets the whole batch in one call instead of a Python loop of
@@ -14,6 +17,7 @@ def masked_nll(logp: torch.Tensor, mask: torch.Tensor, num_tokens: float) -> tor
     """``-sum(logp * mask) / num_tokens``: the mean negative log-likelihood per completion token of the whole step
     (``num_tokens`` counts every micro-batch and process, so micro-batch losses add up to the one-pass loss)."""
     # where, not multiply: a padding position may hold anything, NaN included
+    import torch
     return -torch.where(mask > 0, logp, torch.zeros_like(logp)).sum() / max(num_tokens, 1.0)
 
 
@@ -24,6 +28,7 @@ def truncated_importance_weights(old_logp: torch.Tensor, sampler_logp: torch.Ten
     uncapped ratio and of the capped tokens (for ``rollout/is_ratio_mean`` and ``rollout/is_clipped_frac``)."""
     # TRL GRPOTrainer (vllm_importance_sampling_correction): ratio = exp(old_per_token_logps -
     # sampling_per_token_logps), clamped at vllm_importance_sampling_cap (2.0), multiplied into the per-token loss.
+    import torch
     keep = mask > 0
     ratio = torch.exp(torch.where(keep, old_logp - sampler_logp, torch.zeros_like(old_logp)))
     weights = torch.where(keep, ratio.clamp(max=cap), torch.zeros_like(ratio))
@@ -39,6 +44,7 @@ def selective_log_softmax(logits: torch.Tensor, tokens: torch.Tensor) -> torch.T
     # no second [N, T, V] tensor is materialised. logsumexp loses precision in bf16/fp16, so half-precision
     # chunks are upcast one at a time: float32 accuracy without a float32 copy of all the logits (a no-grad
     # pass holds one chunk's copy at a time).
+    import torch
     out_dtype = logits.dtype if logits.dtype == torch.float64 else torch.float32
     if not len(logits):
         return torch.zeros(tokens.shape, dtype=out_dtype, device=logits.device)
@@ -59,6 +65,7 @@ def selective_log_softmax_and_entropy(logits: torch.Tensor, tokens: torch.Tensor
     # of the log-softmax: H = lse - Σ_v p_v·x_v, a fused softmax and a dot product per position, no extra pass.
     # Measured on CPU (float32, 8×128×32k logits): 94 ms against 91 ms for the logsumexp alone and 371 ms for
     # the same formula written with a where() against 0·(-inf).
+    import torch
     out_dtype = logits.dtype if logits.dtype == torch.float64 else torch.float32
     if not len(logits):
         empty = torch.zeros(tokens.shape, dtype=out_dtype, device=logits.device)
@@ -81,6 +88,7 @@ def selective_log_softmax_and_entropy(logits: torch.Tensor, tokens: torch.Tensor
 
 def _entropy_where_finite(x: torch.Tensor) -> torch.Tensor:
     """Entropy of ``softmax(x)`` over the last dim, where logits of -inf (probability 0) add nothing."""
+    import torch
     p = torch.softmax(x, dim=-1)
     return torch.logsumexp(x, dim=-1) - torch.where(p > 0, p * x, torch.zeros_like(x)).sum(-1)
 
@@ -88,6 +96,7 @@ def _entropy_where_finite(x: torch.Tensor) -> torch.Tensor:
 def mask_after_eos(completion_ids: torch.Tensor, eos_token_id: int) -> torch.Tensor:
     """``[N, T]`` long mask: 1 up to and including the first EOS, 0 after (all 1 if a row has no EOS)."""
     # TRL GRPOTrainer._generate_and_score_completions: eos_idx = first EOS, or T when there is none.
+    import torch
     is_eos = completion_ids == eos_token_id
     n, t = is_eos.shape
     eos_idx = torch.where(is_eos.any(dim=1), is_eos.int().argmax(dim=1),
@@ -105,6 +114,7 @@ def truncated_rows(completion_ids: torch.Tensor, eos_token_id: int) -> torch.Ten
 
 def sequence_logp_sums(token_logps: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """``[N, T]`` token log-probs and a 0/1 mask → ``(sums [N], lengths [N])``, both floating point."""
+    import torch
     keep = mask > 0
     # 16-bit floats cannot hold a sequence sum: bf16 has a spacing of 2-4 around -500, and DPO looks at a
     # *difference* of two such sums, so the sum runs (and is returned) in float32.

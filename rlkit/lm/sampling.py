@@ -4,10 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
-
-import numpy as np
-import torch
+from typing import TYPE_CHECKING, Any
 
 from rlkit.data.records import prompt_text
 from rlkit.lm.conversation import is_conversation
@@ -17,6 +14,9 @@ from rlkit.lm.logprobs import (
     selective_log_softmax_and_entropy,
     truncated_rows,
 )
+
+if TYPE_CHECKING:
+    import torch
 
 
 @dataclass
@@ -59,6 +59,7 @@ class SampledBatch:
     @property
     def completion_spans(self) -> torch.Tensor:
         """Completion columns each row occupies, environment tokens included: the width a log-prob pass needs."""
+        import torch
         if self.turn_spans is None:
             return self.completion_token_counts
         return torch.tensor([spans[-1][1] if spans else 0 for spans in self.turn_spans],
@@ -103,6 +104,8 @@ def length_buckets(lengths: torch.Tensor, num_buckets: int, *, width: int = 0,
     backward passes; a single process need not, and every pass has a fixed cost: on equal lengths two passes
     made a tiny-policy step 7% slower than one (benchmarks/length_buckets.py).
     """
+    import numpy as np
+    import torch
     counts = lengths.cpu()
     order = torch.argsort(counts, stable=True)
     n = len(order)
@@ -189,6 +192,7 @@ def pad_id(tokenizer: Any) -> int:
 
 def left_padded(rows: Sequence[Sequence[int]], pad: int) -> tuple[torch.Tensor, torch.Tensor]:
     """``int64 [N, W]`` ids left-padded with ``pad`` to the longest row, and their attention mask."""
+    import torch
     width = max((len(r) for r in rows), default=0)
     ids = torch.full((len(rows), width), pad, dtype=torch.long)
     mask = torch.zeros((len(rows), width), dtype=torch.long)
@@ -216,6 +220,7 @@ def demonstration_batch(tokenizer: Any, records: Sequence[dict[str, Any]], max_n
                         device: torch.device | str = "cpu") -> SampledBatch:
     """Each record's prompt followed by its demonstration and EOS, cut at ``max_new_tokens``, as the
     ``SampledBatch`` a generator would return with one completion per record (prompt tokenised as for sampling)."""
+    import torch
     if any(is_conversation(r.get("completion")) for r in records):
         return conversation_batch(tokenizer, records, max_new_tokens, device)
     prompt_ids, prompt_mask = tokenize_prompts(tokenizer, records)
@@ -239,6 +244,8 @@ def conversation_batch(tokenizer: Any, records: Sequence[dict[str, Any]], max_ne
                        device: torch.device | str = "cpu") -> SampledBatch:
     """Demonstrations with multi-turn completions (tool results between assistant turns) as the ``SampledBatch`` of
     the episodes they show: only the assistant's tokens in ``completion_mask``; single-turn ones as one turn."""
+    import torch
+
     from rlkit.lm.conversation import conversation_ids
 
     prompts, rows, masks, spans = [], [], [], []
@@ -271,6 +278,7 @@ def episode_tensors(prompts: Sequence[Sequence[int]], completions: Sequence[Sequ
     """Episodes as a ``SampledBatch`` holds them: ``input_ids`` and ``attention_mask`` ``[N, P+C]`` (prompts
     left-padded, completions right-padded, every token of a completion attended to), the ``completion_mask``
     ``[N, C]`` from ``policy_masks`` (1 on the policy's tokens) and P."""
+    import torch
     prompt_ids, prompt_mask = left_padded(prompts, pad)
     width = max(1, max(len(r) for r in completions))
     completion = torch.full((len(completions), width), pad, dtype=torch.long)
@@ -291,6 +299,7 @@ def assemble_sampled_batch(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, 
 
     A generator that produces tokens elsewhere (an inference engine) builds its result with this, so the mask,
     texts and truncation flags follow one rule whichever engine sampled."""
+    import torch
     completion_mask = mask_after_eos(completion_ids, tokenizer.eos_token_id)
     attention = torch.cat([prompt_mask, completion_mask.to(prompt_mask.dtype)], dim=1)
     texts_flat = tokenizer.batch_decode(completion_ids.masked_fill(completion_mask == 0, tokenizer.pad_token_id),
@@ -311,6 +320,7 @@ def sequence_log_probs(model: Any, sampled: SampledBatch) -> torch.Tensor:
     (``logits_to_keep``). Cutting left padding shifts absolute positions, which rotary embeddings do not see.
     No KV cache: a single pass never reads one back.
     """
+    import torch
     logits, keep, c = _completion_logits(model, sampled)
     logp = selective_log_softmax(logits, sampled.completion_ids[:, :keep])  # float32, upcast a chunk at a time
     return torch.nn.functional.pad(logp, (0, c - keep)) if keep < c else logp
@@ -319,6 +329,7 @@ def sequence_log_probs(model: Any, sampled: SampledBatch) -> torch.Tensor:
 def sequence_log_probs_and_entropy(model: Any, sampled: SampledBatch) -> tuple[torch.Tensor, torch.Tensor]:
     """:func:`sequence_log_probs` and, from the same forward pass's logits, the policy's entropy at each completion
     position ``[N, C]`` (detached; 0 past the longest completion; only ``completion_mask`` positions mean anything)."""
+    import torch
     logits, keep, c = _completion_logits(model, sampled)
     logp, entropy = selective_log_softmax_and_entropy(logits, sampled.completion_ids[:, :keep])
     if keep < c:

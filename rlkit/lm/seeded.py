@@ -6,7 +6,10 @@ inference server) which other requests were decoded beside it. The ``hf`` genera
 
 from __future__ import annotations
 
-import torch
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch
 
 MASK32 = 0xFFFFFFFF
 
@@ -24,12 +27,14 @@ def mix32(x: torch.Tensor) -> torch.Tensor:
 
 def group_row_seeds(seeds: list[int], group: int) -> torch.Tensor:
     """One noise seed per completion: ``group`` consecutive rows per record seed (``int64 [len(seeds) * group]``)."""
+    import torch
     base = torch.tensor([int(s) & MASK32 for s in seeds], dtype=torch.int64)
     return mix32(base.repeat_interleave(group) * group + torch.arange(group).repeat(len(seeds)))
 
 
 def seeded_gumbel(row_seeds: torch.Tensor, step: int, vocab_size: int, device: torch.device) -> torch.Tensor:
     """Standard Gumbel noise ``[N, V]``: entry (n, v) is a function of ``row_seeds[n]``, ``step`` and v only."""
+    import torch
     base = mix32(mix32(row_seeds.to(device)) ^ step)
     idx = torch.arange(vocab_size, device=device, dtype=torch.int64)
     bits = mix32(base.unsqueeze(1) ^ mix32(idx + 0x9E3779B9).unsqueeze(0))

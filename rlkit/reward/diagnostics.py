@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
 
 def unique_counts(scores: torch.Tensor, decimals: int = 6) -> torch.Tensor:
     """``[B, D]``: the number of distinct non-NaN values of each dimension within each group."""
+    import torch
     rounded = torch.round(scores, decimals=decimals)
     valid = ~torch.isnan(rounded)
     # NaN sorts last; a new value starts wherever a valid entry differs from the previous one
@@ -36,6 +39,7 @@ def saturated_groups(scores: torch.Tensor, majority_share: float = 1.0, decimals
     is not saturated: it is unscored, which ``unscored_share`` reports (counting it here hid a judge that
     scored nothing behind a dimension that looked learnt).
     """
+    import torch
     saturated = unique_counts(scores, decimals) == 1
     if majority_share >= 1.0:
         return saturated
@@ -49,6 +53,7 @@ def saturated_groups(scores: torch.Tensor, majority_share: float = 1.0, decimals
 
 def unscored_share(scores: torch.Tensor) -> torch.Tensor:
     """``[D]``: the share of completions not scored on each dimension (NaN), over ``[B, G, D]``."""
+    import torch
     return torch.isnan(scores).flatten(0, 1).double().mean(dim=0)
 
 
@@ -70,6 +75,7 @@ def conflict_rate(scores: torch.Tensor) -> float:
     Pair (i, j) conflicts when some dimension ranks i above j and another ranks j above i
     (NaN entries take no side). Returns NaN when the batch has no pair.
     """
+    import torch
     b, g, _ = scores.shape
     if g < 2:
         return float("nan")
@@ -82,6 +88,7 @@ def conflict_rate(scores: torch.Tensor) -> float:
 
 def distinct_values_per_group(values: torch.Tensor, decimals: int = 5) -> torch.Tensor:
     """``[B]``: distinct values in each group of ``[B, G]`` (e.g. advantages), NaN left out."""
+    import torch
     rounded = torch.round(values, decimals=decimals)
     return torch.tensor([torch.unique(row[~torch.isnan(row)]).numel() for row in rounded], dtype=torch.long)
 

@@ -19,15 +19,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from rlkit.core.rubric import Rubric
 from rlkit.core.types import Episode, Rollout
 from rlkit.data.records import content_text
 from rlkit.lm.conversation import as_messages
 from rlkit.reward.steps import score_steps, single_turn_steps
+
+if TYPE_CHECKING:
+    import torch
 
 
 def episode_problem(conversation: Any) -> str | None:

@@ -18,7 +18,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
 if TYPE_CHECKING:
     from rlkit.core.rubric import Rubric
@@ -76,6 +77,8 @@ def make_view(step: int, records: Sequence[dict[str, Any]], texts: Sequence[Sequ
               rubric: Rubric, rewards: torch.Tensor | None = None, completion_lengths: torch.Tensor | None = None,
               **callables: Any) -> MonitorView:
     """A view from texts and raw scores (tests, offline use): scores, saturation and defaults filled in."""
+    import torch
+
     from rlkit.core.stats import nan_weighted_sum
     from rlkit.reward.diagnostics import saturated_groups
     from rlkit.reward.pipeline import normalize_scores

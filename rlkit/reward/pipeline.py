@@ -4,17 +4,19 @@ scores to [0, 1] once, applying rubric conditions, and assembling the RewardBatc
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from rlkit.core.errors import JudgeError, PluginError
 from rlkit.core.rubric import Rubric
 from rlkit.core.types import RewardBatch, Rollout
 
+if TYPE_CHECKING:
+    import torch
+
 
 def check_judge_output(raw: torch.Tensor, rollout: Rollout, rubric: Rubric, judge: str) -> torch.Tensor:
     """Return ``raw`` as float32 after checking shape and ranges; a broken judge is named."""
+    import torch
     expected = (rollout.num_prompts, rollout.group_size, len(rubric.dimensions))
     if not isinstance(raw, torch.Tensor) or tuple(raw.shape) != expected:
         got = tuple(raw.shape) if isinstance(raw, torch.Tensor) else type(raw).__name__
@@ -35,6 +37,7 @@ def check_judge_output(raw: torch.Tensor, rollout: Rollout, rubric: Rubric, judg
 
 def normalize_scores(raw: torch.Tensor, rubric: Rubric) -> torch.Tensor:
     """Map each dimension from its rubric range to [0, 1]; NaN stays NaN."""
+    import torch
     low = torch.tensor([d.low for d in rubric.dimensions], dtype=raw.dtype, device=raw.device)
     high = torch.tensor([d.high for d in rubric.dimensions], dtype=raw.dtype, device=raw.device)
     return (raw - low) / (high - low)
@@ -44,6 +47,7 @@ def quantile_normalize(scores: torch.Tensor) -> torch.Tensor:
     """Each dimension replaced by its quantile within the batch: (average rank − 1)/(n − 1) over its scored
     entries, so dimensions with very different spreads (a format score stuck near 1, a noisy quality score)
     reach the aggregator on the same footing. NaN stays NaN; a dimension scored once or constant gets 0.5."""
+    import torch
     out = torch.full_like(scores, float("nan"))
     flat, flat_out = scores.reshape(-1, scores.shape[-1]), out.view(-1, scores.shape[-1])
     for j in range(flat.shape[1]):
@@ -75,6 +79,7 @@ def apply_conditions(raw: torch.Tensor, rubric: Rubric) -> torch.Tensor:
     is correct; where the condition dimension is itself NaN the condition is unknown, so the
     conditional dimension does not count either.
     """
+    import torch
     names = rubric.dimension_names
     out = raw.clone()
     for i, dim in enumerate(rubric.dimensions):
@@ -94,6 +99,7 @@ def aggregate_rewards(raw: torch.Tensor, rubric: Rubric, scheduler: Any, aggrega
     mapped to [0, 1]; ``quantile``: then each dimension's quantile within the batch); the weight scheduler
     then sets the weights from the normalised scores, and the aggregator forms the reward ``[B, G]``.
     """
+    import torch
     if normalization not in SCORE_NORMALIZATIONS:
         raise ValueError(f"normalization must be one of {SCORE_NORMALIZATIONS}, got {normalization!r}")
     masked = apply_conditions(raw, rubric)
@@ -111,6 +117,7 @@ def aggregate_rewards(raw: torch.Tensor, rubric: Rubric, scheduler: Any, aggrega
 
 def with_group_confidence(batch: RewardBatch, confidence: torch.Tensor | None, judge: str) -> RewardBatch:
     """Attach a judge's per-group confidence ``[B]`` in [0, 1] (``batch.extras["group_confidence"]``)."""
+    import torch
     if confidence is None:
         return batch
     b = batch.shape[0]

@@ -4,13 +4,14 @@ only decide which pairs; these rules apply to all of them."""
 
 from __future__ import annotations
 
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from rlkit.core.stats import nan_weighted_sum
 from rlkit.core.types import PreferencePairs, RewardBatch
 from rlkit.reward.diagnostics import saturated_groups
+
+if TYPE_CHECKING:
+    import torch
 
 
 def ordering_batch(batch: RewardBatch, aggregator: Any, *, mask_saturated: bool,
@@ -23,6 +24,7 @@ def ordering_batch(batch: RewardBatch, aggregator: Any, *, mask_saturated: bool,
     the group, and under non-additive aggregators (min, geometric, gates) a constant can still flatten or distort
     the order of the rest.
     """
+    import torch
     if not mask_saturated and aggregator is None:
         return batch
     scores, raw = batch.scores, batch.raw_scores
@@ -54,6 +56,7 @@ def drop_close_pairs(pairs: PreferencePairs, batch: RewardBatch, min_gap: float)
 def chosen_win_share(pairs: PreferencePairs, batch: RewardBatch) -> torch.Tensor:
     """``[D]``: per dimension, the share of pairs (where both sides were scored) in which the chosen
     completion scores strictly higher. Shows which dimensions the preference signal actually follows."""
+    import torch
     chosen = batch.scores[pairs.prompt_index, pairs.chosen]      # [P, D]
     rejected = batch.scores[pairs.prompt_index, pairs.rejected]
     both = ~(torch.isnan(chosen) | torch.isnan(rejected))

@@ -10,18 +10,20 @@ call: their one step is the completion.
 
 from __future__ import annotations
 
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from rlkit.core.rubric import Rubric
 from rlkit.core.types import Rollout
+
+if TYPE_CHECKING:
+    import torch
 
 
 def turn_rollout(rollout: Rollout, turn: int, turn_tokens: torch.Tensor | None = None) -> tuple[Rollout, torch.Tensor]:
     """A rollout of B*G one-completion groups holding each episode's policy turn ``turn`` ("" where it has none),
     each record's prompt the conversation before that turn; and which episodes have that turn, ``bool [B, G]``.
     ``turn_tokens`` ``[B, G, T]``: each turn's token count, for length checks in tokens."""
+    import torch
     assert rollout.episodes is not None
     records, texts, exists = [], [], []
     for b, group in enumerate(rollout.episodes):
@@ -46,6 +48,7 @@ def turn_rollout(rollout: Rollout, turn: int, turn_tokens: torch.Tensor | None =
 
 def turn_token_counts(turn_spans: list[list[tuple[int, int]]], b: int, g: int, num_turns: int) -> torch.Tensor:
     """``[B, G, T]`` policy tokens of each turn (0 where there is none) from a sampled batch's ``turn_spans``."""
+    import torch
     out = torch.zeros((b * g, num_turns))
     for row, spans in enumerate(turn_spans):
         for t, (start, end) in enumerate(spans[:num_turns]):
@@ -56,6 +59,7 @@ def turn_token_counts(turn_spans: list[list[tuple[int, int]]], b: int, g: int, n
 def score_steps(score: Any, rollout: Rollout, rubric: Rubric, num_turns: int,
                 turn_tokens: torch.Tensor | None = None) -> torch.Tensor:
     """``[B, G, T, D]`` step scores; ``score(turn_rollout) -> [B*G, 1, D]`` is the run's checked judge call."""
+    import torch
     b, g, d = rollout.num_prompts, rollout.group_size, len(rubric.dimensions)
     steps = torch.full((b, g, num_turns, d), float("nan"))
     step_dims = rubric.step_dimensions
@@ -74,6 +78,7 @@ def score_steps(score: Any, rollout: Rollout, rubric: Rubric, num_turns: int,
 def with_step_means(raw: torch.Tensor, steps: torch.Tensor, rubric: Rubric) -> torch.Tensor:
     """``raw [B, G, D]`` with each step-scoped dimension replaced by the mean of its step scores (NaN where no step
     was scored)."""
+    import torch
     out = raw.clone()
     for i in rubric.step_dimensions:
         column = steps[..., i]
@@ -85,6 +90,7 @@ def with_step_means(raw: torch.Tensor, steps: torch.Tensor, rubric: Rubric) -> t
 
 def single_turn_steps(raw: torch.Tensor, rubric: Rubric) -> torch.Tensor:
     """The step scores of single-turn completions: one step, the completion's own score (``[B, G, 1, D]``)."""
+    import torch
     steps = torch.full((*raw.shape[:2], 1, raw.shape[-1]), float("nan"), dtype=raw.dtype)
     for i in rubric.step_dimensions:
         steps[:, :, 0, i] = raw[..., i]

@@ -11,12 +11,13 @@ counts once, with the last batch it saw, and the state is plain data that surviv
 from __future__ import annotations
 
 import copy
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from rlkit.core.errors import ConfigError
 from rlkit.core.rubric import Rubric
+
+if TYPE_CHECKING:
+    import torch
 
 
 class StepRecordScheduler:
@@ -47,6 +48,7 @@ class StepRecordScheduler:
         return self._pending
 
     def weights(self, step: int, scores: torch.Tensor, rubric: Rubric) -> torch.Tensor:
+        import torch
         if self._checked != rubric.dimension_names:
             self.check_rubric(rubric)
         names = rubric.dimension_names

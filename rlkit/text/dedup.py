@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable, Sequence
-from typing import Any, Literal, NamedTuple, Protocol
-
-import numpy as np
-import torch
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple, Protocol
 
 from rlkit.core.errors import ConfigError
 from rlkit.text.similarity import char_ngram_jaccard, char_ngrams
+
+if TYPE_CHECKING:
+    import numpy as np
+    import torch
 
 DedupMethod = Literal["embedding", "ngram", "none"]
 SimilarityMethod = Literal["embedding", "ngram"]
@@ -53,6 +54,8 @@ class NgramSimilarity:
 
     def features(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray, torch.Tensor]:
         """Each text's distinct gram ids in CSR form (row pointers, gram ids) and its number of grams."""
+        import numpy as np
+        import torch
         vocab: dict[str, int] = {}
         ids = [[vocab.setdefault(gram, len(vocab)) for gram in char_ngrams(text, self.n)] for text in texts]
         sizes = np.fromiter((len(row) for row in ids), dtype=np.int64, count=len(ids))
@@ -64,6 +67,7 @@ class NgramSimilarity:
     @staticmethod
     def _rows(indptr: np.ndarray, indices: np.ndarray, rows: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
         """(position in ``rows``, gram id) of every gram of the selected texts, in time linear in their grams."""
+        import numpy as np
         idx = rows.numpy()
         starts, lengths = indptr[idx], indptr[idx + 1] - indptr[idx]
         row_ids = np.repeat(np.arange(len(idx)), lengths)
@@ -74,6 +78,8 @@ class NgramSimilarity:
     def block(self, features: tuple[np.ndarray, np.ndarray, torch.Tensor], rows: torch.Tensor,
               cols: torch.Tensor) -> torch.Tensor:
         """|A ∩ B| / |A ∪ B| for every row text against every column text."""
+        import numpy as np
+        import torch
         indptr, indices, sizes = features
         row_of, row_gram = self._rows(indptr, indices, rows)
         col_of, col_gram = self._rows(indptr, indices, cols)
@@ -113,6 +119,7 @@ class EmbeddingSimilarity:
 
     def features(self, texts: Sequence[str]) -> torch.Tensor:
         """The ``[texts, dim]`` unit-length embeddings."""
+        import torch
         if not texts:
             return torch.zeros(0, 1)
         return self.embedder.encode(list(texts)).float()
@@ -123,6 +130,7 @@ class EmbeddingSimilarity:
 
     def pairs(self, a: Sequence[str], b: Sequence[str]) -> list[float]:
         """Each distinct text is embedded once."""
+        import torch
         if not a:
             return []
         unique = list(dict.fromkeys([*a, *b]))
@@ -151,6 +159,7 @@ def near_duplicates(texts: Sequence[str], method: DedupMethod | TextSimilarity =
     its own block names the first kept text that matched). ``method`` is a registered name, ``"none"`` (nothing
     is dropped) or a ``TextSimilarity``. Work is matrix products over blocks of texts against the kept ones.
     """
+    import torch
     if method == "none" or len(texts) < 2:
         return []
     similarity = make_similarity(method) if isinstance(method, str) else method

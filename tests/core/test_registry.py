@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import subprocess
+import sys
 from dataclasses import dataclass
 
 import pluggy
@@ -164,3 +166,13 @@ def test_every_builtin_plugin_package_ships_in_the_wheel():
                    ["tool"]["setuptools"]["packages"])
     found = {info.name for info in pkgutil.walk_packages(rlkit_plugins.__path__, "rlkit_plugins.") if info.ispkg}
     assert found <= declared, f"add {sorted(found - declared)} to [tool.setuptools] packages"
+
+
+def test_building_the_registry_and_the_door_import_no_heavy_library():
+    """`rlkit plugins` and `rlkit validate` answer in well under a second because building the registry (every
+    plugin module, through the door) imports neither torch nor Lightning nor transformers: they load when a plugin
+    first computes something."""
+    code = ("import sys; from rlkit.core.registry import load_registry; load_registry(); import rlkit.plugin; "
+            "print(*sorted(m for m in ('torch', 'lightning', 'transformers', 'numpy') if m in sys.modules))")
+    loaded = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout.split()
+    assert loaded == []

@@ -26,10 +26,12 @@ result is a rounding artefact or undefined:
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-import torch
+from typing import TYPE_CHECKING
 
 from rlkit.plugin import ConfigError, RewardBatch, hookimpl, nan_mean_std, scored_values_differ
+
+if TYPE_CHECKING:
+    import torch
 
 
 def gdpo_advantages(scores: torch.Tensor, weights: torch.Tensor, eps: float = 1e-4,
@@ -39,6 +41,7 @@ def gdpo_advantages(scores: torch.Tensor, weights: torch.Tensor, eps: float = 1e
     Per-dimension z-scores are invariant to each dimension's affine range map, so the normalised
     ``scores`` and the judge's raw scores give the same result up to where eps sits.
     """
+    import torch
     if scores.ndim != 3:
         raise ValueError(f"scores must be [B, G, D], got {tuple(scores.shape)}")
     if weights.shape != scores.shape[-1:]:
@@ -83,6 +86,7 @@ class GroupDecoupledAdvantage:
         self.params = params
 
     def advantages(self, batch: RewardBatch) -> torch.Tensor:
+        import torch
         adv = gdpo_advantages(batch.scores, batch.weights, self.params.eps, self.params.batch_normalize)
         if batch.rewards is not None:
             # The estimator contract: no reward, no update, whatever the aggregator decided (e.g. a gate

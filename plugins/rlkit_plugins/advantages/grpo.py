@@ -8,11 +8,12 @@ left out of the statistics and get advantage 0.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
-
-import torch
+from typing import TYPE_CHECKING, Literal
 
 from rlkit.plugin import RewardBatch, hookimpl, nan_mean_std
+
+if TYPE_CHECKING:
+    import torch
 
 ScaleRewards = Literal["group", "batch", "none"]
 
@@ -24,6 +25,7 @@ def group_normalized_advantages(rewards: torch.Tensor, scale_rewards: ScaleRewar
     ``group`` divides by each group's std, ``batch`` by the std of all rewards in the batch
     (the mean stays per group, as in TRL), ``none`` only centres (Dr. GRPO, arXiv 2503.20783).
     """
+    import torch
     if rewards.ndim != 2:
         raise ValueError(f"rewards must be [B, G], got {tuple(rewards.shape)}")
     mean, group_std, _ = nan_mean_std(rewards, dim=1, keepdim=True)

@@ -18,15 +18,19 @@ weigh more in it.
 
 from __future__ import annotations
 
-import torch
+from typing import TYPE_CHECKING
 
 from rlkit.plugin import RewardBatch, hookimpl, scored_values_differ
+
+if TYPE_CHECKING:
+    import torch
 
 LENGTHS_KEY = "completion_lengths"
 
 
 def opo_advantages(rewards: torch.Tensor, lengths: torch.Tensor | None = None) -> torch.Tensor:
     """``rewards [B, G]`` (NaN = unscored), ``lengths [B, G]`` (tokens; None: equal) → advantages ``float32 [B, G]``."""
+    import torch
     if rewards.ndim != 2:
         raise ValueError(f"rewards must be [B, G], got {tuple(rewards.shape)}")
     r = rewards.double()

@@ -29,14 +29,17 @@ from __future__ import annotations
 import warnings
 from dataclasses import dataclass
 from math import comb
-
-import torch
+from typing import TYPE_CHECKING
 
 from rlkit.plugin import ConfigError, RewardBatch, hookimpl
+
+if TYPE_CHECKING:
+    import torch
 
 
 def pass_at_k_advantages(rewards: torch.Tensor, k: int, threshold: float = 1.0) -> torch.Tensor:
     """``rewards [B, G]`` (NaN = unscored) → advantages ``float32 [B, G]`` with no NaN."""
+    import torch
     if rewards.ndim != 2:
         raise ValueError(f"rewards must be [B, G], got {tuple(rewards.shape)}")
     if k < 1:

@@ -10,16 +10,19 @@ single-turn batch reduces exactly to ``advantage=grpo``.
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-import torch
+from typing import TYPE_CHECKING
 
 from rlkit.plugin import RewardBatch, hookimpl, nan_mean_std
 from rlkit_plugins.advantages.grpo import ScaleRewards, group_normalized_advantages
 from rlkit_plugins.advantages.turns import turn_layout
 
+if TYPE_CHECKING:
+    import torch
+
 
 def normalized_step_rewards(step: torch.Tensor, eps: float = 1e-4) -> torch.Tensor:
     """``[B, G, T]`` step rewards normalised over each group's scored turns; 0 where unscored or without contrast."""
+    import torch
     b = step.shape[0]
     flat = step.reshape(b, -1)
     mean, std, n = nan_mean_std(flat, dim=1, keepdim=True)
@@ -44,6 +47,7 @@ class ProcessSupervisedAdvantage:
         self.params = params
 
     def advantages(self, batch: RewardBatch) -> torch.Tensor:
+        import torch
         if batch.rewards is None:
             raise ValueError("process needs aggregated rewards in the batch")
         p = self.params

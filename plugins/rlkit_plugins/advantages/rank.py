@@ -22,11 +22,12 @@ completions, or whose scored rewards are all equal, gets 0.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal, get_args
-
-import torch
+from typing import TYPE_CHECKING, Literal, get_args
 
 from rlkit.plugin import ConfigError, RewardBatch, hookimpl, scored_values_differ
+
+if TYPE_CHECKING:
+    import torch
 
 RankMethod = Literal["linear", "softmax", "wins"]
 
@@ -36,6 +37,7 @@ def group_ranks(rewards: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torc
 
     Entries with NaN reward are left out of every comparison; their own rank and wins are meaningless.
     """
+    import torch
     if rewards.ndim != 2:
         raise ValueError(f"rewards must be [B, G], got {tuple(rewards.shape)}")
     valid = ~torch.isnan(rewards)
@@ -51,6 +53,7 @@ def group_ranks(rewards: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torc
 
 def rank_advantages(rewards: torch.Tensor, method: RankMethod = "linear", temperature: float = 1.0) -> torch.Tensor:
     """``rewards [B, G]`` (NaN = unscored) → advantages ``float32 [B, G]``; see the module docstring."""
+    import torch
     rank, wins, n = group_ranks(rewards)
     valid = ~torch.isnan(rewards)
     spread = (n - 1).clamp(min=1).to(torch.float64)

@@ -21,17 +21,19 @@ centring the batch would otherwise hand it the negative of the batch mean, a pus
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal, get_args
-
-import torch
+from typing import TYPE_CHECKING, Literal, get_args
 
 from rlkit.plugin import ConfigError, RewardBatch, hookimpl, nan_mean_std, scored_values_differ
+
+if TYPE_CHECKING:
+    import torch
 
 Baseline = Literal["group", "loo"]
 
 
 def reinforce_pp_advantages(rewards: torch.Tensor, baseline: Baseline = "group", eps: float = 1e-4) -> torch.Tensor:
     """``rewards [B, G]`` (NaN = unscored) → advantages ``float32 [B, G]`` with no NaN."""
+    import torch
     if rewards.ndim != 2:
         raise ValueError(f"rewards must be [B, G], got {tuple(rewards.shape)}")
     if baseline not in get_args(Baseline):

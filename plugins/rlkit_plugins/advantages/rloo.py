@@ -14,17 +14,19 @@ also divides by the group's Bessel-corrected std + eps, as GRPO does.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal, get_args
-
-import torch
+from typing import TYPE_CHECKING, Literal, get_args
 
 from rlkit.plugin import ConfigError, RewardBatch, hookimpl, nan_mean_std, scored_values_differ
+
+if TYPE_CHECKING:
+    import torch
 
 RlooScale = Literal["none", "group"]
 
 
 def leave_one_out_advantages(rewards: torch.Tensor, scale: RlooScale = "none", eps: float = 1e-4) -> torch.Tensor:
     """``rewards [B, G]`` (NaN = unscored) → advantages ``float32 [B, G]`` with no NaN."""
+    import torch
     if rewards.ndim != 2:
         raise ValueError(f"rewards must be [B, G], got {tuple(rewards.shape)}")
     if scale not in get_args(RlooScale):

@@ -12,17 +12,20 @@ single-turn batch gets ``[B, G]``, exactly ``advantage=grpo``'s.
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-import torch
+from typing import TYPE_CHECKING
 
 from rlkit.plugin import ConfigError, RewardBatch, hookimpl
 from rlkit_plugins.advantages.grpo import ScaleRewards, group_normalized_advantages
 from rlkit_plugins.advantages.turns import turn_layout
 
+if TYPE_CHECKING:
+    import torch
+
 
 def discounted_returns(rewards: torch.Tensor, exists: torch.Tensor, gamma: float) -> torch.Tensor:
     """``[B, G, T]`` returns R_t = Σ_{k≥t, k exists} γ^{k−t} r_k; NaN where the turn does not exist or a reward it
     adds up is NaN."""
+    import torch
     out = torch.full_like(rewards, float("nan"))
     running = torch.zeros(rewards.shape[:2], dtype=rewards.dtype)
     for t in range(rewards.shape[2] - 1, -1, -1):
@@ -35,6 +38,7 @@ def discounted_returns(rewards: torch.Tensor, exists: torch.Tensor, gamma: float
 def turn_rewards(batch: RewardBatch, step_coef: float) -> tuple[torch.Tensor, torch.Tensor]:
     """Each turn's reward ``[B, G, T]`` (step reward × ``step_coef``, the episode's reward added on its last turn) and
     ``exists``."""
+    import torch
     assert batch.rewards is not None
     exists, step = turn_layout(batch)
     rewards = torch.zeros(exists.shape, dtype=torch.float32)
@@ -65,6 +69,7 @@ class DiscountedTurnReturn:
         self.params = params
 
     def advantages(self, batch: RewardBatch) -> torch.Tensor:
+        import torch
         if batch.rewards is None:
             raise ValueError("turn_return needs aggregated rewards in the batch")
         p = self.params

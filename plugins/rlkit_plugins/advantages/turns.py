@@ -3,15 +3,19 @@ each turn's step reward (the rubric's ``scope: step`` dimensions, weighted by th
 
 from __future__ import annotations
 
-import torch
+from typing import TYPE_CHECKING
 
 from rlkit.plugin import RewardBatch, nan_weighted_sum
+
+if TYPE_CHECKING:
+    import torch
 
 
 def turn_layout(batch: RewardBatch) -> tuple[torch.Tensor, torch.Tensor | None]:
     """``exists`` ``bool [B, G, T]`` (an episode's turns; one turn each for single-turn rollouts) and the step
     rewards ``[B, G, T]`` in [0, 1] (NaN where no step dimension was scored), or None when the rubric has no step
     dimension."""
+    import torch
     b, g, _ = batch.shape
     steps = batch.extras.get("step_scores")
     turns = batch.extras.get("num_turns")

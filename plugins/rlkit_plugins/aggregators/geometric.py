@@ -23,10 +23,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-
-import torch
+from typing import TYPE_CHECKING
 
 from rlkit.plugin import ConfigError, RewardBatch, hookimpl
+
+if TYPE_CHECKING:
+    import torch
 
 
 def nan_geometric_mean(scores: torch.Tensor, weights: torch.Tensor, *, floor: float = 0.01,
@@ -39,6 +41,7 @@ def nan_geometric_mean(scores: torch.Tensor, weights: torch.Tensor, *, floor: fl
     makes the result exactly 0 instead. Where nothing with positive weight was scored the result
     is NaN, as in ``nan_weighted_sum``.
     """
+    import torch
     w = weights.to(scores.dtype).expand_as(scores)
     counted = ~torch.isnan(scores) & (w > 0)
     w = torch.where(counted, w, torch.zeros_like(w))

@@ -5,14 +5,15 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
-
-import torch
+from typing import TYPE_CHECKING, Any, Literal
 
 from rlkit.plugin import ConfigError, RewardBatch, Rubric, hookimpl
 from rlkit_plugins.aggregators.geometric import nan_geometric_mean
 from rlkit_plugins.aggregators.minimum import nan_min
 from rlkit_plugins.aggregators.weighted_sum import nan_weighted_sum
+
+if TYPE_CHECKING:
+    import torch
 
 METHODS = ("weighted_sum", "geometric", "min", "gate")
 LAYER_KEYS = ("name", "dimensions", "layers", "method", "weight")
@@ -43,6 +44,7 @@ def gate_chain(values: torch.Tensor, threshold: float) -> torch.Tensor:
     An unscored (NaN) gate fails, as in ``min_first``; where the gates pass but the last value is
     NaN the result is 1.0 (passing the gates was all that could be checked); all NaN → NaN.
     """
+    import torch
     gates, last = values[..., :-1], values[..., -1]
     passed = (gates >= threshold - _GATE_SLACK).all(dim=-1)  # NaN >= t is False: an unscored gate fails
     last = torch.where(torch.isnan(last), torch.ones_like(last), last)
@@ -159,6 +161,7 @@ class LayeredAggregator:
         return gate_chain(values, self.params.gate_threshold)
 
     def _value(self, layer: Layer, batch: RewardBatch) -> torch.Tensor:
+        import torch
         if layer.layers:
             values = torch.stack([self._value(sub, batch) for sub in layer.layers], dim=-1)
             weights = torch.tensor([sub.weight for sub in layer.layers], dtype=values.dtype, device=values.device)
@@ -169,6 +172,7 @@ class LayeredAggregator:
         return self._combine(values, weights, layer.method)
 
     def aggregate(self, batch: RewardBatch) -> torch.Tensor:
+        import torch
         if not self.layers:
             return self._combine(batch.scores, batch.weights, self.params.combine).to(torch.float32)
         self.check_rubric(batch.rubric)

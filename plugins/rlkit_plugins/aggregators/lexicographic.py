@@ -5,10 +5,12 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-
-import torch
+from typing import TYPE_CHECKING
 
 from rlkit.plugin import ConfigError, RewardBatch, Rubric, hookimpl
+
+if TYPE_CHECKING:
+    import torch
 
 # Float32 scores differ from their decimal spelling by ~1e-7, so a gap of exactly ``tolerance``
 # (0.6 - 0.5 against 0.1) would otherwise fall either side of it by chance. Only added when the
@@ -122,6 +124,7 @@ class LexicographicAggregator:
         return [float(tol)] * len(levels)
 
     def aggregate(self, batch: RewardBatch) -> torch.Tensor:
+        import torch
         weights = batch.weights.tolist()
         levels = [i for i in priority_order(batch.rubric) if weights[i] > 0]
         tolerances = self._tolerances(batch.rubric, levels)

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-
-import torch
+from typing import TYPE_CHECKING
 
 from rlkit.plugin import ConfigError, RewardBatch, Rubric, hookimpl
 from rlkit_plugins.aggregators.weighted_sum import nan_weighted_sum
+
+if TYPE_CHECKING:
+    import torch
 
 
 class MinFirstAggregator:
@@ -48,6 +50,7 @@ class MinFirstAggregator:
             )
 
     def aggregate(self, batch: RewardBatch) -> torch.Tensor:
+        import torch
         dims = batch.rubric.dimensions
         raw, scores = batch.raw_scores, batch.scores
         is_gate = torch.tensor([d.gate is not None for d in dims], dtype=torch.bool, device=raw.device)

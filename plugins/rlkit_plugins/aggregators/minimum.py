@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-import torch
+from typing import TYPE_CHECKING
 
 from rlkit.plugin import RewardBatch, hookimpl
+
+if TYPE_CHECKING:
+    import torch
 
 
 def nan_min(scores: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
@@ -16,6 +18,7 @@ def nan_min(scores: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
     (a scheduler that sets a weight to 0 removes that dimension); their size does not matter.
     Where nothing with positive weight was scored the result is NaN, as in ``nan_weighted_sum``.
     """
+    import torch
     counted = ~torch.isnan(scores) & (weights.to(scores.dtype) > 0)
     low = torch.where(counted, scores, torch.full_like(scores, float("inf"))).amin(dim=-1)
     return torch.where(counted.any(dim=-1), low, torch.full_like(low, float("nan")))

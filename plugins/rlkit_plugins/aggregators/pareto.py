@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
-
-import torch
+from typing import TYPE_CHECKING, Literal
 
 from rlkit.plugin import ConfigError, RewardBatch, hookimpl
+
+if TYPE_CHECKING:
+    import torch
 
 
 def dominance(scores: torch.Tensor) -> torch.Tensor:
@@ -16,6 +17,7 @@ def dominance(scores: torch.Tensor) -> torch.Tensor:
     i dominates j when it is >= on every dimension and > on at least one. NaN is treated as worse
     than any score (and equal to another NaN): an unscored dimension can never be an advantage.
     """
+    import torch
     filled = torch.nan_to_num(scores, nan=float("-inf"), posinf=float("inf"), neginf=float("-inf"))
     a, b = filled.unsqueeze(2), filled.unsqueeze(1)  # [B, G, 1, D] against [B, 1, G, D]
     return (a >= b).all(dim=-1) & (a > b).any(dim=-1)
@@ -28,6 +30,7 @@ def pareto_fronts(dominates: torch.Tensor, member: torch.Tensor) -> torch.Tensor
     non-dominated set repeatedly, as the non-dominated sorting of NSGA-II (Deb et al. 2002,
     "A fast and elitist multiobjective genetic algorithm: NSGA-II"), vectorised over groups.
     """
+    import torch
     fronts = torch.zeros(member.shape, dtype=torch.long, device=member.device)
     remaining = member.clone()
     front = 0
@@ -68,6 +71,7 @@ class ParetoAggregator:
         self.params = params
 
     def aggregate(self, batch: RewardBatch) -> torch.Tensor:
+        import torch
         scores = batch.scores[..., batch.weights > 0]
         member = ~torch.isnan(scores).all(dim=-1)
         dominates = dominance(scores) & member.unsqueeze(2) & member.unsqueeze(1)

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-import torch
+from typing import TYPE_CHECKING
 
 from rlkit.plugin import RewardBatch, hookimpl, nan_weighted_sum
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = ["WeightedSumAggregator", "nan_weighted_sum"]
 

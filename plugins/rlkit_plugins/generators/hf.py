@@ -17,8 +17,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-import torch
-
 from rlkit.plugin import (
     GenerationRequest,
     SampledBatch,
@@ -55,8 +53,13 @@ class HFGenerator:
     def setup(self, policy: Any, tokenizer: Any) -> None:
         """Nothing to start: the policy samples itself."""
 
-    @torch.no_grad()
     def generate(self, policy: Any, tokenizer: Any, request: GenerationRequest) -> SampledBatch:
+        import torch
+
+        with torch.no_grad():
+            return self._generate(policy, tokenizer, request)
+
+    def _generate(self, policy: Any, tokenizer: Any, request: GenerationRequest) -> SampledBatch:
         g = request.num_generations
         prompt_ids, prompt_mask = tokenize_prompts(tokenizer, request.records, request.prompt_token_ids)
         device = next(policy.parameters()).device

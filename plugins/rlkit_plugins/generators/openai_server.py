@@ -76,9 +76,7 @@ import urllib.parse
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from rlkit.plugin import (
     ConfigError,
@@ -91,6 +89,9 @@ from rlkit.plugin import (
 )
 from rlkit_plugins.backends.reachability import probe
 from rlkit_plugins.generators.kept_alive import EngineConnections, RequestsOut
+
+if TYPE_CHECKING:
+    import torch
 
 WHERE = "generator.params"
 _SYNCS = ("none", "disk", "lora")
@@ -314,12 +315,14 @@ class OpenAIServerGenerator:
             raise GeneratorError(*failure)
         self.served_model, self.policy_version, self._pushed_at = name, version, self._steps
 
-    @torch.no_grad()
     def _save(self, policy: Any, version: int) -> Path:
+        import torch
+
         folder = self._folder(version)
         if folder.exists():  # a resumed run, or an earlier run's folder: never serve stale files
             shutil.rmtree(folder)
-        policy.save_pretrained(folder)
+        with torch.no_grad():
+            policy.save_pretrained(folder)
         if self.params.sync == "disk" and self._tokenizer is not None:
             self._tokenizer.save_pretrained(folder)
         return folder
@@ -483,6 +486,7 @@ class PendingBatch:
             self._generator._out.remove(self)
 
     def result(self) -> SampledBatch:
+        import torch
         if self._batch is not None:
             return self._batch
         self.collect()
@@ -539,6 +543,7 @@ class ReferenceScores:
         self._requests.abandon()
 
     def result(self) -> torch.Tensor:
+        import torch
         if self._value is not None:
             return self._value
         p = self._generator.params

@@ -11,8 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-
-import torch
+from typing import TYPE_CHECKING
 
 from rlkit.plugin import (
     CallPlan,
@@ -33,6 +32,9 @@ from rlkit.plugin import (
     sum_plans,
     sum_spend,
 )
+
+if TYPE_CHECKING:
+    import torch
 
 
 class CascadeJudge:
@@ -63,12 +65,14 @@ class CascadeJudge:
 
     def escalate(self, cheap: torch.Tensor, rubric: Rubric) -> torch.Tensor:
         """``bool [B]``: the groups the expensive judge must score."""
+        import torch
         span = torch.tensor([d.high - d.low for d in rubric.dimensions], dtype=cheap.dtype)
         spread = (cheap.amax(dim=1) - cheap.amin(dim=1)) / span  # [B, D]; NaN where anything is unscored
         undecided = (spread.nan_to_num(nan=0.0) < self.params.span_threshold).all(dim=-1)
         return undecided | torch.isnan(cheap).flatten(1).any(dim=1)
 
     def score(self, rollout: Rollout, rubric: Rubric) -> torch.Tensor:
+        import torch
         cheap_judge, expensive_judge = self.stages
         scores = cheap_judge.score(rollout, rubric).to(torch.float32)
         chosen = self.escalate(scores, rubric)

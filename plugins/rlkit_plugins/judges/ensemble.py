@@ -12,9 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
-
-import torch
+from typing import TYPE_CHECKING, Literal
 
 from rlkit.plugin import (
     CallPlan,
@@ -36,6 +34,9 @@ from rlkit.plugin import (
     sum_plans,
     sum_spend,
 )
+
+if TYPE_CHECKING:
+    import torch
 
 
 class EnsembleJudge:
@@ -64,6 +65,7 @@ class EnsembleJudge:
         return member_record_fields((member, rubric) for member in self.members)
 
     def score(self, rollout: Rollout, rubric: Rubric) -> torch.Tensor:
+        import torch
         stack = torch.stack([m.score(rollout, rubric).to(torch.float32) for m in self.members])  # [M, B, G, D]
         span = torch.tensor([d.high - d.low for d in rubric.dimensions], dtype=torch.float32)
         self._agreement = {f"judge/agreement/{name}": value
@@ -95,6 +97,7 @@ def combine_scores(stack: torch.Tensor, low: torch.Tensor, high: torch.Tensor, h
     members that disagree are equally far from it and weigh the same. Clamped to each range: a weighted mean of
     in-range float32 values can land a rounding error outside it (5.0000005 on a 1-5 scale), which the host's
     range check rightly rejects."""
+    import torch
     if how == "median":
         combined = nan_median(stack, dim=0)
     elif how == "mean":
@@ -113,6 +116,7 @@ def combine_scores(stack: torch.Tensor, low: torch.Tensor, high: torch.Tensor, h
 def agreement(stack: torch.Tensor, span: torch.Tensor) -> torch.Tensor:
     """``[D]``: 1 − mean absolute pairwise difference between members, in units of each range (NaN skipped);
     NaN for a dimension no two members both scored."""
+    import torch
     m = stack.shape[0]
     diffs = []
     for i in range(m):

@@ -23,11 +23,12 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from rlkit.plugin import Anchor, ConfigError, Dimension, JudgeError, Placement, Rollout, Rubric, hookimpl
+
+if TYPE_CHECKING:
+    import torch
 
 WHERE = "judge.params.model"
 

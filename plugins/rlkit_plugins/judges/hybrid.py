@@ -9,8 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-
-import torch
+from typing import TYPE_CHECKING
 
 from rlkit.plugin import (
     CallPlan,
@@ -31,6 +30,9 @@ from rlkit.plugin import (
     sum_plans,
     sum_spend,
 )
+
+if TYPE_CHECKING:
+    import torch
 
 
 class HybridJudge:
@@ -81,6 +83,7 @@ class HybridJudge:
                                     for name, indices in self.routing(rubric).items())
 
     def score(self, rollout: Rollout, rubric: Rubric) -> torch.Tensor:
+        import torch
         out = torch.full((rollout.num_prompts, rollout.group_size, len(rubric.dimensions)), float("nan"))
         for name, indices in self.routing(rubric).items():
             out[..., indices] = self.judges[name].score(rollout, self._subset(rubric, indices)).to(torch.float32)

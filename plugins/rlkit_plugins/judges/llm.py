@@ -38,9 +38,7 @@ import warnings
 from collections.abc import Hashable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
-
-import torch
+from typing import TYPE_CHECKING, Any, Literal
 
 from rlkit.plugin import (
     BackendRef,
@@ -69,6 +67,9 @@ from rlkit.plugin import (
 )
 from rlkit_plugins.judges.per_record import RecordRubrics, check_frame, score_per_record
 from rlkit_plugins.judges.rule import RuleJudge
+
+if TYPE_CHECKING:
+    import torch
 
 # answer tokens a dimension's one-line reason and its field names take (REASON_MAX_CHARS characters at ~4 a token)
 REASON_TOKENS = 64
@@ -175,6 +176,7 @@ class LLMJudge:
         return orders
 
     def score(self, rollout: Rollout, rubric: Rubric) -> torch.Tensor:
+        import torch
         if rubric.per_record:
             # each record's criteria are asked as the binary dimensions of its own rubric
             return score_per_record(rollout, rubric, self._record_rubrics, self.score)

@@ -16,11 +16,12 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from rlkit.plugin import Rollout, Rubric, RubricError, load_rubric, resolve_path, rubric_from_dict
+
+if TYPE_CHECKING:
+    import torch
 
 FRAME_DIMENSIONS = ("criteria", "essential", "important", "optional", "pitfalls_avoided")
 
@@ -67,6 +68,7 @@ class RecordRubrics:
 
 def summarise(met: torch.Tensor, rubric: Rubric, frame: Rubric) -> torch.Tensor:
     """Criteria answers ``[G, C]`` (1 met / 0 not / NaN unscored) → the frame's dimensions ``[G, D]``."""
+    import torch
     met = met.to(torch.float64)
     scored = ~torch.isnan(met)
     answer = met.nan_to_num(0.0)
@@ -92,6 +94,7 @@ def summarise(met: torch.Tensor, rubric: Rubric, frame: Rubric) -> torch.Tensor:
 def score_per_record(rollout: Rollout, frame: Rubric, rubrics: RecordRubrics,
                      score: Callable[[Rollout, Rubric], torch.Tensor]) -> torch.Tensor:
     """``[B, G, D]`` in the frame's dimensions: each record's group scored by ``score`` against its own rubric."""
+    import torch
     b, g = rollout.num_prompts, rollout.group_size
     out = torch.full((b, g, len(frame.dimensions)), math.nan)
     counts = rollout.completion_token_counts

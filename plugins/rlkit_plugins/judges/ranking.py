@@ -48,9 +48,7 @@ from collections.abc import Hashable
 from dataclasses import dataclass, field
 from itertools import combinations
 from pathlib import Path
-from typing import Literal, get_args
-
-import torch
+from typing import TYPE_CHECKING, Literal, get_args
 
 from rlkit.plugin import (
     RANKING_COMPACT_TEMPLATE,
@@ -81,6 +79,9 @@ from rlkit.plugin import (
     template_path,
 )
 from rlkit_plugins.judges.rule import RuleJudge
+
+if TYPE_CHECKING:
+    import torch
 
 FULL_TEMPLATE = "judge/rank_group.jinja"
 RankReward = Literal["linear", "softmax", "margin", "wins"]
@@ -282,6 +283,7 @@ class RankingJudge:
         return self._confidence
 
     def score(self, rollout: Rollout, rubric: Rubric) -> torch.Tensor:
+        import torch
         b, g, k = rollout.num_prompts, rollout.group_size, self.params.repetitions
         if g < 2:
             raise JudgeError(f"ranks the completions of a group against each other and needs at least 2 per "

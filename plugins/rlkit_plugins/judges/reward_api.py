@@ -24,9 +24,7 @@ import time
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from rlkit.plugin import (
     CallPlan,
@@ -46,6 +44,9 @@ from rlkit.plugin import (
     tls_context,
 )
 from rlkit_plugins.backends.reachability import connect_failure
+
+if TYPE_CHECKING:
+    import torch
 
 WHERE = "judge.params"
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -174,6 +175,7 @@ class RewardApiJudge:
         self.scored_rubric: Callable[[Rubric], Rubric] = lambda _rubric: derived
 
     def score(self, rollout: Rollout, rubric: Rubric) -> torch.Tensor:
+        import torch
         self.check_rubric(rubric)
         scored = self._checked[rubric.content_hash]
         names = scored.dimension_names

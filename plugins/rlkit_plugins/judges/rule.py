@@ -10,15 +10,16 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import repeat
-from typing import Any
-
-import numpy as np
-import torch
+from typing import TYPE_CHECKING, Any
 
 from rlkit.plugin import JudgeError, RecordField, Rollout, Rubric, RubricError, hookimpl
 from rlkit_plugins.judges import rule_features as rf
 from rlkit_plugins.judges.per_record import RecordRubrics, check_frame, score_per_record
 from rlkit_plugins.judges.rule_features import Batch, BatchCheck
+
+if TYPE_CHECKING:
+    import numpy as np
+    import torch
 
 NAN = float("nan")
 
@@ -191,6 +192,8 @@ class RuleJudge:
 
     def score(self, rollout: Rollout, rubric: Rubric) -> torch.Tensor:
         """Raw scores float32 [B, G, D] in each dimension's range; NaN where no check applies."""
+        import numpy as np
+        import torch
         if rubric.per_record:
             return score_per_record(rollout, rubric, self._record_rubrics, self.score)
         plan = self._plan(rubric)
@@ -225,6 +228,7 @@ class RuleJudge:
 
 def _score_dimension(dim: _DimPlan | None, batch: Batch) -> np.ndarray:
     """One dimension's scores float32 ``[N]``: each check over the whole batch, then their combination."""
+    import numpy as np
     if dim is None:
         return np.full(batch.size, NAN, dtype=np.float32)
     values = np.stack([run(batch) for _, run in dim.checks], axis=1).reshape(batch.size, len(dim.checks))
@@ -244,6 +248,7 @@ def _score_dimension(dim: _DimPlan | None, batch: Batch) -> np.ndarray:
 def _combine(dim: _DimPlan, values: np.ndarray) -> np.ndarray:
     """The weighted share of checks that passed per row ``[N, C]``, mapped to the range; all-pass for binary;
     NaN where no check applies."""
+    import torch
     values = torch.from_numpy(values)
     weights = torch.tensor([w for w, _ in dim.checks], dtype=torch.float64)
     applicable = ~torch.isnan(values)

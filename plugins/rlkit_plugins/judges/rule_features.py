@@ -13,11 +13,12 @@ import re
 from collections.abc import Callable
 from functools import cached_property
 from itertools import repeat
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from rlkit.plugin import JudgeError
+
+if TYPE_CHECKING:
+    import numpy as np
 
 NAN = float("nan")
 _FENCE = re.compile(r"```json[ \t]*\n(.*?)```", re.DOTALL | re.IGNORECASE)
@@ -26,7 +27,7 @@ _NUMBER = re.compile(r"(?:(?<!\w)-)?(?:\d+(?:,\d{3})*(?:\.\d+)?|\.\d+)(?:[eE][-+
 # `(\S)\1{k,}` / `(\S)\1{k}` / `(\S)\1+`: a run of k+1 equal non-space characters; numpy finds candidates.
 _CHAR_RUN = re.compile(r"\(\\S\)\\1(?:\{(\d+),?\}|(\+))")
 
-BatchCheck = Callable[["Batch"], np.ndarray]  # batch -> float64 [N] of 1.0 / 0.0 / NaN
+BatchCheck = Callable[["Batch"], "np.ndarray"]  # batch -> float64 [N] of 1.0 / 0.0 / NaN
 
 
 class Batch:
@@ -45,17 +46,20 @@ class Batch:
     @cached_property
     def chars(self) -> np.ndarray:
         """Length in characters, as float64 (exact: lengths are far below 2**53)."""
+        import numpy as np
         return np.fromiter(map(len, self.texts), dtype=np.float64, count=self.size)
 
     @cached_property
     def words(self) -> np.ndarray:
         """Number of whitespace-separated words, float64."""
+        import numpy as np
         return np.fromiter((len(t.split()) for t in self.texts), dtype=np.float64, count=self.size)
 
     @cached_property
     def joined(self) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
         """(indices, start offsets, characters joined by newlines) of the all-ASCII texts, as uint8, and of the
         others, as uint32 code points: numpy scans the characters of the whole batch at once."""
+        import numpy as np
         ascii = np.fromiter(map(str.isascii, self.texts), dtype=bool, count=self.size)
         out = []
         for which, codec, dtype in ((ascii.nonzero()[0], "ascii", np.uint8),
@@ -67,6 +71,7 @@ class Batch:
 
     def flags(self, values: Any) -> np.ndarray:
         """A bool array of the batch's size from an iterable of truth values."""
+        import numpy as np
         return np.fromiter(values, dtype=bool, count=self.size)
 
 
@@ -75,6 +80,7 @@ def _char_runs(batch: Batch, pat: re.Pattern[str], run: int) -> np.ndarray:
     whose own regex search is the answer, so the scan only needs to miss no match: it looks for runs of one
     key, and characters equal up to case share their key (ASCII ones are equal up to bit 0x20; the ASCII
     letters with non-ASCII case partners, K for k, İ for i, ſ for s, share one key with all non-ASCII ones)."""
+    import numpy as np
     maybe = np.zeros(batch.size, dtype=bool)
     for which, starts, codes in batch.joined:
         if len(codes) < run:
@@ -101,6 +107,7 @@ def _char_runs(batch: Batch, pat: re.Pattern[str], run: int) -> np.ndarray:
 
 def regex_check(pat: re.Pattern[str], absent: bool) -> BatchCheck:
     """1.0 where ``pat`` is found (or, with ``absent``, where it is not)."""
+    import numpy as np
     shape = _CHAR_RUN.fullmatch(pat.pattern)
     run = 0 if shape is None else 2 if shape.group(2) else int(shape.group(1)) + 1
     if run >= 2:
@@ -111,6 +118,7 @@ def regex_check(pat: re.Pattern[str], absent: bool) -> BatchCheck:
 
 def keywords_check(mode: str, words: list[str], case_sensitive: bool) -> BatchCheck:
     """any / all / none of ``words`` occur in the text (both folded unless case-sensitive)."""
+    import numpy as np
     def run(batch: Batch) -> np.ndarray:
         texts = batch.texts if case_sensitive else batch.folded
         hits = [batch.flags(map(operator.contains, texts, repeat(w))) for w in words]
@@ -121,6 +129,7 @@ def keywords_check(mode: str, words: list[str], case_sensitive: bool) -> BatchCh
 
 def length_check(unit: str, lo: float, hi: float) -> BatchCheck:
     """1.0 where lo <= size <= hi, the size in chars, words or tokens."""
+    import numpy as np
     def run(batch: Batch) -> np.ndarray:
         if unit == "tokens":
             size = np.asarray(batch.tokens, dtype=np.float64).reshape(batch.size)
@@ -134,6 +143,7 @@ def overlong_check(unit: str, max_len: int, cache: int) -> BatchCheck:
     """DAPO's soft overlong punishment (arXiv 2503.14476, eq. 13; TRL's ``get_soft_overlong_punishment``) plus 1:
     1.0 up to ``max_len - cache``, falling linearly to 0.0 at ``max_len`` and beyond. In a dimension of range
     [-1, 0] the score is DAPO's penalty itself: 0, then ``(max_len - cache - size) / cache``, then -1."""
+    import numpy as np
     def run(batch: Batch) -> np.ndarray:
         if unit == "tokens":
             size = np.asarray(batch.tokens, dtype=np.float64).reshape(batch.size)
@@ -146,6 +156,7 @@ def overlong_check(unit: str, max_len: int, cache: int) -> BatchCheck:
 def episode_check(key: str, lo: float, hi: float) -> BatchCheck:
     """1 where the episode's ``info[key]`` (a count its environment reported; 0 when absent) lies in [lo, hi]; NaN
     for single-turn completions, which have no episode."""
+    import numpy as np
     def run(batch: Batch) -> np.ndarray:
         if batch.infos is None:
             return np.full(batch.size, NAN)
@@ -167,6 +178,7 @@ def repetition_check(n: int, max_ratio: float) -> BatchCheck:
     """1.0 where the word n-gram repetition ratio (case-folded: "The" repeats "the") is at most max_ratio."""
     # Fewer than n words, or no word repeated (so no n-gram is), is a ratio of 0 <= max_ratio: the n-grams
     # are only built for the few texts where some word repeats.
+    import numpy as np
     return lambda batch: np.array([len(words) < n or len(set(words)) == len(words)
                                    or repetition(words, n) <= max_ratio
                                    for words in map(str.split, batch.folded)], dtype=np.float64)
@@ -186,6 +198,7 @@ def _is_json(text: str, keys: list[str]) -> bool:
 
 def json_check(keys: list[str]) -> BatchCheck:
     """1.0 where the text is JSON (holding ``keys``)."""
+    import numpy as np
     return lambda batch: batch.flags(_is_json(t, keys) for t in batch.texts).astype(np.float64)
 
 
@@ -200,6 +213,7 @@ def _to_float(text: str) -> float | None:
 def match_check(field: str, numeric: bool, case_sensitive: bool, pat: re.Pattern[str] | None, tol: float,
                 where: str) -> BatchCheck:
     """Compare the text with the record's ``field``: exactly, or its number within ``tol``; NaN without one."""
+    import numpy as np
     fold: Callable[[str], str] = (lambda s: s) if case_sensitive else str.casefold
 
     def target(ref: Any) -> Any:

@@ -7,8 +7,6 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-import torch
-
 from rlkit.plugin import ConfigError, MonitorView, due, hookimpl, normalize_scores
 
 DEFAULT_PROMPTS = [{"prompt": "2+3=", "reference": "5"}, {"prompt": "17+25=", "reference": "42"},
@@ -38,6 +36,7 @@ class Probes:
         self.history: list[dict[str, Any]] = []
 
     def observe(self, step: int, view: MonitorView) -> dict[str, float]:
+        import torch
         if not due(step, self.params.every):
             return {}
         if view.generate is None or view.judge_scores is None:

@@ -9,8 +9,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import torch
-
 from rlkit.plugin import Alert, ConfigError, MonitorView, due, hookimpl, nan_mean_std
 
 
@@ -40,6 +38,7 @@ class RewardCollapse:
         self._alerts: list[Alert] = []
 
     def observe(self, step: int, view: MonitorView) -> dict[str, float]:
+        import torch
         if not due(step, self.params.every):
             return {}
         _, group_std, group_n = nan_mean_std(view.rewards, dim=1)

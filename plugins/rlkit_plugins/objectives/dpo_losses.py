@@ -11,10 +11,10 @@ term (Pang et al. 2024, arXiv 2404.19733; TRL ``rpo_alpha``).
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-import torch
-import torch.nn.functional as F
+if TYPE_CHECKING:
+    import torch
 
 PreferenceLossType = Literal["sigmoid", "ipo", "simpo"]
 
@@ -33,6 +33,7 @@ def _check_pair_shapes(**tensors: torch.Tensor | None) -> None:
 
 
 def _pair_weights(weights: torch.Tensor | None, like: torch.Tensor) -> torch.Tensor:
+    import torch
     if weights is None:
         return torch.ones_like(like, dtype=like.dtype).detach()
     weights = weights.detach().to(like.dtype)
@@ -46,6 +47,7 @@ def _weighted_mean(per_pair: torch.Tensor, weights: torch.Tensor) -> torch.Tenso
     # Σ w·l / Σ w. A zero-weight pair is zeroed with where (not w·l) so an inf/NaN loss there cannot leak in; the
     # denominator falls back to 1 when Σ w = 0 (or P = 0), giving a zero loss that keeps its grad_fn.
     # (Not clamp(min=1): fractional weights summing below 1 must still normalise.)
+    import torch
     numer = torch.where(weights > 0, weights * per_pair, 0.0).sum()
     denom = weights.sum()
     return numer / torch.where(denom > 0, denom, torch.ones_like(denom))
@@ -61,6 +63,7 @@ def _mixed_sigmoid_loss(z: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     # TRL (dpo_trainer.py / cpo_trainer.py, loss_type "sigmoid"/"simpo"):
     #   -logsigmoid(β·logits)·(1 - label_smoothing) - logsigmoid(-β·logits)·label_smoothing,
     # i.e. y = 1 - label_smoothing (cDPO, Mitchell 2023, eq. 3); y = 1 is DPO (arXiv 2305.18290, eq. 7).
+    import torch.nn.functional as F
     return -(y * F.logsigmoid(z) + (1 - y) * F.logsigmoid(-z))
 
 
@@ -99,6 +102,7 @@ def preference_loss(
     token-averaged log-probs; SimPO: β·π_c/len_c), ``rewards/rejected``, ``rewards/margins``,
     ``rewards/accuracies`` (share with chosen reward > rejected reward), ``pairs`` = P.
     """
+    import torch
     if loss_type not in ("sigmoid", "ipo", "simpo"):
         raise ValueError(f"loss_type must be sigmoid, ipo or simpo, got {loss_type!r}")
     if not beta > 0:

@@ -23,10 +23,9 @@ contradict each other, where a weighted sum trades one for another at random. Tw
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import pydantic
-import torch
 
 from rlkit.plugin import (
     AggregatorRef,
@@ -46,6 +45,9 @@ from rlkit.plugin import (
     ordering_batch,
 )
 from rlkit_plugins.objectives.dpo_losses import preference_loss, sft_loss
+
+if TYPE_CHECKING:
+    import torch
 
 
 class GroupDpoObjective:
@@ -101,6 +103,7 @@ class GroupDpoObjective:
 
     def pair_targets(self, batch: RewardBatch, truncated: torch.Tensor, *, constructor: Any, aggregator: Any,
                      step: int) -> tuple[PairTargets, dict[str, float]]:
+        import torch
         p = self.params
         fallback = p.lexicographic.plugin
         counted = self.conflict_scores(batch)

@@ -7,12 +7,14 @@ k3 KL estimator, Dr. GRPO (arXiv 2503.20783) and DAPO (arXiv 2503.14476) for the
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import pydantic
-import torch
 
 from rlkit.plugin import CompletionLossInputs, hookimpl
+
+if TYPE_CHECKING:
+    import torch
 
 LossType = Literal["grpo", "dr_grpo", "dapo", "bnpo"]
 
@@ -20,6 +22,7 @@ LossType = Literal["grpo", "dr_grpo", "dapo", "bnpo"]
 def k3_kl(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
     """Per-token k3 estimate of KL(π_θ || π_ref): ``exp(ref - logp) - (ref - logp) - 1`` (≥ 0)."""
     # DeepSeekMath arXiv 2402.03300 eq. (4) (Schulman's k3): unbiased and always non-negative, unlike log(p/q).
+    import torch
     diff = ref_logp - logp
     return torch.exp(diff) - diff - 1
 
@@ -51,6 +54,7 @@ def policy_gradient_loss(
     ``num_sequences`` and ``num_tokens`` (masked tokens): the micro-batch losses then sum to the loss of
     the whole rollout, for every ``loss_type``. By default both are this call's own.
     """
+    import torch
     if beta > 0 and ref_logp is None:
         raise ValueError("beta > 0 needs ref_logp (the reference model's token log-probs)")
     if loss_type == "dr_grpo" and max_completion_length is None:

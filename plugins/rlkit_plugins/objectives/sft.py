@@ -10,10 +10,14 @@ advantages.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import pydantic
-import torch
 
 from rlkit.plugin import CompletionLossInputs, hookimpl, masked_nll
+
+if TYPE_CHECKING:
+    import torch
 
 
 class SupervisedObjective:
@@ -37,6 +41,7 @@ class SupervisedObjective:
         self.mask_truncated_completions = params.mask_truncated_completions
 
     def loss(self, inputs: CompletionLossInputs) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        import torch
         loss = masked_nll(inputs.logp, inputs.mask, inputs.num_tokens)
         tokens = inputs.mask.sum().clamp(min=1.0)
         mean_logp = torch.where(inputs.mask > 0, inputs.logp, torch.zeros_like(inputs.logp)).sum() / tokens

@@ -18,15 +18,18 @@ completions of different levels then differ by more than 1e-6, so no pair is a t
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-import torch
+from typing import TYPE_CHECKING
 
 from rlkit.plugin import PreferencePairs, RewardBatch, hookimpl
 from rlkit_plugins.preferences.all_pairs import TIE_TOLERANCE, pairs_from_mask, require_rewards, reward_order
 
+if TYPE_CHECKING:
+    import torch
+
 
 def adjacent_pairs(rewards: torch.Tensor, tol: float = TIE_TOLERANCE) -> PreferencePairs:
     """``rewards [B, G]`` (NaN = unscored) → each completion over the first of the next lower level."""
+    import torch
     b, g = rewards.shape
     order, _ = reward_order(rewards, descending=True)
     ranked = rewards.gather(1, order)                     # scored rewards descending, NaN last

@@ -20,10 +20,12 @@ language models to follow instructions with human feedback").
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-import torch
+from typing import TYPE_CHECKING
 
 from rlkit.plugin import PreferencePairs, RewardBatch, hookimpl
+
+if TYPE_CHECKING:
+    import torch
 
 TIE_TOLERANCE = 1e-6
 """Rewards (or scores) closer than this are equal: float32 rounding must not invent a preference."""
@@ -51,6 +53,7 @@ def pairs_from_mask(mask: torch.Tensor, weight: torch.Tensor | None = None) -> P
 
     ``weight [B, G, G]`` gives each pair's weight or soft label; without it every pair weighs 1.
     """
+    import torch
     index = mask.nonzero()  # row-major, hence sorted by (b, i, j): the documented order
     b, i, j = (index[:, k].to(torch.int64) for k in range(3))
     w = torch.ones(len(b), device=mask.device) if weight is None else weight[b, i, j]
@@ -64,6 +67,7 @@ def reward_order(rewards: torch.Tensor, descending: bool = True) -> tuple[torch.
     (``descending`` or not), equal rewards lowest index first, NaN rewards after every scored one;
     ``position`` is its inverse (``position[b, order[b, p]] == p``).
     """
+    import torch
     valid = ~torch.isnan(rewards)
     # Two stable sorts: by reward, then by "scored" (stable keeps the reward order within each), so a
     # NaN never takes a scored completion's place, even next to a reward of -inf.

@@ -14,15 +14,18 @@ dropped when the scores are equal).
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-import torch
+from typing import TYPE_CHECKING
 
 from rlkit.plugin import PreferencePairs, RewardBatch, hookimpl
 from rlkit_plugins.preferences.all_pairs import TIE_TOLERANCE, pairs_from_mask, require_rewards, reward_order
 
+if TYPE_CHECKING:
+    import torch
+
 
 def best_worst_pairs(rewards: torch.Tensor, tol: float = TIE_TOLERANCE) -> PreferencePairs:
     """``rewards [B, G]`` (NaN = unscored) → at most one pair per group: best over worst."""
+    import torch
     b, g = rewards.shape
     if g == 0:
         return pairs_from_mask(torch.zeros(b, 0, 0, dtype=torch.bool, device=rewards.device))

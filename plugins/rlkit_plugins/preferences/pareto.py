@@ -18,11 +18,13 @@ Because dominance, not the aggregate, decides, a pair can have equal rewards (e.
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-import torch
+from typing import TYPE_CHECKING
 
 from rlkit.plugin import PreferencePairs, RewardBatch, hookimpl
 from rlkit_plugins.preferences.all_pairs import TIE_TOLERANCE, pairs_from_mask, require_rewards
+
+if TYPE_CHECKING:
+    import torch
 
 
 def strict_dominance(scores: torch.Tensor, tol: float = TIE_TOLERANCE) -> torch.Tensor:
@@ -31,6 +33,7 @@ def strict_dominance(scores: torch.Tensor, tol: float = TIE_TOLERANCE) -> torch.
     ``rlkit_plugins.aggregators.pareto.dominance`` counts NaN as the worst score, which suits a reward
     (an unscored dimension is never an advantage) but would make a preference out of a judge's failure.
     """
+    import torch
     nan = torch.isnan(scores)
     ni, nj = nan.unsqueeze(2), nan.unsqueeze(1)
     same_pattern = (ni == nj).all(dim=-1) & ~(ni & nj).all(dim=-1)
@@ -41,6 +44,7 @@ def strict_dominance(scores: torch.Tensor, tol: float = TIE_TOLERANCE) -> torch.
 def pareto_pairs(rewards: torch.Tensor, scores: torch.Tensor, weights: torch.Tensor,
                  tol: float = TIE_TOLERANCE) -> PreferencePairs:
     """``rewards [B, G]`` (NaN = not paired), ``scores [B, G, D]``, ``weights [D]`` → dominance pairs."""
+    import torch
     counted = scores[..., weights > 0]
     paired = ~torch.isnan(rewards)
     mask = strict_dominance(counted, tol) & paired.unsqueeze(2) & paired.unsqueeze(1)

@@ -15,8 +15,7 @@ it (never with itself, never with a tie), and with k >= the scored count this is
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-import torch
+from typing import TYPE_CHECKING
 
 from rlkit.plugin import ConfigError, PreferencePairs, RewardBatch, hookimpl
 from rlkit_plugins.preferences.all_pairs import (
@@ -27,9 +26,13 @@ from rlkit_plugins.preferences.all_pairs import (
     strictly_better,
 )
 
+if TYPE_CHECKING:
+    import torch
+
 
 def topk_pairs(rewards: torch.Tensor, k: int = 2, tol: float = TIE_TOLERANCE) -> PreferencePairs:
     """``rewards [B, G]`` (NaN = unscored) → top-k × bottom-k pairs of each group, ties skipped."""
+    import torch
     if k < 1:
         raise ValueError(f"k must be >= 1, got {k}")
     valid = ~torch.isnan(rewards)

@@ -39,12 +39,13 @@ weight. O(G²·D) per group, vectorised.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal, get_args
-
-import torch
+from typing import TYPE_CHECKING, Literal, get_args
 
 from rlkit.plugin import ConfigError, PreferencePairs, RewardBatch, hookimpl
 from rlkit_plugins.preferences.all_pairs import TIE_TOLERANCE, pairs_from_mask, require_rewards, strictly_better
+
+if TYPE_CHECKING:
+    import torch
 
 
 def dimension_winrate(scores: torch.Tensor, weights: torch.Tensor, tol: float = TIE_TOLERANCE) -> torch.Tensor:
@@ -53,6 +54,7 @@ def dimension_winrate(scores: torch.Tensor, weights: torch.Tensor, tol: float = 
     ``[b, i, j]`` is the weighted share of the dimensions scored for both on which i beats j (a tie
     counting ½), NaN where no dimension of positive total weight is scored for both.
     """
+    import torch
     s = scores.to(torch.float64)
     si, sj = s.unsqueeze(2), s.unsqueeze(1)               # [B, G, 1, D] against [B, 1, G, D]
     both = ~torch.isnan(si) & ~torch.isnan(sj)
@@ -68,6 +70,7 @@ def group_winrate(rewards: torch.Tensor, tol: float = TIE_TOLERANCE) -> torch.Te
     """``rewards [B, G]`` (NaN = unscored) → ``float64 [B, G, G]`` labels ``½ + ½·(W_i − W_j)``, ``W`` each
     completion's win frequency over the other scored completions of its group (a tie counting ½); NaN where
     either reward is NaN."""
+    import torch
     valid = ~torch.isnan(rewards)
     diff = rewards.unsqueeze(2) - rewards.unsqueeze(1)          # the comparison strictly_better makes
     others = valid.unsqueeze(2) & valid.unsqueeze(1) & ~torch.eye(rewards.shape[1], dtype=torch.bool,

@@ -23,9 +23,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from rlkit.plugin import ConfigError, DataError, Rubric, allocate_shares, hookimpl, prompt_text
 from rlkit_plugins.samplers.outcomes import (
@@ -36,6 +34,9 @@ from rlkit_plugins.samplers.outcomes import (
     success_shares,
     update_rate,
 )
+
+if TYPE_CHECKING:
+    import torch
 
 BANDS = ("easy", "medium", "hard")
 

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import math
 import random
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from rlkit.plugin import ConfigError, Rubric
+
+if TYPE_CHECKING:
+    import torch
 
 
 def check_dimension(rubric: Rubric, dimension: str, where: str) -> None:
@@ -22,6 +23,7 @@ def check_dimension(rubric: Rubric, dimension: str, where: str) -> None:
 def success_shares(raw_scores: torch.Tensor, rubric: Rubric, dimension: str, threshold: float) -> list[float | None]:
     """Per prompt of ``raw_scores [B, G, D]``: the share of its scored completions whose raw ``dimension`` score is
     at least ``threshold``; None when none of them was scored."""
+    import torch
     column = raw_scores[..., rubric.dimension_names.index(dimension)].float()
     scored = ~torch.isnan(column)
     hits = ((column >= threshold) & scored).sum(dim=1).tolist()

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from rlkit.plugin import ConfigError, Rubric, hookimpl
+
+if TYPE_CHECKING:
+    import torch
 
 
 class ConstantWeights:
@@ -29,6 +30,7 @@ class ConstantWeights:
                               f"{rubric.dimension_names}", "weights.params.weights")
 
     def weights(self, step: int, scores: torch.Tensor, rubric: Rubric) -> torch.Tensor:
+        import torch
         self.check_rubric(rubric)
         return torch.tensor([self.params.weights.get(d.name, d.weight) for d in rubric.dimensions],
                             dtype=torch.float32)

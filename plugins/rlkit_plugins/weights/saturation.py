@@ -29,11 +29,12 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from rlkit.plugin import ConfigError, Rubric, StepRecordScheduler, hookimpl, saturation_share
+
+if TYPE_CHECKING:
+    import torch
 
 
 class SaturationWeights(StepRecordScheduler):

@@ -18,11 +18,12 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from rlkit.plugin import ConfigError, Rubric, hookimpl
+
+if TYPE_CHECKING:
+    import torch
 
 _WHERE = "weights.params.curricula"
 _KEYS = {
@@ -136,6 +137,7 @@ class ScheduleWeights:
                 for d in rubric.dimensions]
 
     def weights(self, step: int, scores: torch.Tensor, rubric: Rubric) -> torch.Tensor:
+        import torch
         if self._checked != rubric.dimension_names:
             self.check_rubric(rubric)
         return torch.tensor(self._values(step, rubric), dtype=torch.float32)

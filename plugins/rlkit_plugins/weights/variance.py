@@ -39,11 +39,12 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from rlkit.plugin import ConfigError, Rubric, StepRecordScheduler, hookimpl, nan_mean_std
+
+if TYPE_CHECKING:
+    import torch
 
 
 def step_variance(scores: torch.Tensor) -> tuple[list[float], list[int]]:
@@ -52,6 +53,7 @@ def step_variance(scores: torch.Tensor) -> tuple[list[float], list[int]]:
     A group needs two scored completions for a variance; groups with fewer are left out rather
     than counted as 0, which would look like a collapse when the judge merely failed.
     """
+    import torch
     _, std, count = nan_mean_std(scores.to(torch.float64), dim=1)  # [B, D]
     has_spread = count >= 2
     var = torch.where(has_spread, std ** 2, torch.zeros_like(std))

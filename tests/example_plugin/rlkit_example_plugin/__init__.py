@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-
-import torch
+from typing import TYPE_CHECKING
 
 import rlkit
+
+if TYPE_CHECKING:
+    import torch
 
 _WORD = re.compile(r"\w+")
 
@@ -39,6 +41,7 @@ class AnchorOverlapJudge:
                                         f"{rubric.source}: dimensions[{i}]({dim.name}).anchors")
 
     def score(self, rollout: rlkit.Rollout, rubric: rlkit.Rubric) -> torch.Tensor:
+        import torch
         out = torch.full((rollout.num_prompts, rollout.group_size, len(rubric.dimensions)), float("nan"))
         for d, dim in enumerate(rubric.dimensions):
             positive = set().union(*(_words(x) for a in dim.anchors.values() for x in a.positive))
