@@ -135,6 +135,7 @@ def workspace(tmp_path_factory) -> Workspace:
     (root / "myconf" / "experiment").mkdir(parents=True)
     (root / "myconf" / "experiment" / "mine.yaml").write_text(
         "# @package _global_\nbatch_size: 4\nnum_generations: 4\ntrainer: {max_steps: 50}\n", encoding="utf-8")
+    (root / "docs").symlink_to(ROOT / "docs")  # config-folder.md's paths are read from the repository's root
     (root / "my_pkg").mkdir()
     (root / "my_pkg" / "__init__.py").write_text("", encoding="utf-8")
     (root / "my_pkg" / "tools.py").write_text(
@@ -219,11 +220,14 @@ def _substituted(argv: list[str], workspace: Workspace, run: Path | None, server
 
 def _without_display_flags(args: list[str]) -> list[str]:
     kept, skip = [], 0
-    for arg in args:
+    for index, arg in enumerate(args):
         if skip:
             skip -= 1
         elif arg in DISPLAY_FLAGS:
             skip = DISPLAY_FLAGS[arg]
+            if arg == "--info" and index + 1 < len(args) and "=" not in args[index + 1] and \
+                    not args[index + 1].startswith("-"):
+                skip = 1  # --info's optional value: searchpath, defaults, ...
         else:
             kept.append(arg)
     return kept

@@ -34,10 +34,31 @@ def plugin_search_paths(registry: Registry) -> list[str]:
 def search_path_override(registry: Registry, user: Sequence[str] = ()) -> list[str]:
     """The ``hydra.searchpath=[...]`` override: a user's own entries (``hydra.searchpath=`` on the command line, and
     ``--config-dir``) first, then the plugins' config dirs; empty if there are none."""
+    refuse_shadowed_options(user)
     paths = [*user, *(p for p in plugin_search_paths(registry) if p not in user)]
     if not paths:
         return []
     return ["hydra.searchpath=[" + ",".join(f"'{p}'" for p in paths) + "]"]
+
+
+def refuse_shadowed_options(user: Sequence[str]) -> None:
+    """A user's folder (``-cd``, ``hydra.searchpath``) is searched after rlkit's own ``conf/``, as Hydra searches its
+    primary config path first: a YAML named like one rlkit ships (``experiment/quick.yaml``) would never be read, and
+    ``experiment=quick`` would quietly be rlkit's. Refused, naming both files."""
+    shipped = Path(str(importlib.resources.files(CONFIG_MODULE)))
+    for entry in user:
+        try:
+            folder = resolve_path(entry.rstrip("/"))
+        except Exception:  # noqa: BLE001 - an entry Hydra resolves its own way is Hydra's to report
+            continue
+        if not folder.is_dir() or folder.resolve() == shipped.resolve():
+            continue
+        for mine in sorted(folder.glob("*/*.yaml")):
+            theirs = shipped / mine.parent.name / mine.name
+            if theirs.is_file():
+                raise ConfigError(f"{mine} is never read: rlkit's own {mine.parent.name}={mine.stem} ({theirs}) comes "
+                                  "first in the config search path; give yours a name of its own",
+                                  "--config-dir" if entry.startswith("file://") else "hydra.searchpath")
 
 
 _VALUED_FLAGS = {"cfg": "--cfg", "package": "--package", "config_path": "--config-path", "config_name": "--config-name",

@@ -76,6 +76,16 @@ def test_a_users_config_folder_joins_rlkits_groups(capsys, myconf):
     assert code == 0 and f"file://{Path(myconf).resolve()}" in out
 
 
+@pytest.mark.parametrize("command", [["fit", "--cfg", "job"], ["validate"]])
+def test_a_users_yaml_named_like_one_rlkit_ships_is_refused_not_ignored(capsys, myconf, command):
+    """Hydra searches rlkit's conf/ first: a user's experiment/quick.yaml would quietly lose to rlkit's."""
+    (myconf / "experiment" / "quick.yaml").write_text("# @package _global_\nbatch_size: 6\n")
+    code, out, err = _run(capsys, command[0], "-cd", str(myconf), "experiment=quick", *command[1:])
+    assert code == 2 and "batch_size" not in out, err
+    assert err.startswith(f"rlkit: error: --config-dir: {myconf / 'experiment' / 'quick.yaml'} is never read: "
+                          "rlkit's own experiment=quick (") and err.count("\n") == 1, err
+
+
 @pytest.mark.parametrize("args, expected", [
     (["--frob"], "rlkit: error: command line: not a Hydra flag or an override: --frob"),
     (["--cfg", "jobb"], "rlkit: error: command line: argument --cfg/-c: invalid choice: 'jobb'"),
