@@ -61,7 +61,13 @@ if TYPE_CHECKING:
         snippet,
         tls_context,
     )
-    from rlkit.judging.members import check_member_judge, member_model_folders, member_record_fields
+    from rlkit.judging.members import (
+        check_member_judge,
+        last_reasons,
+        member_model_folders,
+        member_record_fields,
+        merge_reasons,
+    )
     from rlkit.judging.parsing import (
         RankingParse,
         ScoreParse,
@@ -218,6 +224,8 @@ __all__ = [
     "masked_nll",
     "member_model_folders",
     "member_record_fields",
+    "merge_reasons",
+    "last_reasons",
     "nan_mean_std",
     "nan_median",
     "nan_weighted_sum",

@@ -22,6 +22,7 @@ from rlkit.core.errors import DataError, JudgeError
 from rlkit.core.rubric import Rubric
 from rlkit.core.stats import nan_mean_std
 from rlkit.core.types import RewardBatch, Rollout
+from rlkit.judging.members import last_reasons
 from rlkit.reward.episodes_io import judged_rollout, judged_steps, num_turns, step_lists
 from rlkit.reward.pipeline import aggregate_rewards, check_judge_output
 from rlkit.reward.steps import with_step_means
@@ -98,7 +99,7 @@ def score_records(validated: ValidatedConfig, batch_size: int = 64, *, retries: 
         raw_parts.append(batch.raw_scores.reshape(-1, batch.raw_scores.shape[-1]))
         reward_parts.append(batch.rewards.reshape(-1))
         written = getattr(judge, "written_scores", None)
-        details.extend(_details(rollout, steps, rubric, None if steps is not None else judge_reasons(judge),
+        details.extend(_details(rollout, steps, rubric, None if steps is not None else last_reasons(judge),
                                 written() if callable(written) and steps is None else None))
         if on_batch is not None:
             on_batch(sum(len(g) for g in groups))
@@ -130,12 +131,6 @@ def judge_and_aggregate(validated: ValidatedConfig, rollout: Rollout,
         steps = judged_steps(lambda turn: check_judge_output(judge(turn), turn, scored, name), rollout, checked,
                              scored)
     return aggregate_judged(validated, rollout, raw, steps), steps
-
-
-def judge_reasons(judge: Any) -> list[list[dict[str, str]]] | None:
-    """The judge's reasons for its last ``score`` call (its optional ``reasons()``), or None."""
-    reasons = getattr(judge, "reasons", None)
-    return reasons() if callable(reasons) else None
 
 
 def _details(rollout: Rollout, steps: torch.Tensor | None, rubric: Rubric,

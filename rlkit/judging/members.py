@@ -6,7 +6,7 @@ refuses the ones a composite cannot combine.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -53,3 +53,34 @@ def member_record_fields(members: Iterable[tuple[Any, Rubric]]) -> list[RecordFi
 def member_model_folders(members: Iterable[Any]) -> list[Path]:
     """The local model folders the member judges ask (their ``model_folders()``), each once."""
     return _each_once(_optional(judge, "model_folders") for judge in members)
+
+
+Reasons = list[list[dict[str, str]]]  # [B][G] dimension -> the judge's one-line reason
+
+
+def last_reasons(judge: Any) -> Reasons | None:
+    """A judge's reasons for its last ``score`` call (its optional ``reasons()``), or None."""
+    found = getattr(judge, "reasons", None)
+    return found() if callable(found) else None
+
+
+def merge_reasons(parts: Iterable[tuple[str, Reasons | None, Sequence[int] | None]],
+                  group_sizes: Sequence[int]) -> Reasons | None:
+    """The member judges' reasons as the composite's, per completion: ``parts`` are ``(label, a member's reasons,
+    the composite's groups they are of)`` (``None``: every group, in order). A dimension one member gave a reason
+    for keeps it as given; one that several did shows each, labelled (``"llm: 12 is not 7; rule_llm: no digits"``).
+    None when no member gave any."""
+    said: dict[tuple[int, int, str], list[tuple[str, str]]] = {}
+    for label, reasons, groups in parts:
+        if reasons is None:
+            continue
+        for b, group in zip(range(len(group_sizes)) if groups is None else groups, reasons, strict=True):
+            for j, by_dimension in enumerate(group):
+                for dimension, why in by_dimension.items():
+                    said.setdefault((b, j, dimension), []).append((label, why))
+    if not said:
+        return None
+    merged: Reasons = [[{} for _ in range(size)] for size in group_sizes]
+    for (b, j, dimension), whys in said.items():
+        merged[b][j][dimension] = whys[0][1] if len(whys) == 1 else "; ".join(f"{label}: {why}" for label, why in whys)
+    return merged

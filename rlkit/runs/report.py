@@ -25,6 +25,8 @@ ALERTS_FILE = "alerts.jsonl"     # written by the monitor host (rlkit.train.moni
 MONITORS_FILE = "monitors.json"  # likewise
 # written by `rlkit calibrate` on labels of this run's own completions (rlkit.evaluation.calibration); may be absent
 AGREEMENT_FILE = "calibration/windows.json"
+SAMPLES_FILE = "samples.jsonl"   # written every log_samples.every steps (rlkit.train.callbacks.SampleLogger)
+REASONS_SHOWN = 6                # the judge's reasons on this many completions: the least and most rewarded
 MAX_SUMMARY_CHARS = 400
 
 History = list[tuple[int, dict[str, float]]]
@@ -52,6 +54,27 @@ def read_alerts(path: Path) -> list[dict[str, Any]]:
             raise DataError('expected {"monitor", "step", "severity", "message"}', f"{path}:{n}")
         alerts.append(alert)
     return alerts
+
+
+def read_reasons(path: Path, shown: int = REASONS_SHOWN) -> tuple[int, list[dict[str, Any]]] | None:
+    """The last logged step that carries the judge's reasons (``judge.params.reasons``) and up to ``shown`` of its
+    samples, the least rewarded first and the most rewarded last; None when no sample has reasons."""
+    if not path.is_file():
+        return None
+    last: tuple[int, list[dict[str, Any]]] | None = None
+    for _, row in json_lines(path):
+        if not isinstance(row, dict) or not row.get("reasons"):
+            continue
+        if last is None or row.get("step") != last[0]:
+            last = (row.get("step"), [])
+        last[1].append(row)
+    if last is None:
+        return None
+    step, rows = last
+    ranked = sorted(rows, key=lambda r: (r.get("reward") is None, r.get("reward") or 0.0))
+    if len(ranked) > shown:
+        ranked = ranked[:shown // 2] + ranked[len(ranked) - (shown - shown // 2):]
+    return step, ranked
 
 
 def read_monitor_summaries(path: Path) -> dict[str, Any]:
@@ -313,7 +336,8 @@ def alerts_table(alerts: list[dict[str, Any]]) -> tuple[list[str], list[list[Any
 
 
 def render_markdown(run_dir: Path, history: History, dims: list[str], alerts: list[dict[str, Any]],
-                    summaries: dict[str, Any], pngs: dict[str, str], agreement: dict[str, Any] | None = None) -> str:
+                    summaries: dict[str, Any], pngs: dict[str, str], agreement: dict[str, Any] | None = None,
+                    reasons: tuple[int, list[dict[str, Any]]] | None = None) -> str:
     steps = series(history, "reward/mean")[0] or [s for s, _ in history]  # training steps, not eval-only lines
     lines = [f"# Run report: `{_md(run_dir.name)}`", "",
              f"{len(steps)} training steps logged ({steps[0]}–{steps[-1]}), from `{METRICS_FILE}`; "
@@ -350,6 +374,14 @@ def render_markdown(run_dir: Path, history: History, dims: list[str], alerts: li
         columns, rows = agreement_table(agreement)
         lines += ["| " + " | ".join(columns) + " |", "|--:|---|--:|--:|--:|--:|"]
         lines += [f"| {r[0]} | {_md(r[1])} | {r[2]} | {_num(r[3])} | {_num(r[4])} | {_num(r[5])} |" for r in rows]
+    if reasons:
+        step, rows = reasons
+        lines += ["", "## The judge's reasons", "",
+                  f"Its one-line reason per dimension (`judge.params.reasons`) on the completions of step {step} "
+                  f"(the last in `{SAMPLES_FILE}`) it rewarded least and most.", "",
+                  "| reward | prompt | completion | reasons |", "|--:|---|---|---|"]
+        lines += [f"| {_num(r.get('reward'))} | {_md(r.get('prompt'))} | {_md(r.get('completion'))} | "
+                  f"{_md(r.get('reasons'))} |" for r in rows]
     lines += ["", "## Plots", ""]
     for stem, name in pngs.items():
         lines += [f"### {stem.replace('_', ' ')}", "", f"![{stem}]({name})", ""]
@@ -402,7 +434,13 @@ def write_report(run_dir: str | Path) -> RunReport:
         report.tables["report/judge_spend"] = spend
     if agreement:
         report.tables["report/judge_human_agreement"] = agreement_table(agreement)
-    atomic_write_text(report.markdown, render_markdown(run_dir, history, dims, alerts, summaries, pngs, agreement))
+    reasons = read_reasons(run_dir / SAMPLES_FILE)
+    if reasons is not None:
+        report.tables["report/judge_reasons"] = (["step", "reward", "prompt", "completion", "reasons"],
+                                                 [[reasons[0], r.get("reward"), r.get("prompt"), r.get("completion"),
+                                                   r.get("reasons")] for r in reasons[1]])
+    atomic_write_text(report.markdown,
+                      render_markdown(run_dir, history, dims, alerts, summaries, pngs, agreement, reasons))
     return report
 
 

@@ -17,6 +17,7 @@ from rlkit.core.rng import capture_rng_state, restore_rng_state
 from rlkit.core.rubric import Rubric
 from rlkit.core.stats import nan_mean_std
 from rlkit.core.types import RewardBatch, Rollout
+from rlkit.judging.members import last_reasons
 from rlkit.judging.spend import StepSpend
 from rlkit.lm.model_config import model_fingerprint
 from rlkit.lm.models import make_adamw
@@ -236,8 +237,7 @@ class RubricRLModule(L.LightningModule):
         raw = check_judge_output(judge.score(rollout, self.judged_rubric), rollout, self.rubric,
                                  self.parts.judge_name)
         if not heldout:  # the judge's one-line reasons for this process's groups, where it gives them
-            reasons = getattr(judge, "reasons", None)
-            self.last_reasons = reasons() if callable(reasons) else None
+            self.last_reasons = last_reasons(judge)
         own = raw  # this process's groups
         report = getattr(judge, "group_confidence", None)
         confidence = report() if callable(report) else None

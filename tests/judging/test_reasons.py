@@ -124,3 +124,35 @@ def test_fit_keeps_the_reasons_in_its_samples(tmp_path, monkeypatch):
     rows = [json.loads(line) for line in (run / "samples.jsonl").read_text().splitlines()]
     assert rows and all(row["reasons"].startswith("format: starts with a digit; correctness: ") for row in rows)
     assert all(f"correctness: {row['completion'].strip()} is" in row["reasons"] for row in rows)
+    report = (run / "report" / "report.md").read_text()
+    section = report.split("## The judge's reasons", 1)[1].split("\n## ", 1)[0]
+    assert "step 0" in section and section.count("| format: starts with a digit; correctness: ") == len(rows)
+
+
+def _rule_and_llm(url: str, kind: str, **params):
+    llm = {"name": "llm", "params": {"backend": {"name": "openai", "params": {"base_url": url, "max_tokens": 300}},
+                                     "reasons": True}}
+    members = {"hybrid": {"judges": {"rule": "rule", "llm": llm}, "assign": {"correctness": "llm"}},
+               "ensemble": {"members": ["rule", llm, llm]},
+               "cascade": {"cheap": "rule", "expensive": llm}}[kind]
+    return load_registry().create("judge", kind, {**members, **params})
+
+
+def test_composite_judges_pass_on_their_members_reasons(tmp_path, monkeypatch):
+    monkeypatch.setenv("RLKIT_CACHE", str(tmp_path))
+    rubric = load_rubric(ARITHMETIC)
+    # the rule judge separates the first group (7 beats 12); it scores 7 and 7 alike, so a cascade escalates that one
+    rollout = Rollout(records=[{"prompt": "3+4=", "reference": "7"}, {"prompt": "3+4=", "reference": "7"}],
+                      completions=[["7", "12"], ["7", "7"]])
+    with CannedChatServer(_answer) as server:
+        hybrid, ensemble, cascade = (_rule_and_llm(server.url, kind) for kind in ("hybrid", "ensemble", "cascade"))
+        for judge in (hybrid, ensemble, cascade):
+            judge.score(rollout, rubric)
+    # hybrid: the llm member's reason for the one dimension routed to it, nothing for the rule judge's
+    assert hybrid.reasons()[0] == [{"correctness": "7 is the sum 7"}, {"correctness": "12 is not the sum 7"}]
+    # ensemble: both llm members gave one for each dimension, so each is labelled; the rule judge gives none
+    assert ensemble.reasons()[0][1]["correctness"] == "llm#1: 12 is not the sum 7; llm#2: 12 is not the sum 7"
+    assert "repetition" not in ensemble.reasons()[0][1]
+    # cascade: a group's reasons come from the stage whose scores it kept
+    assert cascade.reasons() == [[{}, {}], [{"format": "starts with a digit", "correctness": "7 is the sum 7",
+                                             "brevity": "short"}] * 2]

@@ -26,8 +26,10 @@ from rlkit.plugin import (
     check_member_judge,
     hookimpl,
     judge_spend,
+    last_reasons,
     member_model_folders,
     member_record_fields,
+    merge_reasons,
     plan_judge,
     sum_plans,
     sum_spend,
@@ -50,6 +52,7 @@ class CascadeJudge:
         if not 0 <= params.span_threshold <= 1:
             raise ConfigError("must lie in [0, 1] (a share of each dimension's range)", "judge.params.span_threshold")
         self._escalated = 0.0
+        self._reasons: list[list[dict[str, str]]] | None = None
 
     def check_rubric(self, rubric: Rubric) -> None:
         for judge in self.stages:
@@ -75,16 +78,29 @@ class CascadeJudge:
         import torch
         cheap_judge, expensive_judge = self.stages
         scores = cheap_judge.score(rollout, rubric).to(torch.float32)
+        cheap_reasons = last_reasons(cheap_judge)
         chosen = self.escalate(scores, rubric)
         self._escalated = float(chosen.float().mean()) if len(chosen) else 0.0
-        if chosen.any():
-            index = chosen.nonzero().flatten().tolist()
+        index = chosen.nonzero().flatten().tolist()
+        expensive_reasons = None
+        if index:
             subset = Rollout(records=[rollout.records[i] for i in index],
                              completions=[rollout.completions[i] for i in index],
                              completion_token_counts=None if rollout.completion_token_counts is None
                              else rollout.completion_token_counts[index])
             scores[index] = expensive_judge.score(subset, rubric).to(torch.float32)
+            expensive_reasons = last_reasons(expensive_judge)
+        # a group's reasons are those of the stage whose scores it kept
+        kept = [i for i in range(len(rollout.completions)) if i not in set(index)]
+        self._reasons = merge_reasons(
+            [("cheap", None if cheap_reasons is None else [cheap_reasons[i] for i in kept], kept),
+             ("expensive", expensive_reasons, index)], [len(group) for group in rollout.completions])
         return scores
+
+    def reasons(self) -> list[list[dict[str, str]]] | None:
+        """Each group's one-line reasons from the stage whose scores it kept: the expensive judge's for the groups
+        it was asked about, the cheap judge's (where it gives any) for the rest."""
+        return self._reasons
 
     def metrics(self) -> dict[str, float]:
         merged: dict[str, float] = {}

@@ -27,8 +27,10 @@ from rlkit.plugin import (
     check_member_judge,
     hookimpl,
     judge_spend,
+    last_reasons,
     member_model_folders,
     member_record_fields,
+    merge_reasons,
     nan_median,
     plan_judge,
     sum_plans,
@@ -50,7 +52,12 @@ class EnsembleJudge:
             raise ConfigError("needs at least one member", "judge.params.members")
         self.params = params
         self.members = [check_member_judge(ref, "ensemble") for ref in params.members]
+        # how each member's reasons are labelled where several give one: its name, numbered when it repeats
+        names = [ref.name for ref in params.members]
+        self.labels = [name if names.count(name) == 1 else f"{name}#{names[:i + 1].count(name)}"
+                       for i, name in enumerate(names)]
         self._agreement: dict[str, float] = {}
+        self._reasons: list[list[dict[str, str]]] | None = None
 
     def check_rubric(self, rubric: Rubric) -> None:
         for member in self.members:
@@ -67,11 +74,18 @@ class EnsembleJudge:
     def score(self, rollout: Rollout, rubric: Rubric) -> torch.Tensor:
         import torch
         stack = torch.stack([m.score(rollout, rubric).to(torch.float32) for m in self.members])  # [M, B, G, D]
+        self._reasons = merge_reasons(((label, last_reasons(member), None) for label, member
+                                       in zip(self.labels, self.members, strict=True)),
+                                      [len(group) for group in rollout.completions])
         span = torch.tensor([d.high - d.low for d in rubric.dimensions], dtype=torch.float32)
         self._agreement = {f"judge/agreement/{name}": value
                            for name, value in zip(rubric.dimension_names, agreement(stack, span).tolist(), strict=True)}
         low = torch.tensor([d.low for d in rubric.dimensions], dtype=torch.float32)
         return combine_scores(stack, low, low + span, self.params.combine)
+
+    def reasons(self) -> list[list[dict[str, str]]] | None:
+        """The members' one-line reasons per dimension, each labelled with its member where several give one."""
+        return self._reasons
 
     def metrics(self) -> dict[str, float]:
         merged: dict[str, float] = {}

@@ -24,8 +24,10 @@ from rlkit.plugin import (
     check_member_judge,
     hookimpl,
     judge_spend,
+    last_reasons,
     member_model_folders,
     member_record_fields,
+    merge_reasons,
     plan_judge,
     sum_plans,
     sum_spend,
@@ -49,6 +51,7 @@ class HybridJudge:
                               "judge.params.default")
         self.params = params
         self.judges = {label: check_member_judge(ref, "hybrid") for label, ref in params.judges.items()}
+        self._reasons: list[list[dict[str, str]]] | None = None
 
     def routing(self, rubric: Rubric) -> dict[str, list[int]]:
         """Judge name → the indices of the dimensions it scores."""
@@ -85,9 +88,16 @@ class HybridJudge:
     def score(self, rollout: Rollout, rubric: Rubric) -> torch.Tensor:
         import torch
         out = torch.full((rollout.num_prompts, rollout.group_size, len(rubric.dimensions)), float("nan"))
+        reasons = []
         for name, indices in self.routing(rubric).items():
             out[..., indices] = self.judges[name].score(rollout, self._subset(rubric, indices)).to(torch.float32)
+            reasons.append((name, last_reasons(self.judges[name]), None))
+        self._reasons = merge_reasons(reasons, [len(group) for group in rollout.completions])
         return out
+
+    def reasons(self) -> list[list[dict[str, str]]] | None:
+        """The one-line reasons of the members that give them, each for the dimensions routed to it."""
+        return self._reasons
 
     def metrics(self) -> dict[str, float]:
         merged: dict[str, float] = {}
