@@ -160,6 +160,7 @@ def cmd_calibrate(overrides: Sequence[str]) -> int:
     console = rich_console()
     console.print(table)
     details = scored.details or []
+    written = None
     if details and all("written" in detail for detail in details):
         # scoring: expected read each answer twice, as the levels' expectation and as the level written
         import torch
@@ -183,7 +184,7 @@ def cmd_calibrate(overrides: Sequence[str]) -> int:
         _print_windows(console, windows)
     extra = render_rounds_markdown(worst, changes, previous, moved) if options.disagreements or changes else ""
     paths = write_report(report, options.output, windows, extra)
-    payload = round_payload(report, lines)
+    payload = round_payload(report, lines, written)
     round_file = atomic_write_text(options.output / ROUND_NAME,
                                    json.dumps(payload, indent=1, ensure_ascii=False) + "\n")
     stored = store_round(payload, judge_config(cfg))

@@ -93,8 +93,9 @@ def worst_disagreements(lines: Sequence[Disagreement], limit: int) -> list[Disag
     return ranked[:limit]
 
 
-def round_payload(report: Any, lines: Sequence[Disagreement]) -> dict[str, Any]:
-    """The JSON of ``calibration.json``: the round's agreement per dimension and every line's scores (NaN as null)."""
+def round_payload(report: Any, lines: Sequence[Disagreement], written: Any = None) -> dict[str, Any]:
+    """The JSON of ``calibration.json``: the round's agreement per dimension and every line's scores (NaN as null);
+    with ``written`` (``scoring: expected`` also read as the levels written) its agreement as ``written``."""
     def number(x: float) -> float | None:
         return None if math.isnan(x) else round(float(x), 6)
 
@@ -102,6 +103,8 @@ def round_payload(report: Any, lines: Sequence[Disagreement]) -> dict[str, Any]:
             "threshold": report.threshold,
             "dimensions": {row.name: {"n": row.n, "kappa": number(row.kappa), "spearman": number(row.spearman),
                                       "bias": number(row.bias), "flagged": row.flagged} for row in report.rows},
+            **({"written": {row.name: {"n": row.n, "kappa": number(row.kappa), "spearman": number(row.spearman),
+                                       "bias": number(row.bias)} for row in written.rows}} if written else {}),
             "lines": [{"id": line.record_id, "prompt": line.prompt, "completion": line.completion,
                        "human": line.human, "judge": line.judge, "disagreement": round(line.size, 6),
                        **({"reasons": line.reasons} if line.reasons else {})}

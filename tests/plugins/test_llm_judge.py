@@ -322,3 +322,7 @@ def test_calibrate_with_expected_scoring_reports_both_ways_from_one_pass(cache_e
         assert kappa == ("—" if expect["kappa"] is None else f"{expect['kappa']:.3f}"), name
         assert rho == ("—" if expect["spearman"] is None else f"{expect['spearman']:.3f}"), name
     assert len(both) == 4
+    # the round file keeps the written reading beside the expected one, the same figures as a sampled pass
+    written = json.loads((tmp_path / "expected" / "calibration.json").read_text())["written"]
+    assert {name: (w["kappa"], w["spearman"]) for name, w in written.items()} == \
+        {name: (v["kappa"], v["spearman"]) for name, v in sampled.items()}
