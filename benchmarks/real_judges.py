@@ -236,8 +236,8 @@ def audit(judge: str, gguf: Path, work: Path, threads: int) -> str:
                      f"scored higher on {value(probe.get('gain_share'))} of records, mean reward change "
                      f"{value(probe.get('mean_delta'))}")
     if data.get("ladder"):
-        lines.append(f"  degradation ladder: never beats the original on {value(data['ladder']['never_beats_original'])}"
-                     " of records")
+        held = value(data["ladder"]["never_beats_original"])
+        lines.append(f"  degradation ladder: never beats the original on {held} of records")
     return "\n".join(lines)
 
 
