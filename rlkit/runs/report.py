@@ -350,6 +350,14 @@ def render_markdown(run_dir: Path, history: History, dims: list[str], alerts: li
     lines += ["| " + " | ".join(columns) + " |", "|---|" + "--:|" * (len(columns) - 1)]
     for row in rows:
         lines.append(f"| {_md(row[0])} | " + " | ".join(_num(v) for v in row[1:]) + " |")
+    members = prefixed_keys(history, "judge/agreement/")
+    if members:  # an ensemble's members: how alike they scored each dimension
+        lines += ["", "## Judge members' agreement", "",
+                  "1 − the ensemble members' mean absolute difference per dimension, in units of its range (1: they "
+                  "scored alike; low: the ensemble's score of that dimension is a compromise).", "",
+                  "| dimension | first | last | mean |", "|---|--:|--:|--:|"]
+        lines += [f"| {_md(key.rsplit('/', 1)[1])} | " + " | ".join(_num(v) for v in _first_last(history, key)) + " |"
+                  for key in members]
     lines += spend_section(history)  # judge calls, tokens and cost; nothing for a judge that makes no calls
     lines += ["", "## Alerts", ""]
     if alerts:

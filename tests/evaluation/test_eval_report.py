@@ -214,3 +214,23 @@ def test_fit_with_golden_callback_writes_history_and_report(tmp_path, capsys):
     assert set(by_checkpoint) == {(str(run_dir / "checkpoints" / "last.ckpt"), 3), (str(run_dir / "policy"), None)}
     assert len({r["mean"] for r in by_checkpoint.values()}) == 1
     assert "| dimension | checkpoints/last.ckpt@3 | run/policy |" in out.with_suffix(".md").read_text()
+
+
+def test_the_report_shows_an_ensembles_members_agreement(tmp_path):
+    from rlkit.runs.report import write_report
+
+    _write_jsonl(tmp_path / "metrics.jsonl", [
+        {"step": s, "metrics": {"reward/mean": 0.5, "rewards/correctness/mean": 0.5,
+                                "judge/agreement/correctness": a, "judge/agreement/brevity": 0.9}}
+        for s, a in enumerate([0.41, 0.5, 0.62])])
+    md = write_report(tmp_path).markdown.read_text()
+    section = md.split("## Judge members' agreement", 1)[1].split("\n## ", 1)[0]
+    assert "| correctness | 0.410 | 0.620 | 0.510 |" in section and "| brevity | 0.900 | 0.900 | 0.900 |" in section
+    assert "## Judge members' agreement" not in write_report(_no_members(tmp_path)).markdown.read_text()
+
+
+def _no_members(tmp_path):
+    run = tmp_path / "rule"
+    run.mkdir()
+    _write_jsonl(run / "metrics.jsonl", [{"step": 0, "metrics": {"reward/mean": 0.5}}])
+    return run
