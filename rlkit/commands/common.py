@@ -82,7 +82,7 @@ def run_hydra(command: str, config_name: str, overrides: Sequence[str], body) ->
     # Hydra's parser takes its flags (-m, --cfg job, -cd DIR, ...) with their values before the overrides; the search
     # path joins a user's own hydra.searchpath to the plugins' (a relaunched rank has it already).
     args = parse_hydra_args(overrides)
-    refuse_shadowed_options(args.user_searchpath)  # -cd stays Hydra's flag: its folder is checked here
+    refuse_shadowed_options(args)  # -cd stays Hydra's flag: its folder is checked here
     search = [] if relaunched else search_path_override(run_registry(), args.searchpath)
     # argv[0] stays this program: Lightning's DDP launcher starts the other ranks with it and these arguments.
     # keys validation composed as `++key=` (declared by a schema, absent from the YAML) go to Hydra the same way

@@ -34,19 +34,19 @@ def plugin_search_paths(registry: Registry) -> list[str]:
 def search_path_override(registry: Registry, user: Sequence[str] = ()) -> list[str]:
     """The ``hydra.searchpath=[...]`` override: a user's own entries (``hydra.searchpath=`` on the command line, and
     ``--config-dir``) first, then the plugins' config dirs; empty if there are none."""
-    refuse_shadowed_options(user)
     paths = [*user, *(p for p in plugin_search_paths(registry) if p not in user)]
     if not paths:
         return []
     return ["hydra.searchpath=[" + ",".join(f"'{p}'" for p in paths) + "]"]
 
 
-def refuse_shadowed_options(user: Sequence[str]) -> None:
+def refuse_shadowed_options(args: HydraArgs) -> None:
     """A user's folder (``-cd``, ``hydra.searchpath``) is searched after rlkit's own ``conf/``, as Hydra searches its
     primary config path first: a YAML named like one rlkit ships (``experiment/quick.yaml``) would never be read, and
-    ``experiment=quick`` would quietly be rlkit's. Refused, naming both files."""
+    ``experiment=quick`` would quietly be rlkit's. Refused, naming both files and the flag or key that gave the
+    folder."""
     shipped = Path(str(importlib.resources.files(CONFIG_MODULE)))
-    for entry in user:
+    for index, entry in enumerate(args.user_searchpath):
         try:
             folder = resolve_path(entry.rstrip("/"))
         except Exception:  # noqa: BLE001 - an entry Hydra resolves its own way is Hydra's to report
@@ -58,7 +58,7 @@ def refuse_shadowed_options(user: Sequence[str]) -> None:
             if theirs.is_file():
                 raise ConfigError(f"{mine} is never read: rlkit's own {mine.parent.name}={mine.stem} ({theirs}) comes "
                                   "first in the config search path; give yours a name of its own",
-                                  "--config-dir" if entry.startswith("file://") else "hydra.searchpath")
+                                  "--config-dir" if args.config_dir and index == 0 else "hydra.searchpath")
 
 
 _VALUED_FLAGS = {"cfg": "--cfg", "package": "--package", "config_path": "--config-path", "config_name": "--config-name",
@@ -259,6 +259,7 @@ def compose_config(registry: Registry, overrides: list[str] | None = None,
     from hydra.core.global_hydra import GlobalHydra
 
     args = parse_hydra_args(list(overrides or []))
+    refuse_shadowed_options(args)
     register_run_defaults()
     given = list(args.overrides)
     while True:

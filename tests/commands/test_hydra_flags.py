@@ -84,6 +84,8 @@ def test_a_users_yaml_named_like_one_rlkit_ships_is_refused_not_ignored(capsys, 
     assert code == 2 and "batch_size" not in out, err
     assert err.startswith(f"rlkit: error: --config-dir: {myconf / 'experiment' / 'quick.yaml'} is never read: "
                           "rlkit's own experiment=quick (") and err.count("\n") == 1, err
+    code, out, err = _run(capsys, "validate", f"hydra.searchpath=[file://{myconf}]", "experiment=quick")
+    assert code == 2 and err.startswith("rlkit: error: hydra.searchpath: "), "named by the key that gave the folder"
 
 
 @pytest.mark.parametrize("args, expected", [

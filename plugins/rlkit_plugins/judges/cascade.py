@@ -91,7 +91,8 @@ class CascadeJudge:
             scores[index] = expensive_judge.score(subset, rubric).to(torch.float32)
             expensive_reasons = last_reasons(expensive_judge)
         # a group's reasons are those of the stage whose scores it kept
-        kept = [i for i in range(len(rollout.completions)) if i not in set(index)]
+        escalated = set(index)
+        kept = [i for i in range(len(rollout.completions)) if i not in escalated]
         self._reasons = merge_reasons(
             [("cheap", None if cheap_reasons is None else [cheap_reasons[i] for i in kept], kept),
              ("expensive", expensive_reasons, index)], [len(group) for group in rollout.completions])
