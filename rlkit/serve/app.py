@@ -19,6 +19,7 @@ import hmac
 import logging
 import math
 import os
+import signal
 import socket
 import threading
 import time
@@ -363,11 +364,18 @@ class RewardServer:
 
     def serve_forever(self) -> None:
         """Serve in this thread until Ctrl-C (SIGINT) or SIGTERM, which uvicorn turns into a clean shutdown."""
+        # uvicorn raises the Ctrl-C again once it has shut down, through the handler it found: Python's own here, so it
+        # arrives as a KeyboardInterrupt caught below, not as the command line's "interrupted" (exit 130): stopping
+        # a server is what Ctrl-C is for
+        main_thread = threading.current_thread() is threading.main_thread()
+        previous = signal.signal(signal.SIGINT, signal.default_int_handler) if main_thread else None
         try:
             self._server.run(sockets=[self._socket])
         except KeyboardInterrupt:
-            pass  # uvicorn re-raises Ctrl-C once it has shut down; stopping is what was asked for
+            pass
         finally:
+            if previous is not None:
+                signal.signal(signal.SIGINT, previous)
             self._socket.close()
 
     def start(self) -> RewardServer:
