@@ -31,7 +31,8 @@ commands:
   rubric      rubric versions: `rlkit rubric diff old.yaml new.yaml`, `rlkit rubric hash rubric.yaml`;
               per-prompt rubrics from references: `rlkit rubric generate data.path=... judge=llm generate.output=DIR`;
               before training, can it be gamed: `rlkit rubric audit audit.records=FILE [--fail-under 0.7]`
-  model       `rlkit model import FILE.gguf [--out DIR]`: a GGUF checkpoint as a Hugging Face folder (cached)
+  model       `rlkit model import FILE.gguf [--out DIR]`: a GGUF checkpoint as a Hugging Face folder (cached);
+              `rlkit model path REF`: the local file a pkg:// or parts:// reference names
   new         scaffold a plugin package: `rlkit new plugin NAME --kind judge` (rlkit new for help)
 
 Overrides are Hydra's: judge=rule rubric.path=/abs/rubric.yaml data.path=/abs/records.jsonl
@@ -40,6 +41,11 @@ Set --debug or HYDRA_FULL_ERROR=1 to see tracebacks."""
 
 
 def cmd_rubric_tools(args: Sequence[str]) -> int:
+    if list(args[-1:]) == ["--help"] and args[0] != "audit":  # `rubric audit --help` has its own (commands.help)
+        from rlkit.commands.inspect import RUBRIC_USAGE
+
+        print(RUBRIC_USAGE)
+        return 0
     if args and args[0] == "audit":
         from rlkit.commands.rubric_audit import cmd_rubric_audit
 
@@ -124,6 +130,10 @@ def _main(argv: Sequence[str] | None = None) -> int:
         if text is not None:
             print(text)
             return 0
+        from rlkit.commands.help import SELF_HELPED
+
+        if args.command in SELF_HELPED:
+            args.help, overrides = False, [*overrides, "--help"]
     if args.help or args.command is None:
         print(USAGE)
         return 0 if args.help else 2

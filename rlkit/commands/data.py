@@ -178,6 +178,9 @@ DATA_COMMANDS = {"pairs": cmd_data_pairs, "prepare": cmd_data_prepare}
 
 
 def cmd_data(overrides: Sequence[str]) -> int:
+    if list(overrides[-1:]) == ["--help"]:
+        print(_tool_usage(overrides[0]) if overrides[0] in DATA_COMMANDS else DATA_USAGE)
+        return 0
     if not overrides or overrides[0] not in DATA_COMMANDS:
         if overrides:
             print(f"rlkit: error: unknown data tool {overrides[0]!r}; tools: {', '.join(DATA_COMMANDS)}",

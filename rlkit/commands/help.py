@@ -43,7 +43,22 @@ HELP: dict[str, CommandHelp] = {
                                 "the audit fails.", "rlkit rubric audit [--fail-under X] [overrides]",
                                 "rlkit rubric audit audit.records=records.jsonl --fail-under 0.7", block="audit",
                                 arguments=(("--fail-under X", "the trust score in [0, 1] below which it fails"),)),
+    "plugins": CommandHelp("List every registered plugin by kind, with the distribution that provides it.",
+                           "rlkit plugins [--kind KIND]", "rlkit plugins --kind judge", config=False,
+                           arguments=(("--kind KIND", "only that kind (judge, aggregator, ...)"),)),
+    "train-grm": CommandHelp("Train a generative reward model on preference pairs or rankings (conf/train_grm.yaml; "
+                             "-m sweeps).", "rlkit train-grm [-m] grm.data.train=FILE [overrides]",
+                             "rlkit train-grm grm.data.train=rankings.jsonl trainer.max_steps=50", config=False),
+    "label": CommandHelp("Label a labelling file in the terminal, one completion and dimension at a time, saved as "
+                         "you go; `rlkit calibrate` reads the result. The judge's scores are never shown.",
+                         "rlkit label <labelling file>", "rlkit label outputs/run/labelling/step_0000050.jsonl",
+                         config=False),
+    "report": CommandHelp("(Re)build a run's report (plots and report.md); several runs: their golden-set results "
+                          "side by side.", "rlkit report <run dir> [<run dir> ... [output=comparison.md]]",
+                          "rlkit report outputs/2026-12-03/10-00-00", config=False),
 }
+# Commands whose own usage text is their help (they parse their arguments themselves): `--help` goes to them.
+SELF_HELPED = ("data", "model", "new", "rubric")
 
 
 def _fields(schema: Any, prefix: str) -> list[str]:

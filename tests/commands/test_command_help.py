@@ -38,9 +38,22 @@ def test_each_config_command_names_its_own_block(capsys, command, expected):
         assert text in out, text
 
 
-def test_a_command_without_its_own_help_prints_the_command_list(capsys):
-    out = _help(capsys, "plugins")
-    assert "commands:" in out and "validate" in out
+@pytest.mark.parametrize("command", [("plugins",), ("train-grm",), ("label",), ("report",), ("data",),
+                                     ("data", "pairs"), ("model",), ("model", "path"), ("new",), ("rubric",),
+                                     ("rubric", "diff"), ("rubric", "generate")])
+def test_every_command_answers_help_with_its_own_usage_and_runs_nothing(capsys, tmp_path, monkeypatch, command):
+    monkeypatch.chdir(tmp_path)  # `train-grm --help` once trained a GRM here, writing outputs/ and wandb/
+    out = _help(capsys, *command)
+    assert "commands:" not in out  # not the global list
+    assert f"rlkit {command[0]}" in out
+    assert not list(tmp_path.iterdir())
+
+
+def test_every_command_has_help():
+    from rlkit.cli import COMMANDS
+    from rlkit.commands.help import HELP, SELF_HELPED
+
+    assert set(COMMANDS) == {name.split()[0] for name in HELP} | set(SELF_HELPED)
 
 
 def test_a_closed_pipe_ends_the_output_without_a_traceback():
