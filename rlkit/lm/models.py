@@ -236,10 +236,14 @@ def _looks_like_path(ref: str) -> bool:
 def locate_model(name_or_path: str | Path) -> Path:
     """A local model directory, a GGUF file imported on first use (:func:`rlkit.lm.gguf.import_gguf`), or a hub id's
     snapshot in the local Hugging Face cache; never the network. ``pkg://module/file`` names a file inside an
-    installed package."""
+    installed package, ``parts://`` one joined from parts that packages hold (:mod:`rlkit.lm.joined_files`)."""
     ref = str(name_or_path)
     if ref.startswith(PACKAGE_SCHEME):
         ref = str(resolve_path(ref))
+    from rlkit.lm.joined_files import is_parts_ref, join_parts
+
+    if is_parts_ref(ref):
+        ref = str(join_parts(ref))
     if is_gguf(ref):
         from rlkit.lm.gguf import import_gguf
 

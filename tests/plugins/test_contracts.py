@@ -99,7 +99,7 @@ def tiny_judge_server(tiny_policy_path):
         yield server
 
 
-@pytest.fixture(scope="module", params=["hf", "openai"])
+@pytest.fixture(scope="module", params=["hf", "qwen_coder", "openai"])
 def built_judge_backend(request, tiny_policy_path):
     """Each built-in backend once per module (the hf one loads its model on first use), greedy, 8 new tokens.
 
@@ -107,7 +107,7 @@ def built_judge_backend(request, tiny_policy_path):
     test_builtin_judge_backends_are_all_tested keeps the list complete.
     """
     threads = torch.get_num_threads()
-    if request.param == "hf":
+    if request.param in ("hf", "qwen_coder"):  # qwen_coder is hf with another default model: the tiny one here
         params = {"model": str(tiny_policy_path), "max_new_tokens": 8}
         # On a busy 2-core machine, 2 intra-op threads fighting other processes make the tiny model ~100x slower.
         torch.set_num_threads(1)
@@ -153,7 +153,7 @@ class TestJudgeBackends(JudgeBackendContract):
 
 def test_builtin_judge_backends_are_all_tested():
     builtin = {e.name for e in _REGISTRY.entries("judge_backend") if e.provider == "rlkit"}
-    assert builtin == {"hf", "openai"}
+    assert builtin == {"hf", "qwen_coder", "openai"}
 
 
 def test_every_kind_is_covered_by_a_suite():

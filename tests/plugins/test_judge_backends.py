@@ -311,3 +311,28 @@ def test_backoff_is_exponential_capped_and_honours_retry_after():
 def test_empty_request_list_needs_no_server():
     backend = OpenAIBackend(OpenAIBackend.Params(base_url="http://127.0.0.1:9/v1"))
     assert backend.complete([]) == []
+
+
+def test_qwen_coder_without_its_extra_says_how_to_install_it(registry, monkeypatch):
+    from rlkit.core.errors import ConfigError as HostConfigError
+    from rlkit.lm import joined_files
+
+    def not_installed(module, where):
+        raise HostConfigError(f"no installed package {module!r}", where)
+
+    monkeypatch.setattr(joined_files, "package_dir", not_installed)  # as in CI, which never installs 1.1 GB
+    with pytest.raises(ConfigError) as caught:
+        registry.create("judge_backend", "qwen_coder", {})
+    assert caught.value.where == "judge.params.backend.params.model"
+    assert caught.value.message == ("the Qwen judge is not installed: pip install 'rlkit[qwen-judge]' "
+                                    "(1.1 GB, 22 packages)")
+    registry.create("judge_backend", "qwen_coder", {"model": None}).close()  # any model may stand in: hf's params
+
+
+def test_qwen_coder_is_hf_with_the_qwen_judge_as_its_default_model():
+    from rlkit.lm.joined_files import QWEN_CODER_JUDGE
+    from rlkit_plugins.backends.qwen_coder import QwenCoderBackend
+
+    assert QwenCoderBackend.Params().model == QWEN_CODER_JUDGE
+    assert {f: getattr(QwenCoderBackend.Params(), f) for f in ("max_new_tokens", "temperature", "batch_size")} == \
+        {f: getattr(HFBackend.Params(), f) for f in ("max_new_tokens", "temperature", "batch_size")}
