@@ -333,7 +333,12 @@ class SamplingConfig(_Schema):
 
     filter: Literal["none", "zero_spread", "mean_range"] = Field(
         default="none", description="Which groups a step keeps: `none` all (no extra sampling); `zero_spread` those "
-                                    "whose rewards differ; `mean_range` those whose mean reward lies in [lo, hi].")
+                                    "whose rewards, or scores in any weighted dimension, differ by more than tol; "
+                                    "`mean_range` those whose mean reward lies in [lo, hi].")
+    tol: float = Field(default=1e-6, ge=0, allow_inf_nan=False,
+                       description="`zero_spread`: a spread (max - min within the group, of the reward or of a "
+                                   "dimension's [0, 1] score) at or below this counts as none: float noise is no "
+                                   "signal.")
     lo: float = _finite(default=0.0, description="`mean_range`: the lowest group mean reward kept.")
     hi: float = _finite(default=1.0, description="`mean_range`: the highest group mean reward kept.")
     max_rounds: int = Field(default=3, ge=0, description="Extra rounds of prompts a step may sample to replace dropped "

@@ -1,14 +1,15 @@
 """Dynamic sampling (DAPO, arXiv 2503.14476, §3.2): groups that teach nothing are dropped and replaced by groups of
 more prompts, and the reward of completions cut at the length limit follows a chosen policy.
 
-A group whose completions all get the same reward has zero advantage under every group-relative estimator: its
-generation and judge calls are wasted. With ``filter: zero_spread`` such groups are dropped; ``mean_range`` keeps
-groups whose mean reward lies in ``[lo, hi]`` (drop the always-solved and the never-solved). The step then samples
+A group whose completions all get the same reward, and the same score in every weighted dimension, has zero advantage
+under every group-relative estimator: its generation and judge calls are wasted. With ``filter: zero_spread`` such
+groups are dropped (a group whose totals tie but whose dimensions differ is kept: GDPO learns from it); ``mean_range``
+keeps groups whose mean reward lies in ``[lo, hi]`` (drop the always-solved and the never-solved). The step then samples
 more prompts, read on in the data sampler's order, until it holds ``batch_size`` informative groups or ``max_rounds``
 extra rounds are spent (veRL's and OpenRLHF's ``max_num_gen_batches``); short of that it trains on the informative
 groups it has and reports it (``sampling/informative_frac`` < 1), which is not an error. An extra round draws as many
-prompts as the step's informative rate so far says the missing groups take, at most a batch: veRL draws whole
-batches, which on a task where most groups are informative doubles the generations to replace one group.
+prompts as the step's informative rate so far says the missing groups take, at most a batch: veRL draws whole batches,
+which on a task where most groups are informative doubles the generations to replace one group.
 
 A filtering step reads its prompts itself, from its own position in the sampler's order (every sample of each epoch,
 on into the next), so the checkpointed position counts every prompt drawn; the loader still paces the steps.
@@ -37,6 +38,7 @@ class SamplingSettings:
     """The ``sampling`` block, as the loop reads it (defaults and constraints live in ``rlkit.config.schemas``)."""
 
     filter: Filter = "none"
+    tol: float = 1e-6
     lo: float = 0.0
     hi: float = 1.0
     max_rounds: int = 3
@@ -48,17 +50,39 @@ class SamplingSettings:
         return self.filter != "none"
 
 
-def informative_groups(rewards: torch.Tensor, settings: SamplingSettings) -> torch.Tensor:
-    """``rewards [B, G]`` (NaN = unscored) → ``bool [B]``: the groups the filter keeps (all of them for ``none``)."""
+def spread_exceeds(values: torch.Tensor, tol: float) -> torch.Tensor:
+    """``values [B, G, ...]`` (NaN = unscored) → ``bool [B, ...]``: at least two scored values in the group, and
+    their max minus min above ``tol``."""
+    valid = ~torch.isnan(values)
+    hi = torch.where(valid, values, torch.full_like(values, -torch.inf)).amax(dim=1)
+    lo = torch.where(valid, values, torch.full_like(values, torch.inf)).amin(dim=1)
+    return (valid.sum(dim=1) >= 2) & (hi - lo > tol)
+
+
+def informative_groups(rewards: torch.Tensor, settings: SamplingSettings,
+                       components: torch.Tensor | None = None) -> torch.Tensor:
+    """``rewards [B, G]`` (NaN = unscored) → ``bool [B]``: the groups the filter keeps (all of them for ``none``).
+
+    ``zero_spread`` keeps a group whose rewards differ by more than ``tol``, or where any of ``components``
+    (``[B, G, D]``, the weighted dimensions' normalised scores) does: GDPO normalises each dimension within its group,
+    so completions whose totals tie can still get non-zero advantages (three binary dimensions, (1, 1, 0) twice beside
+    (1, 0, 1) and (0, 1, 1)). Looking at the total alone dropped exactly the groups GDPO exists for (SkyRL PR #2104's
+    review found its own filter had this shape). ``tol`` keeps float noise in a judge's scores from counting as
+    signal (SkyRL's ``zero_variance_filter_tol``)."""
     if rewards.ndim != 2:
         raise ValueError(f"rewards must be [B, G], got {tuple(rewards.shape)}")
-    valid = ~torch.isnan(rewards)
+    if components is not None and (components.ndim != 3 or components.shape[:2] != rewards.shape):
+        raise ValueError(f"components must be [B, G, D] with [B, G] = {list(rewards.shape)}, "
+                         f"got {list(components.shape)}")
     if settings.filter == "none":
         return torch.ones(rewards.shape[0], dtype=torch.bool)
     if settings.filter == "zero_spread":
-        hi = torch.where(valid, rewards, torch.full_like(rewards, -torch.inf)).amax(dim=1)
-        lo = torch.where(valid, rewards, torch.full_like(rewards, torch.inf)).amin(dim=1)
-        return (valid.sum(dim=1) >= 2) & (hi > lo)
+        keep = spread_exceeds(rewards, settings.tol)
+        if components is not None and components.shape[2]:
+            # a completion without a reward (masked when cut at the limit) carries no component either
+            masked = torch.where(torch.isnan(rewards).unsqueeze(-1), torch.full_like(components, torch.nan), components)
+            keep = keep | spread_exceeds(masked, settings.tol).any(dim=1)
+        return keep
     if settings.filter == "mean_range":
         mean, _, n = nan_mean_std(rewards, dim=1)
         return (n.reshape(-1) >= 1) & (mean >= settings.lo) & (mean <= settings.hi)

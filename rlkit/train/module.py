@@ -489,11 +489,14 @@ class RubricRLModule(L.LightningModule):
                 sampled = self.sample(request)
             judged = self.judge(records, sampled)
             # The filter sees rewards from copies of the stateful parts; the kept groups' batch advances them once.
-            trial = self.reward_batch(judged, step, copy.deepcopy(self.parts.scheduler),
-                                      debias=copy.deepcopy(self.parts.debias)).rewards
+            batch = self.reward_batch(judged, step, copy.deepcopy(self.parts.scheduler),
+                                      debias=copy.deepcopy(self.parts.debias))
+            trial = batch.rewards
             if settings.truncated != "keep":
                 trial = self.shaped_rewards(trial, self.spread.gather(sampled.truncated.float(), self.device))
-            rounds.append(SamplingRound(records, sampled, judged, informative_groups(trial.cpu(), settings)))
+            weighted = batch.scores[..., batch.weights != 0]  # a dimension of weight 0 moves no advantage
+            rounds.append(SamplingRound(records, sampled, judged,
+                                        informative_groups(trial.cpu(), settings, weighted.cpu())))
             drawn, kept = drawn + len(records), kept + int(rounds[-1].keep.sum())
             if kept >= wanted or len(rounds) > settings.max_rounds:
                 break

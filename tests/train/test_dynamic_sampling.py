@@ -41,6 +41,56 @@ def test_zero_spread_keeps_groups_whose_scored_rewards_differ():
     assert informative_groups(rewards, SamplingSettings()).all(), "none keeps every group"
 
 
+def _binary_rubric(*names: str):
+    return rubric_from_dict({"name": "dims", "version": "1", "dimensions": [
+        {"name": n, "type": "binary", "checks": [{"type": "regex", "pattern": n}]} for n in names]})
+
+
+def test_zero_spread_keeps_tied_totals_whose_dimensions_differ_as_gdpo_learns_from_them(registry):
+    from rlkit.core.types import RewardBatch
+    from rlkit.reward.diagnostics import saturated_groups
+
+    scores = torch.tensor([[[1.0, 1.0, 0.0], [1.0, 1.0, 0.0], [1.0, 0.0, 1.0], [0.0, 1.0, 1.0]],  # totals tie
+                           [[1.0, 1.0, 0.0]] * 4,                                                # nothing differs
+                           [[0.0, 0.0, 0.0], [1.0, 1.0, 1.0], [0.0, 0.0, 0.0], [1.0, 1.0, 1.0]]])  # totals differ
+    weights = torch.ones(3)
+    totals = scores.mean(-1)
+    assert (totals[0] == totals[0, 0]).all(), "the first group's totals tie"
+    batch = RewardBatch(_binary_rubric("a", "b", "c"), scores, scores, weights, totals)
+    gdpo = registry.create("advantage_estimator", "gdpo", {}).advantages(batch)
+    grpo = registry.create("advantage_estimator", "grpo", {}).advantages(batch)
+    assert gdpo[0].abs().min() > 0.05 and grpo[0].abs().max() < 1e-6, "GDPO learns from the tied group, GRPO cannot"
+    settings = SamplingSettings(filter="zero_spread")
+    assert informative_groups(totals, settings, scores).tolist() == [True, False, True]
+    assert informative_groups(totals, settings).tolist() == [False, False, True], "the total alone drops it"
+    # the diagnostics agree: the kept groups are saturated in no dimension, the dropped one in every one
+    assert saturated_groups(scores).tolist() == [[False] * 3, [True] * 3, [False] * 3]
+
+
+def test_zero_spread_keeps_skyrls_case_of_two_binary_dimensions_trading_places():
+    """SkyRL PR #2104's case: two binary dimensions of equal weight, totals tied, components different: kept (with
+    exactly two such dimensions GDPO's per-dimension z-scores cancel, b = 1 - a; a third dimension or unequal
+    weights make them count, as above)."""
+    scores = torch.tensor([[[1.0, 0.0], [0.0, 1.0], [1.0, 0.0], [0.0, 1.0]], [[1.0, 0.0]] * 4])
+    totals = scores.mean(-1)
+    keep = informative_groups(totals, SamplingSettings(filter="zero_spread"), scores)
+    assert keep.tolist() == [True, False]
+
+
+def test_zero_spread_counts_a_spread_within_tol_as_none():
+    rewards = torch.tensor([[0.5, 0.5000003, 0.5, 0.5], [0.5, 0.52, 0.5, 0.5]])  # float32 tells 0.5000003 apart
+    components = torch.tensor([[[0.3], [0.3], [0.3000001], [0.3]], [[0.3], [0.3], [0.3], [0.3]]])
+    assert informative_groups(rewards, SamplingSettings(filter="zero_spread"), components).tolist() == [False, True]
+    assert informative_groups(rewards, SamplingSettings(filter="zero_spread", tol=0.05), components).tolist() == \
+        [False, False]
+    assert informative_groups(rewards, SamplingSettings(filter="zero_spread", tol=0.0), components).tolist() == \
+        [True, True]
+    # a completion without a reward (cut and masked) contributes no component: one scored value is no spread
+    masked = torch.tensor([[0.5, NAN, NAN, NAN]])
+    assert not informative_groups(masked, SamplingSettings(filter="zero_spread"),
+                                  torch.tensor([[[0.0], [1.0], [0.0], [1.0]]])).any()
+
+
 def test_mean_range_keeps_groups_whose_mean_lies_in_the_bounds():
     # means 0.75, 0.5, 0.2 (NaN left out), 0.0, 1.0
     rewards = torch.tensor([[1.0, 0.0, 1.0, 1.0], [0.5, 0.5, 0.5, 0.5], [NAN, 0.2, NAN, 0.2], [0.0] * 4, [1.0] * 4])
