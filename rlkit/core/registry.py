@@ -237,7 +237,8 @@ def bind_params(entry: PluginEntry, params: dict[str, Any], where: str) -> Any:
     except pydantic.ValidationError as exc:
         err = exc.errors()[0]
         field = ".".join(str(p) for p in err["loc"])
-        raise ConfigError(f"{label}: {field}: {err['msg']}", where) from None
+        message = err["msg"].removeprefix("Value error, ")  # pydantic's prefix for a validator's own ValueError
+        raise ConfigError(f"{label}: {field}: {message}" if field else f"{label}: {message}", where) from None
 
 
 def load_registry() -> Registry:

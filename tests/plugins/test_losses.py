@@ -4,6 +4,8 @@ import math
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from rlkit.lm.logprobs import mask_after_eos, selective_log_softmax, truncated_rows
 from rlkit_plugins.objectives.policy_gradient import k3_kl, policy_gradient_loss
@@ -262,7 +264,7 @@ def test_mask_after_eos_and_truncated_rows():
     assert torch.equal(truncated_rows(ids, eos), torch.tensor([False, True, False, False]))
 
 
-@pytest.mark.parametrize("loss_type", ["grpo", "dr_grpo", "dapo", "bnpo"])
+@pytest.mark.parametrize("loss_type", ["grpo", "dr_grpo", "dapo", "bnpo", "cispo"])
 def test_micro_batch_losses_sum_to_the_whole_rollout(loss_type):
     torch.manual_seed(0)
     n, t = 6, 5
@@ -298,3 +300,117 @@ def test_engine_importance_weights_scale_each_tokens_surrogate():
                                        sampling_weights=torch.tensor([[1.5, 1.0]]), **common)
     # on-policy ratio 1, advantage 1: each token's surrogate is -1, weighted 1.5 and 1, averaged over 2 tokens
     assert float(plain) == pytest.approx(-1.0) and float(weighted) == pytest.approx(-1.25)
+
+
+# --- GSPO, CISPO, KL estimators (issue 38) ---------------------------------------------------------------
+
+
+def test_sequence_level_ratio_is_the_geometric_mean_of_the_tokens_ratios_clipped_as_one():
+    # completion 0: token log-ratios 0.2 and 0.4 (mean 0.3); completion 1: one token of log-ratio -0.1 and padding
+    old = torch.zeros(2, 2)
+    logp = torch.tensor([[0.2, 0.4], [-0.1, 9.0]], requires_grad=True)
+    mask = torch.tensor([[1.0, 1.0], [1.0, 0.0]])
+    adv = torch.tensor([1.0, -1.0])
+    loss, metrics = _loss(logp, old, adv, mask, epsilon=0.5, importance_sampling_level="sequence")
+    s0, s1 = math.exp(0.3), math.exp(-0.1)
+    # grpo: each completion's loss is its one surrogate (-s·A inside the clip), averaged over completions
+    assert loss.item() == pytest.approx((-s0 * 1.0 + s1 * 1.0) / 2, rel=1e-6)
+    assert metrics["ratio_mean"].item() == pytest.approx((2 * s0 + s1) / 3, rel=1e-6)
+    loss.backward()
+    # d/d logp_t of -s0/2 with s0 = exp(mean of 2 tokens): -s0/2 · 1/2 on each token of completion 0
+    assert logp.grad[0].tolist() == pytest.approx([-s0 / 4, -s0 / 4], rel=1e-6)
+    assert logp.grad[1].tolist() == pytest.approx([s1 / 2, 0.0], rel=1e-6)
+    # outside the clip (s0 = 1.35 > 1 + 0.2 with A > 0) the whole completion stops: no token trains
+    logp.grad = None
+    clipped, metrics = _loss(logp, old, adv, mask, epsilon=0.2, importance_sampling_level="sequence")
+    clipped.backward()
+    assert logp.grad[0].tolist() == [0.0, 0.0] and metrics["clip_ratio/high"].item() == pytest.approx(2 / 3)
+
+
+def test_cispo_clips_the_weight_not_the_gradient():
+    # ratio 2 with A > 0: PPO's clip silences the token; CISPO trains it with its weight capped at 1 + epsilon_high
+    ppo_loss, ppo_grad = _grad_at_ratio(2.0, 1.0, epsilon=0.2)
+    cispo_loss, cispo_grad = _grad_at_ratio(2.0, 1.0, epsilon=0.2, loss_type="cispo")
+    assert ppo_grad == 0.0
+    assert cispo_grad == pytest.approx(-1.2) and cispo_loss == pytest.approx(-1.2 * math.log(2.0))
+    # inside the cap the weight is the ratio itself: gradient -r·A, as the on-policy gradient at r = 1
+    assert _grad_at_ratio(1.0, 2.0, loss_type="cispo")[1] == pytest.approx(-2.0)
+    assert _grad_at_ratio(0.5, -1.0, loss_type="cispo")[1] == pytest.approx(0.5)  # no lower clip
+    _, metrics = _loss(torch.log(torch.tensor([[2.0, 1.0]])), torch.zeros(1, 2), torch.tensor([-1.0]),
+                       loss_type="cispo", epsilon=0.2)
+    assert metrics["clip_ratio/high"].item() == pytest.approx(0.5), "capped whatever the advantage's sign"
+
+
+@pytest.mark.parametrize(("estimator", "expected"), [
+    ("k1", [0.5, -0.5]),
+    ("k2", [0.125, 0.125]),
+    ("k3", [math.exp(-0.5) + 0.5 - 1, math.exp(0.5) - 0.5 - 1]),
+])
+def test_kl_estimators_hand_values(estimator, expected):
+    from rlkit_plugins.objectives.policy_gradient import kl_estimate
+
+    logp, ref = torch.tensor([0.0, -0.5]), torch.tensor([-0.5, 0.0])  # d = logp - ref = 0.5, -0.5
+    assert kl_estimate(logp, ref, estimator).tolist() == pytest.approx(expected)
+    logp2 = torch.tensor([[0.0, -0.5]])
+    loss, metrics = _loss(logp2, logp2, torch.tensor([0.0]), ref_logp=ref.unsqueeze(0), beta=0.1,
+                          kl_estimator=estimator)
+    assert metrics["kl"].item() == pytest.approx(sum(expected) / 2)
+    assert loss.item() == pytest.approx(0.1 * sum(expected) / 2)
+
+
+def test_gspo_with_a_token_summed_loss_is_refused_naming_the_reason(registry):
+    from rlkit.core.errors import ConfigError
+
+    registry.create("objective", "policy_gradient", {"importance_sampling_level": "sequence"})
+    for loss_type in ("dapo", "bnpo", "dr_grpo", "cispo"):
+        with pytest.raises(ConfigError) as caught:
+            registry.create("objective", "policy_gradient",
+                            {"importance_sampling_level": "sequence", "loss_type": loss_type})
+        assert "needs loss_type: grpo" in str(caught.value) and "TRL PR #6042" in str(caught.value)
+
+
+def test_rlkit_validate_refuses_gspo_with_dapo_in_one_line(capsys):
+    from rlkit.cli import main
+
+    code = main(["validate", "objective.params.importance_sampling_level=sequence", "objective.params.loss_type=dapo"])
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1 and err.startswith("rlkit: error: ")
+    assert "importance_sampling_level: sequence (GSPO) needs loss_type: grpo" in err
+
+
+def _inputs(seed: int, n: int, t: int):
+    gen = torch.Generator().manual_seed(seed)
+    base = torch.randn(n, t, generator=gen)
+    old = base + 0.1 * torch.randn(n, t, generator=gen)
+    ref = base + 0.2 * torch.randn(n, t, generator=gen)
+    adv = torch.randn(n, generator=gen)
+    mask = (torch.rand(n, t, generator=gen) > 0.3).float()
+    return base, old, ref, adv, mask
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 10_000), n=st.integers(1, 7), t=st.integers(1, 6), cuts=st.lists(st.integers(1, 6),
+       max_size=3), loss_type=st.sampled_from(["grpo", "dr_grpo", "dapo", "bnpo", "cispo"]),
+       level=st.sampled_from(["token", "sequence"]), estimator=st.sampled_from(["k1", "k2", "k3"]))
+def test_any_micro_batching_gives_the_loss_and_gradient_of_one_pass(seed, n, t, cuts, loss_type, level, estimator):
+    """Split the rollout's rows anywhere (gradient accumulation over micro-batches): with the step's num_sequences
+    and num_tokens passed, the parts sum to the one-pass loss and gradient, for every loss type, ratio level and KL
+    estimator."""
+    if level == "sequence" and loss_type != "grpo":
+        return  # refused at validate time (test above)
+    base, old, ref, adv, mask = _inputs(seed, n, t)
+    kwargs = {"beta": 0.04, "loss_type": loss_type, "max_completion_length": t, "importance_sampling_level": level,
+              "kl_estimator": estimator, "epsilon": 0.2}
+    whole_logp = base.clone().requires_grad_(True)
+    whole, _ = policy_gradient_loss(whole_logp, old, ref, adv, mask, **kwargs)
+    whole.backward()
+    bounds = sorted({0, n, *(c for c in cuts if c < n)})
+    split_logp = base.clone().requires_grad_(True)
+    total = torch.zeros(())
+    for lo, hi in zip(bounds, bounds[1:], strict=False):
+        part, _ = policy_gradient_loss(split_logp[lo:hi], old[lo:hi], ref[lo:hi], adv[lo:hi], mask[lo:hi],
+                                       num_sequences=n, num_tokens=float(mask.sum()), **kwargs)
+        part.backward()
+        total = total + part.detach()
+    assert torch.allclose(total, whole.detach(), atol=1e-5)
+    assert torch.allclose(split_logp.grad, whole_logp.grad, atol=1e-6)

@@ -1,8 +1,22 @@
-"""``policy_gradient``: the clipped policy-gradient (GRPO-family) objective with a k3 KL term to the reference.
+"""``policy_gradient``: the clipped policy-gradient (GRPO-family) objective with a KL term to the reference.
 
-Follows TRL's ``GRPOTrainer._compute_loss`` (loss types grpo, bnpo, dr_grpo, dapo; asymmetric
-``epsilon_low``/``epsilon_high``; clip-ratio metrics), DeepSeekMath's GRPO (arXiv 2402.03300) for the
-k3 KL estimator, Dr. GRPO (arXiv 2503.20783) and DAPO (arXiv 2503.14476) for the normalisations.
+Follows TRL's ``GRPOTrainer._compute_loss`` (loss types grpo, bnpo, dr_grpo, dapo, cispo; asymmetric
+``epsilon_low``/``epsilon_high``; ``importance_sampling_level``; clip-ratio metrics), DeepSeekMath's GRPO
+(arXiv 2402.03300) for the k3 KL estimator, Dr. GRPO (arXiv 2503.20783) and DAPO (arXiv 2503.14476) for the
+normalisations, GSPO (arXiv 2507.18071) for the sequence-level ratio and CISPO (MiniMax-M1, arXiv 2506.13585) for the
+clipped importance-weight surrogate.
+
+* ``importance_sampling_level: sequence`` (GSPO): one ratio per completion, the geometric mean of its tokens' ratios,
+  ``s_i = exp(mean_t(log π_θ - log π_old))``, clipped as a whole; GSPO's paper clips it at ``epsilon`` 3e-4 /
+  ``epsilon_high`` 4e-4 (TRL's GSPO recipe). Only with ``loss_type: grpo``: a token-summed loss weighs each
+  completion's one ratio by its length (TRL PR #6042 warns of it; here it is refused).
+* ``loss_type: cispo``: ``-sg(min(r, 1 + epsilon_high)) · A · log π_θ`` per token, normalised like ``dapo`` (every
+  token of the step weighs the same). The weight is clipped, not the gradient: a token PPO's clip would silence
+  still trains, its step bounded. TRL caps ``r`` at ``epsilon_high`` itself; here the cap is ``1 + epsilon_high``,
+  as every other clip in rlkit, so TRL's ``epsilon_high=5.0`` is ``epsilon_high: 4.0`` here.
+* ``kl_estimator``: Schulman's estimators of ``KL(π_θ || π_ref)`` per token with ``d = log π_θ - log π_ref``:
+  ``k1 = d`` (veRL ``kl``, unbiased, can be negative), ``k2 = d² / 2`` (veRL ``mse``), ``k3 = exp(-d) + d - 1``
+  (veRL ``low_var_kl``, TRL's and DeepSeekMath's; the default).
 """
 
 from __future__ import annotations
@@ -16,7 +30,10 @@ from rlkit.plugin import CompletionLossInputs, hookimpl
 if TYPE_CHECKING:
     import torch
 
-LossType = Literal["grpo", "dr_grpo", "dapo", "bnpo"]
+LossType = Literal["grpo", "dr_grpo", "dapo", "bnpo", "cispo"]
+ImportanceSamplingLevel = Literal["token", "sequence"]
+KlEstimator = Literal["k1", "k2", "k3"]
+LOSS_TYPES = ("grpo", "dr_grpo", "dapo", "bnpo", "cispo")
 
 
 def k3_kl(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
@@ -25,6 +42,18 @@ def k3_kl(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
     import torch
     diff = ref_logp - logp
     return torch.exp(diff) - diff - 1
+
+
+def kl_estimate(logp: torch.Tensor, ref_logp: torch.Tensor, estimator: KlEstimator = "k3") -> torch.Tensor:
+    """Per-token estimate of KL(π_θ || π_ref) by ``estimator`` (see the module docstring)."""
+    if estimator == "k3":
+        return k3_kl(logp, ref_logp)
+    d = logp - ref_logp
+    if estimator == "k1":
+        return d
+    if estimator == "k2":
+        return 0.5 * d * d
+    raise ValueError(f"kl_estimator must be k1, k2 or k3, got {estimator!r}")
 
 
 def _masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -47,6 +76,8 @@ def policy_gradient_loss(
     num_sequences: int | None = None,
     num_tokens: float | None = None,
     sampling_weights: torch.Tensor | None = None,
+    importance_sampling_level: ImportanceSamplingLevel = "token",
+    kl_estimator: KlEstimator = "k3",
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Clipped-surrogate GRPO loss over ``[N, T]`` token log-probs; returns ``(loss, detached metrics)``.
 
@@ -59,8 +90,10 @@ def policy_gradient_loss(
         raise ValueError("beta > 0 needs ref_logp (the reference model's token log-probs)")
     if loss_type == "dr_grpo" and max_completion_length is None:
         raise ValueError("loss_type 'dr_grpo' needs max_completion_length")
-    if loss_type not in ("grpo", "dr_grpo", "dapo", "bnpo"):
-        raise ValueError(f"loss_type must be grpo, dr_grpo, dapo or bnpo, got {loss_type!r}")
+    if loss_type not in LOSS_TYPES:
+        raise ValueError(f"loss_type must be one of {', '.join(LOSS_TYPES)}, got {loss_type!r}")
+    if importance_sampling_level not in ("token", "sequence"):
+        raise ValueError(f"importance_sampling_level must be token or sequence, got {importance_sampling_level!r}")
     eps_low = epsilon
     # DAPO arXiv 2503.14476 §3.1 "clip-higher": a separate upper bound; TRL defaults epsilon_high to epsilon.
     eps_high = epsilon if epsilon_high is None else epsilon_high
@@ -77,15 +110,25 @@ def policy_gradient_loss(
 
     # TRL _compute_loss: coef_1 = exp(logp - old), coef_2 = clamp(coef_1, 1 - eps_low, 1 + eps_high),
     # per_token_loss = -min(coef_1 * A, coef_2 * A) (PPO surrogate as used by GRPO, arXiv 2402.03300 eq. 3).
-    ratio = torch.exp(logp - old_logp)
-    clipped = torch.clamp(ratio, 1 - eps_low, 1 + eps_high)
-    per_token_loss = -torch.min(ratio * adv, clipped * adv)
+    log_ratio = logp - old_logp
+    if importance_sampling_level == "sequence":
+        # GSPO arXiv 2507.18071 eq. (7): s_i = (π_θ(y_i|x) / π_old(y_i|x))^(1/|y_i|), one ratio [N, 1] per completion
+        log_ratio = ((log_ratio * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)).unsqueeze(-1)
+    ratio = torch.exp(log_ratio)
+    if loss_type == "cispo":
+        # CISPO arXiv 2506.13585 eq. (4): the importance weight clipped and detached, the gradient through log π_θ
+        weight = torch.clamp(ratio, max=1 + eps_high).detach()
+        per_token_loss = -weight * adv * logp
+    else:
+        clipped = torch.clamp(ratio, 1 - eps_low, 1 + eps_high)
+        per_token_loss = -torch.min(ratio * adv, clipped * adv)
+    per_token_loss = per_token_loss.expand_as(logp) if per_token_loss.shape != logp.shape else per_token_loss
     if sampling_weights is not None:
         # TRL: the engine's importance-sampling weight multiplies the surrogate, before the KL term is added
         per_token_loss = per_token_loss * torch.where(keep, sampling_weights.detach().to(logp.dtype), 0.0)
     kl = None
     if beta > 0 and ref_logp is not None:
-        kl = k3_kl(logp, torch.where(keep, ref_logp.detach(), 0.0))
+        kl = kl_estimate(logp, torch.where(keep, ref_logp.detach(), 0.0), kl_estimator)
         per_token_loss = per_token_loss + beta * kl
     per_token_loss = per_token_loss * mask
 
@@ -100,19 +143,23 @@ def policy_gradient_loss(
         loss = per_token_loss.sum() / (n_seq * max_completion_length)
     else:
         # bnpo, and DAPO's token-level loss (arXiv 2503.14476 §3.3): every token in the batch weighs the
-        # same. TRL's dapo divides by the token count of the whole accumulated batch, as num_tokens does here.
+        # same. TRL's dapo divides by the token count of the whole accumulated batch, as num_tokens does here;
+        # TRL normalises cispo the same way.
         loss = per_token_loss.sum() / n_tok.clamp(min=1.0)
 
     with torch.no_grad():
         # TRL clip metrics: a token counts as clipped only where the clamp actually removed its gradient.
-        low = ((ratio < 1 - eps_low) & (adv < 0)).to(logp.dtype)
-        high = ((ratio > 1 + eps_high) & (adv > 0)).to(logp.dtype)
+        if loss_type == "cispo":  # the weight is capped above, whatever the advantage's sign
+            low, high = torch.zeros_like(logp), (ratio > 1 + eps_high).expand_as(logp).to(logp.dtype)
+        else:
+            low = ((ratio < 1 - eps_low) & (adv < 0)).expand_as(logp).to(logp.dtype)
+            high = ((ratio > 1 + eps_high) & (adv > 0)).expand_as(logp).to(logp.dtype)
         metrics = {
             "kl": _masked_mean(kl, mask) if kl is not None else logp.new_zeros(()),
             "clip_ratio/low": _masked_mean(low, mask),
             "clip_ratio/high": _masked_mean(high, mask),
             "clip_ratio": _masked_mean(torch.maximum(low, high), mask),
-            "ratio_mean": _masked_mean(ratio, mask),
+            "ratio_mean": _masked_mean(ratio.expand_as(logp), mask),
         }
     return loss, {k: v.detach() for k, v in metrics.items()}
 
@@ -129,7 +176,16 @@ class PolicyGradientObjective:
         epsilon_high: float | None = None
         num_iterations: int = pydantic.Field(default=1, ge=1)
         loss_type: LossType = "grpo"
+        importance_sampling_level: ImportanceSamplingLevel = "token"
+        kl_estimator: KlEstimator = "k3"
         mask_truncated_completions: bool = False
+
+        @pydantic.model_validator(mode="after")
+        def _sound(self) -> PolicyGradientObjective.Params:
+            if self.importance_sampling_level == "sequence" and self.loss_type != "grpo":
+                raise ValueError(f"importance_sampling_level: sequence (GSPO) needs loss_type: grpo; {self.loss_type} "
+                                 "sums tokens, which weighs each completion's one ratio by its length (TRL PR #6042)")
+            return self
 
     def __init__(self, params: Params) -> None:
         self.params = params
@@ -153,7 +209,8 @@ class PolicyGradientObjective:
             inputs.logp, inputs.old_logp, inputs.ref_logp, inputs.advantages, inputs.mask,
             beta=p.beta if inputs.ref_logp is not None else 0.0, epsilon=p.epsilon, epsilon_high=p.epsilon_high,
             loss_type=p.loss_type, max_completion_length=inputs.max_completion_length,
-            num_sequences=inputs.num_sequences, num_tokens=inputs.num_tokens, sampling_weights=inputs.sampling_weights)
+            num_sequences=inputs.num_sequences, num_tokens=inputs.num_tokens, sampling_weights=inputs.sampling_weights,
+            importance_sampling_level=p.importance_sampling_level, kl_estimator=p.kl_estimator)
 
 
 @hookimpl
