@@ -44,6 +44,18 @@ class TestObjectives(ObjectiveContract):
         return _build("objective", request.param)
 
 
+class TestPolicyGradientOptions(ObjectiveContract):
+    """GSPO, CISPO and the k2 KL estimator meet the contract as the default objective does. (k1 cannot: as a loss,
+    ``β·(log π_θ - log π_ref)`` has gradient β on every token even at the reference, zero only in expectation over
+    samples; tests/plugins/test_losses.py pins that down.)"""
+
+    @pytest.fixture(params=[{"importance_sampling_level": "sequence", "epsilon": 3e-4, "epsilon_high": 4e-4},
+                            {"loss_type": "cispo", "epsilon_high": 4.0},
+                            {"kl_estimator": "k2", "num_iterations": 2}], ids=["gspo", "cispo", "k2"])
+    def objective(self, request):
+        return _REGISTRY.create("objective", "policy_gradient", request.param)
+
+
 class TestObjectivesWithoutReference(ObjectiveContract):
     @pytest.fixture(params=[("policy_gradient", {"beta": 0.0, "num_iterations": 2}),
                             ("group_dpo", {"loss_type": "simpo", "sft_weight": 0.0})], ids=["pg-beta0", "simpo"])

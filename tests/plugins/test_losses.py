@@ -414,3 +414,19 @@ def test_any_micro_batching_gives_the_loss_and_gradient_of_one_pass(seed, n, t, 
         total = total + part.detach()
     assert torch.allclose(total, whole.detach(), atol=1e-5)
     assert torch.allclose(split_logp.grad, whole_logp.grad, atol=1e-6)
+
+
+def test_k1_in_the_loss_pushes_on_every_sampled_token_even_at_the_reference():
+    """k1's value is 0 at the reference but its gradient is β per token (the score function, zero only in
+    expectation over samples): what veRL's ``kl_loss_type: kl`` does, and why k3 is the default."""
+    logp = torch.log(torch.tensor([[0.3, 0.6]])).requires_grad_(True)
+    loss, metrics = _loss(logp, logp.detach(), torch.tensor([0.0]), ref_logp=logp.detach().clone(), beta=0.1,
+                          kl_estimator="k1", loss_type="dapo")
+    loss.backward()
+    assert metrics["kl"].item() == 0.0 and logp.grad[0].tolist() == pytest.approx([0.05, 0.05])
+    for estimator in ("k2", "k3"):
+        logp.grad = None
+        loss, _ = _loss(logp, logp.detach(), torch.tensor([0.0]), ref_logp=logp.detach().clone(), beta=0.1,
+                        kl_estimator=estimator, loss_type="dapo")
+        loss.backward()
+        assert logp.grad.abs().max().item() == 0.0
