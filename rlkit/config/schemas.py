@@ -357,6 +357,31 @@ class SamplingConfig(_Schema):
         return self
 
 
+class ImportanceCorrectionConfig(_Schema):
+    """The correction for completions an inference engine sampled (a generator that returns engine log-probs, e.g.
+    ``openai_server``), from ``r = exp(log π_old - log π_engine)`` per token (``rlkit.lm.logprobs``). Logged as
+    ``rollout/is_ratio_mean``, ``rollout/is_clipped_frac``, ``rollout/is_masked_frac`` and ``rollout/mismatch_kl``."""
+
+    level: Literal["token", "sequence", "geometric"] = Field(
+        default="token", description="`token`: each token by its own ratio; `sequence`: every token of a completion by "
+                                     "the product of its ratios; `geometric`: by their geometric mean.")
+    mode: Literal["truncate", "mask"] = Field(
+        default="truncate", description="`truncate`: the weight capped at `cap` (TIS); `mask`: weight 0 outside "
+                                        "[`low`, `cap`] (IcePop with `low` > 0; TRL's sequence_mask).")
+    cap: float = _finite(default=2.0, gt=0, description="The highest weight kept (TRL's vllm_importance_sampling_cap, "
+                                                        "2.0; its sequence_mask uses 3).")
+    low: float = _finite(default=0.0, ge=0, description="`mask`: the lowest weight kept (IcePop's lower bound, "
+                                                        "e.g. 0.5); 0: no lower bound.")
+
+    @pydantic.model_validator(mode="after")
+    def _bounds(self) -> ImportanceCorrectionConfig:
+        if self.low >= self.cap:
+            raise ValueError(f"low ({self.low}) must be below cap ({self.cap})")
+        if self.low > 0 and self.mode == "truncate":
+            raise ValueError("low bounds mode: mask; truncate caps from above only (set mode: mask, or low: 0)")
+        return self
+
+
 class RunConfig(_Schema):
     """The top-level keys of ``conf/fit.yaml`` (plugin groups, ``model``, ``data``, ``rubric``, ``trainer`` and
     ``logger`` are checked by their own schemas)."""
@@ -390,11 +415,21 @@ class RunConfig(_Schema):
     heldout_every: int | None = Field(
         default=None, ge=1, description="Steps between held-out evaluations during training (TRL's eval_steps), "
                                         "logged as heldout/<dimension> at their step; null: before and after only.")
+    is_correction: ImportanceCorrectionConfig | None = Field(
+        default_factory=ImportanceCorrectionConfig,
+        description="The correction for completions an inference engine sampled: `level` token | sequence | "
+                    "geometric, `mode` truncate | mask, `cap`, `low`; null: off. Default: TRL's token truncation at "
+                    "2.0.")
     engine_is_cap: float | None = _finite(
-        default=2.0, gt=0, description="Truncated importance sampling for completions an inference engine sampled "
-                                       "(a generator that returns engine log-probs, e.g. openai_server): each token's "
-                                       "loss is weighted by min(exp(old − engine log-prob), cap); null: off. TRL's "
-                                       "vllm_importance_sampling_correction, cap 2.0.")
+        default=None, gt=0, description="Deprecated (removed in the next minor release): is_correction.cap with "
+                                        "level token and mode truncate; null: off.")
+
+    @pydantic.model_validator(mode="after")
+    def _engine_is_cap_alias(self) -> RunConfig:
+        if "engine_is_cap" in self.model_fields_set:
+            self.is_correction = None if self.engine_is_cap is None else \
+                ImportanceCorrectionConfig(cap=self.engine_is_cap)
+        return self
     ckpt_path: str | None = Field(default=None, description="A Lightning checkpoint of a compatible run (same rubric "
                                                             "and model) to resume from.")
     allow_self_judge: bool = Field(
@@ -448,7 +483,9 @@ def register_run_defaults() -> None:
 
     # `rubric.evolve` defaults too, so `rubric.evolve.every=4` overrides a key every rubric preset has (the presets
     # under conf/rubric/ name only their path; the group's YAML merges into this node)
-    node = {**RunConfig().model_dump(mode="json"), "rubric": {"evolve": RubricEvolveConfig().model_dump(mode="json")}}
+    # a deprecated alias stays out, so that the schema sees it set only where a user set it
+    node = {**RunConfig().model_dump(mode="json", exclude={"engine_is_cap"}),
+            "rubric": {"evolve": RubricEvolveConfig().model_dump(mode="json")}}
     ConfigStore.instance().store(name=RUN_DEFAULTS, node=node)
 
 

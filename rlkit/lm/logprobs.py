@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:
     import torch
@@ -21,20 +22,67 @@ def masked_nll(logp: torch.Tensor, mask: torch.Tensor, num_tokens: float) -> tor
     return -torch.where(mask > 0, logp, torch.zeros_like(logp)).sum() / max(num_tokens, 1.0)
 
 
-def truncated_importance_weights(old_logp: torch.Tensor, sampler_logp: torch.Tensor, mask: torch.Tensor,
-                                  cap: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Per-token weights ``min(exp(old_logp - sampler_logp), cap)`` ``[N, C]`` (0 off the mask) that correct a loss
-    for completions an engine sampled with other weights or numerics than the policy's, plus the masked sums of the
-    uncapped ratio and of the capped tokens (for ``rollout/is_ratio_mean`` and ``rollout/is_clipped_frac``)."""
+@dataclass(frozen=True)
+class ImportanceCorrection:
+    """How the loss corrects for completions an inference engine sampled (``is_correction`` in the run config).
+
+    With ``r_t = exp(log π_old - log π_engine)`` per token (π_old: the trainer's policy at sampling time):
+
+    * ``level``: ``token`` weighs each token by its own ``r_t``; ``sequence`` every token of a completion by the
+      product ``Π_t r_t`` (the unbiased sequence ratio, high variance); ``geometric`` by the geometric mean
+      ``exp(mean_t log r_t)`` (length-neutral; SkyRL's recommended first choice).
+    * ``mode``: ``truncate`` caps the weight at ``cap`` (TIS: TRL's ``token_truncate`` / ``sequence_truncate``, cap
+      2.0); ``mask`` keeps the weight inside ``[low, cap]`` and sets it to 0 outside, dropping tokens (or whole
+      completions) whose ratio says the engine sampled them from another distribution (IcePop's two-sided mask with
+      ``low`` > 0; TRL's ``sequence_mask``, its default, with C = 3).
+    """
+
+    level: Literal["token", "sequence", "geometric"] = "token"
+    mode: Literal["truncate", "mask"] = "truncate"
+    cap: float = 2.0
+    low: float = 0.0
+
+
+# exp(±20) bounds a sequence ratio's product, as veRL's rollout correction does: beyond it the weight is 0 or capped
+_MAX_LOG_WEIGHT = 20.0
+
+
+def importance_correction(old_logp: torch.Tensor, sampler_logp: torch.Tensor, mask: torch.Tensor,
+                          correction: ImportanceCorrection) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """Per-token weights ``[N, C]`` (0 off the mask) that correct a loss for completions an engine sampled with other
+    weights or numerics than the policy's, and masked sums over tokens for the step's metrics: ``ratio`` (the
+    uncorrected weight), ``clipped`` (tokens whose weight was capped), ``masked`` (tokens set to 0) and
+    ``mismatch_kl`` (``r - 1 - log r`` per token: the k3 estimate of KL(π_engine || π_old) from the engine's own
+    samples)."""
     # TRL GRPOTrainer (vllm_importance_sampling_correction): ratio = exp(old_per_token_logps -
     # sampling_per_token_logps), clamped at vllm_importance_sampling_cap (2.0), multiplied into the per-token loss.
     import torch
     keep = mask > 0
-    ratio = torch.exp(torch.where(keep, old_logp - sampler_logp, torch.zeros_like(old_logp)))
-    weights = torch.where(keep, ratio.clamp(max=cap), torch.zeros_like(ratio))
-    ratio_sum = torch.where(keep, ratio, torch.zeros_like(ratio)).sum()
-    clipped = (keep & (ratio > cap)).sum().to(ratio.dtype)
-    return weights, ratio_sum, clipped
+    zero = torch.zeros_like(old_logp)
+    log_r = torch.where(keep, old_logp - sampler_logp, zero)
+    if correction.level == "token":
+        log_w = log_r
+    elif correction.level == "sequence":
+        log_w = log_r.sum(-1, keepdim=True)
+    elif correction.level == "geometric":
+        log_w = log_r.sum(-1, keepdim=True) / keep.sum(-1, keepdim=True).clamp(min=1)
+    else:
+        raise ValueError(f"level must be token, sequence or geometric, got {correction.level!r}")
+    ratio = torch.exp(log_w.clamp(-_MAX_LOG_WEIGHT, _MAX_LOG_WEIGHT)).expand_as(old_logp)
+    if correction.mode == "truncate":
+        out = ratio > correction.cap
+        weights = ratio.clamp(max=correction.cap)
+    elif correction.mode == "mask":
+        out = (ratio < correction.low) | (ratio > correction.cap)
+        weights = torch.where(out, zero, ratio)
+    else:
+        raise ValueError(f"mode must be truncate or mask, got {correction.mode!r}")
+    token_r = torch.exp(log_r)
+    sums = {"ratio": torch.where(keep, ratio, zero).sum(),
+            "clipped": (keep & out).sum().to(ratio.dtype) if correction.mode == "truncate" else zero.sum(),
+            "masked": (keep & out).sum().to(ratio.dtype) if correction.mode == "mask" else zero.sum(),
+            "mismatch_kl": torch.where(keep, token_r - 1 - log_r, zero).sum()}
+    return torch.where(keep, weights, zero), sums
 
 
 def selective_log_softmax(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:

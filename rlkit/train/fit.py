@@ -14,6 +14,7 @@ from omegaconf import OmegaConf
 from rlkit.config import ValidatedConfig
 from rlkit.core.errors import ConfigError, RlkitError
 from rlkit.judging.spend import judge_spend, spend_line
+from rlkit.lm.logprobs import ImportanceCorrection
 from rlkit.reward.debias import LengthFormatDebias
 from rlkit.runs.history import METRICS_FILE, MetricsHistory
 from rlkit.runs.lightning import StreamingCheckpointIO, quiet_lightning
@@ -30,7 +31,8 @@ def settings_from(validated: ValidatedConfig) -> TrainingSettings:
         num_generations=run.num_generations, max_completion_length=run.max_completion_length,
         temperature=run.temperature, lr=optim.lr, weight_decay=optim.weight_decay, warmup_steps=optim.warmup_steps,
         gradient_clip_val=optim.gradient_clip_val, gradient_accumulation_steps=optim.gradient_accumulation_steps,
-        length_buckets=optim.length_buckets, seed=run.seed, engine_is_cap=run.engine_is_cap,
+        length_buckets=optim.length_buckets, seed=run.seed,
+        is_correction=None if run.is_correction is None else ImportanceCorrection(**run.is_correction.model_dump()),
         sampling=SamplingSettings(**run.sampling.model_dump()),
     )
 

@@ -19,6 +19,7 @@ from rlkit.core.stats import nan_mean_std
 from rlkit.core.types import RewardBatch, Rollout
 from rlkit.judging.members import last_reasons
 from rlkit.judging.spend import StepSpend
+from rlkit.lm.logprobs import ImportanceCorrection
 from rlkit.lm.model_config import model_fingerprint
 from rlkit.lm.models import make_adamw
 from rlkit.lm.reference import ReferencePolicy
@@ -93,7 +94,8 @@ class TrainingSettings:
     gradient_accumulation_steps: int = 1
     length_buckets: int = 1  # policy-gradient passes over rows grouped by completion length
     seed: int = 0  # the run seed; with the step and a prompt's batch position it seeds that prompt's sampling
-    engine_is_cap: float | None = 2.0  # truncated importance sampling against an engine's log-probs; None: off
+    # the correction against an engine's log-probs (rlkit.lm.logprobs.ImportanceCorrection); None: off
+    is_correction: ImportanceCorrection | None = field(default_factory=ImportanceCorrection)
     sampling: SamplingSettings = field(default_factory=SamplingSettings)  # dynamic sampling, cut completions' reward
 
 

@@ -22,7 +22,7 @@ import torch
 from rlkit.core.objective import CompletionLossInputs, PairLossInputs, PairTargets
 from rlkit.core.timeline import span
 from rlkit.core.types import PreferencePairs
-from rlkit.lm.logprobs import sequence_logp_sums, truncated_importance_weights
+from rlkit.lm.logprobs import importance_correction, sequence_logp_sums
 from rlkit.lm.sampling import (
     SampledBatch,
     length_buckets,
@@ -88,7 +88,7 @@ def completion_update(module: Any, objective: Any, sampled: SampledBatch, advant
     # Completions an engine sampled are corrected towards the policy that trains on them, which needs the policy's
     # own log-probs at sampling time. With one inner iteration those are the training pass's own (the weights have
     # not moved yet), read from it detached, so no old-policy pass is made; with more, the pass is needed anyway.
-    engine = sampled.engine_logprobs if s.engine_is_cap is not None else None
+    engine = sampled.engine_logprobs if s.is_correction is not None else None
     # A reference scored elsewhere (model.reference=engine) is asked now and read after the policy's first pass,
     # which it overlaps.
     request = getattr(module.reference, "request", None)
@@ -103,10 +103,9 @@ def completion_update(module: Any, objective: Any, sampled: SampledBatch, advant
     t_logprob = time.perf_counter()
     num_tokens = float(spread.sum(mask.sum(), device))
     num_sequences = len(advantages) * spread.world_size
-    sampling_weights, ratio_sum, clipped = None, torch.zeros((), device=device), torch.zeros((), device=device)
+    sampling_weights, correction_sums = None, {}
     if engine is not None and old_logp is not None:
-        sampling_weights, ratio_sum, clipped = truncated_importance_weights(old_logp, engine.to(old_logp), mask,
-                                                                            s.engine_is_cap)
+        sampling_weights, correction_sums = importance_correction(old_logp, engine.to(old_logp), mask, s.is_correction)
     # `entropy`: the policy's mean per-token entropy over the step's completion tokens (masked as the loss is), from
     # the first iteration's logits (the policy that sampled), so it costs no pass of its own.
     entropy_sum = torch.zeros((), device=device)
@@ -126,9 +125,9 @@ def completion_update(module: Any, objective: Any, sampled: SampledBatch, advant
                     ref_logp, ref_pending = ref_pending.result().to(device), None
             weights = None if sampling_weights is None else sampling_weights[rows]
             if engine is not None and old_logp is None:  # one iteration: the lag correction reads this pass
-                weights, chunk_ratio, chunk_clipped = truncated_importance_weights(
-                    logp.detach(), engine[rows].to(logp), mask[rows], s.engine_is_cap)
-                ratio_sum, clipped = ratio_sum + chunk_ratio, clipped + chunk_clipped
+                weights, chunk_sums = importance_correction(logp.detach(), engine[rows].to(logp), mask[rows],
+                                                            s.is_correction)
+                correction_sums = {k: correction_sums.get(k, 0.0) + v for k, v in chunk_sums.items()}
             with span("trainer", "policy backward"):
                 part, part_metrics = objective.loss(CompletionLossInputs(
                     logp=logp, old_logp=logp.detach() if old_logp is None else old_logp[rows],
@@ -146,8 +145,11 @@ def completion_update(module: Any, objective: Any, sampled: SampledBatch, advant
     loss_value = summed.pop("loss")
     summed["grad_norm"] = grad_norm  # the same on every process once DDP has averaged the gradients
     if engine is not None:
-        summed["rollout/is_ratio_mean"] = float(spread.sum(ratio_sum, device)) / max(num_tokens, 1.0)
-        summed["rollout/is_clipped_frac"] = float(spread.sum(clipped, device)) / max(num_tokens, 1.0)
+        for key, name in (("ratio", "is_ratio_mean"), ("clipped", "is_clipped_frac"), ("masked", "is_masked_frac"),
+                          ("mismatch_kl", "mismatch_kl")):
+            total = correction_sums.get(key, torch.zeros((), device=device))
+            summed[f"rollout/{name}"] = float(spread.sum(torch.as_tensor(total, device=device), device)) / \
+                max(num_tokens, 1.0)
     return torch.as_tensor(loss_value), summed, t_logprob
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 import shutil
 from pathlib import Path
 
@@ -221,12 +222,38 @@ def test_adamw_is_fused_unless_a_mixed_precision_run_clips_gradients():
                           weight_decay=0.0).defaults["fused"]
 
 
-def test_truncated_importance_weights_by_hand():
-    from rlkit.lm.logprobs import truncated_importance_weights
+# Two completions: token ratios r = π_old / π_engine of (2, 1) and (0.25, 4, 1), one padding position each (ratio 9
+# there, never read). Sequence products 2 and 1; geometric means sqrt(2) and 1.
+_OLD = torch.log(torch.tensor([[0.5, 0.5, 0.9, 0.9], [0.1, 0.8, 0.5, 0.9]]))
+_ENGINE = torch.log(torch.tensor([[0.25, 0.5, 0.1, 0.1], [0.4, 0.2, 0.5, 0.1]]))
+_MASK = torch.tensor([[1.0, 1.0, 0.0, 0.0], [1.0, 1.0, 1.0, 0.0]])
+_S2 = 2 ** 0.5
 
-    old = torch.log(torch.tensor([[0.5, 0.5, 0.9]]))
-    engine = torch.log(torch.tensor([[0.25, 0.5, 0.1]]))  # ratios 2, 1 and (padding) 9
-    mask = torch.tensor([[1.0, 1.0, 0.0]])
-    weights, ratio_sum, clipped = truncated_importance_weights(old, engine, mask, cap=1.5)
-    assert torch.allclose(weights, torch.tensor([[1.5, 1.0, 0.0]]))
-    assert float(ratio_sum) == pytest.approx(3.0) and float(clipped) == 1.0
+
+@pytest.mark.parametrize(("level", "mode", "cap", "low", "weights", "clipped", "masked"), [
+    ("token", "truncate", 1.5, 0.0, [[1.5, 1.0, 0, 0], [0.25, 1.5, 1.0, 0]], 2, 0),
+    ("token", "mask", 3.0, 0.5, [[2.0, 1.0, 0, 0], [0.0, 0.0, 1.0, 0]], 0, 2),      # IcePop: 0.25 and 4 out
+    ("sequence", "truncate", 1.5, 0.0, [[1.5, 1.5, 0, 0], [1.0, 1.0, 1.0, 0]], 2, 0),
+    ("sequence", "mask", 1.5, 0.0, [[0.0, 0.0, 0, 0], [1.0, 1.0, 1.0, 0]], 0, 2),   # the whole first completion
+    ("geometric", "truncate", 1.2, 0.0, [[1.2, 1.2, 0, 0], [1.0, 1.0, 1.0, 0]], 2, 0),
+    ("geometric", "mask", 3.0, 1.2, [[_S2, _S2, 0, 0], [0.0, 0.0, 0.0, 0]], 0, 3),
+])
+def test_importance_correction_each_level_and_mode_by_hand(level, mode, cap, low, weights, clipped, masked):
+    from rlkit.lm.logprobs import ImportanceCorrection, importance_correction
+
+    got, sums = importance_correction(_OLD, _ENGINE, _MASK, ImportanceCorrection(level, mode, cap, low))
+    assert torch.allclose(got, torch.tensor(weights, dtype=torch.float32), atol=1e-6)
+    assert float(sums["clipped"]) == clipped and float(sums["masked"]) == masked
+    uncorrected = {"token": 2 + 1 + 0.25 + 4 + 1, "sequence": 2 * 2 + 3 * 1, "geometric": 2 * _S2 + 3 * 1}[level]
+    assert float(sums["ratio"]) == pytest.approx(uncorrected, rel=1e-5)
+    # KL(engine || old) from the engine's samples, k3 per token: r - 1 - log r (0 where the two agree)
+    k3 = sum(r - 1 - math.log(r) for r in (2, 1, 0.25, 4, 1))
+    assert float(sums["mismatch_kl"]) == pytest.approx(k3, rel=1e-5)
+
+
+def test_a_sequence_ratio_past_exp_20_is_bounded_not_infinite():
+    from rlkit.lm.logprobs import ImportanceCorrection, importance_correction
+
+    old, engine = torch.zeros(1, 30), torch.full((1, 30), -1.0)  # product e^30
+    weights, sums = importance_correction(old, engine, torch.ones(1, 30), ImportanceCorrection("sequence", "mask"))
+    assert torch.isfinite(sums["ratio"]) and weights.abs().sum() == 0 and float(sums["masked"]) == 30

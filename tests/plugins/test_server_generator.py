@@ -502,18 +502,29 @@ def test_reference_engine_needs_a_generator_that_scores_and_the_served_name():
 
 
 @pytest.mark.slow
-def test_a_frozen_sampler_lags_and_is_corrected(tmp_path):
+@pytest.mark.parametrize("correction", [["is_correction.cap=1.5"],
+                                        ["is_correction.level=geometric", "is_correction.mode=mask",
+                                         "is_correction.low=0.999", "is_correction.cap=1.001"]],
+                         ids=["token-truncate", "geometric-mask"])
+def test_a_frozen_sampler_lags_and_is_corrected(tmp_path, correction):
     with OpenAICompatibleServer() as live:
         assert main(["fit", "generator=openai_server", f"generator.params.base_url={live.url}",
                      "generator.params.sync=none", "model=tiny_random", "trainer.max_steps=3", "batch_size=2",
-                     "num_generations=2",
-                     "optim.lr=0.05", "engine_is_cap=1.5", "logger=none", f"hydra.run.dir={tmp_path / 'run'}"]) == 0
+                     "num_generations=2", "optim.lr=0.05", *correction, "logger=none",
+                     f"hydra.run.dir={tmp_path / 'run'}"]) == 0
     rows = [json.loads(line)["metrics"] for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     steps = [r for r in rows if "rollout/policy_lag" in r]
     assert [r["rollout/policy_lag"] for r in steps] == [0.0, 1.0, 2.0]
     assert {r["rollout/policy_version"] for r in steps} == {0.0}
     assert steps[0]["rollout/is_ratio_mean"] == pytest.approx(1.0, abs=1e-3)
+    assert steps[0]["rollout/mismatch_kl"] == pytest.approx(0.0, abs=1e-4), "the sampler is the policy at step 0"
     assert abs(steps[-1]["rollout/is_ratio_mean"] - 1) > 1e-3, "the policy moved away from the frozen sampler"
+    assert steps[-1]["rollout/mismatch_kl"] > steps[0]["rollout/mismatch_kl"]
+    if "is_correction.mode=mask" in correction:  # a band of ±0.1% around 1: the moved policy's completions fall out
+        assert steps[0]["rollout/is_masked_frac"] == 0.0 and steps[-1]["rollout/is_masked_frac"] > 0
+        assert all(r["rollout/is_clipped_frac"] == 0 for r in steps)
+    else:
+        assert all(r["rollout/is_masked_frac"] == 0 for r in steps)
 
 
 @pytest.mark.slow
