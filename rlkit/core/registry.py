@@ -44,31 +44,41 @@ class PluginKind:
     label: str
     selected_by: str | None = None  # a kind chosen inside another plugin's params, not by a config group
     many: bool = False  # the group selects a list of plugins, each under ``<group>.<name>`` (monitors)
+    # what every plugin of the kind must have (its hookspec's contract): checked when one is built, so a plugin
+    # missing one fails `rlkit validate` with one line instead of the run failing at the step that reads it
+    declares: tuple[str, ...] = ()
 
 
 KINDS: tuple[PluginKind, ...] = (
-    PluginKind("judge", "rlkit_register_judges", "judge", "judges"),
-    PluginKind("aggregator", "rlkit_register_aggregators", "aggregator", "aggregators"),
+    PluginKind("judge", "rlkit_register_judges", "judge", "judges", declares=("score",)),
+    PluginKind("aggregator", "rlkit_register_aggregators", "aggregator", "aggregators", declares=("aggregate",)),
     PluginKind(
-        "advantage_estimator", "rlkit_register_advantage_estimators", "advantage", "advantage estimators"
+        "advantage_estimator", "rlkit_register_advantage_estimators", "advantage", "advantage estimators",
+        declares=("advantages",),
     ),
     PluginKind(
         "preference_constructor",
         "rlkit_register_preference_constructors",
         "preference",
         "preference constructors",
+        declares=("pairs",),
     ),
-    PluginKind("weight_scheduler", "rlkit_register_weight_schedulers", "weights", "weight schedulers"),
-    PluginKind("objective", "rlkit_register_objectives", "objective", "objectives"),
-    PluginKind("generator", "rlkit_register_generators", "generator", "generators"),
+    PluginKind("weight_scheduler", "rlkit_register_weight_schedulers", "weights", "weight schedulers",
+               declares=("weights",)),
+    PluginKind("objective", "rlkit_register_objectives", "objective", "objectives",
+               declares=("signal", "num_iterations", "needs_old_logprobs", "reference_use",
+                         "mask_truncated_completions", "loss")),
+    PluginKind("generator", "rlkit_register_generators", "generator", "generators", declares=("generate",)),
     PluginKind("prompt_sampler", "rlkit_register_prompt_samplers", "sampler", "prompt samplers"),
-    PluginKind("environment", "rlkit_register_environments", "environment", "environments"),
+    PluginKind("environment", "rlkit_register_environments", "environment", "environments",
+               declares=("max_turns", "reset", "step")),
     PluginKind("judge_backend", "rlkit_register_judge_backends", "judge_backend", "judge backends",
-               selected_by="judge.params.backend"),
-    PluginKind("monitor", "rlkit_register_monitors", "monitors", "monitors", many=True),
+               selected_by="judge.params.backend", declares=("identity", "complete", "close")),
+    PluginKind("monitor", "rlkit_register_monitors", "monitors", "monitors", many=True,
+               declares=("observe", "alerts", "summary")),
     # not a config group: `rlkit rubric audit` runs every probe unless audit.probes names some
     PluginKind("audit_probe", "rlkit_register_audit_probes", "audit_probe", "audit probes",
-               selected_by="audit.probes"),
+               selected_by="audit.probes", declares=("game",)),
 )
 KINDS_BY_KEY = {k.key: k for k in KINDS}
 KINDS_BY_GROUP = {k.group: k for k in KINDS}
@@ -195,12 +205,35 @@ class Registry:
         entry = self.get(kind, name)
         bound = self.bind(entry, params or {}, where or f"{KINDS_BY_KEY[kind].group}.params")
         self._build_members(bound)
-        return entry.factory(bound)
+        return check_declarations(entry, entry.factory(bound))
 
     def _build_members(self, bound: Any) -> None:
         for _, ref in iter_refs(bound):
             self._build_members(ref.bound)
-            ref.plugin = self.get(ref.kind, ref.name).factory(ref.bound)
+            entry = self.get(ref.kind, ref.name)
+            ref.plugin = check_declarations(entry, entry.factory(ref.bound))
+
+
+_SIGNALS = ("advantages", "pairs", "demonstrations")
+
+
+def check_declarations(entry: PluginEntry, plugin: Any) -> Any:
+    """``plugin`` when it has everything its kind's contract asks for (``PluginKind.declares``; an objective's
+    ``signal`` one of :data:`_SIGNALS`, and ``pair_targets`` for ``pairs``), else a ``PluginError`` naming it."""
+    kind = KINDS_BY_KEY[entry.kind]
+    label = f"{entry.kind.replace('_', ' ')} {entry.name!r} (from {entry.provider})"
+    where = f"the {kind.hook} contract: docs/plugin-api.md"
+    missing = [name for name in kind.declares if not hasattr(plugin, name)]
+    if entry.kind == "objective" and not missing:
+        signal = plugin.signal
+        if signal not in _SIGNALS:
+            raise PluginError(f"{label} declares signal {signal!r}; it must be one of {', '.join(_SIGNALS)}", where)
+        if signal == "pairs" and not hasattr(plugin, "pair_targets"):
+            missing.append("pair_targets")
+    if missing:
+        raise PluginError(f"{label} does not declare {', '.join(missing)}, which every {kind.label[:-1]} must "
+                          "have", where)
+    return plugin
 
 
 def _within(where: str, path: str) -> str:
