@@ -148,6 +148,7 @@ ADV = torch.tensor([1.0, -2.0])
     ("bnpo", (-3 + 2) / 4),          # all tokens / 4 tokens = -0.25
     ("dapo", (-3 + 2) / 4),
     ("dr_grpo", (-3 + 2) / (2 * 4)),  # / (N * max_completion_length) = -0.125
+    ("token_sum", -3 + 2),            # no normaliser
 ])
 def test_loss_type_normalisation(loss_type, expected):
     logp = torch.zeros(2, 3)
@@ -264,7 +265,7 @@ def test_mask_after_eos_and_truncated_rows():
     assert torch.equal(truncated_rows(ids, eos), torch.tensor([False, True, False, False]))
 
 
-@pytest.mark.parametrize("loss_type", ["grpo", "dr_grpo", "dapo", "bnpo", "cispo"])
+@pytest.mark.parametrize("loss_type", ["grpo", "dr_grpo", "dapo", "bnpo", "cispo", "token_sum"])
 def test_micro_batch_losses_sum_to_the_whole_rollout(loss_type):
     torch.manual_seed(0)
     n, t = 6, 5
@@ -390,7 +391,7 @@ def _inputs(seed: int, n: int, t: int):
 
 @settings(max_examples=40, deadline=None)
 @given(seed=st.integers(0, 10_000), n=st.integers(1, 7), t=st.integers(1, 6), cuts=st.lists(st.integers(1, 6),
-       max_size=3), loss_type=st.sampled_from(["grpo", "dr_grpo", "dapo", "bnpo", "cispo"]),
+       max_size=3), loss_type=st.sampled_from(["grpo", "dr_grpo", "dapo", "bnpo", "cispo", "token_sum"]),
        level=st.sampled_from(["token", "sequence"]), estimator=st.sampled_from(["k1", "k2", "k3"]))
 def test_any_micro_batching_gives_the_loss_and_gradient_of_one_pass(seed, n, t, cuts, loss_type, level, estimator):
     """Split the rollout's rows anywhere (gradient accumulation over micro-batches): with the step's num_sequences

@@ -30,10 +30,10 @@ from rlkit.plugin import CompletionLossInputs, hookimpl
 if TYPE_CHECKING:
     import torch
 
-LossType = Literal["grpo", "dr_grpo", "dapo", "bnpo", "cispo"]
+LossType = Literal["grpo", "dr_grpo", "dapo", "bnpo", "cispo", "token_sum"]
 ImportanceSamplingLevel = Literal["token", "sequence"]
 KlEstimator = Literal["k1", "k2", "k3"]
-LOSS_TYPES = ("grpo", "dr_grpo", "dapo", "bnpo", "cispo")
+LOSS_TYPES = ("grpo", "dr_grpo", "dapo", "bnpo", "cispo", "token_sum")
 
 
 def k3_kl(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
@@ -138,6 +138,10 @@ def policy_gradient_loss(
         # TRL / DeepSeekMath: mean over each sequence's tokens, then over sequences. clamp(min=1) keeps an
         # all-masked row at 0 (it still counts in N, as in TRL).
         loss = (per_token_loss.sum(-1) / mask.sum(-1).clamp(min=1.0)).sum() / n_seq
+    elif loss_type == "token_sum":
+        # veRL's loss_agg_mode token-sum (PR #7197): no normaliser at all, so the gradient's scale grows with the
+        # step's tokens; pair it with a learning rate chosen for that scale
+        loss = per_token_loss.sum()
     elif loss_type == "dr_grpo":
         # Dr. GRPO arXiv 2503.20783: a constant denominator removes the length bias of per-sequence means.
         loss = per_token_loss.sum() / (n_seq * max_completion_length)
