@@ -14,6 +14,9 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import torch
 
+    from rlkit.core.rubric import Rubric
+    from rlkit.core.types import RewardBatch
+
 
 def unique_counts(scores: torch.Tensor, decimals: int = 6) -> torch.Tensor:
     """``[B, D]``: the number of distinct non-NaN values of each dimension within each group."""
@@ -197,3 +200,52 @@ class SignalWatch:
         lines += [f"dimension {name} was scored on no completion in {n} of {self.steps} steps"
                   for name, n in self.unscored_steps.items() if n]
         return lines
+
+
+def reward_step_metrics(batch: RewardBatch, rubric: Rubric, lengths: torch.Tensor,
+                        truncated: torch.Tensor) -> dict[str, float]:
+    """Reward, per-dimension and conflict statistics of one step over the global batch (all floats);
+    ``lengths`` and ``truncated`` are every completion's token count and truncation flag."""
+    import torch
+
+    from rlkit.core.stats import nan_mean_std
+
+    rewards = batch.rewards
+    assert rewards is not None
+    mean, std, _ = nan_mean_std(rewards.reshape(-1), dim=0)
+    _, group_std, group_n = nan_mean_std(rewards, dim=1)
+    conflicts = conflict_rate(batch.scores)
+    scored = rewards[~torch.isnan(rewards)]  # min/max beside mean/std, as the ranking note's first check reads them
+    out = {
+        "reward/mean": float(mean), "reward/std": float(std),
+        "reward/min": float(scored.min()) if scored.numel() else float("nan"),
+        "reward/max": float(scored.max()) if scored.numel() else float("nan"),
+        "frac_zero_std_groups": float(((group_std == 0) | (group_n < 2)).float().mean()),
+        "unscored_completions": float(torch.isnan(rewards).sum()),
+        "dimension_conflict_rate": conflicts,
+        "completion_length": float(lengths.mean()),
+        "frac_truncated": float(truncated.mean()),
+    }
+    unique = unique_counts(batch.scores).float().mean(dim=0)
+    saturated = saturated_groups(batch.scores).float().mean(dim=0)
+    # the multi-reward note's near-saturation, "one differs, the rest identical" (majority share (G-1)/G)
+    near = saturated_groups(batch.scores, one_differs_share(batch.scores.shape[1])).float().mean(dim=0)
+    unscored = unscored_share(batch.raw_scores)
+    for i, name in enumerate(rubric.dimension_names):
+        d_mean, d_std, _ = nan_mean_std(batch.raw_scores[..., i].reshape(-1), dim=0)
+        out[f"rewards/{name}/mean"] = float(d_mean)
+        out[f"rewards/{name}/std"] = float(d_std)
+        out[f"rewards/{name}/unique_per_group"] = float(unique[i])
+        out[f"rewards/{name}/saturated_groups"] = float(saturated[i])
+        out[f"rewards/{name}/near_saturated_groups"] = float(near[i])
+        out[f"rewards/{name}/unscored"] = float(unscored[i])
+        out[f"weights/{name}"] = float(batch.weights[i])
+    steps = batch.extras.get("step_raw_scores")
+    if steps is not None:  # each step-scoped dimension's mean score at each turn
+        for i in rubric.step_dimensions:
+            name = rubric.dimensions[i].name
+            for t in range(steps.shape[2]):
+                column = steps[:, :, t, i]
+                if (~torch.isnan(column)).any():
+                    out[f"steps/{name}/turn_{t + 1}"] = float(nan_mean_std(column.reshape(-1), dim=0)[0])
+    return out

@@ -14,11 +14,13 @@ which on a task where most groups are informative doubles the generations to rep
 A filtering step reads its prompts itself, from its own position in the sampler's order (every sample of each epoch,
 on into the next), so the checkpointed position counts every prompt drawn; the loader still paces the steps.
 
-Everything here is a pure function of tensors; the LightningModule calls them in order.
+Everything here but :func:`informative_rollout` (the loop of rounds, which asks the module to sample and judge) is a
+pure function of tensors; the LightningModule calls them in order.
 """
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -26,6 +28,7 @@ from typing import Any, Literal
 
 import torch
 
+from rlkit.core.errors import ConfigError
 from rlkit.core.stats import nan_mean_std
 from rlkit.lm.sampling import SampledBatch
 
@@ -204,3 +207,46 @@ def sampling_metrics(rounds: list[SamplingRound], wanted: int) -> dict[str, floa
     return {"sampling/groups_dropped": float(total - kept), "sampling/extra_rounds": float(len(rounds) - 1),
             "sampling/extra_prompts": float(total - len(rounds[0].keep)),
             "sampling/informative_frac": min(kept, wanted) / wanted}
+
+
+def informative_rollout(module: Any, step: int, wanted: int) -> tuple[list[dict[str, Any]], SampledBatch, Any,
+                                                                     dict[str, float]]:
+    """Dynamic sampling for ``module`` (the run's ``RubricRLModule``): ``wanted`` prompts read at the sampling
+    position, then more while fewer than ``wanted`` groups are informative and ``max_rounds`` allows. Returns the
+    prompts, completions and judged scores of the informative groups kept, and the ``sampling/`` metrics."""
+    settings, datamodule = module.settings.sampling, getattr(module.trainer, "datamodule", None)
+    if not callable(getattr(datamodule, "read", None)):
+        raise ConfigError("filtering groups needs a data module that reads its order ahead (rlkit's own)",
+                          "sampling.filter")
+    position = module._sampling_position or module._data_position
+    rounds: list[SamplingRound] = []
+    drawn = kept = 0
+    while True:
+        count = wanted if not rounds else extra_round_size(wanted - kept, kept, drawn, wanted)
+        records, position = datamodule.read(*position, count)
+        if not rounds:
+            sampled = module.rollout(records, ahead_from=position)
+        else:  # never requested ahead: which prompts a step adds is known only now
+            request = module.generation_request(records, step=step, first_row=drawn)
+            sampled = module.sample(request)
+        judged = module.judge(records, sampled)
+        # The filter sees rewards from copies of the stateful parts; the kept groups' batch advances them once.
+        batch = module.reward_batch(judged, step, copy.deepcopy(module.parts.scheduler),
+                                  debias=copy.deepcopy(module.parts.debias))
+        trial = batch.rewards
+        if settings.truncated != "keep":
+            trial = module.shaped_rewards(trial, module.spread.gather(sampled.truncated.float(), module.device))
+        weighted = batch.scores[..., batch.weights != 0]  # a dimension of weight 0 moves no advantage
+        rounds.append(SamplingRound(records, sampled, judged,
+                                    informative_groups(trial.cpu(), settings, weighted.cpu())))
+        drawn, kept = drawn + len(records), kept + int(rounds[-1].keep.sum())
+        if kept >= wanted or len(rounds) > settings.max_rounds:
+            break
+    module._sampling_position = position
+    picked = pick_informative(rounds, wanted)
+    tokenizer = module.tokenizer
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    sampled = concat_sampled([select_groups(rounds[i].sampled, groups) for i, groups in picked], pad_id)
+    judged = type(rounds[0].judged).cat([rounds[i].judged.groups(groups) for i, groups in picked])
+    records = [rounds[i].records[int(g)] for i, groups in picked for g in groups]
+    return records, sampled, judged, sampling_metrics(rounds, wanted)

@@ -29,12 +29,8 @@ from rlkit.reward.diagnostics import (
     ConflictWatch,
     RunningMeans,
     SignalWatch,
-    conflict_rate,
     distinct_values_per_group,
-    one_differs_share,
-    saturated_groups,
-    unique_counts,
-    unscored_share,
+    reward_step_metrics,
 )
 from rlkit.reward.pipeline import (
     aggregate_rewards,
@@ -46,18 +42,9 @@ from rlkit.reward.pipeline import (
 from rlkit.reward.steps import score_steps, single_turn_steps, turn_token_counts, with_step_means
 from rlkit.runs.history import MetricsHistory, record_step
 from rlkit.train.callbacks import RolloutSnapshot
+from rlkit.train.checkpoint_state import load_run_state, save_run_state
 from rlkit.train.distributed import Spread
-from rlkit.train.dynamic_sampling import (
-    SamplingRound,
-    SamplingSettings,
-    concat_sampled,
-    extra_round_size,
-    informative_groups,
-    pick_informative,
-    sampling_metrics,
-    select_groups,
-    shape_truncated,
-)
+from rlkit.train.dynamic_sampling import SamplingSettings, informative_rollout, shape_truncated
 from rlkit.train.episodes import EpisodeRunner, episode_means, episode_metrics, token_advantages
 from rlkit.train.lookahead import RolloutQueue
 from rlkit.train.updates import completion_update, local_targets, pair_update
@@ -469,46 +456,8 @@ class RubricRLModule(L.LightningModule):
 
     def informative_rollout(self, step: int, wanted: int) -> tuple[list[dict[str, Any]], SampledBatch, Judged,
                                                                    dict[str, float]]:
-        """Dynamic sampling: ``wanted`` prompts read at the sampling position, then more while fewer than ``wanted``
-        groups are informative and ``max_rounds`` allows (``rlkit.train.dynamic_sampling``). Returns the prompts,
-        completions and judged scores of the informative groups kept, and the ``sampling/`` metrics."""
-        from rlkit.core.errors import ConfigError
-
-        settings, datamodule = self.settings.sampling, getattr(self.trainer, "datamodule", None)
-        if not callable(getattr(datamodule, "read", None)):
-            raise ConfigError("filtering groups needs a data module that reads its order ahead (rlkit's own)",
-                              "sampling.filter")
-        position = self._sampling_position or self._data_position
-        rounds: list[SamplingRound] = []
-        drawn = kept = 0
-        while True:
-            count = wanted if not rounds else extra_round_size(wanted - kept, kept, drawn, wanted)
-            records, position = datamodule.read(*position, count)
-            if not rounds:
-                sampled = self.rollout(records, ahead_from=position)
-            else:  # never requested ahead: which prompts a step adds is known only now
-                request = self.generation_request(records, step=step, first_row=drawn)
-                sampled = self.sample(request)
-            judged = self.judge(records, sampled)
-            # The filter sees rewards from copies of the stateful parts; the kept groups' batch advances them once.
-            batch = self.reward_batch(judged, step, copy.deepcopy(self.parts.scheduler),
-                                      debias=copy.deepcopy(self.parts.debias))
-            trial = batch.rewards
-            if settings.truncated != "keep":
-                trial = self.shaped_rewards(trial, self.spread.gather(sampled.truncated.float(), self.device))
-            weighted = batch.scores[..., batch.weights != 0]  # a dimension of weight 0 moves no advantage
-            rounds.append(SamplingRound(records, sampled, judged,
-                                        informative_groups(trial.cpu(), settings, weighted.cpu())))
-            drawn, kept = drawn + len(records), kept + int(rounds[-1].keep.sum())
-            if kept >= wanted or len(rounds) > settings.max_rounds:
-                break
-        self._sampling_position = position
-        picked = pick_informative(rounds, wanted)
-        pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.tokenizer.eos_token_id
-        sampled = concat_sampled([select_groups(rounds[i].sampled, groups) for i, groups in picked], pad_id)
-        judged = Judged.cat([rounds[i].judged.groups(groups) for i, groups in picked])
-        records = [rounds[i].records[int(g)] for i, groups in picked for g in groups]
-        return records, sampled, judged, sampling_metrics(rounds, wanted)
+        """Dynamic sampling's rollout of this step (:func:`rlkit.train.dynamic_sampling.informative_rollout`)."""
+        return informative_rollout(self, step, wanted)
 
     def shaped_rewards(self, rewards: torch.Tensor, truncated: torch.Tensor) -> torch.Tensor:
         """``sampling.truncated``'s reward for completions cut at the length limit (``truncated``: every row's flag)."""
@@ -577,47 +526,11 @@ class RubricRLModule(L.LightningModule):
         return StepOutcome(loss, metrics, self.spread.local(net), decided, logprob_at)
 
     def step_metrics(self, batch: RewardBatch, lengths: torch.Tensor, truncated: torch.Tensor) -> dict[str, float]:
-        """Reward, per-dimension and conflict statistics of one step over the global batch (all floats);
-        ``lengths`` and ``truncated`` are every completion's token count and truncation flag."""
-        rewards = batch.rewards
-        assert rewards is not None
-        mean, std, _ = nan_mean_std(rewards.reshape(-1), dim=0)
-        _, group_std, group_n = nan_mean_std(rewards, dim=1)
-        conflicts = conflict_rate(batch.scores)
-        scored = rewards[~torch.isnan(rewards)]  # min/max beside mean/std, as the ranking note's first check reads them
-        out = {
-            "reward/mean": float(mean), "reward/std": float(std),
-            "reward/min": float(scored.min()) if scored.numel() else float("nan"),
-            "reward/max": float(scored.max()) if scored.numel() else float("nan"),
-            "frac_zero_std_groups": float(((group_std == 0) | (group_n < 2)).float().mean()),
-            "unscored_completions": float(torch.isnan(rewards).sum()),
-            "dimension_conflict_rate": conflicts,
-            "completion_length": float(lengths.mean()),
-            "frac_truncated": float(truncated.mean()),
-        }
-        unique = unique_counts(batch.scores).float().mean(dim=0)
-        saturated = saturated_groups(batch.scores).float().mean(dim=0)
-        # the multi-reward note's near-saturation, "one differs, the rest identical" (majority share (G-1)/G)
-        near = saturated_groups(batch.scores, one_differs_share(batch.scores.shape[1])).float().mean(dim=0)
-        unscored = unscored_share(batch.raw_scores)
-        for i, name in enumerate(self.rubric.dimension_names):
-            d_mean, d_std, _ = nan_mean_std(batch.raw_scores[..., i].reshape(-1), dim=0)
-            out[f"rewards/{name}/mean"] = float(d_mean)
-            out[f"rewards/{name}/std"] = float(d_std)
-            out[f"rewards/{name}/unique_per_group"] = float(unique[i])
-            out[f"rewards/{name}/saturated_groups"] = float(saturated[i])
-            out[f"rewards/{name}/near_saturated_groups"] = float(near[i])
-            out[f"rewards/{name}/unscored"] = float(unscored[i])
-            out[f"weights/{name}"] = float(batch.weights[i])
-        steps = batch.extras.get("step_raw_scores")
-        if steps is not None:  # each step-scoped dimension's mean score at each turn
-            for i in self.rubric.step_dimensions:
-                name = self.rubric.dimensions[i].name
-                for t in range(steps.shape[2]):
-                    column = steps[:, :, t, i]
-                    if (~torch.isnan(column)).any():
-                        out[f"steps/{name}/turn_{t + 1}"] = float(nan_mean_std(column.reshape(-1), dim=0)[0])
-        if self.conflict_watch.update(conflicts) and self.parts.aggregator_name == "weighted_sum":
+        """:func:`rlkit.reward.diagnostics.reward_step_metrics` of the step, and the conflict warning it may call
+        for."""
+        out = reward_step_metrics(batch, self.rubric, lengths, truncated)
+        if self.conflict_watch.update(out["dimension_conflict_rate"]) and \
+                self.parts.aggregator_name == "weighted_sum":
             rank_zero_warn(
                 f"dimensions order completions oppositely in {self.conflict_watch.mean:.0%} of pairs (mean of "
                 f"the last {self.conflict_watch.window} steps); a weighted sum then trades one for another at "
@@ -674,31 +587,7 @@ class RubricRLModule(L.LightningModule):
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        # Lightning builds the checkpoint on every process and rank 0 writes it: each process's generators
-        # travel in it, so a resumed multi-process run draws what the uninterrupted one would have.
-        rng_by_rank = self.spread.gather_objects(capture_rng_state())
-        checkpoint["rlkit"] = {"rubric": self.judged_rubric.identity(), "model": self.model_fingerprint(),
-                               "weight_scheduler": self.parts.scheduler.state_dict(),
-                               "rng": rng_by_rank[0], "data_position": list(self._data_position)}
-        if self.settings.sampling.filters and self._sampling_position is not None:
-            checkpoint["rlkit"]["sampling_position"] = list(self._sampling_position)
-        objective_state = getattr(self.parts.objective, "state_dict", None)
-        if callable(objective_state):
-            checkpoint["rlkit"]["objective"] = objective_state()
-        if self.parts.debias is not None:
-            checkpoint["rlkit"]["debias"] = self.parts.debias.state_dict()
-        if len(rng_by_rank) > 1:
-            checkpoint["rlkit"]["rng_by_rank"] = rng_by_rank
-        if self.monitors is not None:
-            checkpoint["rlkit"]["monitors"] = self.monitors.state_dict()
-        generator_state = getattr(self.generator, "state_dict", None)
-        if callable(generator_state):
-            checkpoint["rlkit"]["generator"] = generator_state()
-        if self.rollouts.depth:
-            # every process's rollouts requested ahead (sampled by now: the weight sync waited for them), so a
-            # resumed run trains on what the uninterrupted one would have
-            by_rank = self.spread.gather_objects(self.rollouts.state_dict())
-            checkpoint["rlkit"]["rollouts_ahead_by_rank"] = by_rank
+        save_run_state(self, checkpoint)
 
     def model_fingerprint(self) -> dict[str, Any]:
         """What `rlkit validate` compares a resumed run's model with (parameter shapes and LoRA rank)."""
@@ -707,44 +596,4 @@ class RubricRLModule(L.LightningModule):
         return model_fingerprint(self.policy.config, getattr(adapter, "r", 0) or 0)
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        state = checkpoint.get("rlkit", {})
-        saved = state.get("rubric", {}).get("hash")
-        if saved and saved != self.judged_rubric.content_hash:
-            from rlkit.core.errors import ConfigError
-
-            raise ConfigError(f"the checkpoint was trained with rubric {state['rubric']['name']} "
-                              f"v{state['rubric']['version']} (hash {saved[:12]}), this run uses "
-                              f"{self.judged_rubric.name} v{self.judged_rubric.version} "
-                              f"({self.judged_rubric.short_hash})", "ckpt_path")
-        if "weight_scheduler" in state:
-            self.parts.scheduler.load_state_dict(state["weight_scheduler"])
-        if "monitors" in state and self.monitors is not None:
-            self.monitors.load_state_dict(state["monitors"])
-        self._generator_stale = True  # the checkpoint's weights replace the ones the generator was set up on
-        if "generator" in state and callable(getattr(self.generator, "load_state_dict", None)):
-            self.generator.load_state_dict(state["generator"])
-        ahead = state.get("rollouts_ahead_by_rank")
-        if ahead is not None and self.rollouts.depth and len(ahead) == self.spread.world_size:
-            self.rollouts.load_state_dict(ahead[self.spread.rank], lambda: self.device)
-        if "debias" in state and self.parts.debias is not None:
-            try:
-                self.parts.debias.load_state_dict(state["debias"])
-            except ValueError as exc:
-                from rlkit.core.errors import ConfigError
-
-                raise ConfigError(f"{exc}; resume with the same debias.features and debias.dimensions",
-                                  "ckpt_path") from None
-        by_rank, spread = state.get("rng_by_rank"), self.spread
-        own = by_rank[spread.rank] if by_rank is not None and len(by_rank) == spread.world_size else None
-        self._rng_to_restore = own or state.get("rng")
-        # "ordering": what checkpoints before objectives became plugins called group_dpo's state
-        objective_state = state.get("objective", state.get("ordering"))
-        if objective_state is not None and callable(getattr(self.parts.objective, "load_state_dict", None)):
-            self.parts.objective.load_state_dict(objective_state)
-        if "sampling_position" in state:
-            self._sampling_position = tuple(state["sampling_position"])
-        if "data_position" in state:
-            self._data_position = tuple(state["data_position"])
-            datamodule = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
-            if datamodule is not None and hasattr(datamodule, "resume_at"):
-                datamodule.resume_at(*self._data_position)
+        load_run_state(self, checkpoint)
