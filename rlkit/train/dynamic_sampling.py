@@ -180,7 +180,7 @@ class SamplingRound:
 
     records: list[dict[str, Any]]
     sampled: SampledBatch
-    judged: Any  # rlkit.train.module.Judged: the judge's raw scores with what aggregation needs
+    judged: Any  # rlkit.train.step_judging.Judged: the judge's raw scores with what aggregation needs
     keep: torch.Tensor  # bool [B]
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import copy
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 import lightning as L
@@ -16,15 +16,14 @@ from lightning.pytorch.utilities import rank_zero_warn
 from rlkit.core.rng import capture_rng_state, restore_rng_state
 from rlkit.core.rubric import Rubric
 from rlkit.core.stats import nan_mean_std
-from rlkit.core.types import RewardBatch, Rollout
-from rlkit.judging.members import last_reasons
+from rlkit.core.types import RewardBatch
 from rlkit.judging.spend import StepSpend
 from rlkit.lm.logprobs import ImportanceCorrection
 from rlkit.lm.model_config import model_fingerprint
 from rlkit.lm.models import make_adamw
 from rlkit.lm.reference import ReferencePolicy
-from rlkit.lm.sampling import GenerationRequest, SampledBatch, demonstration_batch, render_prompt
-from rlkit.reward.debias import LengthFormatDebias, completion_features
+from rlkit.lm.sampling import GenerationRequest, SampledBatch, demonstration_batch
+from rlkit.reward.debias import LengthFormatDebias
 from rlkit.reward.diagnostics import (
     ConflictWatch,
     RunningMeans,
@@ -36,10 +35,7 @@ from rlkit.reward.pipeline import (
     aggregate_rewards,
     check_judge_output,
     confidence_scaled,
-    normalize_scores,
-    with_group_confidence,
 )
-from rlkit.reward.steps import score_steps, single_turn_steps, turn_token_counts, with_step_means
 from rlkit.runs.history import MetricsHistory, record_step
 from rlkit.train.callbacks import RolloutSnapshot
 from rlkit.train.checkpoint_state import load_run_state, save_run_state
@@ -47,6 +43,7 @@ from rlkit.train.distributed import Spread
 from rlkit.train.dynamic_sampling import SamplingSettings, informative_rollout, shape_truncated
 from rlkit.train.episodes import EpisodeRunner, episode_means, episode_metrics, token_advantages
 from rlkit.train.lookahead import RolloutQueue
+from rlkit.train.step_judging import Judged, as_rollout, judge_step, reward_batch
 from rlkit.train.updates import completion_update, local_targets, pair_update
 
 
@@ -86,28 +83,6 @@ class TrainingSettings:
     sampling: SamplingSettings = field(default_factory=SamplingSettings)  # dynamic sampling, cut completions' reward
 
 
-@dataclass
-class Judged:
-    """What the judge said of one batch (every process's groups), before weights, bias correction and aggregation."""
-
-    raw: torch.Tensor                 # [B, G, D]
-    lengths: torch.Tensor             # [B, G] completion token counts
-    features: torch.Tensor | None     # [B, G, F] for the bias correction
-    confidence: torch.Tensor | None   # [B] the judge's group confidence
-    steps: torch.Tensor | None = None      # [B, G, T, D] step scores (rubrics with `scope: step` dimensions)
-    num_turns: torch.Tensor | None = None  # [B, G] policy turns per episode (multi-turn rollouts)
-
-    def groups(self, index: torch.Tensor) -> Judged:
-        pick = lambda t: None if t is None else t[index.to(t.device)]  # noqa: E731
-        return Judged(*(pick(getattr(self, name)) for name in JUDGED_FIELDS))
-
-    @staticmethod
-    def cat(parts: list[Judged]) -> Judged:
-        join = lambda ts: None if ts[0] is None else torch.cat(ts)  # noqa: E731
-        return Judged(*(join([getattr(p, name) for p in parts]) for name in JUDGED_FIELDS))
-
-
-JUDGED_FIELDS = ("raw", "lengths", "features", "confidence", "steps", "num_turns")
 
 
 @dataclass
@@ -119,17 +94,6 @@ class StepOutcome:
     advantages: torch.Tensor  # [B, G], for the sample table
     decided_at: float         # when advantages / pairs were ready
     logprob_at: float         # when the no-grad log-prob passes were done
-
-
-def as_rollout(records: list[dict[str, Any]], sampled: SampledBatch, tokenizer: Any = None) -> Rollout:
-    """What a judge scores: the records, their sampled completions (an episode's last policy turn), the
-    completions' token counts, for multi-turn rollouts the episodes, and with ``tokenizer`` the prompts as the policy
-    saw them (chat messages through its chat template)."""
-    g = len(sampled.texts[0])
-    seen = [render_prompt(r["prompt"], tokenizer) for r in records] if tokenizer is not None else None
-    return Rollout(records=records, completions=sampled.texts,
-                   completion_token_counts=sampled.completion_token_counts.view(len(records), g).cpu(),
-                   episodes=sampled.episodes, prompt_texts=seen)
 
 
 def advantage_metrics(advantages: torch.Tensor) -> dict[str, float]:
@@ -218,71 +182,13 @@ class RubricRLModule(L.LightningModule):
         return self.reward_batch(self.judge(records, sampled, heldout=heldout), step, scheduler, heldout=heldout)
 
     def judge(self, records: list[dict[str, Any]], sampled: SampledBatch, *, heldout: bool = False) -> Judged:
-        """The judge's checked scores of every process's groups (held-out: this process's, which are all)."""
-        if not heldout and self.record_rubrics is not None:
-            records = self.record_rubrics(records)
-        rollout = as_rollout(records, sampled, self.tokenizer)
-        judge = self.parts.judge
-        raw = check_judge_output(judge.score(rollout, self.judged_rubric), rollout, self.rubric,
-                                 self.parts.judge_name)
-        if not heldout:  # the judge's one-line reasons for this process's groups, where it gives them
-            self.last_reasons = last_reasons(judge)
-        own = raw  # this process's groups
-        report = getattr(judge, "group_confidence", None)
-        confidence = report() if callable(report) else None
-        debias = None if heldout else self.parts.debias
-        features = completion_features(rollout, debias.features) if debias is not None else None
-        if not heldout:
-            # Each process judged its own groups; weights, bias fit, aggregation and advantages see them all,
-            # as a single process would (held-out evaluation runs the whole split on every process).
-            spread = self.spread
-            raw = spread.gather(raw, self.device)
-            features = None if features is None else spread.gather(features, self.device)
-            if confidence is not None:
-                confidence = spread.gather(torch.as_tensor(confidence, dtype=torch.float32), self.device)
-        lengths = rollout.completion_token_counts
-        if not heldout:
-            lengths = self.spread.gather(lengths.to(self.device), self.device)
-        steps = num_turns = None
-        if self.rubric.step_dimensions:
-            steps = self.step_scores(rollout, sampled, own)
-            if not heldout:
-                steps = self.spread.gather(steps.to(self.device), self.device)
-            raw = with_step_means(raw, steps.to(raw.device), self.rubric)
-        if sampled.turn_spans is not None:
-            num_turns = torch.tensor([len(s) for s in sampled.turn_spans]).view(rollout.num_prompts, -1)
-            if not heldout:
-                num_turns = self.spread.gather(num_turns.to(self.device), self.device)
-        return Judged(raw, lengths, features, confidence, steps, num_turns)
-
-    def step_scores(self, rollout: Rollout, sampled: SampledBatch, raw: torch.Tensor) -> torch.Tensor:
-        """This process's step scores ``[B, G, T, D]`` (``rlkit.reward.steps``), T the environment's turn limit;
-        for single-turn rollouts the completion's own scores ``raw``."""
-        if rollout.episodes is None:
-            return single_turn_steps(raw.cpu(), self.rubric)
-        limit = int(self.episodes.environment.max_turns) if self.episodes is not None else 1
-        b, g = rollout.num_prompts, rollout.group_size
-        judge, name = self.parts.judge, self.parts.judge_name
-        return score_steps(lambda turn: check_judge_output(judge.score(turn, self.judged_rubric), turn, self.rubric,
-                                                           name),
-                           rollout, self.rubric, limit, turn_token_counts(sampled.turn_spans, b, g, limit))
+        """The judge's checked scores of every process's groups (:func:`rlkit.train.step_judging.judge_step`)."""
+        return judge_step(self, records, sampled, heldout=heldout)
 
     def reward_batch(self, judged: Judged, step: int, scheduler: Any | None = None, *, heldout: bool = False,
                      debias: Any = None) -> RewardBatch:
-        """Debias (training only; ``debias`` overrides the run's), weigh and aggregate judged scores. The batch's
-        ``extras["completion_lengths"]`` carries the completions' token counts for estimators that weigh by length."""
-        debias = None if heldout else (debias if debias is not None else self.parts.debias)
-        raw = judged.raw if debias is None else debias.correct(judged.raw, judged.features)
-        batch = aggregate_rewards(raw, self.rubric, scheduler or self.parts.scheduler, self.parts.aggregator, step,
-                                  self.parts.score_normalization)
-        batch = with_group_confidence(batch, judged.confidence, self.parts.judge_name)
-        extras = {**batch.extras, "completion_lengths": judged.lengths.float().cpu()}
-        if judged.steps is not None:  # estimators that credit turns read these (rlkit_register_advantage_estimators)
-            extras["step_scores"] = normalize_scores(judged.steps.cpu(), self.rubric)
-            extras["step_raw_scores"] = judged.steps.cpu()
-        if judged.num_turns is not None:
-            extras["num_turns"] = judged.num_turns.cpu()
-        return replace(batch, extras=extras)
+        """Debias, weigh and aggregate judged scores (:func:`rlkit.train.step_judging.reward_batch`)."""
+        return reward_batch(self, judged, step, scheduler, heldout=heldout, debias=debias)
 
     @property
     def spread(self) -> Spread:
