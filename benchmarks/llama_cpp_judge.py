@@ -235,11 +235,12 @@ class Outcome:
     output_tail: str = ""
 
 
-def rlkit(args: list[str], cwd: Path) -> tuple[int, float, str, str]:
-    """Run ``python -m rlkit <args>`` in ``cwd``: exit code, wall seconds, stdout, stderr."""
+def rlkit(args: list[str], cwd: Path, timeout: float = 4 * 3600) -> tuple[int, float, str, str]:
+    """Run ``python -m rlkit <args>`` in ``cwd``: exit code, wall seconds, stdout, stderr. The timeout is a guard
+    against a hang, not a budget: a 1.5B judge on 264 chat replies runs past half an hour on 2 busy cores."""
     started = time.perf_counter()
     done = subprocess.run([sys.executable, "-m", "rlkit", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=600)
+                          timeout=timeout)
     return done.returncode, time.perf_counter() - started, done.stdout, done.stderr
 
 
