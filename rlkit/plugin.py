@@ -66,6 +66,7 @@ if TYPE_CHECKING:
         last_reasons,
         member_model_folders,
         member_record_fields,
+        member_scope_caveats,
         merge_reasons,
     )
     from rlkit.judging.parsing import (
@@ -97,6 +98,7 @@ if TYPE_CHECKING:
         build_tiny_judge,
         group_labels,
         ranking_spec,
+        tiny_judge_caveats,
     )
     from rlkit.judging.types import Completion, render_chat
 
@@ -200,6 +202,7 @@ __all__ = [
     "ask",
     "assemble_sampled_batch",
     "build_tiny_judge",
+    "tiny_judge_caveats",
     "build_tiny_policy",
     "calibrate",
     "check_member_judge",
@@ -226,6 +229,7 @@ __all__ = [
     "masked_nll",
     "member_model_folders",
     "member_record_fields",
+    "member_scope_caveats",
     "merge_reasons",
     "last_reasons",
     "nan_mean_std",

@@ -608,6 +608,7 @@ def validate_config(cfg: DictConfig, registry: Registry, *, read_data: bool = Tr
                           _where(registry, cfg, "data", "task"))
     _check_demonstrations(result, data)
     _check_record_fields(result, data)
+    _check_judge_scope(result, data)
     _check_judge_is_not_the_policy(result)
     _check_prompt_sampler(run, result, data)
     return result
@@ -672,6 +673,21 @@ def _check_record_fields(result: ValidatedConfig, data: DataConfig) -> None:
             warnings.warn(f"{data.path}: {len(lacking)} of {len(records)} records have no {used.field!r} field "
                           f"(first: record {lacking[0]}); dimension {used.dimension} ({used.where}) is not scored "
                           "on their completions", stacklevel=3)
+
+
+def _check_judge_scope(result: ValidatedConfig, data: DataConfig) -> None:
+    """Warn with each of the judge's ``scope_caveats``: the offline tiny judge, which knows only the default task's
+    sums, scores a user's own records as if it knew them (on sums of 0-99 it calls most right answers wrong)."""
+    from rlkit.data.records import SYNTHETIC_TASKS
+
+    caveats = getattr(result.plugins.get("judge"), "scope_caveats", None)
+    records = result.records
+    if records is None and data.path is None and data.task in SYNTHETIC_TASKS:
+        records = data.synthetic_records()
+    if not callable(caveats) or not records:
+        return
+    for line in caveats(records, result.rubric):
+        warnings.warn(line, stacklevel=3)
 
 
 def _check_audit_probes(registry: Registry, run: Any) -> None:

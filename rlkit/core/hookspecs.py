@@ -66,7 +66,9 @@ def rlkit_register_judges(register: Register) -> None:
     one is the policy's model or shares its base (``allow_self_judge`` silences it). An optional
     ``reasons() -> list[list[dict[str, str]]] | None`` gives the last ``score`` call's one-line reason per
     dimension, ``[B][G] -> {dimension: reason}`` (None: it gives none); ``rlkit score`` writes them beside each
-    completion's scores and ``rlkit calibrate`` beside its disagreements.
+    completion's scores and ``rlkit calibrate`` beside its disagreements. An optional
+    ``scope_caveats(records, rubric) -> list[str]`` says why its scores on these records may mean little (the
+    offline tiny judge knows only the default task's sums); ``rlkit validate``, ``fit`` and ``score`` warn with each.
 
     Two optional methods serve judges that do not score dimension by dimension:
 

@@ -50,6 +50,11 @@ def member_record_fields(members: Iterable[tuple[Any, Rubric]]) -> list[RecordFi
     return _each_once(_optional(judge, "record_fields", rubric) for judge, rubric in members)
 
 
+def member_scope_caveats(members: Iterable[tuple[Any, Rubric]], records: Sequence[dict[str, Any]]) -> list[str]:
+    """Each member's ``scope_caveats(records, rubric)`` (why its scores on these records may mean little), each once."""
+    return _each_once(_optional(judge, "scope_caveats", records, rubric) for judge, rubric in members)
+
+
 def member_model_folders(members: Iterable[Any]) -> list[Path]:
     """The local model folders the member judges ask (their ``model_folders()``), each once."""
     return _each_once(_optional(judge, "model_folders") for judge in members)

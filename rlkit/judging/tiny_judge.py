@@ -12,7 +12,9 @@ from __future__ import annotations
 import hashlib
 import json
 import random
+import re
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -319,3 +321,33 @@ def build_tiny_judge(spec: TinyJudgeSpec | None = None, cache_dir: Path | str | 
     root = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
     return build_cached(root / f"tiny-judge-{tiny_judge_hash(spec, teacher)}",
                         lambda folder: train_tiny_judge(spec, folder, teacher))
+
+
+# What the offline judges know: the default task's sums, operands 0 to 20 (distillation_records, ranking_records).
+# Outside it they are not judges: on sums of 0-99 the scores judge called 84% of right answers wrong, on 0-999 all
+# of them, while it agreed with the rule judge on 99% in range (100 sums each, 2026-12-03).
+_DEFAULT_SUM = re.compile(r"^\s*(\d+)\s*\+\s*(\d+)\s*=\s*$")
+TINY_JUDGE_OPERANDS = 20
+
+
+def tiny_judge_caveats(records: Sequence[dict[str, Any]], rubric: Any, judge: str) -> list[str]:
+    """Why the offline tiny judge's scores on ``records`` under ``rubric`` may mean little, as warning lines: a rubric
+    other than the one it was distilled on, or records outside the default task's sums (``judge``: how to name it)."""
+    fix = ("point judge.params.backend at a model (judge.params.backend=qwen_coder, or a served one: "
+           "docs/judges.md)")
+    lines = []
+    if rubric.name != TinyJudgeSpec().rubric:
+        lines.append(f"{judge}: its backend is the offline tiny judge, distilled on the {TinyJudgeSpec().rubric} "
+                     f"rubric, not {rubric.name}: its scores are not a judgement of this rubric; {fix}")
+    outside = []
+    for i, record in enumerate(records, 1):
+        match = _DEFAULT_SUM.match(record.get("prompt")) if isinstance(record.get("prompt"), str) else None
+        if match is None or max(int(match.group(1)), int(match.group(2))) > TINY_JUDGE_OPERANDS:
+            outside.append(i)
+    if outside:
+        first = records[outside[0] - 1].get("prompt")
+        shown = first if isinstance(first, str) else "a chat"
+        lines.append(f"{judge}: its backend is the offline tiny judge, which knows only the default task (sums of 0 "
+                     f"to {TINY_JUDGE_OPERANDS}); {len(outside)} of {len(records)} records are outside it (first: "
+                     f"record {outside[0]}, {shown[:40]!r}), where it calls most right answers wrong; {fix}")
+    return lines

@@ -9,9 +9,10 @@ replace the cheap ones for the whole group, so one group is never scored by two 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from rlkit.plugin import (
     CallPlan,
@@ -29,6 +30,7 @@ from rlkit.plugin import (
     last_reasons,
     member_model_folders,
     member_record_fields,
+    member_scope_caveats,
     merge_reasons,
     plan_judge,
     sum_plans,
@@ -62,6 +64,9 @@ class CascadeJudge:
 
     def model_folders(self) -> list[Path]:
         return member_model_folders(self.stages)
+
+    def scope_caveats(self, records: Sequence[dict[str, Any]], rubric: Rubric) -> list[str]:
+        return member_scope_caveats(((judge, rubric) for judge in self.stages), records)
 
     def record_fields(self, rubric: Rubric) -> list[RecordField]:
         return member_record_fields((judge, rubric) for judge in self.stages)

@@ -10,9 +10,10 @@ agreement 1 − (mean absolute pairwise difference / range) over the last batch.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from rlkit.plugin import (
     CallPlan,
@@ -30,6 +31,7 @@ from rlkit.plugin import (
     last_reasons,
     member_model_folders,
     member_record_fields,
+    member_scope_caveats,
     merge_reasons,
     nan_median,
     plan_judge,
@@ -67,6 +69,9 @@ class EnsembleJudge:
 
     def model_folders(self) -> list[Path]:
         return member_model_folders(self.members)
+
+    def scope_caveats(self, records: Sequence[dict[str, Any]], rubric: Rubric) -> list[str]:
+        return member_scope_caveats(((member, rubric) for member in self.members), records)
 
     def record_fields(self, rubric: Rubric) -> list[RecordField]:
         return member_record_fields((member, rubric) for member in self.members)

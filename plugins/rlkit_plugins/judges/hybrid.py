@@ -7,9 +7,10 @@ for a model (accuracy, clarity) reach it, while binary safety and format checks 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from rlkit.plugin import (
     CallPlan,
@@ -27,6 +28,7 @@ from rlkit.plugin import (
     last_reasons,
     member_model_folders,
     member_record_fields,
+    member_scope_caveats,
     merge_reasons,
     plan_judge,
     sum_plans,
@@ -84,6 +86,10 @@ class HybridJudge:
     def record_fields(self, rubric: Rubric) -> list[RecordField]:
         return member_record_fields((self.judges[name], self._subset(rubric, indices))
                                     for name, indices in self.routing(rubric).items())
+
+    def scope_caveats(self, records: Sequence[dict[str, Any]], rubric: Rubric) -> list[str]:
+        return member_scope_caveats(((self.judges[name], self._subset(rubric, indices))
+                                     for name, indices in self.routing(rubric).items()), records)
 
     def score(self, rollout: Rollout, rubric: Rubric) -> torch.Tensor:
         import torch

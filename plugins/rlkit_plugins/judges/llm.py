@@ -35,7 +35,7 @@ import random
 import re
 import statistics
 import warnings
-from collections.abc import Hashable
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -64,6 +64,7 @@ from rlkit.plugin import (
     split_levels,
     template_hash,
     template_path,
+    tiny_judge_caveats,
 )
 from rlkit_plugins.judges.per_record import RecordRubrics, check_frame, score_per_record
 from rlkit_plugins.judges.rule import RuleJudge
@@ -306,6 +307,11 @@ class LLMJudge:
             warnings.warn(f"judge llm: the reference answer appears verbatim in the judge's prompt for {len(leaked)} "
                           f"of {len(rollout.records)} records (first: {leaked[0][:60]!r}; template {template}); "
                           "the judge is shown the answer key", UserWarning, stacklevel=3)
+
+    def scope_caveats(self, records: Sequence[dict[str, Any]], rubric: Rubric) -> list[str]:
+        """Why this judge's scores on ``records`` may mean little: the offline tiny judge knows only the default
+        task (``rlkit validate`` warns with each line)."""
+        return tiny_judge_caveats(records, rubric, "judge llm") if self.backend.offline else []
 
     def model_folders(self) -> list[Path]:
         """The local model this judge asks, when one is named (``rlkit validate`` compares it with the policy's)."""
