@@ -28,23 +28,21 @@ from rlkit.reward.diagnostics import (
     ConflictWatch,
     RunningMeans,
     SignalWatch,
-    distinct_values_per_group,
     reward_step_metrics,
 )
 from rlkit.reward.pipeline import (
     aggregate_rewards,
     check_judge_output,
-    confidence_scaled,
 )
 from rlkit.runs.history import MetricsHistory, record_step
 from rlkit.train.callbacks import RolloutSnapshot
 from rlkit.train.checkpoint_state import load_run_state, save_run_state
 from rlkit.train.distributed import Spread
 from rlkit.train.dynamic_sampling import SamplingSettings, informative_rollout, shape_truncated
-from rlkit.train.episodes import EpisodeRunner, episode_means, episode_metrics, token_advantages
+from rlkit.train.episodes import EpisodeRunner, episode_metrics
 from rlkit.train.lookahead import RolloutQueue
 from rlkit.train.step_judging import Judged, as_rollout, judge_step, reward_batch
-from rlkit.train.updates import completion_update, local_targets, pair_update
+from rlkit.train.updates import advantage_step, demonstration_step, pair_step
 
 
 @dataclass
@@ -83,26 +81,6 @@ class TrainingSettings:
     sampling: SamplingSettings = field(default_factory=SamplingSettings)  # dynamic sampling, cut completions' reward
 
 
-
-
-@dataclass
-class StepOutcome:
-    """What an objective's step hands back to ``training_step``."""
-
-    loss: torch.Tensor
-    metrics: dict[str, float]
-    advantages: torch.Tensor  # [B, G], for the sample table
-    decided_at: float         # when advantages / pairs were ready
-    logprob_at: float         # when the no-grad log-prob passes were done
-
-
-def advantage_metrics(advantages: torch.Tensor) -> dict[str, float]:
-    return {
-        "advantages/mean": float(advantages.mean()), "advantages/std": float(advantages.std()),
-        "advantages/frac_zero": float((advantages == 0).float().mean()),
-        "advantages/frac_zero_groups": float((advantages == 0).all(dim=1).float().mean()),
-        "advantages/distinct_per_group": float(distinct_values_per_group(advantages).float().mean()),
-    }
 
 
 class RubricRLModule(L.LightningModule):
@@ -284,11 +262,11 @@ class RubricRLModule(L.LightningModule):
         if self.settings.sampling.truncated != "keep":
             batch = batch.with_rewards(self.shaped_rewards(batch.rewards, truncated))
         if signal == "pairs":
-            outcome = self.pair_step(sampled, batch, truncated > 0.5)
+            outcome = pair_step(self, sampled, batch, truncated > 0.5)
         elif signal == "demonstrations":
-            outcome = self.demonstration_step(sampled, batch)
+            outcome = demonstration_step(self, sampled, batch)
         else:
-            outcome = self.advantage_step(sampled, batch)
+            outcome = advantage_step(self, sampled, batch)
         loss, t2, t3 = outcome.loss, outcome.decided_at, outcome.logprob_at
         # the judge's reasons, kept only where they are this batch's, one per sampled completion (a rubric with
         # step-scoped dimensions asks the judge again per turn, so its last reasons are a turn's)
@@ -387,49 +365,6 @@ class RubricRLModule(L.LightningModule):
         row = {**metrics, "epoch": float(self.current_epoch)}
         for logger in trainer.loggers:
             logger.log_metrics(row, step=step)
-
-    def advantage_step(self, sampled: SampledBatch, batch: RewardBatch) -> StepOutcome:
-        """An objective that learns from advantages: the estimator's (scaled by the judge's group confidence),
-        then the objective's updates on this process's completions."""
-        advantages = confidence_scaled(self.parts.estimator.advantages(batch), batch)  # the global batch's
-        local = self.spread.local(advantages)
-        if advantages.dim() == 3:  # one per policy turn (rlkit.train.episodes): each turn's tokens get its own
-            flat = token_advantages(local.reshape(-1, local.shape[-1]), sampled.turn_spans,
-                                    sampled.completion_mask.shape[1])
-            advantages = episode_means(advantages, batch.extras.get("num_turns"))
-            local = self.spread.local(advantages)
-        else:
-            flat = local.reshape(-1)
-        decided = time.perf_counter()
-        loss, metrics, logprob_at = completion_update(self, self.parts.objective, sampled, flat.to(self.device))
-        metrics.update(advantage_metrics(advantages))
-        return StepOutcome(loss, metrics, local, decided, logprob_at)
-
-    def demonstration_step(self, sampled: SampledBatch, batch: RewardBatch) -> StepOutcome:
-        """An objective that learns from demonstrations: no advantages to form (the objective's loss gets zeros);
-        the judge's scores of the demonstrations are still logged."""
-        local = torch.zeros(self.spread.local(batch.rewards).shape)
-        decided = time.perf_counter()
-        loss, metrics, logprob_at = completion_update(self, self.parts.objective, sampled,
-                                                      local.reshape(-1).to(self.device))
-        return StepOutcome(loss, metrics, local, decided, logprob_at)
-
-    def pair_step(self, sampled: SampledBatch, batch: RewardBatch, truncated: torch.Tensor) -> StepOutcome:
-        """An objective that learns from preference pairs: the objective picks them with the constructor over the
-        global batch (``truncated``: ``bool [B*G]``, every process's rows), then updates on this process's. The
-        snapshot's "advantage" is each completion's net preference count (times chosen minus times rejected)."""
-        objective = self.parts.objective
-        targets, pair_metrics = objective.pair_targets(batch, truncated, constructor=self.parts.constructor,
-                                                       aggregator=self.parts.aggregator, step=self.global_step)
-        decided = time.perf_counter()
-        loss, metrics, logprob_at = pair_update(self, objective, sampled,
-                                                local_targets(targets, batch.shape[0], self.spread))
-        pairs = targets.pairs
-        net = torch.zeros(batch.shape[:2])
-        net.index_put_((pairs.prompt_index, pairs.chosen), torch.ones(len(pairs)), accumulate=True)
-        net.index_put_((pairs.prompt_index, pairs.rejected), -torch.ones(len(pairs)), accumulate=True)
-        metrics.update(pair_metrics)
-        return StepOutcome(loss, metrics, self.spread.local(net), decided, logprob_at)
 
     def step_metrics(self, batch: RewardBatch, lengths: torch.Tensor, truncated: torch.Tensor) -> dict[str, float]:
         """:func:`rlkit.reward.diagnostics.reward_step_metrics` of the step, and the conflict warning it may call

@@ -10,18 +10,22 @@ Two passes, by what the objective learns from (its ``signal``):
 
 Under DDP each process holds its own rows; losses are scaled by ``world_size`` because DDP averages gradients, and
 metrics are summed over processes (:class:`rlkit.train.distributed.Spread`).
+
+:func:`advantage_step`, :func:`demonstration_step` and :func:`pair_step` are one training step of each signal: what
+the objective learns from is formed over the global batch, then the passes above update on this process's rows.
 """
 
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from rlkit.core.objective import CompletionLossInputs, PairLossInputs, PairTargets
 from rlkit.core.timeline import span
-from rlkit.core.types import PreferencePairs
+from rlkit.core.types import PreferencePairs, RewardBatch
 from rlkit.lm.logprobs import importance_correction, sequence_logp_sums
 from rlkit.lm.sampling import (
     SampledBatch,
@@ -30,6 +34,9 @@ from rlkit.lm.sampling import (
     sequence_log_probs,
     sequence_log_probs_and_entropy,
 )
+from rlkit.reward.diagnostics import distinct_values_per_group
+from rlkit.reward.pipeline import confidence_scaled
+from rlkit.train.episodes import episode_means, token_advantages
 
 
 def outside_inference(t: torch.Tensor | None) -> torch.Tensor | None:
@@ -248,3 +255,70 @@ def pair_update(module: Any, objective: Any, sampled: SampledBatch, targets: Pai
     summed = spread.sum_all(weighted, device)
     summed["grad_norm"] = grad_norm  # the same on every process once DDP has averaged the gradients
     return torch.as_tensor(summed["loss/preference"]), summed, logprob_at
+
+
+# --- one step of each kind of objective ------------------------------------------------------------------
+
+
+@dataclass
+class StepOutcome:
+    """What an objective's step hands back to ``training_step``."""
+
+    loss: torch.Tensor
+    metrics: dict[str, float]
+    advantages: torch.Tensor  # [B, G], for the sample table
+    decided_at: float         # when advantages / pairs were ready
+    logprob_at: float         # when the no-grad log-prob passes were done
+
+
+def advantage_metrics(advantages: torch.Tensor) -> dict[str, float]:
+    return {
+        "advantages/mean": float(advantages.mean()), "advantages/std": float(advantages.std()),
+        "advantages/frac_zero": float((advantages == 0).float().mean()),
+        "advantages/frac_zero_groups": float((advantages == 0).all(dim=1).float().mean()),
+        "advantages/distinct_per_group": float(distinct_values_per_group(advantages).float().mean()),
+    }
+
+
+def advantage_step(module: Any, sampled: SampledBatch, batch: RewardBatch) -> StepOutcome:
+    """An objective that learns from advantages: the estimator's (scaled by the judge's group confidence),
+    then the objective's updates on this process's completions."""
+    advantages = confidence_scaled(module.parts.estimator.advantages(batch), batch)  # the global batch's
+    local = module.spread.local(advantages)
+    if advantages.dim() == 3:  # one per policy turn (rlkit.train.episodes): each turn's tokens get its own
+        flat = token_advantages(local.reshape(-1, local.shape[-1]), sampled.turn_spans,
+                                sampled.completion_mask.shape[1])
+        advantages = episode_means(advantages, batch.extras.get("num_turns"))
+        local = module.spread.local(advantages)
+    else:
+        flat = local.reshape(-1)
+    decided = time.perf_counter()
+    loss, metrics, logprob_at = completion_update(module, module.parts.objective, sampled, flat.to(module.device))
+    metrics.update(advantage_metrics(advantages))
+    return StepOutcome(loss, metrics, local, decided, logprob_at)
+
+def demonstration_step(module: Any, sampled: SampledBatch, batch: RewardBatch) -> StepOutcome:
+    """An objective that learns from demonstrations: no advantages to form (the objective's loss gets zeros);
+    the judge's scores of the demonstrations are still logged."""
+    local = torch.zeros(module.spread.local(batch.rewards).shape)
+    decided = time.perf_counter()
+    loss, metrics, logprob_at = completion_update(module, module.parts.objective, sampled,
+                                                  local.reshape(-1).to(module.device))
+    return StepOutcome(loss, metrics, local, decided, logprob_at)
+
+def pair_step(module: Any, sampled: SampledBatch, batch: RewardBatch, truncated: torch.Tensor) -> StepOutcome:
+    """An objective that learns from preference pairs: the objective picks them with the constructor over the
+    global batch (``truncated``: ``bool [B*G]``, every process's rows), then updates on this process's. The
+    snapshot's "advantage" is each completion's net preference count (times chosen minus times rejected)."""
+    objective = module.parts.objective
+    targets, pair_metrics = objective.pair_targets(batch, truncated, constructor=module.parts.constructor,
+                                                   aggregator=module.parts.aggregator, step=module.global_step)
+    decided = time.perf_counter()
+    loss, metrics, logprob_at = pair_update(module, objective, sampled,
+                                            local_targets(targets, batch.shape[0], module.spread))
+    pairs = targets.pairs
+    net = torch.zeros(batch.shape[:2])
+    net.index_put_((pairs.prompt_index, pairs.chosen), torch.ones(len(pairs)), accumulate=True)
+    net.index_put_((pairs.prompt_index, pairs.rejected), -torch.ones(len(pairs)), accumulate=True)
+    metrics.update(pair_metrics)
+    return StepOutcome(loss, metrics, module.spread.local(net), decided, logprob_at)
