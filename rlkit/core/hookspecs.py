@@ -161,6 +161,8 @@ def rlkit_register_objectives(register: Register) -> None:
     * ``reference_use: str | None``: None when the objective needs no reference model; else what it uses one for,
       in words that complete "model.reference=none leaves no reference for ..." (validation prints it).
     * ``mask_truncated_completions: bool``: completions cut at the length limit are left out of the loss.
+    * optional ``needs_entropy: bool`` (default False): the loop computes each pass's per-token entropy with its
+      gradient and hands it over as ``CompletionLossInputs.entropy`` (an entropy bonus).
     * ``loss(inputs) -> (loss, metrics)``: a pure function of ``rlkit.plugin.CompletionLossInputs`` (signal
       ``advantages``) or ``rlkit.plugin.PairLossInputs`` (signal ``pairs``): a scalar whose gradient flows only
       through the policy's log-probs, and a dict of detached scalar metrics (logged as they are named, e.g.

@@ -38,6 +38,9 @@ class CompletionLossInputs:
     * ``sampling_weights`` ``[n, C]`` or None: truncated importance weights for completions an inference engine
       sampled (``min(exp(old_logp - engine_logp), cap)``, 0 off the mask); an objective multiplies each token's
       policy-gradient loss by them. None when the policy sampled its own completions.
+    * ``entropy`` ``[n, C]`` or None: the policy's entropy at each completion position, from the same pass as
+      ``logp`` and with its gradient, for an objective that declares ``needs_entropy = True`` (an entropy bonus);
+      None otherwise.
     """
 
     logp: torch.Tensor
@@ -49,6 +52,7 @@ class CompletionLossInputs:
     num_tokens: float
     max_completion_length: int
     sampling_weights: torch.Tensor | None = None
+    entropy: torch.Tensor | None = None
 
 
 @dataclass

@@ -105,9 +105,11 @@ def selective_log_softmax(logits: torch.Tensor, tokens: torch.Tensor) -> torch.T
     return torch.cat(parts)
 
 
-def selective_log_softmax_and_entropy(logits: torch.Tensor, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def selective_log_softmax_and_entropy(logits: torch.Tensor, tokens: torch.Tensor,
+                                      entropy_grad: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """:func:`selective_log_softmax` (the same values) and, from the same logits, each position's entropy
-    ``-Σ_v p_v log p_v`` (nats) of ``softmax(logits)`` ``[N, T]``, detached: a metric, never a gradient path."""
+    ``-Σ_v p_v log p_v`` (nats) of ``softmax(logits)`` ``[N, T]``: detached (a metric), or with ``entropy_grad`` a
+    gradient path too (an objective's entropy bonus; autograd then keeps each chunk's softmax)."""
     # TRL GRPOTrainer._compute_loss logs `entropy` from the training pass's logits (trainer/utils.py
     # entropy_from_logits: -(exp(logp) * logp).sum(-1), chunked). Here it shares the chunk loop and the logsumexp
     # of the log-softmax: H = lse - Σ_v p_v·x_v, a fused softmax and a dot product per position, no extra pass.
@@ -125,12 +127,16 @@ def selective_log_softmax_and_entropy(logits: torch.Tensor, tokens: torch.Tensor
         chosen = torch.gather(chunk, dim=-1, index=idx.unsqueeze(-1)).squeeze(-1)
         lse = torch.logsumexp(chunk, dim=-1)
         parts.append(chosen - lse)
+        if entropy_grad:
+            entropies.append(lse - torch.einsum("...v,...v->...", torch.softmax(chunk, dim=-1), chunk))
+            continue
         with torch.no_grad():
             x = chunk.detach()
             entropies.append(lse.detach() - torch.einsum("...v,...v->...", torch.softmax(x, dim=-1), x))
     entropy = torch.cat(entropies)
     if torch.isnan(entropy).any():  # a logit of -inf: p = 0 there, and 0·(-inf) is NaN; once per call, not per chunk
-        entropy = torch.cat([_entropy_where_finite(chunk.detach().to(out_dtype)) for chunk in logits.split(rows)])
+        entropy = torch.cat([_entropy_where_finite((chunk if entropy_grad else chunk.detach()).to(out_dtype))
+                             for chunk in logits.split(rows)])
     return torch.cat(parts), entropy
 
 

@@ -326,12 +326,14 @@ def sequence_log_probs(model: Any, sampled: SampledBatch) -> torch.Tensor:
     return torch.nn.functional.pad(logp, (0, c - keep)) if keep < c else logp
 
 
-def sequence_log_probs_and_entropy(model: Any, sampled: SampledBatch) -> tuple[torch.Tensor, torch.Tensor]:
+def sequence_log_probs_and_entropy(model: Any, sampled: SampledBatch,
+                                   entropy_grad: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """:func:`sequence_log_probs` and, from the same forward pass's logits, the policy's entropy at each completion
-    position ``[N, C]`` (detached; 0 past the longest completion; only ``completion_mask`` positions mean anything)."""
+    position ``[N, C]`` (detached unless ``entropy_grad``; 0 past the longest completion; only ``completion_mask``
+    positions mean anything)."""
     import torch
     logits, keep, c = _completion_logits(model, sampled)
-    logp, entropy = selective_log_softmax_and_entropy(logits, sampled.completion_ids[:, :keep])
+    logp, entropy = selective_log_softmax_and_entropy(logits, sampled.completion_ids[:, :keep], entropy_grad)
     if keep < c:
         logp, entropy = (torch.nn.functional.pad(t, (0, c - keep)) for t in (logp, entropy))
     return logp, entropy

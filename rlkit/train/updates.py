@@ -114,17 +114,21 @@ def completion_update(module: Any, objective: Any, sampled: SampledBatch, advant
     if engine is not None and old_logp is not None:
         sampling_weights, correction_sums = importance_correction(old_logp, engine.to(old_logp), mask, s.is_correction)
     # `entropy`: the policy's mean per-token entropy over the step's completion tokens (masked as the loss is), from
-    # the first iteration's logits (the policy that sampled), so it costs no pass of its own.
+    # the first iteration's logits (the policy that sampled), so it costs no pass of its own. An objective with an
+    # entropy bonus gets every pass's entropy with its gradient.
+    needs_entropy = bool(getattr(objective, "needs_entropy", False))
     entropy_sum = torch.zeros((), device=device)
     for iteration in range(objective.num_iterations):
         opt.zero_grad()
         loss = torch.zeros((), device=device)
         weighted: dict[str, torch.Tensor] = {}
         for rows in chunks:
+            entropy = None
             with span("trainer", "policy forward"):
-                if iteration == 0:
-                    logp, entropy = sequence_log_probs_and_entropy(module.policy, sampled.rows(rows))
-                    entropy_sum = entropy_sum + torch.where(mask[rows] > 0, entropy, 0.0).sum()
+                if iteration == 0 or needs_entropy:
+                    logp, entropy = sequence_log_probs_and_entropy(module.policy, sampled.rows(rows), needs_entropy)
+                    if iteration == 0:
+                        entropy_sum = entropy_sum + torch.where(mask[rows] > 0, entropy.detach(), 0.0).sum()
                 else:
                     logp = sequence_log_probs(module.policy, sampled.rows(rows))
             if ref_pending is not None:
@@ -140,7 +144,8 @@ def completion_update(module: Any, objective: Any, sampled: SampledBatch, advant
                     logp=logp, old_logp=logp.detach() if old_logp is None else old_logp[rows],
                     ref_logp=None if ref_logp is None else ref_logp[rows], advantages=advantages[rows],
                     mask=mask[rows], num_sequences=num_sequences, num_tokens=num_tokens,
-                    max_completion_length=s.max_completion_length, sampling_weights=weights))
+                    max_completion_length=s.max_completion_length, sampling_weights=weights,
+                    entropy=entropy if needs_entropy else None))
                 module.manual_backward(part * spread.world_size)
             loss = loss + part.detach()
             share = mask[rows].sum() / max(num_tokens, 1.0)

@@ -278,21 +278,26 @@ def test_micro_batch_losses_sum_to_the_whole_rollout(loss_type):
     _assert_split_is_one_pass(base, old, ref, adv, mask, [0, 2, 4, 6], atol=1e-6, **kwargs)
 
 
-def _assert_split_is_one_pass(base, old, ref, adv, mask, bounds, atol, **kwargs):
+def _assert_split_is_one_pass(base, old, ref, adv, mask, bounds, atol, entropy=None, **kwargs):
     """The rows cut at ``bounds`` into micro-batches, each told the step's counts: the parts' losses and gradients
-    sum to the one pass's."""
+    (through the log-probs, and the entropy when there is a bonus) sum to the one pass's."""
     whole_logp = base.clone().requires_grad_(True)
-    whole, _ = policy_gradient_loss(whole_logp, old, ref, adv, mask, **kwargs)
+    whole_entropy = None if entropy is None else entropy.clone().requires_grad_(True)
+    whole, _ = policy_gradient_loss(whole_logp, old, ref, adv, mask, entropy=whole_entropy, **kwargs)
     whole.backward()
     split_logp = base.clone().requires_grad_(True)
+    split_entropy = None if entropy is None else entropy.clone().requires_grad_(True)
     total = torch.zeros(())
     for lo, hi in zip(bounds, bounds[1:], strict=False):
         part, _ = policy_gradient_loss(split_logp[lo:hi], old[lo:hi], ref[lo:hi], adv[lo:hi], mask[lo:hi],
-                                       num_sequences=len(base), num_tokens=float(mask.sum()), **kwargs)
+                                       num_sequences=len(base), num_tokens=float(mask.sum()),
+                                       entropy=None if split_entropy is None else split_entropy[lo:hi], **kwargs)
         part.backward()
         total = total + part.detach()
     assert torch.allclose(total, whole.detach(), atol=atol)
     assert torch.allclose(split_logp.grad, whole_logp.grad, atol=atol / 10)
+    if entropy is not None:
+        assert torch.allclose(split_entropy.grad, whole_entropy.grad, atol=atol / 10)
 
 
 def test_engine_importance_weights_scale_each_tokens_surrogate():
@@ -397,8 +402,10 @@ def _inputs(seed: int, n: int, t: int):
 @settings(max_examples=40, deadline=None)
 @given(seed=st.integers(0, 10_000), n=st.integers(1, 7), t=st.integers(1, 6), cuts=st.lists(st.integers(1, 6),
        max_size=3), loss_type=st.sampled_from(["grpo", "dr_grpo", "dapo", "bnpo", "cispo", "token_sum"]),
-       level=st.sampled_from(["token", "sequence"]), estimator=st.sampled_from(["k1", "k2", "k3"]))
-def test_any_micro_batching_gives_the_loss_and_gradient_of_one_pass(seed, n, t, cuts, loss_type, level, estimator):
+       level=st.sampled_from(["token", "sequence"]), estimator=st.sampled_from(["k1", "k2", "k3"]),
+       entropy_coef=st.sampled_from([0.0, 0.05]))
+def test_any_micro_batching_gives_the_loss_and_gradient_of_one_pass(seed, n, t, cuts, loss_type, level, estimator,
+                                                                     entropy_coef):
     """Split the rollout's rows anywhere (gradient accumulation over micro-batches): with the step's num_sequences
     and num_tokens passed, the parts sum to the one-pass loss and gradient, for every loss type, ratio level and KL
     estimator."""
@@ -407,8 +414,9 @@ def test_any_micro_batching_gives_the_loss_and_gradient_of_one_pass(seed, n, t, 
     base, old, ref, adv, mask = _inputs(seed, n, t)
     kwargs = {"beta": 0.04, "loss_type": loss_type, "max_completion_length": t, "importance_sampling_level": level,
               "kl_estimator": estimator, "epsilon": 0.2}
+    entropy = (base.abs() + 0.5) if entropy_coef else None  # any per-token values: the bonus is linear in them
     _assert_split_is_one_pass(base, old, ref, adv, mask, sorted({0, n, *(c for c in cuts if c < n)}), atol=1e-5,
-                              **kwargs)
+                              entropy=entropy, entropy_coef=entropy_coef, **kwargs)
 
 
 def test_k1_in_the_loss_pushes_on_every_sampled_token_even_at_the_reference():
@@ -425,3 +433,32 @@ def test_k1_in_the_loss_pushes_on_every_sampled_token_even_at_the_reference():
                         kl_estimator=estimator, loss_type="dapo")
         loss.backward()
         assert logp.grad.abs().max().item() == 0.0
+
+
+def test_the_entropy_bonus_lowers_the_loss_by_coef_times_the_mean_entropy_and_pushes_it_up():
+    logp = torch.log(torch.tensor([[0.5, 0.25, 0.9]])).requires_grad_(True)
+    entropy = torch.tensor([[1.0, 2.0, 7.0]], requires_grad=True)
+    mask = torch.tensor([[1.0, 1.0, 0.0]])  # the padding position's entropy counts for nothing
+    plain, _ = _loss(logp, logp.detach(), torch.tensor([1.0]), mask, loss_type="dapo")
+    bonus, _ = _loss(logp, logp.detach(), torch.tensor([1.0]), mask, loss_type="dapo", entropy=entropy,
+                     entropy_coef=0.1)
+    assert bonus.item() == pytest.approx(plain.item() - 0.1 * (1.0 + 2.0) / 2)
+    bonus.backward()
+    assert entropy.grad[0].tolist() == pytest.approx([-0.05, -0.05, 0.0]), "descent raises the entropy"
+    with pytest.raises(ValueError, match="entropy_coef > 0 needs"):
+        _loss(logp, logp.detach(), torch.tensor([1.0]), mask, entropy_coef=0.1)
+
+
+def test_entropy_with_its_gradient_matches_the_direct_formula():
+    from rlkit.lm.logprobs import selective_log_softmax_and_entropy
+
+    torch.manual_seed(0)
+    logits = torch.randn(2, 3, 11, requires_grad=True)
+    _, entropy = selective_log_softmax_and_entropy(logits, torch.zeros(2, 3, dtype=torch.long), entropy_grad=True)
+    direct = -(torch.softmax(logits, -1) * torch.log_softmax(logits, -1)).sum(-1)
+    assert torch.allclose(entropy, direct, atol=1e-6)
+    (grad,) = torch.autograd.grad(entropy.sum(), logits)
+    (expected,) = torch.autograd.grad(direct.sum(), logits)
+    assert torch.allclose(grad, expected, atol=1e-6)
+    _, detached = selective_log_softmax_and_entropy(logits, torch.zeros(2, 3, dtype=torch.long))
+    assert not detached.requires_grad

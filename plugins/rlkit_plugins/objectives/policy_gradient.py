@@ -14,6 +14,8 @@ clipped importance-weight surrogate.
   token of the step weighs the same). The weight is clipped, not the gradient: a token PPO's clip would silence
   still trains, its step bounded. TRL caps ``r`` at ``epsilon_high`` itself; here the cap is ``1 + epsilon_high``,
   as every other clip in rlkit, so TRL's ``epsilon_high=5.0`` is ``epsilon_high: 4.0`` here.
+* ``entropy_coef``: an entropy bonus, ``-coef · H`` per token normalised as the rest of the loss (veRL's
+  ``entropy_coeff``), against entropy collapse; the loop then computes each pass's entropy with its gradient.
 * ``kl_estimator``: Schulman's estimators of ``KL(π_θ || π_ref)`` per token with ``d = log π_θ - log π_ref``:
   ``k1 = d`` (veRL ``kl``, unbiased, can be negative), ``k2 = d² / 2`` (veRL ``mse``), ``k3 = exp(-d) + d - 1``
   (veRL ``low_var_kl``, TRL's and DeepSeekMath's; the default).
@@ -78,6 +80,8 @@ def policy_gradient_loss(
     sampling_weights: torch.Tensor | None = None,
     importance_sampling_level: ImportanceSamplingLevel = "token",
     kl_estimator: KlEstimator = "k3",
+    entropy: torch.Tensor | None = None,
+    entropy_coef: float = 0.0,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Clipped-surrogate GRPO loss over ``[N, T]`` token log-probs; returns ``(loss, detached metrics)``.
 
@@ -90,6 +94,8 @@ def policy_gradient_loss(
         raise ValueError("beta > 0 needs ref_logp (the reference model's token log-probs)")
     if loss_type == "dr_grpo" and max_completion_length is None:
         raise ValueError("loss_type 'dr_grpo' needs max_completion_length")
+    if entropy_coef and entropy is None:
+        raise ValueError("entropy_coef > 0 needs the policy's per-token entropy (with its gradient)")
     if loss_type not in LOSS_TYPES:
         raise ValueError(f"loss_type must be one of {', '.join(LOSS_TYPES)}, got {loss_type!r}")
     if importance_sampling_level not in ("token", "sequence"):
@@ -130,6 +136,10 @@ def policy_gradient_loss(
     if beta > 0 and ref_logp is not None:
         kl = kl_estimate(logp, torch.where(keep, ref_logp.detach(), 0.0), kl_estimator)
         per_token_loss = per_token_loss + beta * kl
+    if entropy_coef:
+        # veRL's entropy_coeff: -coef · H per token, normalised as the rest of the loss, so a higher-entropy policy
+        # lowers the loss
+        per_token_loss = per_token_loss - entropy_coef * torch.where(keep, entropy, 0.0)
     per_token_loss = per_token_loss * mask
 
     n_seq = per_token_loss.size(0) if num_sequences is None else num_sequences
@@ -182,6 +192,7 @@ class PolicyGradientObjective:
         loss_type: LossType = "grpo"
         importance_sampling_level: ImportanceSamplingLevel = "token"
         kl_estimator: KlEstimator = "k3"
+        entropy_coef: float = pydantic.Field(default=0.0, ge=0)
         mask_truncated_completions: bool = False
 
         @pydantic.model_validator(mode="after")
@@ -201,6 +212,11 @@ class PolicyGradientObjective:
         return self.num_iterations > 1
 
     @property
+    def needs_entropy(self) -> bool:
+        """An entropy bonus needs every pass's per-token entropy, with its gradient."""
+        return self.params.entropy_coef > 0
+
+    @property
     def reference_use(self) -> str | None:
         if self.params.beta == 0:
             return None
@@ -214,7 +230,8 @@ class PolicyGradientObjective:
             beta=p.beta if inputs.ref_logp is not None else 0.0, epsilon=p.epsilon, epsilon_high=p.epsilon_high,
             loss_type=p.loss_type, max_completion_length=inputs.max_completion_length,
             num_sequences=inputs.num_sequences, num_tokens=inputs.num_tokens, sampling_weights=inputs.sampling_weights,
-            importance_sampling_level=p.importance_sampling_level, kl_estimator=p.kl_estimator)
+            importance_sampling_level=p.importance_sampling_level, kl_estimator=p.kl_estimator,
+            entropy=inputs.entropy, entropy_coef=p.entropy_coef)
 
 
 @hookimpl
