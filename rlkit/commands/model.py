@@ -44,11 +44,10 @@ def cmd_model(args: Sequence[str]) -> int:
               file=sys.stderr)
         return 2
     from rlkit.config.outputs import check_writable
-    from rlkit.core.package_files import resolve_path
     from rlkit.lm.gguf import import_gguf
-    from rlkit.lm.joined_files import is_parts_ref, join_parts
+    from rlkit.lm.joined_files import model_file
 
-    file = join_parts(options.file) if is_parts_ref(options.file) else resolve_path(options.file)
+    file = model_file(options.file)
     if options.tool == "path":
         if not file.is_file():
             print(f"rlkit: error: {options.file}: no such file", file=sys.stderr)

@@ -344,13 +344,20 @@ def _check_reward_path(result: ValidatedConfig) -> None:
                       f"dimensions directly; aggregator={aggregator} only feeds the logged reward", stacklevel=2)
 
 
-def _check_prompt_sampler(run: RunConfig, result: ValidatedConfig, data: DataConfig) -> None:
+def _run_records(result: ValidatedConfig, data: DataConfig) -> list[dict[str, Any]] | None:
+    """The records the run reads: the data file's, else a synthetic task's (built here), else None."""
+    from rlkit.data.records import SYNTHETIC_TASKS
+
+    if result.records is None and data.path is None and data.task in SYNTHETIC_TASKS:
+        return data.synthetic_records()
+    return result.records
+
+
+def _check_prompt_sampler(run: RunConfig, result: ValidatedConfig, records: list[dict[str, Any]] | None) -> None:
     """A sampler that picks each step's prompts and dynamic sampling, which reads its prompts on in the epoch shuffle
     itself, would each decide what a step trains on: one of them must. A sampler that picks is set up (on a copy) on
     the run's records, so records it cannot use fail here."""
     import copy
-
-    from rlkit.data.records import SYNTHETIC_TASKS
 
     sampler = result.plugins.get("prompt_sampler")
     if not callable(getattr(sampler, "pick", None)):
@@ -359,9 +366,6 @@ def _check_prompt_sampler(run: RunConfig, result: ValidatedConfig, data: DataCon
         raise ConfigError(f"sampler={result.plugin_names['prompt_sampler']} picks each step's prompts and "
                           f"sampling.filter={run.sampling.filter} reads them on in the epoch shuffle; use "
                           "sampler=uniform or sampling.filter=none", "sampler, sampling.filter")
-    records = result.records
-    if records is None and data.path is None and data.task in SYNTHETIC_TASKS:
-        records = data.synthetic_records()
     if records:
         copy.deepcopy(sampler).setup(records, run.seed)
 
@@ -608,9 +612,10 @@ def validate_config(cfg: DictConfig, registry: Registry, *, read_data: bool = Tr
                           _where(registry, cfg, "data", "task"))
     _check_demonstrations(result, data)
     _check_record_fields(result, data)
-    _check_judge_scope(result, data)
+    records = _run_records(result, data)
+    _check_judge_scope(result, records)
     _check_judge_is_not_the_policy(result)
-    _check_prompt_sampler(run, result, data)
+    _check_prompt_sampler(run, result, records)
     return result
 
 
@@ -675,15 +680,10 @@ def _check_record_fields(result: ValidatedConfig, data: DataConfig) -> None:
                           "on their completions", stacklevel=3)
 
 
-def _check_judge_scope(result: ValidatedConfig, data: DataConfig) -> None:
+def _check_judge_scope(result: ValidatedConfig, records: list[dict[str, Any]] | None) -> None:
     """Warn with each of the judge's ``scope_caveats``: the offline tiny judge, which knows only the default task's
     sums, scores a user's own records as if it knew them (on sums of 0-99 it calls most right answers wrong)."""
-    from rlkit.data.records import SYNTHETIC_TASKS
-
     caveats = getattr(result.plugins.get("judge"), "scope_caveats", None)
-    records = result.records
-    if records is None and data.path is None and data.task in SYNTHETIC_TASKS:
-        records = data.synthetic_records()
     if not callable(caveats) or not records:
         return
     for line in caveats(records, result.rubric):

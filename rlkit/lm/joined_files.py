@@ -21,7 +21,7 @@ import tempfile
 from pathlib import Path
 
 from rlkit.core.errors import ConfigError
-from rlkit.core.package_files import package_dir
+from rlkit.core.package_files import package_dir, resolve_path
 from rlkit.lm.models import default_cache_dir
 
 PARTS_SCHEME = "parts://"
@@ -34,6 +34,11 @@ _RANGE = re.compile(r"\{(\d+)\.\.(\d+)\}")
 def is_parts_ref(ref: str | Path) -> bool:
     """Whether a model reference names a file joined from package parts."""
     return str(ref).startswith(PARTS_SCHEME)
+
+
+def model_file(ref: str) -> Path:
+    """The local file a model reference names: ``parts://`` joined on first use, ``pkg://``, ``file://`` or a path."""
+    return join_parts(ref) if is_parts_ref(ref) else resolve_path(ref)
 
 
 def joined_name(ref: str) -> str:

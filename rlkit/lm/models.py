@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rlkit.core.errors import ConfigError
-from rlkit.core.package_files import PACKAGE_SCHEME, resolve_path
+from rlkit.core.package_files import PACKAGE_SCHEME
 from rlkit.lm.gguf import is_gguf
 
 if TYPE_CHECKING:
@@ -237,13 +237,11 @@ def locate_model(name_or_path: str | Path) -> Path:
     """A local model directory, a GGUF file imported on first use (:func:`rlkit.lm.gguf.import_gguf`), or a hub id's
     snapshot in the local Hugging Face cache; never the network. ``pkg://module/file`` names a file inside an
     installed package, ``parts://`` one joined from parts that packages hold (:mod:`rlkit.lm.joined_files`)."""
-    ref = str(name_or_path)
-    if ref.startswith(PACKAGE_SCHEME):
-        ref = str(resolve_path(ref))
-    from rlkit.lm.joined_files import is_parts_ref, join_parts
+    from rlkit.lm.joined_files import is_parts_ref, model_file
 
-    if is_parts_ref(ref):
-        ref = str(join_parts(ref))
+    ref = str(name_or_path)
+    if ref.startswith(PACKAGE_SCHEME) or is_parts_ref(ref):
+        ref = str(model_file(ref))
     if is_gguf(ref):
         from rlkit.lm.gguf import import_gguf
 

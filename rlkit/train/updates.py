@@ -153,15 +153,15 @@ def completion_update(module: Any, objective: Any, sampled: SampledBatch, advant
                 weighted[key] = weighted.get(key, 0.0) + value * share
         grad_norm = optimizer_step(module, opt)
     sched.step()
-    summed = spread.sum_all({"loss": loss, **weighted, "entropy": entropy_sum / max(num_tokens, 1.0)}, device)
+    # the engine correction's token sums over the step's (global) token count, reduced with the rest in one call
+    rollout = {} if engine is None else {
+        f"rollout/{name}": torch.as_tensor(correction_sums.get(key, 0.0), device=device) / max(num_tokens, 1.0)
+        for key, name in (("ratio", "is_ratio_mean"), ("clipped", "is_clipped_frac"), ("masked", "is_masked_frac"),
+                          ("mismatch_kl", "mismatch_kl"))}
+    summed = spread.sum_all({"loss": loss, **weighted, "entropy": entropy_sum / max(num_tokens, 1.0), **rollout},
+                            device)
     loss_value = summed.pop("loss")
     summed["grad_norm"] = grad_norm  # the same on every process once DDP has averaged the gradients
-    if engine is not None:
-        for key, name in (("ratio", "is_ratio_mean"), ("clipped", "is_clipped_frac"), ("masked", "is_masked_frac"),
-                          ("mismatch_kl", "mismatch_kl")):
-            total = correction_sums.get(key, torch.zeros((), device=device))
-            summed[f"rollout/{name}"] = float(spread.sum(torch.as_tensor(total, device=device), device)) / \
-                max(num_tokens, 1.0)
     return torch.as_tensor(loss_value), summed, t_logprob
 
 

@@ -23,7 +23,7 @@ clipped importance-weight surrogate.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, get_args
 
 import pydantic
 
@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 LossType = Literal["grpo", "dr_grpo", "dapo", "bnpo", "cispo", "token_sum"]
 ImportanceSamplingLevel = Literal["token", "sequence"]
 KlEstimator = Literal["k1", "k2", "k3"]
-LOSS_TYPES = ("grpo", "dr_grpo", "dapo", "bnpo", "cispo", "token_sum")
+LOSS_TYPES = get_args(LossType)
 
 
 def k3_kl(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
@@ -128,7 +128,7 @@ def policy_gradient_loss(
     else:
         clipped = torch.clamp(ratio, 1 - eps_low, 1 + eps_high)
         per_token_loss = -torch.min(ratio * adv, clipped * adv)
-    per_token_loss = per_token_loss.expand_as(logp) if per_token_loss.shape != logp.shape else per_token_loss
+    per_token_loss = per_token_loss.expand_as(logp)  # a sequence-level ratio's [N, 1] over every token
     if sampling_weights is not None:
         # TRL: the engine's importance-sampling weight multiplies the surrogate, before the KL term is added
         per_token_loss = per_token_loss * torch.where(keep, sampling_weights.detach().to(logp.dtype), 0.0)
