@@ -128,13 +128,26 @@ tools:
                            redundancy and human alignment; a trust score, a verdict, a card (docs/rubric-audit.md)"""
 
 
+# the file tools and the files each takes, in order
+RUBRIC_FILE_TOOLS = {"diff": ("OLD.yaml", "NEW.yaml"), "hash": ("RUBRIC.yaml",)}
+
+
 def cmd_rubric(args: Sequence[str]) -> int:
     from rlkit.core.rubric import load_rubric
     from rlkit.core.rubric_diff import diff_rubrics, render_diff
 
     tool, files = (args[0], list(args[1:])) if args else (None, [])
-    if (tool, len(files)) not in (("diff", 2), ("hash", 1)):
+    if tool is None:
         print(RUBRIC_USAGE, file=sys.stderr)
+        return 2
+    wanted = RUBRIC_FILE_TOOLS.get(tool)
+    if wanted is None:
+        print(f"rlkit: error: rlkit rubric: unknown tool {tool!r}; tools: diff, hash, generate, audit "
+              "(rlkit rubric --help)", file=sys.stderr)
+        return 2
+    if len(files) != len(wanted):
+        print(f"rlkit: error: rlkit rubric {tool} takes {' '.join(wanted)}, got {len(files)} "
+              f"argument{'s' * (len(files) != 1)}", file=sys.stderr)
         return 2
     # a stale changelog hash is what these tools help to fix, so they read the file without checking it
     rubrics = [load_rubric(f, verify_changelog=False) for f in files]

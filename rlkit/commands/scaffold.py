@@ -182,7 +182,7 @@ def main(args: Sequence[str]) -> int:
         return 0
     if unknown or options.what != "plugin" or not options.name or not options.kind:
         problem = f"unexpected {' '.join(unknown)!r}; " if unknown else ""
-        print(f"rlkit: error: {problem}usage: {usage}", file=sys.stderr)
+        print(f"rlkit: error: {problem}usage: {usage.splitlines()[0]} (rlkit new --help)", file=sys.stderr)
         return 2
     target = options.dir or Path(f"rlkit-{options.name.replace('_', '-')}")
     files = render_plugin(options.name, options.kind, target, options.package)

@@ -204,3 +204,15 @@ def test_plugins_piped_is_one_plain_line_a_plugin_and_kind_filters(capsys):
     assert code == 0 and "monitors=[template_phrases]" in out and "judge=" not in out
     code, _, err = _run(capsys, "plugins", "--kind", "judges")
     assert code == 2 and "unknown kind 'judges'" in err and "did you mean 'judge'?" in err
+
+
+@pytest.mark.parametrize("argv", [
+    ("rubric", "diff", "conf/rubric/arithmetic.yaml"), ("rubric", "hash"), ("rubric", "diff", "a", "b", "c"),
+    ("rubric", "nosuchtool"), ("label",), ("report",), ("calibrate", "sample"), ("model", "path"), ("new", "plugin"),
+    ("new", "plugin", "x"), ("data", "pairs"), ("data", "prepare"),
+])
+def test_a_tool_missing_an_argument_says_so_in_one_line(capsys, argv):
+    code, _, err = _run(capsys, *argv)
+    assert code == 2
+    line = _one_error_line(code, err)
+    assert f"rlkit {argv[0]}" in line or "usage: rlkit" in line, line
