@@ -41,6 +41,9 @@ class CompletionLossInputs:
     * ``entropy`` ``[n, C]`` or None: the policy's entropy at each completion position, from the same pass as
       ``logp`` and with its gradient, for an objective that declares ``needs_entropy = True`` (an entropy bonus);
       None otherwise.
+    * ``group_tokens`` ``[n]`` and ``num_groups``: the masked token count of each completion's whole group (its
+      prompt's ``num_generations`` completions, over every micro-batch) and the step's number of groups over every
+      process, for a loss normalised per prompt (``loss_type: prompt_mean``). The loop always passes them.
     """
 
     logp: torch.Tensor
@@ -53,6 +56,8 @@ class CompletionLossInputs:
     max_completion_length: int
     sampling_weights: torch.Tensor | None = None
     entropy: torch.Tensor | None = None
+    group_tokens: torch.Tensor | None = None
+    num_groups: int | None = None
 
 
 @dataclass

@@ -28,8 +28,11 @@ def example_completion_inputs(n: int = 6, c: int = 5, seed: int = 0, *, zero_adv
     lengths = torch.randint(1, c + 1, (n,), generator=gen)
     mask = (torch.arange(c).expand(n, -1) < lengths.unsqueeze(1)).float()
     advantages = torch.zeros(n) if zero_advantages else torch.randn(n, generator=gen)
+    group_size = 2 if n % 2 == 0 else 1  # groups of consecutive rows, as the loop hands them
+    group_tokens = mask.sum(-1).reshape(-1, group_size).sum(-1).repeat_interleave(group_size)
     return CompletionLossInputs(logp=logp, old_logp=old, ref_logp=ref, advantages=advantages, mask=mask,
-                                num_sequences=n, num_tokens=float(mask.sum()), max_completion_length=c)
+                                num_sequences=n, num_tokens=float(mask.sum()), max_completion_length=c,
+                                group_tokens=group_tokens, num_groups=n // group_size)
 
 
 def example_pair_inputs(p: int = 5, seed: int = 0, *, identical: bool = False,

@@ -68,10 +68,11 @@ def optimizer_step(module: Any, opt: Any) -> float:
 
 
 def completion_update(module: Any, objective: Any, sampled: SampledBatch, advantages: torch.Tensor,
-                      ) -> tuple[torch.Tensor, dict[str, float], float]:
-    """``num_iterations`` optimiser steps on this process's completions (``advantages`` ``[n]``), each accumulated
-    over micro-batches. Returns the last iteration's loss over the global batch, its token-weighted metrics and the
-    time the no-grad log-prob passes (old policy, reference) finished."""
+                      group_size: int) -> tuple[torch.Tensor, dict[str, float], float]:
+    """``num_iterations`` optimiser steps on this process's completions (``advantages`` ``[n]``, groups of
+    ``group_size`` consecutive rows), each accumulated over micro-batches. Returns the last iteration's loss over
+    the global batch, its token-weighted metrics and the time the no-grad log-prob passes (old policy, reference)
+    finished."""
     s, spread, device = module.settings, module.spread, module.device
     opt, sched = module.optimizers(), module.lr_schedulers()
     mask = sampled.completion_mask.float()
@@ -110,6 +111,9 @@ def completion_update(module: Any, objective: Any, sampled: SampledBatch, advant
     t_logprob = time.perf_counter()
     num_tokens = float(spread.sum(mask.sum(), device))
     num_sequences = len(advantages) * spread.world_size
+    # a process holds whole groups, so each group's token count is its own; the step's groups are every process's
+    group_tokens = mask.sum(-1).reshape(-1, group_size).sum(-1).repeat_interleave(group_size)
+    num_groups = len(advantages) // group_size * spread.world_size
     sampling_weights, correction_sums = None, {}
     if engine is not None and old_logp is not None:
         sampling_weights, correction_sums = importance_correction(old_logp, engine.to(old_logp), mask, s.is_correction)
@@ -145,7 +149,8 @@ def completion_update(module: Any, objective: Any, sampled: SampledBatch, advant
                     ref_logp=None if ref_logp is None else ref_logp[rows], advantages=advantages[rows],
                     mask=mask[rows], num_sequences=num_sequences, num_tokens=num_tokens,
                     max_completion_length=s.max_completion_length, sampling_weights=weights,
-                    entropy=entropy if needs_entropy else None))
+                    entropy=entropy if needs_entropy else None, group_tokens=group_tokens[rows],
+                    num_groups=num_groups))
                 module.manual_backward(part * spread.world_size)
             loss = loss + part.detach()
             share = mask[rows].sum() / max(num_tokens, 1.0)
@@ -298,7 +303,8 @@ def advantage_step(module: Any, sampled: SampledBatch, batch: RewardBatch) -> St
     else:
         flat = local.reshape(-1)
     decided = time.perf_counter()
-    loss, metrics, logprob_at = completion_update(module, module.parts.objective, sampled, flat.to(module.device))
+    loss, metrics, logprob_at = completion_update(module, module.parts.objective, sampled, flat.to(module.device),
+                                                  local.shape[1])
     metrics.update(advantage_metrics(advantages))
     return StepOutcome(loss, metrics, local, decided, logprob_at)
 
@@ -308,7 +314,7 @@ def demonstration_step(module: Any, sampled: SampledBatch, batch: RewardBatch) -
     local = torch.zeros(module.spread.local(batch.rewards).shape)
     decided = time.perf_counter()
     loss, metrics, logprob_at = completion_update(module, module.parts.objective, sampled,
-                                                  local.reshape(-1).to(module.device))
+                                                  local.reshape(-1).to(module.device), local.shape[1])
     return StepOutcome(loss, metrics, local, decided, logprob_at)
 
 def pair_step(module: Any, sampled: SampledBatch, batch: RewardBatch, truncated: torch.Tensor) -> StepOutcome:

@@ -45,13 +45,14 @@ class TestObjectives(ObjectiveContract):
 
 
 class TestPolicyGradientOptions(ObjectiveContract):
-    """GSPO, CISPO and the k2 KL estimator meet the contract as the default objective does. (k1 cannot: as a loss,
-    ``β·(log π_θ - log π_ref)`` has gradient β on every token even at the reference, zero only in expectation over
-    samples; tests/plugins/test_losses.py pins that down.)"""
+    """GSPO, CISPO, the k2 KL estimator and the per-prompt normalisation meet the contract as the default objective
+    does. (k1 cannot: as a loss, ``β·(log π_θ - log π_ref)`` has gradient β on every token even at the reference,
+    zero only in expectation over samples; tests/plugins/test_losses.py pins that down.)"""
 
     @pytest.fixture(params=[{"importance_sampling_level": "sequence", "epsilon": 3e-4, "epsilon_high": 4e-4},
                             {"loss_type": "cispo", "epsilon_high": 4.0},
-                            {"kl_estimator": "k2", "num_iterations": 2}], ids=["gspo", "cispo", "k2"])
+                            {"kl_estimator": "k2", "num_iterations": 2}, {"loss_type": "prompt_mean"}],
+                    ids=["gspo", "cispo", "k2", "prompt_mean"])
     def objective(self, request):
         return _REGISTRY.create("objective", "policy_gradient", request.param)
 

@@ -149,11 +149,30 @@ ADV = torch.tensor([1.0, -2.0])
     ("dapo", (-3 + 2) / 4),
     ("dr_grpo", (-3 + 2) / (2 * 4)),  # / (N * max_completion_length) = -0.125
     ("token_sum", -3 + 2),            # no normaliser
+    ("prompt_mean", (-3 + 2) / 4),    # one group of both rows: its 4 tokens' mean, over 1 group
 ])
 def test_loss_type_normalisation(loss_type, expected):
     logp = torch.zeros(2, 3)
-    loss, _ = _loss(logp, logp, ADV, MASK, loss_type=loss_type, max_completion_length=4)
+    loss, _ = _loss(logp, logp, ADV, MASK, loss_type=loss_type, max_completion_length=4,
+                    group_tokens=torch.tensor([4.0, 4.0]), num_groups=1)
     assert loss.item() == pytest.approx(expected)
+
+
+def test_prompt_mean_weighs_each_prompt_the_same_whatever_its_completions_lengths():
+    # group 0: two rows of 3 tokens, A = 1 (token loss -1); group 1: two rows of 1 token, A = -2 (token loss +2)
+    mask = torch.tensor([[1, 1, 1], [1, 1, 1], [1, 0, 0], [1, 0, 0]])
+    adv = torch.tensor([1.0, 1.0, -2.0, -2.0])
+    logp = torch.zeros(4, 3)
+    groups = torch.tensor([6.0, 6.0, 2.0, 2.0])
+    prompt_mean, _ = _loss(logp, logp, adv, mask, loss_type="prompt_mean", group_tokens=groups, num_groups=2)
+    dapo, _ = _loss(logp, logp, adv, mask, loss_type="dapo")
+    assert prompt_mean.item() == pytest.approx((-1 + 2) / 2)   # each group's token mean, then their mean
+    assert dapo.item() == pytest.approx((-6 + 4) / 8)          # the long group's tokens outweigh the short one's
+
+
+def test_prompt_mean_without_the_groups_raises():
+    with pytest.raises(ValueError, match="group_tokens"):
+        _loss(torch.zeros(1, 1), torch.zeros(1, 1), torch.ones(1), loss_type="prompt_mean")
 
 
 def test_dr_grpo_needs_max_completion_length():
@@ -265,7 +284,7 @@ def test_mask_after_eos_and_truncated_rows():
     assert torch.equal(truncated_rows(ids, eos), torch.tensor([False, True, False, False]))
 
 
-@pytest.mark.parametrize("loss_type", ["grpo", "dr_grpo", "dapo", "bnpo", "cispo", "token_sum"])
+@pytest.mark.parametrize("loss_type", ["grpo", "dr_grpo", "dapo", "bnpo", "cispo", "token_sum", "prompt_mean"])
 def test_micro_batch_losses_sum_to_the_whole_rollout(loss_type):
     torch.manual_seed(0)
     n, t = 6, 5
@@ -275,15 +294,19 @@ def test_micro_batch_losses_sum_to_the_whole_rollout(loss_type):
     mask[2] = 0  # an empty row still counts as a sequence
     kwargs = {"beta": 0.04, "loss_type": loss_type, "max_completion_length": t}
 
-    _assert_split_is_one_pass(base, old, ref, adv, mask, [0, 2, 4, 6], atol=1e-6, **kwargs)
+    _assert_split_is_one_pass(base, old, ref, adv, mask, [0, 1, 4, 6], atol=1e-6, group_size=3, **kwargs)
 
 
-def _assert_split_is_one_pass(base, old, ref, adv, mask, bounds, atol, entropy=None, **kwargs):
+def _assert_split_is_one_pass(base, old, ref, adv, mask, bounds, atol, entropy=None, group_size=1, **kwargs):
     """The rows cut at ``bounds`` into micro-batches, each told the step's counts: the parts' losses and gradients
-    (through the log-probs, and the entropy when there is a bonus) sum to the one pass's."""
+    (through the log-probs, and the entropy when there is a bonus) sum to the one pass's. Rows form groups of
+    ``group_size`` (a cut may split a group)."""
+    group_tokens = mask.sum(-1).reshape(-1, group_size).sum(-1).repeat_interleave(group_size)
+    kwargs.update(num_groups=len(base) // group_size)
     whole_logp = base.clone().requires_grad_(True)
     whole_entropy = None if entropy is None else entropy.clone().requires_grad_(True)
-    whole, _ = policy_gradient_loss(whole_logp, old, ref, adv, mask, entropy=whole_entropy, **kwargs)
+    whole, _ = policy_gradient_loss(whole_logp, old, ref, adv, mask, entropy=whole_entropy,
+                                    group_tokens=group_tokens, **kwargs)
     whole.backward()
     split_logp = base.clone().requires_grad_(True)
     split_entropy = None if entropy is None else entropy.clone().requires_grad_(True)
@@ -291,7 +314,8 @@ def _assert_split_is_one_pass(base, old, ref, adv, mask, bounds, atol, entropy=N
     for lo, hi in zip(bounds, bounds[1:], strict=False):
         part, _ = policy_gradient_loss(split_logp[lo:hi], old[lo:hi], ref[lo:hi], adv[lo:hi], mask[lo:hi],
                                        num_sequences=len(base), num_tokens=float(mask.sum()),
-                                       entropy=None if split_entropy is None else split_entropy[lo:hi], **kwargs)
+                                       entropy=None if split_entropy is None else split_entropy[lo:hi],
+                                       group_tokens=group_tokens[lo:hi], **kwargs)
         part.backward()
         total = total + part.detach()
     assert torch.allclose(total, whole.detach(), atol=atol)
@@ -400,23 +424,25 @@ def _inputs(seed: int, n: int, t: int):
 
 
 @settings(max_examples=40, deadline=None)
-@given(seed=st.integers(0, 10_000), n=st.integers(1, 7), t=st.integers(1, 6), cuts=st.lists(st.integers(1, 6),
-       max_size=3), loss_type=st.sampled_from(["grpo", "dr_grpo", "dapo", "bnpo", "cispo", "token_sum"]),
+@given(seed=st.integers(0, 10_000), groups=st.integers(1, 4), group_size=st.integers(1, 3), t=st.integers(1, 6),
+       cuts=st.lists(st.integers(1, 11), max_size=3),
+       loss_type=st.sampled_from(["grpo", "dr_grpo", "dapo", "bnpo", "cispo", "token_sum", "prompt_mean"]),
        level=st.sampled_from(["token", "sequence"]), estimator=st.sampled_from(["k1", "k2", "k3"]),
        entropy_coef=st.sampled_from([0.0, 0.05]))
-def test_any_micro_batching_gives_the_loss_and_gradient_of_one_pass(seed, n, t, cuts, loss_type, level, estimator,
-                                                                     entropy_coef):
+def test_any_micro_batching_gives_the_loss_and_gradient_of_one_pass(seed, groups, group_size, t, cuts, loss_type,
+                                                                     level, estimator, entropy_coef):
     """Split the rollout's rows anywhere (gradient accumulation over micro-batches): with the step's num_sequences
     and num_tokens passed, the parts sum to the one-pass loss and gradient, for every loss type, ratio level and KL
     estimator."""
     if level == "sequence" and loss_type != "grpo":
         return  # refused at validate time (test above)
+    n = groups * group_size
     base, old, ref, adv, mask = _inputs(seed, n, t)
     kwargs = {"beta": 0.04, "loss_type": loss_type, "max_completion_length": t, "importance_sampling_level": level,
               "kl_estimator": estimator, "epsilon": 0.2}
     entropy = (base.abs() + 0.5) if entropy_coef else None  # any per-token values: the bonus is linear in them
     _assert_split_is_one_pass(base, old, ref, adv, mask, sorted({0, n, *(c for c in cuts if c < n)}), atol=1e-5,
-                              entropy=entropy, entropy_coef=entropy_coef, **kwargs)
+                              entropy=entropy, entropy_coef=entropy_coef, group_size=group_size, **kwargs)
 
 
 def test_k1_in_the_loss_pushes_on_every_sampled_token_even_at_the_reference():

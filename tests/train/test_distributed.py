@@ -90,7 +90,9 @@ _COMPARED = ("loss", "grad_norm", "kl", "reward/mean", "reward/std", "advantages
     # a sequence-level ratio whose completions each process holds whole
     ["objective.params.loss_type=cispo", "objective.params.kl_estimator=k2", "optim.gradient_accumulation_steps=2"],
     ["objective.params.importance_sampling_level=sequence", "objective.params.num_iterations=2"],
-], ids=["gdpo", "group_dpo", "cispo-k2", "gspo"])
+    # each process's groups normalised by their own tokens, over the step's groups of both processes
+    ["objective.params.loss_type=prompt_mean", "optim.gradient_accumulation_steps=3"],
+], ids=["gdpo", "group_dpo", "cispo-k2", "gspo", "prompt_mean"])
 def test_two_gloo_processes_match_one_process_on_the_same_global_batch(tmp_path, objective):
     from rlkit.lm.models import build_tiny_policy, load_policy
 

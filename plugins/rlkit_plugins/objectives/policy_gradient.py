@@ -14,6 +14,9 @@ clipped importance-weight surrogate.
   token of the step weighs the same). The weight is clipped, not the gradient: a token PPO's clip would silence
   still trains, its step bounded. TRL caps ``r`` at ``epsilon_high`` itself; here the cap is ``1 + epsilon_high``,
   as every other clip in rlkit, so TRL's ``epsilon_high=5.0`` is ``epsilon_high: 4.0`` here.
+* ``loss_type: prompt_mean`` (SkyRL): each group's token mean, then the mean over the step's groups; a group of
+  long completions weighs as much as one of short ones (``dapo`` weighs each token the same, ``grpo`` each
+  completion).
 * ``entropy_coef``: an entropy bonus, ``-coef · H`` per token normalised as the rest of the loss (veRL's
   ``entropy_coeff``), against entropy collapse; the loop then computes each pass's entropy with its gradient.
 * ``kl_estimator``: Schulman's estimators of ``KL(π_θ || π_ref)`` per token with ``d = log π_θ - log π_ref``:
@@ -32,7 +35,7 @@ from rlkit.plugin import CompletionLossInputs, hookimpl
 if TYPE_CHECKING:
     import torch
 
-LossType = Literal["grpo", "dr_grpo", "dapo", "bnpo", "cispo", "token_sum"]
+LossType = Literal["grpo", "dr_grpo", "dapo", "bnpo", "cispo", "token_sum", "prompt_mean"]
 ImportanceSamplingLevel = Literal["token", "sequence"]
 KlEstimator = Literal["k1", "k2", "k3"]
 LOSS_TYPES = get_args(LossType)
@@ -82,12 +85,15 @@ def policy_gradient_loss(
     kl_estimator: KlEstimator = "k3",
     entropy: torch.Tensor | None = None,
     entropy_coef: float = 0.0,
+    group_tokens: torch.Tensor | None = None,
+    num_groups: int | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Clipped-surrogate GRPO loss over ``[N, T]`` token log-probs; returns ``(loss, detached metrics)``.
 
     For gradient accumulation over micro-batches of one rollout, pass the whole rollout's
     ``num_sequences`` and ``num_tokens`` (masked tokens): the micro-batch losses then sum to the loss of
-    the whole rollout, for every ``loss_type``. By default both are this call's own.
+    the whole rollout, for every ``loss_type``. By default both are this call's own. ``prompt_mean`` needs
+    ``group_tokens`` (``[N]``: the masked tokens of each completion's whole group) and ``num_groups`` (the step's).
     """
     import torch
     if beta > 0 and ref_logp is None:
@@ -96,6 +102,9 @@ def policy_gradient_loss(
         raise ValueError("loss_type 'dr_grpo' needs max_completion_length")
     if entropy_coef and entropy is None:
         raise ValueError("entropy_coef > 0 needs the policy's per-token entropy (with its gradient)")
+    if loss_type == "prompt_mean" and (group_tokens is None or num_groups is None):
+        raise ValueError("loss_type 'prompt_mean' needs group_tokens (each completion's group's token count) and "
+                         "num_groups")
     if loss_type not in LOSS_TYPES:
         raise ValueError(f"loss_type must be one of {', '.join(LOSS_TYPES)}, got {loss_type!r}")
     if importance_sampling_level not in ("token", "sequence"):
@@ -152,6 +161,11 @@ def policy_gradient_loss(
         # veRL's loss_agg_mode token-sum (PR #7197): no normaliser at all, so the gradient's scale grows with the
         # step's tokens; pair it with a learning rate chosen for that scale
         loss = per_token_loss.sum()
+    elif loss_type == "prompt_mean":
+        # SkyRL's loss_reduction prompt_mean (skyrl ppo_utils apply_loss_reduction_to_advantages_minibatch): a token
+        # mean within each prompt's group, then a mean over the groups, so every prompt weighs the same whatever
+        # its completions' lengths
+        loss = (per_token_loss.sum(-1) / group_tokens.detach().to(logp.dtype).clamp(min=1.0)).sum() / num_groups
     elif loss_type == "dr_grpo":
         # Dr. GRPO arXiv 2503.20783: a constant denominator removes the length bias of per-sequence means.
         loss = per_token_loss.sum() / (n_seq * max_completion_length)
@@ -231,7 +245,8 @@ class PolicyGradientObjective:
             loss_type=p.loss_type, max_completion_length=inputs.max_completion_length,
             num_sequences=inputs.num_sequences, num_tokens=inputs.num_tokens, sampling_weights=inputs.sampling_weights,
             importance_sampling_level=p.importance_sampling_level, kl_estimator=p.kl_estimator,
-            entropy=inputs.entropy, entropy_coef=p.entropy_coef)
+            entropy=inputs.entropy, entropy_coef=p.entropy_coef, group_tokens=inputs.group_tokens,
+            num_groups=inputs.num_groups)
 
 
 @hookimpl
