@@ -163,6 +163,8 @@ def rlkit_register_objectives(register: Register) -> None:
     * ``mask_truncated_completions: bool``: completions cut at the length limit are left out of the loss.
     * optional ``needs_entropy: bool`` (default False): the loop computes each pass's per-token entropy with its
       gradient and hands it over as ``CompletionLossInputs.entropy`` (an entropy bonus).
+    * optional ``top_entropy_quantile: float`` (default 1.0): below 1, the loop makes a no-grad entropy pass with
+      the policy that sampled and hands ``CompletionLossInputs.entropy_mask``, the step's top quantile of tokens.
     * ``loss(inputs) -> (loss, metrics)``: a pure function of ``rlkit.plugin.CompletionLossInputs`` (signal
       ``advantages``) or ``rlkit.plugin.PairLossInputs`` (signal ``pairs``): a scalar whose gradient flows only
       through the policy's log-probs, and a dict of detached scalar metrics (logged as they are named, e.g.

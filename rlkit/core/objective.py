@@ -44,6 +44,9 @@ class CompletionLossInputs:
     * ``group_tokens`` ``[n]`` and ``num_groups``: the masked token count of each completion's whole group (its
       prompt's ``num_generations`` completions, over every micro-batch) and the step's number of groups over every
       process, for a loss normalised per prompt (``loss_type: prompt_mean``). The loop always passes them.
+    * ``entropy_mask`` ``float [n, C]`` or None: for an objective whose ``top_entropy_quantile`` is below 1, 1 on
+      the tokens whose entropy under the sampling policy is in the step's top quantile (over every process), 0
+      elsewhere; the objective multiplies its policy-gradient term by it. None otherwise.
     """
 
     logp: torch.Tensor
@@ -58,6 +61,7 @@ class CompletionLossInputs:
     entropy: torch.Tensor | None = None
     group_tokens: torch.Tensor | None = None
     num_groups: int | None = None
+    entropy_mask: torch.Tensor | None = None
 
 
 @dataclass

@@ -121,6 +121,12 @@ def completion_update(module: Any, objective: Any, sampled: SampledBatch, advant
     # the first iteration's logits (the policy that sampled), so it costs no pass of its own. An objective with an
     # entropy bonus gets every pass's entropy with its gradient.
     needs_entropy = bool(getattr(objective, "needs_entropy", False))
+    entropy_mask = None
+    quantile = float(getattr(objective, "top_entropy_quantile", 1.0))
+    if quantile < 1.0:
+        with span("trainer", "entropy pass"), torch.inference_mode():
+            sampling_entropy = all_rows(lambda sub: sequence_log_probs_and_entropy(module.policy, sub)[1])
+        entropy_mask = outside_inference(high_entropy_mask(sampling_entropy, mask, quantile, spread, device))
     entropy_sum = torch.zeros((), device=device)
     for iteration in range(objective.num_iterations):
         opt.zero_grad()
@@ -150,7 +156,7 @@ def completion_update(module: Any, objective: Any, sampled: SampledBatch, advant
                     mask=mask[rows], num_sequences=num_sequences, num_tokens=num_tokens,
                     max_completion_length=s.max_completion_length, sampling_weights=weights,
                     entropy=entropy if needs_entropy else None, group_tokens=group_tokens[rows],
-                    num_groups=num_groups))
+                    num_groups=num_groups, entropy_mask=None if entropy_mask is None else entropy_mask[rows]))
                 module.manual_backward(part * spread.world_size)
             loss = loss + part.detach()
             share = mask[rows].sum() / max(num_tokens, 1.0)
@@ -168,6 +174,26 @@ def completion_update(module: Any, objective: Any, sampled: SampledBatch, advant
     loss_value = summed.pop("loss")
     summed["grad_norm"] = grad_norm  # the same on every process once DDP has averaged the gradients
     return torch.as_tensor(loss_value), summed, t_logprob
+
+
+def high_entropy_mask(entropy: torch.Tensor, mask: torch.Tensor, quantile: float, spread: Any,
+                      device: Any = None) -> torch.Tensor:
+    """``float [n, C]``: 1 on the completion tokens whose entropy is in the step's top ``quantile`` over every
+    process (the 80/20 paper, arXiv 2506.01939; TRL's ``top_entropy_quantile``: at least the ``1 - quantile``
+    quantile of the masked tokens' entropies), 0 elsewhere. TRL takes the quantile per micro-batch from the pass
+    that trains; here it is the whole step's, from the policy that sampled, so how the step is cut into micro-batches
+    does not change which tokens train."""
+    values = torch.where(mask > 0, entropy.float(), torch.nan)
+    # processes' completions differ in width: pad to the widest before gathering
+    width = values.shape[1]
+    widest = int(max(spread.gather_objects(width))) if spread.distributed else width
+    padded = torch.nn.functional.pad(values, (0, widest - width), value=torch.nan)
+    every = spread.gather(padded, device)
+    kept = every[~torch.isnan(every)]
+    if kept.numel() == 0:
+        return torch.zeros_like(values)
+    threshold = torch.quantile(kept, 1.0 - quantile)
+    return ((values >= threshold) & (mask > 0)).to(mask.dtype)
 
 
 def _zero_loss(policy: Any, device: Any) -> torch.Tensor:

@@ -488,3 +488,30 @@ def test_entropy_with_its_gradient_matches_the_direct_formula():
     assert torch.allclose(grad, expected, atol=1e-6)
     _, detached = selective_log_softmax_and_entropy(logits, torch.zeros(2, 3, dtype=torch.long))
     assert not detached.requires_grad
+
+
+def test_the_high_entropy_mask_keeps_the_steps_top_quantile_of_completion_tokens():
+    from rlkit.train.distributed import Spread
+    from rlkit.train.updates import high_entropy_mask
+
+    entropy = torch.tensor([[0.1, 0.5, 0.9], [0.3, 0.7, 99.0]])
+    mask = torch.tensor([[1.0, 1.0, 1.0], [1.0, 1.0, 0.0]])  # 99.0 is padding: it neither counts nor is kept
+    # the 0.6 quantile of [0.1, 0.3, 0.5, 0.7, 0.9] is 0.58 (linear): the top 40% are 0.7 and 0.9
+    kept = high_entropy_mask(entropy, mask, 0.4, Spread())
+    assert torch.equal(kept, torch.tensor([[0.0, 0.0, 1.0], [0.0, 1.0, 0.0]]))
+    assert torch.equal(high_entropy_mask(entropy, mask, 1.0, Spread()), mask)
+
+
+def test_the_entropy_mask_silences_the_policy_gradient_of_low_entropy_tokens_but_not_their_kl():
+    logp = torch.log(torch.tensor([[0.3, 0.6]])).requires_grad_(True)
+    ref = torch.log(torch.tensor([[0.5, 0.5]]))
+    kept = torch.tensor([[1.0, 0.0]])
+    loss, _ = _loss(logp, logp.detach(), torch.tensor([1.0]), ref_logp=ref, beta=0.0, loss_type="dapo",
+                    entropy_mask=kept)
+    loss.backward()
+    assert logp.grad[0, 0] == pytest.approx(-1 / 2) and logp.grad[0, 1] == 0.0  # -A / 2 tokens on the kept one
+    logp.grad = None
+    with_kl, _ = _loss(logp, logp.detach(), torch.tensor([1.0]), ref_logp=ref, beta=0.1, loss_type="dapo",
+                       entropy_mask=kept)
+    with_kl.backward()
+    assert logp.grad[0, 1] != 0.0  # the KL term still pulls every token towards the reference

@@ -92,7 +92,9 @@ _COMPARED = ("loss", "grad_norm", "kl", "reward/mean", "reward/std", "advantages
     ["objective.params.importance_sampling_level=sequence", "objective.params.num_iterations=2"],
     # each process's groups normalised by their own tokens, over the step's groups of both processes
     ["objective.params.loss_type=prompt_mean", "optim.gradient_accumulation_steps=3"],
-], ids=["gdpo", "group_dpo", "cispo-k2", "gspo", "prompt_mean"])
+    # the top-entropy tokens by the quantile over both processes' tokens
+    ["objective.params.top_entropy_quantile=0.5", "optim.gradient_accumulation_steps=2"],
+], ids=["gdpo", "group_dpo", "cispo-k2", "gspo", "prompt_mean", "top_entropy"])
 def test_two_gloo_processes_match_one_process_on_the_same_global_batch(tmp_path, objective):
     from rlkit.lm.models import build_tiny_policy, load_policy
 

@@ -19,6 +19,9 @@ clipped importance-weight surrogate.
   completion).
 * ``entropy_coef``: an entropy bonus, ``-coef · H`` per token normalised as the rest of the loss (veRL's
   ``entropy_coeff``), against entropy collapse; the loop then computes each pass's entropy with its gradient.
+* ``top_entropy_quantile``: the policy-gradient term of the highest-entropy tokens only (the 80/20 paper, arXiv
+  2506.01939, trains on the top 20%: 0.2; TRL's ``top_entropy_quantile``); the loop hands the mask
+  (``CompletionLossInputs.entropy_mask``), the step's quantile under the policy that sampled.
 * ``kl_estimator``: Schulman's estimators of ``KL(π_θ || π_ref)`` per token with ``d = log π_θ - log π_ref``:
   ``k1 = d`` (veRL ``kl``, unbiased, can be negative), ``k2 = d² / 2`` (veRL ``mse``), ``k3 = exp(-d) + d - 1``
   (veRL ``low_var_kl``, TRL's and DeepSeekMath's; the default).
@@ -87,6 +90,7 @@ def policy_gradient_loss(
     entropy_coef: float = 0.0,
     group_tokens: torch.Tensor | None = None,
     num_groups: int | None = None,
+    entropy_mask: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Clipped-surrogate GRPO loss over ``[N, T]`` token log-probs; returns ``(loss, detached metrics)``.
 
@@ -138,6 +142,10 @@ def policy_gradient_loss(
         clipped = torch.clamp(ratio, 1 - eps_low, 1 + eps_high)
         per_token_loss = -torch.min(ratio * adv, clipped * adv)
     per_token_loss = per_token_loss.expand_as(logp)  # a sequence-level ratio's [N, 1] over every token
+    if entropy_mask is not None:
+        # TRL: the surrogate of the high-entropy tokens only, before the engine weights and the KL term; the
+        # normaliser still counts every token
+        per_token_loss = per_token_loss * torch.where(keep, entropy_mask.detach().to(logp.dtype), 0.0)
     if sampling_weights is not None:
         # TRL: the engine's importance-sampling weight multiplies the surrogate, before the KL term is added
         per_token_loss = per_token_loss * torch.where(keep, sampling_weights.detach().to(logp.dtype), 0.0)
@@ -207,6 +215,7 @@ class PolicyGradientObjective:
         importance_sampling_level: ImportanceSamplingLevel = "token"
         kl_estimator: KlEstimator = "k3"
         entropy_coef: float = pydantic.Field(default=0.0, ge=0)
+        top_entropy_quantile: float = pydantic.Field(default=1.0, gt=0, le=1)
         mask_truncated_completions: bool = False
 
         @pydantic.model_validator(mode="after")
@@ -220,6 +229,7 @@ class PolicyGradientObjective:
         self.params = params
         self.num_iterations = params.num_iterations
         self.mask_truncated_completions = params.mask_truncated_completions
+        self.top_entropy_quantile = params.top_entropy_quantile
 
     @property
     def needs_old_logprobs(self) -> bool:
@@ -246,7 +256,7 @@ class PolicyGradientObjective:
             num_sequences=inputs.num_sequences, num_tokens=inputs.num_tokens, sampling_weights=inputs.sampling_weights,
             importance_sampling_level=p.importance_sampling_level, kl_estimator=p.kl_estimator,
             entropy=inputs.entropy, entropy_coef=p.entropy_coef, group_tokens=inputs.group_tokens,
-            num_groups=inputs.num_groups)
+            num_groups=inputs.num_groups, entropy_mask=inputs.entropy_mask)
 
 
 @hookimpl
