@@ -1,6 +1,7 @@
 """What each policy-gradient option changes on the default task, and what it costs: GRPO's token-level loss (`dapo`)
 against the per-prompt normalisation (`prompt_mean`), GSPO's sequence-level ratio, CISPO's clipped importance
-weight, the entropy bonus and training on the top 20% of tokens by entropy, over seeds, on the warm-started default policy.
+weight, the entropy bonus and training on the top 20% of tokens by entropy, over seeds, on the warm-started default
+policy.
 
 Every configuration runs with ``objective.params.num_iterations=2`` (two optimiser steps per rollout): with one, the
 policy that trains is the one that sampled, every ratio is 1, and GSPO, CISPO and the PPO clip all give the same

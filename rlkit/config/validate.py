@@ -20,11 +20,13 @@ from rlkit.config.schemas import (
     TRAINER_KEYS_RLKIT_SETS,
     DataConfig,
     DebiasConfig,
+    EvalConfig,
     ModelConfig,
     RubricEvolveConfig,
     RunConfig,
 )
 from rlkit.core.errors import ConfigError, DataError, PluginError, RlkitError, did_you_mean
+from rlkit.core.logger_settings import LoggerSettings
 from rlkit.core.objective import SIGNALS
 from rlkit.core.package_files import resolve_path
 from rlkit.core.registry import KINDS, KINDS_BY_GROUP, Registry
@@ -159,6 +161,31 @@ class ValidatedConfig:
     debias: DebiasConfig | None = None
     evolve: RubricEvolveConfig | None = None  # rubric.evolve: criteria written during training (every > 0)
 
+    @property
+    def judge_config(self) -> dict[str, Any]:
+        """The ``judge`` block, resolved: what audits and calibration rounds are keyed by."""
+        return _resolved(self.cfg.judge)
+
+    @property
+    def reward_config(self) -> dict[str, Any]:
+        """The blocks that decide a record's reward (:data:`REWARD_CONFIG_KEYS`), resolved: a resumed scoring run
+        must match them."""
+        return {key: _resolved(self.cfg.get(key)) for key in REWARD_CONFIG_KEYS}
+
+    @property
+    def trainer_kwargs(self) -> dict[str, Any]:
+        """The ``trainer`` block, resolved: lightning.Trainer's keyword arguments (checked by ``check_trainer``)."""
+        return _resolved(self.cfg.trainer)
+
+    @property
+    def logger_settings(self) -> LoggerSettings:
+        return LoggerSettings.of(self.cfg)
+
+    @property
+    def eval_block(self) -> EvalConfig:
+        """The ``eval`` block (the golden set), checked against its schema."""
+        return check_block(EvalConfig, _resolved(OmegaConf.select(self.cfg, "eval", default=None)) or {}, "eval")
+
     def heldout_scoring(self) -> HeldoutScoring | None:
         """Held-out scoring on an absolute yardstick, or None when training's own scoring is one. A training judge
         that only ranks within groups hands held-out completions to ``heldout_judge`` on the user's rubric; a
@@ -188,6 +215,14 @@ class ValidatedConfig:
         if self.reward_rubric is not self.rubric:
             return "judge"
         return "aggregator" if is_group_relative(self.plugins.get("aggregator")) else None
+
+
+REWARD_CONFIG_KEYS = ("judge", "aggregator", "weights", "score_normalization")
+"""The config keys that change a completion's scores or reward (batch size, retries and progress do not)."""
+
+
+def _resolved(node: Any) -> Any:
+    return OmegaConf.to_container(node, resolve=True) if OmegaConf.is_config(node) else node
 
 
 def is_group_relative(plugin: Any) -> bool:
@@ -339,6 +374,11 @@ def check_learning_rate(model: ModelConfig, lr: float) -> str | None:
 def _check_reward_path(result: ValidatedConfig) -> None:
     estimator = result.plugins.get("advantage_estimator")
     aggregator = result.plugin_names.get("aggregator")
+    if getattr(result.objective, "kl_in_reward", False) and getattr(estimator, "ignores_aggregator", False):
+        raise ConfigError(f"a KL penalty in the reward is subtracted from each completion's reward, which "
+                          f"advantage={result.plugin_names['advantage_estimator']} does not read (it forms advantages "
+                          "from the dimensions' scores): use objective.params.kl.where=loss",
+                          "objective.params.kl.where")
     if getattr(estimator, "ignores_aggregator", False) and aggregator not in (None, "weighted_sum"):
         warnings.warn(f"advantage={result.plugin_names['advantage_estimator']} forms advantages from the "
                       f"dimensions directly; aggregator={aggregator} only feeds the logged reward", stacklevel=2)

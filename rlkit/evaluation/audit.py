@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from omegaconf import OmegaConf
 
 from rlkit.config import ValidatedConfig, resolve_path
 from rlkit.config.schemas import AuditConfig
@@ -269,7 +268,7 @@ def _regrade(validated: ValidatedConfig, registry: Registry, first: np.ndarray) 
     """The originals scored by a second judge built from the same config: no response cache is shared, so a
     stochastic judge shows here how often it changes its mind."""
     name = validated.plugin_names["judge"]
-    params = OmegaConf.to_container(validated.cfg.judge.params, resolve=True) if "params" in validated.cfg.judge else {}
+    params = validated.judge_config.get("params") or {}
     fresh = registry.create("judge", name, params or {}, where="judge.params")
     check = getattr(fresh, "check_rubric", None)
     if callable(check):

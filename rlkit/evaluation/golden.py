@@ -13,7 +13,7 @@ import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import lightning as L
 import torch
@@ -25,6 +25,9 @@ from rlkit.core.stats import nan_mean_std
 from rlkit.core.types import Rollout
 from rlkit.data.records import prompt_text, read_jsonl
 from rlkit.lm.sampling import GenerationRequest
+
+if TYPE_CHECKING:
+    from rlkit.config import EvalConfig
 from rlkit.reward.pipeline import aggregate_rewards, check_judge_output
 from rlkit.runs.history import read_result_rows
 from rlkit.text.similarity import normalize_whitespace
@@ -116,14 +119,20 @@ def eval_options(cfg: Any) -> EvalOptions:
     """The ``eval`` block of a composed config, checked against its schema; relative paths are relative to the cwd."""
     from omegaconf import OmegaConf
 
-    from rlkit.config import EvalConfig, check_block, resolve_path
+    from rlkit.config import EvalConfig, check_block
 
     node = OmegaConf.select(cfg, "eval", default=None)
     block = check_block(EvalConfig, OmegaConf.to_container(node, resolve=True) if node is not None else {}, "eval")
-    max_len = block.max_completion_length or int(cfg.get("max_completion_length", 16))
+    return options_of(block, int(cfg.get("max_completion_length", 16)))
+
+
+def options_of(block: EvalConfig, max_completion_length: int) -> EvalOptions:
+    """The golden-set options of a checked ``eval`` block; its ``max_completion_length`` defaults to the run's."""
+    from rlkit.config import resolve_path
+
     embedding = block.embedding
     return EvalOptions(resolve_path(block.prompts), block.checkpoint, Path(block.output).expanduser(), block.every,
-                       block.batch_size, max_len, block.reference_field,
+                       block.batch_size, block.max_completion_length or max_completion_length, block.reference_field,
                        None if embedding in (None, "", "none", "off") else embedding)
 
 
@@ -216,7 +225,7 @@ class GoldenScorer:
 
 def scorer_from(validated: Any) -> GoldenScorer:
     """The configured judge, aggregator and weights; ``heldout_judge`` when the judge only ranks within groups."""
-    normalization = str(validated.cfg.get("score_normalization", "range"))
+    normalization = validated.run.score_normalization
     other = validated.heldout_scoring()
     if other is not None:
         return GoldenScorer(other.judge, other.judge_name, other.rubric, other.aggregator, other.scheduler,
@@ -409,7 +418,7 @@ def run_eval(validated: Any) -> tuple[GoldenResult, list[dict[str, Any]], str | 
     """``rlkit eval``: check the golden set, load the checkpoint, generate, score, append the results.
 
     Returns the result, every row of the results file and why embedding similarity was left out (or None)."""
-    options = eval_options(validated.cfg)
+    options = options_of(validated.eval_block, validated.run.max_completion_length)
     records = load_golden(options.prompts, validated)  # before any model loads: an overlap fails fast
     read_results(options.output)  # likewise a corrupt results file
     embedder, no_embedding = resolve_embedder(options.embedding)
@@ -431,7 +440,7 @@ def run_eval(validated: Any) -> tuple[GoldenResult, list[dict[str, Any]], str | 
 def golden_callbacks(validated: Any, run_dir: Path) -> list[Any]:
     """``[GoldenSetCallback]`` when ``eval.every > 0``, else []; the golden set is read and checked here, before
     any model loads, so an overlap with the training data fails the run at once."""
-    options = eval_options(validated.cfg)
+    options = options_of(validated.eval_block, validated.run.max_completion_length)
     if options.every <= 0:
         return []
     records = load_golden(options.prompts, validated)

@@ -164,7 +164,7 @@ def aggregate_judged(validated: ValidatedConfig, rollout: Rollout, raw: torch.Te
     if steps is not None:
         checked = with_step_means(checked, steps.to(checked.device), scored)
     return aggregate_rewards(checked, scored, validated.plugins["weight_scheduler"], validated.plugins["aggregator"],
-                             normalization=validated.cfg.get("score_normalization", "range"))
+                             normalization=validated.run.score_normalization)
 
 
 def _single_groups(records: list[dict[str, Any]], batch_size: int) -> list[tuple[list[int], list[list[Any]]]]:

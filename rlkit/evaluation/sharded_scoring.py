@@ -28,6 +28,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from rlkit.config import ScoreConfig, ValidatedConfig, check_block, resolve_path
+from rlkit.config.validate import REWARD_CONFIG_KEYS
 from rlkit.core.atomic import atomic_write_text
 from rlkit.core.errors import ConfigError, DataError, JudgeError
 from rlkit.data.files import source_fingerprint
@@ -35,8 +36,6 @@ from rlkit.evaluation.scoring import JudgeRetriesExhausted, ScoreResult, score_r
 
 MANIFEST = "manifest.json"
 MANIFEST_FORMAT = 1
-# The parts of the config that change a completion's scores or reward; batch size, retries and progress do not.
-REWARD_CONFIG_KEYS = ("judge", "aggregator", "weights", "score_normalization")
 
 
 # The `score` block's schema lives with every other block's (rlkit.config.schemas); the old name stays.
@@ -58,9 +57,7 @@ def run_manifest(validated: ValidatedConfig, shard_size: int) -> dict[str, Any]:
     """What a sharded run scores; a resumed run must match it field by field."""
     assert validated.records is not None and validated.data.path is not None
     source = resolve_path(validated.data.path)
-    cfg = validated.cfg
-    reward_config = {k: OmegaConf.to_container(cfg[k], resolve=True) if OmegaConf.is_config(cfg.get(k)) else cfg.get(k)
-                     for k in REWARD_CONFIG_KEYS}
+    reward_config = validated.reward_config
     return {
         "format": MANIFEST_FORMAT,
         "input": {"path": str(source.resolve()), **source_fingerprint(source)},

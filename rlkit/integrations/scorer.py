@@ -102,7 +102,7 @@ class RubricScorer:
         self.judge_name = validated.plugin_names["judge"]
         self.aggregator = validated.plugins["aggregator"]
         self.scheduler = validated.plugins["weight_scheduler"]
-        self.normalization = str(validated.cfg.get("score_normalization", "range"))
+        self.normalization = validated.run.score_normalization
 
     @classmethod
     def from_config(cls, config: DictConfig | str | Path | None = None,

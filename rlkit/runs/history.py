@@ -36,7 +36,7 @@ class MetricsHistory:
 
 
 def record_step(module: Any, step: int, metrics: Mapping[str, float]) -> None:
-    """Called from ``RubricRLModule.log_step_metrics``: append on rank 0 when the run keeps a history."""
+    """Called from ``rlkit.train.step_metrics.log_step_metrics``: append on rank 0 when the run keeps a history."""
     history = getattr(module, "history", None)
     if history is not None and module.trainer.is_global_zero:
         history.append(step, metrics)

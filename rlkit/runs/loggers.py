@@ -6,38 +6,32 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
+
+from rlkit.core.logger_settings import LoggerSettings
 
 
 def logger_name(cfg: DictConfig) -> str:
-    return str(cfg.logger.get("name", "none")) if cfg.get("logger") is not None else "none"
+    return LoggerSettings.of(cfg).name
 
 
-def run_config(cfg: DictConfig) -> dict[str, Any]:
-    """The config a run records: everything but the ``hydra`` node, which a composed config still carries
-    (with values only Hydra's own run can resolve)."""
-    keys = [key for key in cfg if key != "hydra"]
-    container = OmegaConf.to_container(OmegaConf.masked_copy(cfg, keys), resolve=True)
-    assert isinstance(container, dict)
-    return {str(k): v for k, v in container.items()}
-
-
-def make_logger(cfg: DictConfig, run_dir: Path, job_type: str | None = None) -> Any:
+def make_logger(settings: LoggerSettings | DictConfig, run_dir: Path, job_type: str | None = None) -> Any:
     """Lightning logger from the ``logger`` group (False for ``none``); W&B runs offline unless configured
-    otherwise, its files under ``run_dir/wandb``. ``job_type`` tells W&B runs of different commands apart."""
-    name = logger_name(cfg)
-    if name == "wandb":
+    otherwise, its files under ``run_dir/wandb``. ``job_type`` tells W&B runs of different commands apart. A command
+    that holds only a composed config may pass it; ``rlkit fit`` passes the settings validation read."""
+    if not isinstance(settings, LoggerSettings):
+        settings = LoggerSettings.of(settings)
+    if settings.name == "wandb":
         from lightning.pytorch.loggers import WandbLogger
 
         from rlkit.runs.sweep import sweep_identity
 
-        mode = cfg.logger.get("mode", "offline")
         # a multirun's jobs: each run named from its overrides, grouped by the sweep
         extra = {"job_type": job_type} if job_type else {}
         extra.update(sweep_identity())
-        return WandbLogger(project=cfg.logger.get("project", "rlkit"), save_dir=str(run_dir),
-                           offline=mode == "offline", config=run_config(cfg), **extra)
-    if name == "csv":
+        return WandbLogger(project=settings.project, save_dir=str(run_dir), offline=settings.mode == "offline",
+                           config=dict(settings.recorded), **extra)
+    if settings.name == "csv":
         from lightning.pytorch.loggers import CSVLogger
 
         return CSVLogger(save_dir=str(run_dir), name="csv")

@@ -9,7 +9,6 @@ from typing import Any
 
 import lightning as L
 from lightning.pytorch.callbacks import ModelCheckpoint
-from omegaconf import OmegaConf
 
 from rlkit.config import ValidatedConfig
 from rlkit.core.errors import ConfigError, RlkitError
@@ -74,10 +73,9 @@ def build_trainer(validated: ValidatedConfig, run_dir: Path,
     from rlkit.train.datamodule import SamplerFeedback
     from rlkit.train.rubric_evolution import rubric_evolution_callbacks
 
-    cfg = validated.cfg
     golden = golden_callbacks(validated, run_dir)  # before the logger: a bad golden set leaves no W&B run open
-    logger = make_logger(cfg, run_dir)
-    trainer_kwargs = OmegaConf.to_container(cfg.trainer, resolve=True)
+    logger = make_logger(validated.logger_settings, run_dir)
+    trainer_kwargs = validated.trainer_kwargs
     # rlkit's sampler splits each global batch between processes itself (PromptDataModule)
     trainer_kwargs.setdefault("use_distributed_sampler", False)
     trainer_kwargs.setdefault("plugins", [StreamingCheckpointIO()])
@@ -183,12 +181,11 @@ def run_caveats(validated: ValidatedConfig, heldout: Sequence[dict[str, Any]]) -
         why = "data.heldout_fraction=0" if data.heldout_fraction == 0 else "too few prompts to hold one out"
         out["heldout_is_training"] = (f"no held-out split ({why}): the start/end table scores training prompts, "
                                       "which says nothing of generalisation")
-    from rlkit.evaluation.audit_report import judge_config
     from rlkit.evaluation.calibration_rounds import calibration_caveat
 
     # a judge that asks a model (it meters its calls): the rule judge's agreement is its rubric's, said by calibrate
     asks_a_model = callable(getattr(validated.plugins.get("judge"), "spend", None))
-    poorly_calibrated = calibration_caveat(validated.rubric, judge_config(validated.cfg)) if asks_a_model else None
+    poorly_calibrated = calibration_caveat(validated.rubric, validated.judge_config) if asks_a_model else None
     if poorly_calibrated is not None:
         out["judge_calibration"] = poorly_calibrated
     return out
@@ -211,9 +208,9 @@ def _fit(validated: ValidatedConfig, run_dir: Path, guard: Any) -> dict[str, Any
 
     run = validated.run
     if run.audit.require:  # before anything is built: the rubric version's stored audit must have passed
-        from rlkit.evaluation.audit_report import judge_config, require_passed_audit
+        from rlkit.evaluation.audit_report import require_passed_audit
 
-        print(f"rlkit: {require_passed_audit(validated.rubric, judge_config(validated.cfg))}", file=sys.stderr)
+        print(f"rlkit: {require_passed_audit(validated.rubric, validated.judge_config)}", file=sys.stderr)
     quiet_lightning()
     if run.torch_threads:
         torch.set_num_threads(run.torch_threads)

@@ -24,24 +24,20 @@ from rlkit.lm.models import make_adamw
 from rlkit.lm.reference import ReferencePolicy
 from rlkit.lm.sampling import GenerationRequest, SampledBatch, demonstration_batch
 from rlkit.reward.debias import LengthFormatDebias
-from rlkit.reward.diagnostics import (
-    ConflictWatch,
-    RunningMeans,
-    SignalWatch,
-    reward_step_metrics,
-)
+from rlkit.reward.diagnostics import ConflictWatch, RunningMeans, SignalWatch
 from rlkit.reward.pipeline import (
     aggregate_rewards,
     check_judge_output,
 )
-from rlkit.runs.history import MetricsHistory, record_step
+from rlkit.runs.history import MetricsHistory
 from rlkit.train.callbacks import RolloutSnapshot
 from rlkit.train.checkpoint_state import load_run_state, save_run_state
 from rlkit.train.distributed import Spread
 from rlkit.train.dynamic_sampling import SamplingSettings, informative_rollout, shape_truncated
-from rlkit.train.episodes import EpisodeRunner, episode_metrics
+from rlkit.train.episodes import EpisodeRunner
 from rlkit.train.lookahead import RolloutQueue
 from rlkit.train.step_judging import Judged, as_rollout, judge_step, reward_batch
+from rlkit.train.step_metrics import StepTimes, log_step_metrics, step_metrics
 from rlkit.train.updates import advantage_step, demonstration_step, pair_step
 
 
@@ -267,7 +263,6 @@ class RubricRLModule(L.LightningModule):
             outcome = demonstration_step(self, sampled, batch)
         else:
             outcome = advantage_step(self, sampled, batch)
-        loss, t2, t3 = outcome.loss, outcome.decided_at, outcome.logprob_at
         # the judge's reasons, kept only where they are this batch's, one per sampled completion (a rubric with
         # step-scoped dimensions asks the judge again per turn, so its last reasons are a turn's)
         reasons = self.last_reasons
@@ -278,44 +273,16 @@ class RubricRLModule(L.LightningModule):
                                             spread.local(batch.rewards), outcome.advantages, sampled.episodes,
                                             spread.local(steps) if (steps := batch.extras.get("step_raw_scores"))
                                             is not None else None, reasons)
-        t4 = time.perf_counter()
-        lengths = spread.gather(sampled.completion_token_counts.float(), self.device)
-        metrics = self.step_metrics(batch, lengths, truncated)
-        metrics.update(outcome.metrics)
-        metrics.update(filtered)
-        metrics.update(episode_metrics(sampled))
-        if sampled.policy_version is not None:  # sampled by an engine: which weights, how far behind the policy
-            metrics["rollout/policy_version"] = float(sampled.policy_version)
-            metrics["rollout/policy_lag"] = float(sampled.policy_lag or 0)
-        if self.rollouts.depth:
-            metrics["rollout/requested_ahead"] = float(self._requested_ahead)
-        judge_metrics = getattr(self.parts.judge, "metrics", None)
-        if callable(judge_metrics):
-            metrics.update({k: float(v) for k, v in judge_metrics().items()})
-        if self.parts.debias is not None:
-            metrics.update(self.parts.debias.metrics(self.rubric.dimension_names))
-        if self.monitors is not None:  # after the judge's metrics: a monitor may call the judge again
-            from rlkit.train.monitoring import step_view
-
-            metrics.update(self.monitors.observe(step_view(self, step, records, sampled, batch)))
-        metrics.update(self.judge_spend.metrics())  # after the monitors: their judge calls are the step's too
-        n_tokens = float(lengths.sum())
-        metrics.update({
-            "loss": float(loss),
-            "time/generation": t1 - t0, "time/judge": t2 - t1, "time/logprob": t3 - t2, "time/optim": t4 - t3,
-            "time/step": t4 - t0, "tokens_per_sec": n_tokens / max(t4 - t0, 1e-9),
-            "lr": self.lr_schedulers().get_last_lr()[0],
-        })
-        if iteration is not None:
-            metrics["time/iteration"] = iteration
+        times = StepTimes(t0, t1, outcome.decided_at, outcome.logprob_at, time.perf_counter(), iteration)
+        metrics = step_metrics(self, step, records, sampled, batch, outcome, truncated, filtered, times)
         self.diagnostics.update(metrics)
         for message in self.signal_watch.update(step, metrics):
             rank_zero_warn(message)
-        self.log_step_metrics(metrics)
+        log_step_metrics(self, metrics)
         # progress-bar copies only; the logger already has reward/mean and time/step
         self.log("reward", metrics["reward/mean"], prog_bar=True, logger=False, batch_size=len(records))
         self.log("s/step", metrics["time/step"], prog_bar=True, logger=False, batch_size=len(records))
-        return loss
+        return outcome.loss
 
     def rollout(self, records: list[dict[str, Any]], ahead_from: tuple[int, int] | None = None) -> SampledBatch:
         """This step's completions. With a generator that samples ahead (``max_lag`` k > 0), the rollout requested
@@ -349,34 +316,12 @@ class RubricRLModule(L.LightningModule):
         return shape_truncated(rewards, truncated.reshape(rewards.shape).to(rewards.device) > 0.5, s.truncated,
                                s.truncated_value)
 
+    def log_step_metrics(self, metrics: dict[str, float]) -> None:
+        """Metrics of this step from a callback (the sampler's feedback, rubric evolution), logged as the step's."""
+        log_step_metrics(self, metrics)
+
     def on_train_end(self) -> None:
         self.rollouts.clear()  # requested for steps that will not come
-
-    def log_step_metrics(self, metrics: dict[str, float]) -> None:
-        """The step's metrics straight to the logger(s), at the step and cadence ``self.log`` would use.
-
-        ``log_dict`` runs Lightning's per-metric bookkeeping (result objects, reduction, sync checks) for
-        ~60 floats a step that are already global and reduced: measured at ~30% of a tiny-policy step."""
-        trainer = self.trainer
-        step = trainer.fit_loop.epoch_loop._batches_that_stepped  # the step Lightning's own logging records
-        record_step(self, step, metrics)  # every step, whatever the logger and its cadence
-        if not trainer.loggers or step % max(trainer.log_every_n_steps, 1):
-            return
-        row = {**metrics, "epoch": float(self.current_epoch)}
-        for logger in trainer.loggers:
-            logger.log_metrics(row, step=step)
-
-    def step_metrics(self, batch: RewardBatch, lengths: torch.Tensor, truncated: torch.Tensor) -> dict[str, float]:
-        """:func:`rlkit.reward.diagnostics.reward_step_metrics` of the step, and the conflict warning it may call
-        for."""
-        out = reward_step_metrics(batch, self.rubric, lengths, truncated)
-        if self.conflict_watch.update(out["dimension_conflict_rate"]) and \
-                self.parts.aggregator_name == "weighted_sum":
-            rank_zero_warn(
-                f"dimensions order completions oppositely in {self.conflict_watch.mean:.0%} of pairs (mean of "
-                f"the last {self.conflict_watch.window} steps); a weighted sum then trades one for another at "
-                "random. Consider aggregator=lexicographic (priorities) or advantage=gdpo.")
-        return out
 
     # --- held-out evaluation -------------------------------------------------------------------
 

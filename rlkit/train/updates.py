@@ -67,31 +67,54 @@ def optimizer_step(module: Any, opt: Any) -> float:
     return grad_norm
 
 
+def row_chunks(module: Any, sampled: SampledBatch) -> list[torch.Tensor]:
+    """The step's passes: rows sorted by completion length, then split where it saves the most padding, each pass
+    cut to its own longest completion (sequence_log_probs). Accumulation bounds a pass's rows (its memory); losses
+    are sums over rows, so any split gives the same gradient."""
+    s = module.settings
+    n_rows = sampled.completion_mask.shape[0]
+    # One process may merge passes that save under 5% of the positions; DDP processes must make as many.
+    return length_buckets(sampled.completion_spans, max(s.gradient_accumulation_steps, s.length_buckets),
+                          width=sampled.prompt_length, max_rows=-(-n_rows // max(s.gradient_accumulation_steps, 1)),
+                          slack=None if module.spread.world_size > 1 else 0.05)
+
+
+def rows_of(sampled: SampledBatch, chunks: list[torch.Tensor], log_probs: Any, device: Any) -> torch.Tensor:
+    """``log_probs`` of every row ``[n, C]``, a pass per chunk."""
+    out = torch.zeros(sampled.completion_mask.shape, device=device)
+    for rows in chunks:
+        out[rows] = log_probs(sampled.rows(rows)).to(out.dtype)
+    return out
+
+
+def sampling_and_reference_log_probs(module: Any, sampled: SampledBatch) -> tuple[torch.Tensor, torch.Tensor]:
+    """The completions' log-probs under the policy as it sampled them (no update yet this step) and under the
+    reference, no grad: what a KL-penalised reward needs before the advantages are formed."""
+    chunks, device = row_chunks(module, sampled), module.device
+    request = getattr(module.reference, "request", None)
+    with span("trainer", "log-prob passes"), torch.inference_mode():
+        logp = rows_of(sampled, chunks, lambda sub: sequence_log_probs(module.policy, sub), device)
+        ref = request(sampled).result().to(device) if callable(request) else \
+            rows_of(sampled, chunks, lambda sub: module.reference.log_probs(module.policy, sub), device)
+    return outside_inference(logp), outside_inference(ref)
+
+
 def completion_update(module: Any, objective: Any, sampled: SampledBatch, advantages: torch.Tensor,
-                      group_size: int) -> tuple[torch.Tensor, dict[str, float], float]:
+                      group_size: int, known: tuple[torch.Tensor, torch.Tensor] | None = None,
+                      ) -> tuple[torch.Tensor, dict[str, float], float]:
     """``num_iterations`` optimiser steps on this process's completions (``advantages`` ``[n]``, groups of
-    ``group_size`` consecutive rows), each accumulated over micro-batches. Returns the last iteration's loss over
-    the global batch, its token-weighted metrics and the time the no-grad log-prob passes (old policy, reference)
-    finished."""
+    ``group_size`` consecutive rows), each accumulated over micro-batches; ``known``: the sampling policy's and the
+    reference's log-probs when the step already made them. Returns the last iteration's loss over the global batch,
+    its token-weighted metrics and the time the no-grad log-prob passes (old policy, reference) finished."""
     s, spread, device = module.settings, module.spread, module.device
     opt, sched = module.optimizers(), module.lr_schedulers()
     mask = sampled.completion_mask.float()
     if objective.mask_truncated_completions:
         mask = mask * (~sampled.truncated).float().unsqueeze(1)
-    # Rows sorted by completion length, then split where it saves the most padding: each pass is cut to its own
-    # longest completion (sequence_log_probs). Accumulation bounds a pass's rows (its memory); losses are sums over
-    # rows, so any split gives the same gradient.
-    n_rows = sampled.completion_mask.shape[0]
-    # One process may merge passes that save under 5% of the positions; DDP processes must make as many.
-    chunks = length_buckets(sampled.completion_spans, max(s.gradient_accumulation_steps, s.length_buckets),
-                            width=sampled.prompt_length, max_rows=-(-n_rows // max(s.gradient_accumulation_steps, 1)),
-                            slack=None if spread.world_size > 1 else 0.05)
+    chunks = row_chunks(module, sampled)
 
     def all_rows(log_probs: Any) -> torch.Tensor:
-        out = torch.zeros(sampled.completion_mask.shape, device=device)
-        for rows in chunks:
-            out[rows] = log_probs(sampled.rows(rows)).to(out.dtype)
-        return out
+        return rows_of(sampled, chunks, log_probs, device)
 
     # Completions an engine sampled are corrected towards the policy that trains on them, which needs the policy's
     # own log-probs at sampling time. With one inner iteration those are the training pass's own (the weights have
@@ -100,13 +123,15 @@ def completion_update(module: Any, objective: Any, sampled: SampledBatch, advant
     # A reference scored elsewhere (model.reference=engine) is asked now and read after the policy's first pass,
     # which it overlaps.
     request = getattr(module.reference, "request", None)
-    ref_pending = request(sampled) if callable(request) else None
+    ref_pending = request(sampled) if callable(request) and known is None else None
+    wants_old = objective.num_iterations > 1 and (objective.needs_old_logprobs or engine is not None)
     with span("trainer", "log-prob passes"), torch.inference_mode():
-        old_logp = (all_rows(lambda sub: sequence_log_probs(module.policy, sub))
-                    if objective.num_iterations > 1 and (objective.needs_old_logprobs or engine is not None)
-                    else None)
-        ref_logp = all_rows(lambda sub: module.reference.log_probs(module.policy, sub)) \
-            if module.reference is not None and ref_pending is None else None
+        if known is not None:  # made before the advantages (a KL-penalised reward): the same passes
+            old_logp, ref_logp = (known[0] if wants_old else None), known[1]
+        else:
+            old_logp = all_rows(lambda sub: sequence_log_probs(module.policy, sub)) if wants_old else None
+            ref_logp = all_rows(lambda sub: module.reference.log_probs(module.policy, sub)) \
+                if module.reference is not None and ref_pending is None else None
     old_logp, ref_logp = outside_inference(old_logp), outside_inference(ref_logp)
     t_logprob = time.perf_counter()
     num_tokens = float(spread.sum(mask.sum(), device))
@@ -319,6 +344,15 @@ def advantage_metrics(advantages: torch.Tensor) -> dict[str, float]:
 def advantage_step(module: Any, sampled: SampledBatch, batch: RewardBatch) -> StepOutcome:
     """An objective that learns from advantages: the estimator's (scaled by the judge's group confidence),
     then the objective's updates on this process's completions."""
+    objective, known, penalty_metrics = module.parts.objective, None, {}
+    if getattr(objective, "kl_in_reward", False):
+        # the reward the advantages are formed from is the judge's less the completion's KL to the reference
+        known = sampling_and_reference_log_probs(module, sampled)
+        penalty = module.spread.gather(objective.reward_penalty(*known, sampled.completion_mask.float()),
+                                       module.device).reshape(batch.rewards.shape).to(batch.rewards)
+        batch = batch.with_rewards(batch.rewards - penalty)
+        penalty_metrics = {"kl_reward/penalty": float(penalty.mean()), "kl_reward/reward": float(
+            torch.nanmean(batch.rewards))}
     advantages = confidence_scaled(module.parts.estimator.advantages(batch), batch)  # the global batch's
     local = module.spread.local(advantages)
     if advantages.dim() == 3:  # one per policy turn (rlkit.train.episodes): each turn's tokens get its own
@@ -329,9 +363,10 @@ def advantage_step(module: Any, sampled: SampledBatch, batch: RewardBatch) -> St
     else:
         flat = local.reshape(-1)
     decided = time.perf_counter()
-    loss, metrics, logprob_at = completion_update(module, module.parts.objective, sampled, flat.to(module.device),
-                                                  local.shape[1])
+    loss, metrics, logprob_at = completion_update(module, objective, sampled, flat.to(module.device), local.shape[1],
+                                                  known)
     metrics.update(advantage_metrics(advantages))
+    metrics.update(penalty_metrics)
     return StepOutcome(loss, metrics, local, decided, logprob_at)
 
 def demonstration_step(module: Any, sampled: SampledBatch, batch: RewardBatch) -> StepOutcome:

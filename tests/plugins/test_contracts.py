@@ -51,7 +51,7 @@ class TestPolicyGradientOptions(ObjectiveContract):
 
     @pytest.fixture(params=[{"importance_sampling_level": "sequence", "epsilon": 3e-4, "epsilon_high": 4e-4},
                             {"loss_type": "cispo", "epsilon_high": 4.0},
-                            {"kl_estimator": "k2", "num_iterations": 2}, {"loss_type": "prompt_mean"}],
+                            {"kl": {"estimator": "k2"}, "num_iterations": 2}, {"loss_type": "prompt_mean"}],
                     ids=["gspo", "cispo", "k2", "prompt_mean"])
     def objective(self, request):
         return _REGISTRY.create("objective", "policy_gradient", request.param)

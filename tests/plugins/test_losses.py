@@ -515,3 +515,28 @@ def test_the_entropy_mask_silences_the_policy_gradient_of_low_entropy_tokens_but
                        entropy_mask=kept)
     with_kl.backward()
     assert logp.grad[0, 1] != 0.0  # the KL term still pulls every token towards the reference
+
+
+def test_a_kl_penalised_reward_sums_the_estimator_over_each_completions_tokens():
+    from rlkit_plugins.objectives.policy_gradient import kl_reward_penalty
+
+    logp = torch.tensor([[0.5, -0.5, 7.0], [0.0, 0.0, 0.0]])
+    ref = torch.zeros(2, 3)
+    mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 1.0, 1.0]])  # 7.0 is padding
+    assert torch.allclose(kl_reward_penalty(logp, ref, mask, beta=0.1, estimator="k1"), torch.tensor([0.0, 0.0]))
+    assert torch.allclose(kl_reward_penalty(logp, ref, mask, beta=0.1, estimator="k2"),
+                          torch.tensor([0.1 * (0.125 + 0.125), 0.0]))
+
+
+def test_kl_in_the_reward_leaves_it_out_of_the_loss(registry):
+    from rlkit.testing.objective_contract import example_completion_inputs
+
+    in_loss = registry.create("objective", "policy_gradient", {"beta": 0.5})
+    in_reward = registry.create("objective", "policy_gradient", {"beta": 0.5, "kl": {"where": "reward"}})
+    assert in_reward.kl_in_reward and not in_loss.kl_in_reward
+    inputs = example_completion_inputs()
+    with_kl, metrics = in_loss.loss(inputs)
+    without, _ = in_reward.loss(inputs)
+    no_beta, _ = registry.create("objective", "policy_gradient", {"beta": 0.0}).loss(inputs)
+    assert float(metrics["kl"]) > 0 and float(with_kl) != pytest.approx(float(without))
+    assert float(without) == pytest.approx(float(no_beta))

@@ -88,7 +88,7 @@ _COMPARED = ("loss", "grad_norm", "kl", "reward/mean", "reward/std", "advantages
     ["objective=group_dpo", "preference=winrate", "optim.gradient_accumulation_steps=2"],
     # the policy-gradient options of issue 38: a token-normalised loss split over processes and micro-batches, and
     # a sequence-level ratio whose completions each process holds whole
-    ["objective.params.loss_type=cispo", "objective.params.kl_estimator=k2", "optim.gradient_accumulation_steps=2"],
+    ["objective.params.loss_type=cispo", "objective.params.kl.estimator=k2", "optim.gradient_accumulation_steps=2"],
     ["objective.params.importance_sampling_level=sequence", "objective.params.num_iterations=2"],
     # each process's groups normalised by their own tokens, over the step's groups of both processes
     ["objective.params.loss_type=prompt_mean", "optim.gradient_accumulation_steps=3"],

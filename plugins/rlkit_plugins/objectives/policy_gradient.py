@@ -22,9 +22,11 @@ clipped importance-weight surrogate.
 * ``top_entropy_quantile``: the policy-gradient term of the highest-entropy tokens only (the 80/20 paper, arXiv
   2506.01939, trains on the top 20%: 0.2; TRL's ``top_entropy_quantile``); the loop hands the mask
   (``CompletionLossInputs.entropy_mask``), the step's quantile under the policy that sampled.
-* ``kl_estimator``: Schulman's estimators of ``KL(π_θ || π_ref)`` per token with ``d = log π_θ - log π_ref``:
+* ``kl.estimator``: Schulman's estimators of ``KL(π_θ || π_ref)`` per token with ``d = log π_θ - log π_ref``:
   ``k1 = d`` (veRL ``kl``, unbiased, can be negative), ``k2 = d² / 2`` (veRL ``mse``), ``k3 = exp(-d) + d - 1``
   (veRL ``low_var_kl``, TRL's and DeepSeekMath's; the default).
+* ``kl.where``: ``loss`` (``β·KL`` per token in the loss) or ``reward`` (``β·Σ_t KL_t`` off each completion's
+  reward before the advantages: veRL's ``use_kl_in_reward``, whose ``kl_penalty`` defaults to ``kl``, k1).
 """
 
 from __future__ import annotations
@@ -200,6 +202,27 @@ def policy_gradient_loss(
     return loss, {k: v.detach() for k, v in metrics.items()}
 
 
+class KlSettings(pydantic.BaseModel):
+    """``estimator``: which of Schulman's estimators of KL(π_θ || π_ref); ``where``: ``loss`` adds ``β·KL`` to each
+    token's loss (TRL, DeepSeekMath), ``reward`` subtracts ``β·Σ_t KL_t`` of the sampled completion from its reward
+    before the advantages are formed (veRL ``algorithm.use_kl_in_reward``, InstructGPT's KL-shaped reward)."""
+
+    model_config = pydantic.ConfigDict(extra="forbid")
+    estimator: KlEstimator = "k3"
+    where: Literal["loss", "reward"] = "loss"
+
+
+def kl_reward_penalty(logp: torch.Tensor, ref_logp: torch.Tensor, mask: torch.Tensor, beta: float,
+                      estimator: KlEstimator = "k3") -> torch.Tensor:
+    """``[N]``: ``β·Σ_t KL_t`` over each completion's masked tokens, the sampling policy's log-probs ``logp`` against
+    the reference's; veRL's ``apply_kl_penalty`` subtracts ``β·KL_t`` from each token's reward, which an outcome
+    estimator sums over the completion."""
+    import torch
+    keep = mask > 0
+    kl = kl_estimate(torch.where(keep, logp.detach(), 0.0), torch.where(keep, ref_logp.detach(), 0.0), estimator)
+    return beta * (kl * keep.to(kl.dtype)).sum(-1)
+
+
 class PolicyGradientObjective:
     """Learns from the advantage estimator's advantages with :func:`policy_gradient_loss` (TRL's GRPO defaults:
     beta 0.04, epsilon 0.2; rubric-RL practice on real models uses beta 0.01-0.05 and clips up to 0.3)."""
@@ -213,7 +236,7 @@ class PolicyGradientObjective:
         num_iterations: int = pydantic.Field(default=1, ge=1)
         loss_type: LossType = "grpo"
         importance_sampling_level: ImportanceSamplingLevel = "token"
-        kl_estimator: KlEstimator = "k3"
+        kl: KlSettings = pydantic.Field(default_factory=KlSettings)
         entropy_coef: float = pydantic.Field(default=0.0, ge=0)
         top_entropy_quantile: float = pydantic.Field(default=1.0, gt=0, le=1)
         mask_truncated_completions: bool = False
@@ -241,6 +264,16 @@ class PolicyGradientObjective:
         return self.params.entropy_coef > 0
 
     @property
+    def kl_in_reward(self) -> bool:
+        """The KL term penalises each completion's reward (the loop asks :meth:`reward_penalty` before forming the
+        advantages) instead of joining the loss."""
+        return self.params.beta > 0 and self.params.kl.where == "reward"
+
+    def reward_penalty(self, logp: torch.Tensor, ref_logp: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """``[N]``: what :attr:`kl_in_reward` subtracts from each completion's reward (:func:`kl_reward_penalty`)."""
+        return kl_reward_penalty(logp, ref_logp, mask, self.params.beta, self.params.kl.estimator)
+
+    @property
     def reference_use(self) -> str | None:
         if self.params.beta == 0:
             return None
@@ -251,10 +284,11 @@ class PolicyGradientObjective:
         p = self.params
         return policy_gradient_loss(
             inputs.logp, inputs.old_logp, inputs.ref_logp, inputs.advantages, inputs.mask,
-            beta=p.beta if inputs.ref_logp is not None else 0.0, epsilon=p.epsilon, epsilon_high=p.epsilon_high,
+            beta=p.beta if inputs.ref_logp is not None and not self.kl_in_reward else 0.0, epsilon=p.epsilon,
+            epsilon_high=p.epsilon_high,
             loss_type=p.loss_type, max_completion_length=inputs.max_completion_length,
             num_sequences=inputs.num_sequences, num_tokens=inputs.num_tokens, sampling_weights=inputs.sampling_weights,
-            importance_sampling_level=p.importance_sampling_level, kl_estimator=p.kl_estimator,
+            importance_sampling_level=p.importance_sampling_level, kl_estimator=p.kl.estimator,
             entropy=inputs.entropy, entropy_coef=p.entropy_coef, group_tokens=inputs.group_tokens,
             num_groups=inputs.num_groups, entropy_mask=inputs.entropy_mask)
 
