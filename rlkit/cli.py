@@ -19,7 +19,8 @@ commands:
   score       score prompt/completion records (data.path=...) with the configured judge
   calibrate   agreement of the configured judge with human labels (calibrate.labels=...), per dimension and step
               window; `rlkit calibrate sample <run dir> n=300`: a stratified set of a run's samples to label
-  label       label a labelling file in the terminal: `rlkit label <run dir>/labelling/step_0000050.jsonl`
+  label       label a labelling file in the terminal: `rlkit label <run dir>/labelling/step_0000050.jsonl`;
+              in a browser, for the people who label (several, with rankings): `rlkit label serve <file>`
   eval        golden-set evaluation of a checkpoint (eval.checkpoint=..., eval.prompts=...), per dimension
   fit         train the policy with the configured judge, aggregator and estimator (-m for sweeps)
   sft         supervised warm start on the records' demonstrations (rlkit fit objective=sft)
@@ -125,7 +126,8 @@ def _main(argv: Sequence[str] | None = None) -> int:
     if args.help and args.command is not None:
         from rlkit.commands.help import command_help
 
-        tool = overrides[0] if args.command == "rubric" and overrides and not overrides[0].startswith("-") else None
+        first = overrides[0] if overrides and not overrides[0].startswith("-") else None
+        tool = first if args.command == "rubric" or (args.command == "label" and first == "serve") else None
         text = command_help(f"{args.command} {tool}" if tool else args.command)
         if text is not None:
             print(text)

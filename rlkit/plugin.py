@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     # --- what flows between plugins: rubric, rollouts, scores, pairs ----------------------------------------------
     from rlkit.core.registry import hookimpl
     from rlkit.core.rubric import Anchor, Dimension, Rubric, load_rubric, rubric_from_dict
-    from rlkit.core.stats import nan_mean_std, nan_median, nan_weighted_sum, scored_values_differ
+    from rlkit.core.stats import kendall_tau_b, nan_mean_std, nan_median, nan_weighted_sum, scored_values_differ
     from rlkit.core.templates import chosen_template, render_template, template_hash, template_path
     from rlkit.core.types import EnvStep, Episode, PreferencePairs, RecordField, RewardBatch, Rollout
     from rlkit.data.prepare import allocate as allocate_shares
@@ -234,6 +234,7 @@ __all__ = [
     "last_reasons",
     "nan_mean_std",
     "nan_median",
+    "kendall_tau_b",
     "nan_weighted_sum",
     "normalize_scores",
     "ordering_batch",

@@ -8,7 +8,8 @@ from pathlib import Path
 from rlkit.core.errors import ConfigError
 
 USAGE = ("usage: rlkit calibrate sample <run dir> [n=300] [seed=0] [step_bins=4] [reward_bins=4] "
-         "[output=<file>] [rubric=<rubric.yaml>]")
+         "[output=<file>] [rubric=<rubric.yaml>]; groups to rank instead: rlkit calibrate sample <run dir> groups=20 "
+         "[seed=0] [step_bins=4] [output=<file>] [rubric=<rubric.yaml>]")
 
 
 def cmd_calibrate_sample(args: Sequence[str]) -> int:
@@ -17,7 +18,16 @@ def cmd_calibrate_sample(args: Sequence[str]) -> int:
     positional = [a for a in args if "=" not in a]
     if len(positional) != 1:
         raise ConfigError(USAGE, "rlkit calibrate sample")
-    options = sample_options(dict(a.split("=", 1) for a in args if "=" in a))
+    given = dict(a.split("=", 1) for a in args if "=" in a)
+    if "groups" in given:
+        from rlkit.evaluation.ranking_sample import build_ranking_set, group_options
+
+        path, lines = build_ranking_set(Path(positional[0]), group_options(given))
+        low, high = min(len(line["completions"]) for line in lines), max(len(line["completions"]) for line in lines)
+        print(f"wrote {len(lines)} groups ({low if low == high else f'{low}-{high}'} completions each) to {path}; "
+              f"rank them with: rlkit label serve {path}")
+        return 0
+    options = sample_options(given)
     path, drawn = build_calibration_set(Path(positional[0]), options)
     per_window: dict[int, int] = {}
     for (window, _), taken in drawn.strata.items():

@@ -52,7 +52,21 @@ HELP: dict[str, CommandHelp] = {
     "label": CommandHelp("Label a labelling file in the terminal, one completion and dimension at a time, saved as "
                          "you go; `rlkit calibrate` reads the result. The judge's scores are never shown.",
                          "rlkit label <labelling file>", "rlkit label outputs/run/labelling/step_0000050.jsonl",
-                         config=False),
+                         config=False, arguments=(("serve", "the same file on a page in a browser: rlkit label serve "
+                                                            "--help"),)),
+    "label serve": CommandHelp(
+        "The labelling file as a web page on 127.0.0.1 for the people who label: one completion at a time with its "
+        "prompt, reference and each dimension's anchors (a button and a key per level, skip, back, progress), and "
+        "groups to rank side by side, shuffled (ties allowed). Each labeller gives a name, saved with each answer; "
+        "every answer is saved at once in the file `rlkit label` writes (locked, re-read, replaced atomically), so "
+        "pages and the terminal can share it. The judge's scores are never shown. Prints the URL to open (with its "
+        "token); from another machine: ssh -N -L 8400:127.0.0.1:8400 <host>, then the same URL. Ctrl-C stops.",
+        "rlkit label serve <labelling file> [port=8400] [api_key_env=NAME] [seed=0]",
+        "rlkit label serve outputs/run/labelling/calibration_set.jsonl port=8400", config=False,
+        arguments=(("port=N", "the port on 127.0.0.1 (default 8400; 0: any free one)"),
+                   ("api_key_env=NAME", "the bearer token from this environment variable (as `rlkit serve`'s "
+                                        "serve.api_key_env); default: a fresh random token each start"),
+                   ("seed=N", "seeds the shuffled order of each group's completions (per labeller)"))),
     "report": CommandHelp("(Re)build a run's report (plots and report.md); several runs: their golden-set results "
                           "side by side.", "rlkit report <run dir> [<run dir> ... [output=comparison.md]]",
                           "rlkit report outputs/2026-12-03/10-00-00", config=False),

@@ -123,20 +123,16 @@ def cmd_calibrate(overrides: Sequence[str]) -> int:
         store_round,
         worst_disagreements,
     )
+    from rlkit.evaluation.labeller_agreement import labeller_agreement, render_agreement_markdown
     from rlkit.evaluation.scoring import score_records
     from rlkit.runs.loggers import finish_logger, logger_name, make_logger
 
     validated = validated_config(overrides, read_data=False)  # the records are the labelled lines, not data.path
     cfg, rubric = validated.cfg, validated.rubric
-    if validated.reward_rubric is not rubric:
-        from rlkit.core.errors import ConfigError
-
-        # the labels are per rubric dimension; such a judge's scores follow its own derived rubric
-        raise ConfigError(f"judge={validated.plugin_names['judge']} scores completions against the others of their "
-                          f"group ({', '.join(validated.reward_rubric.dimension_names)}), not the rubric's "
-                          "dimensions one by one; calibrate needs a judge that does (rule, llm, hybrid, ensemble)",
-                          "judge")
     options = calibrate_options(cfg)
+    if validated.reward_rubric is not rubric:
+        # such a judge scores completions against the others of their group: it is held to the humans' rankings
+        return _calibrate_ranking(validated, options)
     run_dir = run_dir_of(options.labels)
     if run_dir is not None and str(options.output) == DEFAULT_OUTPUT:
         # labels of a run's own completions: the numbers belong with the run, and in its report
@@ -171,6 +167,9 @@ def cmd_calibrate(overrides: Sequence[str]) -> int:
     if report.flagged:
         console.print(f"flagged (κ or ρ below {report.threshold:g}, or undefined): {', '.join(report.flagged)} "
                       "— its anchors need rewriting")
+    between = labeller_agreement(labelled, rubric, scored.raw_scores)
+    if between:
+        _print_labellers(console, between)
     lines = line_scores(labelled, scored.raw_scores, rubric, scored.details)
     worst = worst_disagreements(lines, options.disagreements)
     if worst:
@@ -183,6 +182,7 @@ def cmd_calibrate(overrides: Sequence[str]) -> int:
     if len(windows) > 1 or (windows and run_dir is not None):
         _print_windows(console, windows)
     extra = render_rounds_markdown(worst, changes, previous, moved) if options.disagreements or changes else ""
+    extra += render_agreement_markdown(between) if between else ""
     paths = write_report(report, options.output, windows, extra)
     payload = round_payload(report, lines, written)
     round_file = atomic_write_text(options.output / ROUND_NAME,
@@ -206,6 +206,66 @@ def cmd_calibrate(overrides: Sequence[str]) -> int:
         finally:
             finish_logger(logger)
         console.print(f"logged the numbers to {logger_name(cfg)} under {options.output}")
+    return 0
+
+
+def _print_labellers(console, rows) -> None:
+    table = Table(title="agreement between labellers (κ over the lines both labelled), beside the judge's with each")
+    for column in ("dimension", "labellers", "n", "κ between them", "κ judge–first", "κ judge–second"):
+        table.add_column(column, justify="left" if column in ("dimension", "labellers") else "right")
+    for row in rows:
+        table.add_row(row.dimension, f"{row.first} – {row.second}", str(row.n), fmt(row.kappa), fmt(row.judge_first),
+                      fmt(row.judge_second))
+    console.print(table)
+
+
+def _calibrate_ranking(validated, options) -> int:
+    """``rlkit calibrate judge=ranking``: the judge's orders of the labelled groups against the humans'."""
+    from dataclasses import replace
+
+    from rlkit.core.atomic import atomic_write_text
+    from rlkit.evaluation.ranking_alignment import (
+        REPORT_NAME,
+        judge_alignment,
+        labeller_alignments,
+        ranked_groups,
+        render_ranking_markdown,
+    )
+    from rlkit.evaluation.scoring import score_records
+
+    scored_dims = validated.reward_rubric.dimension_names
+    if len(scored_dims) != 1:
+        from rlkit.core.errors import ConfigError
+
+        raise ConfigError(f"scores groups on {len(scored_dims)} dimensions ({', '.join(scored_dims)}); a human ranking "
+                          "is held to one score per completion", f"judge={validated.plugin_names['judge']}")
+    check_writable(options.output, "calibrate.output", folder=True)
+    groups = ranked_groups(options.labels)
+    records = [{k: line[k] for k in ("prompt", "completions", "reference") if line.get(k) is not None}
+               for line in groups]
+    judge = validated.plugin_names["judge"]
+    scored = score_records(replace(validated, records=records), batch_size=int(validated.cfg.score.batch_size))
+    flat, scores = [float(x) for x in scored.raw_scores[:, 0].tolist()], []
+    for line in groups:
+        scores.append(flat[:len(line["completions"])])
+        flat = flat[len(line["completions"]):]
+    versus_judge, between = judge_alignment(groups, scores, judge), labeller_alignments(groups)
+    table = Table(title=f"ranking judge {judge} vs human rankings — {len(groups)} groups")
+    for column in ("compared", "groups", "pairs", "tied pairs", "pairwise agreement", "Kendall τ-b"):
+        table.add_column(column, justify="left" if column == "compared" else "right")
+    table.add_row(f"judge {judge} – humans", str(versus_judge.groups), str(versus_judge.pairs),
+                  str(versus_judge.tied_pairs), fmt(versus_judge.agreement), fmt(versus_judge.tau))
+    for row in between:
+        table.add_row(f"{row.first} – {row.second}", str(row.groups), str(row.pairs), "", fmt(row.agreement),
+                      fmt(row.tau))
+    console = rich_console()
+    console.print(table)
+    if versus_judge.unscored:
+        console.print(f"{versus_judge.unscored} of {len(groups)} groups the judge left unscored: not in the numbers")
+    options.output.mkdir(parents=True, exist_ok=True)
+    written = atomic_write_text(options.output / REPORT_NAME,
+                                render_ranking_markdown(versus_judge, between, str(options.labels)))
+    console.print(f"wrote {written}", markup=False)
     return 0
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -74,3 +75,25 @@ def nan_median(x: torch.Tensor, dim: int = 0) -> torch.Tensor:
     lower = ordered.gather(0, ((count - 1).clamp(min=0) // 2).unsqueeze(0)).squeeze(0)
     upper = ordered.gather(0, (count // 2).clamp(max=x.shape[0] - 1).unsqueeze(0)).squeeze(0)
     return torch.where(count > 0, (lower + upper) / 2, torch.full_like(lower, float("nan")))
+
+
+def kendall_tau_b(x: Sequence[float], y: Sequence[float]) -> float:
+    """Kendall's τ-b of two score (or rank) vectors, ties allowed; NaN where it is undefined (either all tied)."""
+    from itertools import combinations
+    from math import nan, sqrt
+
+    concordant = discordant = ties_x = ties_y = 0
+    for i, j in combinations(range(len(x)), 2):
+        dx, dy = x[i] - x[j], y[i] - y[j]
+        if dx == 0 and dy == 0:
+            continue
+        if dx == 0:
+            ties_x += 1
+        elif dy == 0:
+            ties_y += 1
+        elif (dx > 0) == (dy > 0):
+            concordant += 1
+        else:
+            discordant += 1
+    denom = sqrt((concordant + discordant + ties_x) * (concordant + discordant + ties_y))
+    return nan if denom == 0 else (concordant - discordant) / denom

@@ -200,13 +200,16 @@ def read_labels(path: str | Path, rubric: Rubric) -> list[dict[str, Any]]:
 
     A line: ``{"prompt": ..., "completion": ..., "reference": ... (optional), "labels": {"<dim>": <score>}}``.
     A label is a whole level inside the dimension's range, or null (not labelled). JSON, prompt and
-    completion problems are reported as ``read_jsonl`` reports them.
+    completion problems are reported as ``read_jsonl`` reports them. A labelling file's group lines (ranking tasks,
+    ``rlkit.evaluation.labelling``) are left out: ``rlkit calibrate judge=ranking`` reads those.
     """
     path = Path(path)
     records = read_jsonl(path, need_completions=True)
     dims = {d.name: d for d in rubric.dimensions}
     problems = []
     for line_no, record in zip(line_numbers(path), records, strict=True):
+        if is_ranking_task(record):
+            continue
         problem = _record_problem(record, dims, rubric)
         if problem:
             problems.append((line_no, problem))
@@ -216,12 +219,20 @@ def read_labels(path: str | Path, rubric: Rubric) -> list[dict[str, Any]]:
         shown = "; ".join(f"line {n}: {p}" for n, p in problems[:MAX_REPORTED_LINES])
         more = f"; and {len(problems) - MAX_REPORTED_LINES} more" if len(problems) > MAX_REPORTED_LINES else ""
         raise DataError(f"{len(problems)} bad lines: {shown}{more}", str(path))
-    return records
+    return [record for record in records if not is_ranking_task(record)]
+
+
+def is_ranking_task(record: dict[str, Any]) -> bool:
+    """A labelling file's group line: completions to rank, not one completion labelled per dimension."""
+    return "ranking" in record and isinstance(record.get("completions"), list) and "completion" not in record
+
+
+HUMAN_KEYS = ("labels", "labellers", "labelled_by", "skipped")
 
 
 def judge_records(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The records as the judge sees them: without the human labels."""
-    return [{k: v for k, v in record.items() if k != "labels"} for record in records]
+    """The records as the judge sees them: without the human labels (nor who gave them)."""
+    return [{k: v for k, v in record.items() if k not in HUMAN_KEYS} for record in records]
 
 
 @dataclass(frozen=True)
@@ -588,11 +599,16 @@ def read_all_labels(path: Path, rubric: Rubric) -> list[dict[str, Any]]:
     """Every labelled line of a file or folder; lines of a labelling file left wholly unlabelled are dropped
     (the judge would be asked for nothing)."""
     records: list[dict[str, Any]] = []
+    read = 0
     for file in labels_files(path):
         lines = read_labels(file, rubric)
+        read += len(lines)
         records += [r for r in lines
                     if "dimensions" not in r or any(v is not None for v in (r.get("labels") or {}).values())]
     if not records:
+        if not read:  # only groups to rank
+            raise DataError("the file holds only groups to rank: calibrate a ranking judge on them (judge=ranking)",
+                            str(path))
         raise DataError("no line has a label yet: label them first (`rlkit label <file>`)", str(path))
     return records
 

@@ -53,12 +53,21 @@ class CalibrationSet:
 
 def sample_options(args: dict[str, str]) -> SampleOptions:
     """``n=``, ``seed=``, ``step_bins=``, ``reward_bins=``, ``output=``, ``rubric=`` of the command line."""
-    known = {"n", "seed", "step_bins", "reward_bins", "output", "rubric"}
+    ints = whole_number_options(args, ("n", "seed", "step_bins", "reward_bins"), ("output", "rubric"), "unknown option")
+    output = Path(args["output"]).expanduser() if args.get("output") else None
+    return SampleOptions(**ints, output=output, rubric=args.get("rubric"))
+
+
+def whole_number_options(args: dict[str, str], numbers: tuple[str, ...], others: tuple[str, ...],
+                         unknown: str) -> dict[str, int]:
+    """The whole-number ``key=value`` options of ``rlkit calibrate sample`` (each >= 1 but ``seed``); a key outside
+    ``numbers`` and ``others`` raises ``unknown`` with the valid ones."""
+    known = set(numbers) | set(others)
     for key in args:
         if key not in known:
-            raise ConfigError(f"unknown option; valid: {', '.join(sorted(known))}", f"calibrate sample {key}")
+            raise ConfigError(f"{unknown}; valid: {', '.join(sorted(known))}", f"calibrate sample {key}")
     ints: dict[str, int] = {}
-    for key in ("n", "seed", "step_bins", "reward_bins"):
+    for key in numbers:
         if key in args:
             try:
                 ints[key] = int(args[key])
@@ -66,8 +75,7 @@ def sample_options(args: dict[str, str]) -> SampleOptions:
                 raise ConfigError(f"must be a whole number, got {args[key]!r}", f"calibrate sample {key}") from None
             if key != "seed" and ints[key] < 1:
                 raise ConfigError("must be >= 1", f"calibrate sample {key}")
-    output = Path(args["output"]).expanduser() if args.get("output") else None
-    return SampleOptions(**ints, output=output, rubric=args.get("rubric"))
+    return ints
 
 
 def read_samples(path: Path, rubric: Rubric) -> list[dict[str, Any]]:

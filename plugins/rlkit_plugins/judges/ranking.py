@@ -78,6 +78,7 @@ from rlkit.plugin import (
     template_hash,
     template_path,
 )
+from rlkit.plugin import kendall_tau_b as stats_kendall_tau_b
 from rlkit_plugins.judges.rule import RuleJudge
 
 if TYPE_CHECKING:
@@ -150,23 +151,10 @@ def rank_rewards(ranks: list[list[float]], method: RankReward, temperature: floa
 
 def kendall_tau_b(x: list[float], y: list[float]) -> float:
     """Kendall's τ-b of two rank vectors (ties allowed); 1.0 when both are all tied, 0.0 when only one is."""
-    concordant = discordant = ties_x = ties_y = 0
-    for i, j in combinations(range(len(x)), 2):
-        dx, dy = x[i] - x[j], y[i] - y[j]
-        if dx == 0 and dy == 0:
-            continue
-        if dx == 0:
-            ties_x += 1
-        elif dy == 0:
-            ties_y += 1
-        elif (dx > 0) == (dy > 0):
-            concordant += 1
-        else:
-            discordant += 1
-    denom = math.sqrt((concordant + discordant + ties_x) * (concordant + discordant + ties_y))
-    if denom == 0:
-        return 1.0 if ties_x == ties_y == 0 else 0.0
-    return (concordant - discordant) / denom
+    tau = stats_kendall_tau_b(x, y)
+    if math.isnan(tau):
+        return 1.0 if len(set(x)) <= 1 and len(set(y)) <= 1 else 0.0
+    return tau
 
 
 def rank_gaps(rewards: list[float]) -> list[float]:

@@ -1,0 +1,166 @@
+"""``rlkit calibrate judge=ranking``: how often a ranking judge orders a group's completions as the humans did.
+
+The humans' orders are the group lines of a labelling file (``ranking``: tiers of completion indices, best first;
+``rankings``: each labeller's). The judge scores each group (its ``rank`` dimension, higher is better). Per group:
+
+* **pairwise agreement**: of the completion pairs the human put in different tiers, the share the judge orders the
+  same way; a pair the judge scores equal counts one half. Pairs the human tied are left out (and counted);
+* **Kendall τ-b** between the human's places and the judge's scores, ties on both sides allowed.
+
+The report gives both over all ranked groups (agreement pooled over pairs, τ-b as the mean over groups), and the same
+numbers between every two labellers who ranked the same groups (there a pair counts as agreed when both give the same
+relation, ties included). A group the judge left unscored (NaN) is counted, never folded into the numbers.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from itertools import combinations
+from pathlib import Path
+from typing import Any
+
+from rlkit.core.errors import DataError
+from rlkit.core.stats import kendall_tau_b
+from rlkit.data.records import json_lines
+from rlkit.evaluation.labelling import is_group, tiers_problem
+
+REPORT_NAME = "ranking.md"
+
+
+def places(tiers: Sequence[Sequence[int]], n: int) -> list[float]:
+    """Each completion's place (1 = best; tied completions share their tier's place)."""
+    out = [math.nan] * n
+    for place, tier in enumerate(tiers, start=1):
+        for i in tier:
+            out[i] = float(place)
+    return out
+
+
+def pair_agreement(human: Sequence[float], judge: Sequence[float]) -> tuple[float, int, int]:
+    """(agreed, pairs the human ordered, pairs the human tied): ``human`` and ``judge`` are higher-is-better; a judge
+    tie on an ordered pair counts one half."""
+    agreed, ordered, tied = 0.0, 0, 0
+    for i, j in combinations(range(len(human)), 2):
+        if human[i] == human[j]:
+            tied += 1
+            continue
+        ordered += 1
+        if judge[i] == judge[j]:
+            agreed += 0.5
+        elif (human[i] > human[j]) == (judge[i] > judge[j]):
+            agreed += 1
+    return agreed, ordered, tied
+
+
+@dataclass
+class Alignment:
+    """One comparison (the judge with the humans, or two labellers) over the groups both ordered."""
+
+    first: str
+    second: str
+    groups: int = 0
+    pairs: int = 0  # completion pairs the first side put in different tiers
+    tied_pairs: int = 0
+    agreed: float = 0.0
+    taus: list[float] = field(default_factory=list)
+    unscored: int = 0  # groups the judge left without a score
+
+    @property
+    def agreement(self) -> float:
+        return self.agreed / self.pairs if self.pairs else math.nan
+
+    @property
+    def tau(self) -> float:
+        kept = [t for t in self.taus if not math.isnan(t)]
+        return sum(kept) / len(kept) if kept else math.nan
+
+
+def ranked_groups(path: Path) -> list[dict[str, Any]]:
+    """Every group line with a ``ranking`` (set by the first labeller to rank it), from a file or a folder: a
+    labelling file, or any JSONL of ``{"prompt", "completions", "ranking"}`` lines (other lines are passed over)."""
+    from rlkit.evaluation.calibration import labels_files
+
+    found = []
+    for file in labels_files(path):
+        if not file.is_file():
+            raise DataError("no such labels file", str(file))
+        for number, line in json_lines(file):
+            if not (isinstance(line, dict) and is_group(line) and line.get("ranking") is not None):
+                continue
+            texts = line["completions"]
+            problem = '"completions": a group needs a list of at least two texts' if not (
+                isinstance(texts, list) and len(texts) >= 2 and all(isinstance(t, str) for t in texts)) else \
+                tiers_problem(line["ranking"], len(texts))
+            if problem:
+                raise DataError(problem if problem.startswith('"') else f'"ranking": {problem}', f"{file}:{number}")
+            found.append(line)
+    if not found:
+        raise DataError("no ranked group to hold a ranking judge to: rank groups first (`rlkit label serve <file>`); "
+                        "for labels per dimension, calibrate needs a judge that does score them one by one (rule, "
+                        "llm, hybrid, ensemble)", str(path))
+    return found
+
+
+def judge_alignment(groups: Sequence[dict[str, Any]], scores: Sequence[Sequence[float]], judge: str) -> Alignment:
+    """The judge's scores (one list per group, higher is better) against each group's ``ranking``."""
+    out = Alignment(judge, "humans")
+    for line, judged in zip(groups, scores, strict=True):
+        if any(math.isnan(s) for s in judged):
+            out.unscored += 1
+            continue
+        human = [-p for p in places(line["ranking"], len(line["completions"]))]
+        agreed, ordered, tied = pair_agreement(human, list(judged))
+        out.groups += 1
+        out.pairs, out.tied_pairs, out.agreed = out.pairs + ordered, out.tied_pairs + tied, out.agreed + agreed
+        out.taus.append(kendall_tau_b(human, list(judged)))
+    return out
+
+
+def labeller_alignments(groups: Sequence[dict[str, Any]]) -> list[Alignment]:
+    """Every two labellers over the groups both ranked: the share of pairs given the same relation (>, <, =)."""
+    names = list(dict.fromkeys(name for line in groups for name in (line.get("rankings") or {})))
+    rows = []
+    for first, second in combinations(names, 2):
+        row = Alignment(first, second)
+        for line in groups:
+            given = line.get("rankings") or {}
+            if given.get(first) is None or given.get(second) is None:
+                continue
+            n = len(line["completions"])
+            a, b = [-p for p in places(given[first], n)], [-p for p in places(given[second], n)]
+            same = sum((a[i] > a[j]) - (a[i] < a[j]) == (b[i] > b[j]) - (b[i] < b[j])
+                       for i, j in combinations(range(n), 2))
+            row.groups += 1
+            row.pairs += n * (n - 1) // 2
+            row.agreed += same
+            row.taus.append(kendall_tau_b(a, b))
+        if row.groups:
+            rows.append(row)
+    return rows
+
+
+def _num(x: float) -> str:
+    return "—" if math.isnan(x) else f"{x:.3f}"
+
+
+def render_ranking_markdown(judge: Alignment, labellers: Sequence[Alignment], source: str) -> str:
+    """``ranking.md``: the judge's human alignment, then the labellers' with each other."""
+    lines = [f"# Ranking judge calibration: `{judge.first}` against human rankings", "",
+             f"From `{source}`: {judge.groups} ranked groups scored, {judge.unscored} left unscored by the judge.", "",
+             "Pairwise agreement: of the completion pairs the human put in different tiers, the share the judge "
+             "orders the same way (a judge tie counts ½; pairs the human tied are left out). Kendall τ-b: between "
+             "the human's places and the judge's scores, the mean over groups.", "",
+             "| compared | groups | pairs | tied pairs | pairwise agreement | Kendall τ-b |",
+             "|---|--:|--:|--:|--:|--:|",
+             f"| judge {judge.first} – humans | {judge.groups} | {judge.pairs} | {judge.tied_pairs} | "
+             f"{_num(judge.agreement)} | {_num(judge.tau)} |"]
+    if labellers:
+        lines += ["", "## Between labellers", "",
+                  "The share of completion pairs two labellers gave the same relation (better, worse or tied), and "
+                  "Kendall τ-b between their places: the ceiling to expect of the judge.", "",
+                  "| labellers | groups | pairs | same relation | Kendall τ-b |", "|---|--:|--:|--:|--:|"]
+        lines += [f"| {row.first} – {row.second} | {row.groups} | {row.pairs} | {_num(row.agreement)} | "
+                  f"{_num(row.tau)} |" for row in labellers]
+    return "\n".join(lines) + "\n"
