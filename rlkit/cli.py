@@ -26,6 +26,8 @@ commands:
   sft         supervised warm start on the records' demonstrations (rlkit fit objective=sft)
   report      (re)build a run's report: `rlkit report outputs/<date>/<time>` (plots + report.md); several runs:
               their golden-set results side by side, `rlkit report RUN_A RUN_B`
+  doctor      triage a finished or interrupted run: `rlkit doctor outputs/<date>/<time>` (reward signal, judge
+              health, reference leaks, policy; exit 1 on an error finding)
   train-grm   train a generative reward model on preference pairs or rankings (grm.data.train=...)
   serve       serve the configured judge as an HTTP reward API (serve.port=..., Ctrl-C stops it)
   data        data tools: pairs (rankings -> preference pairs), prepare (PII, de-dup, mix); `rlkit data` for help
@@ -69,7 +71,7 @@ COMMANDS = {"plugins": "rlkit.commands.inspect:cmd_plugins", "validate": "rlkit.
             "train-grm": "rlkit.commands.training:cmd_train_grm", "eval": "rlkit.commands.judging:cmd_eval",
             "report": "rlkit.commands.inspect:cmd_report", "label": "rlkit.commands.label:cmd_label",
             "rubric": "rlkit.cli:cmd_rubric_tools", "model": "rlkit.commands.model:cmd_model",
-            "new": "rlkit.commands.scaffold:main"}
+            "new": "rlkit.commands.scaffold:main", "doctor": "rlkit.commands.doctor:cmd_doctor"}
 
 
 def command_function(name: str):

@@ -70,6 +70,11 @@ HELP: dict[str, CommandHelp] = {
     "report": CommandHelp("(Re)build a run's report (plots and report.md); several runs: their golden-set results "
                           "side by side.", "rlkit report <run dir> [<run dir> ... [output=comparison.md]]",
                           "rlkit report outputs/2026-12-03/10-00-00", config=False),
+    "doctor": CommandHelp("Triage a finished or interrupted run in the ranking note's order: the reward signal, the "
+                          "judge's health, reference leaks, then the policy; each finding with its step, evidence "
+                          "and what to try. Exits 0 when nothing was found, 1 when a finding is an error, 2 on bad "
+                          "input.", "rlkit doctor <run dir>", "rlkit doctor outputs/2026-12-03/10-00-00",
+                          config=False),
 }
 # Commands whose own usage text is their help (they parse their arguments themselves): `--help` goes to them.
 SELF_HELPED = ("data", "model", "new", "rubric")

@@ -18,6 +18,7 @@ from rlkit.core.errors import DataError
 from rlkit.data.records import json_lines
 from rlkit.judging.spend import spend_section, spend_table
 from rlkit.runs.history import METRICS_FILE, read_history, read_result_rows
+from rlkit.runs.triage import STAGES, Triage, read_samples, triage
 
 REPORT_DIR = "report"
 REPORT_NAME = "report.md"
@@ -335,9 +336,35 @@ def alerts_table(alerts: list[dict[str, Any]]) -> tuple[list[str], list[list[Any
                      for a in alerts]
 
 
+def triage_table(triaged: Triage) -> tuple[list[str], list[list[Any]]]:
+    columns = ["stage", "severity", "step", "signal", "metric", "evidence", "what to try"]
+    return columns, [[f.stage, f.severity, f.step, f.name.replace("_", " "), f.metric, f.evidence, f.advice]
+                     for f in triaged.findings]
+
+
+def triage_section(triaged: Triage) -> list[str]:
+    """``rlkit doctor``'s findings as a table, in its order; the stages with none say what was checked."""
+    lines = ["", "## Triage", "",
+             "`rlkit doctor`'s findings, in the ranking note's order: the reward signal, the judge's health, "
+             "reference leaks, then the policy (docs/when-a-run-goes-wrong.md).", ""]
+    lines += [f"Note: {note}." for note in triaged.notes]
+    if triaged.findings:
+        columns, rows = triage_table(triaged)
+        lines += ["| " + " | ".join(columns) + " |", "|---|---|--:|---|---|---|---|"]
+        lines += ["| " + " | ".join(_md(v) for v in row) + " |" for row in rows]
+        lines.append("")
+    quiet = [s for s in STAGES if not any(f.stage == s for f in triaged.findings)]
+    for stage in quiet:
+        checked = triaged.checked[stage]
+        lines.append(f"- {stage}: " + (f"no finding ({', '.join(f'`{m}`' for m in checked)})" if checked
+                                       else "not logged by this run"))
+    return lines
+
+
 def render_markdown(run_dir: Path, history: History, dims: list[str], alerts: list[dict[str, Any]],
                     summaries: dict[str, Any], pngs: dict[str, str], agreement: dict[str, Any] | None = None,
-                    reasons: tuple[int, list[dict[str, Any]]] | None = None) -> str:
+                    reasons: tuple[int, list[dict[str, Any]]] | None = None,
+                    triaged: Triage | None = None) -> str:
     steps = series(history, "reward/mean")[0] or [s for s, _ in history]  # training steps, not eval-only lines
     lines = [f"# Run report: `{_md(run_dir.name)}`", "",
              f"{len(steps)} training steps logged ({steps[0]}–{steps[-1]}), from `{METRICS_FILE}`; "
@@ -359,6 +386,8 @@ def render_markdown(run_dir: Path, history: History, dims: list[str], alerts: li
         lines += [f"| {_md(key.rsplit('/', 1)[1])} | " + " | ".join(_num(v) for v in _first_last(history, key)) + " |"
                   for key in members]
     lines += spend_section(history)  # judge calls, tokens and cost; nothing for a judge that makes no calls
+    if triaged is not None:
+        lines += triage_section(triaged)
     lines += ["", "## Alerts", ""]
     if alerts:
         columns, rows = alerts_table(alerts)
@@ -447,8 +476,10 @@ def write_report(run_dir: str | Path) -> RunReport:
         report.tables["report/judge_reasons"] = (["step", "reward", "prompt", "completion", "reasons"],
                                                  [[reasons[0], r.get("reward"), r.get("prompt"), r.get("completion"),
                                                    r.get("reasons")] for r in reasons[1]])
+    triaged = triage(history, alerts, read_samples(run_dir / SAMPLES_FILE))
+    report.tables["report/triage"] = triage_table(triaged)
     atomic_write_text(report.markdown,
-                      render_markdown(run_dir, history, dims, alerts, summaries, pngs, agreement, reasons))
+                      render_markdown(run_dir, history, dims, alerts, summaries, pngs, agreement, reasons, triaged))
     return report
 
 
