@@ -150,6 +150,12 @@ class RubricConfig(_Schema):
 
     path: str = Field(description="A rubric YAML: a file path or `pkg://module/relative/path`.")
     evolve: RubricEvolveConfig = Field(default_factory=RubricEvolveConfig, description=RubricEvolveConfig.__doc__)
+    dropout: float = _finite(
+        default=0.0, ge=0, lt=1,
+        description="Rubric dropout (arXiv 2608.11669): during training each scored dimension of a group is left out "
+                    "of its reward with this probability, the aggregation renormalised over the kept dimensions' "
+                    "weights; at least one is kept. Drawn from the run seed and the step (a resume draws the same); "
+                    "held-out and golden-set scores never drop. 0: off (rlkit/reward/dropout.py).")
 
 
 class LoggerConfig(_Schema):

@@ -160,6 +160,7 @@ class ValidatedConfig:
     objective: Any = None
     debias: DebiasConfig | None = None
     evolve: RubricEvolveConfig | None = None  # rubric.evolve: criteria written during training (every > 0)
+    rubric_dropout: float = 0.0  # rubric.dropout: the share of a group's dimensions left out of its training reward
 
     @property
     def judge_config(self) -> dict[str, Any]:
@@ -584,7 +585,8 @@ def validate_config(cfg: DictConfig, registry: Registry, *, read_data: bool = Tr
     parts = {group: _check_schema(registry, cfg, group, schema) for group, schema in GROUP_SCHEMAS.items()}
     rubric = load_rubric(resolve_path(parts["rubric"].path))
     result = ValidatedConfig(cfg=cfg, rubric=rubric, run=run, model=parts["model"], data=parts["data"],
-                             debias=run.debias, reward_rubric=rubric, evolve=parts["rubric"].evolve)
+                             debias=run.debias, reward_rubric=rubric, evolve=parts["rubric"].evolve,
+                             rubric_dropout=parts["rubric"].dropout)
     for kind in KINDS:
         if kind.many:
             continue  # lists of plugins (monitors) are validated below

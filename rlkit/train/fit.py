@@ -31,6 +31,7 @@ def settings_from(validated: ValidatedConfig) -> TrainingSettings:
         temperature=run.temperature, lr=optim.lr, weight_decay=optim.weight_decay, warmup_steps=optim.warmup_steps,
         gradient_clip_val=optim.gradient_clip_val, gradient_accumulation_steps=optim.gradient_accumulation_steps,
         length_buckets=optim.length_buckets, seed=run.seed,
+        rubric_dropout=validated.rubric_dropout,
         is_correction=None if run.is_correction is None else ImportanceCorrection(**run.is_correction.model_dump()),
         sampling=SamplingSettings(**run.sampling.model_dump()),
     )

@@ -72,6 +72,7 @@ class TrainingSettings:
     gradient_accumulation_steps: int = 1
     length_buckets: int = 1  # policy-gradient passes over rows grouped by completion length
     seed: int = 0  # the run seed; with the step and a prompt's batch position it seeds that prompt's sampling
+    rubric_dropout: float = 0.0  # rubric.dropout: with the seed and the step it draws the dimensions a group drops
     # the correction against an engine's log-probs (rlkit.lm.logprobs.ImportanceCorrection); None: off
     is_correction: ImportanceCorrection | None = field(default_factory=ImportanceCorrection)
     sampling: SamplingSettings = field(default_factory=SamplingSettings)  # dynamic sampling, cut completions' reward

@@ -13,6 +13,7 @@ from rlkit.core.types import RewardBatch, Rollout
 from rlkit.judging.members import last_reasons
 from rlkit.lm.sampling import SampledBatch, render_prompt
 from rlkit.reward.debias import completion_features
+from rlkit.reward.dropout import with_rubric_dropout
 from rlkit.reward.pipeline import aggregate_rewards, check_judge_output, normalize_scores, with_group_confidence
 from rlkit.reward.steps import score_steps, single_turn_steps, turn_token_counts, with_step_means
 
@@ -112,6 +113,9 @@ def reward_batch(module: Any, judged: Judged, step: int, scheduler: Any | None =
     raw = judged.raw if debias is None else debias.correct(judged.raw, judged.features)
     batch = aggregate_rewards(raw, module.rubric, scheduler or module.parts.scheduler, module.parts.aggregator, step,
                               module.parts.score_normalization)
+    if not heldout:  # rubric.dropout: training rewards only; the same drops on every process and after a resume
+        batch = with_rubric_dropout(batch, module.parts.aggregator, module.settings.rubric_dropout,
+                                    module.settings.seed, step)
     batch = with_group_confidence(batch, judged.confidence, module.parts.judge_name)
     extras = {**batch.extras, "completion_lengths": judged.lengths.float().cpu()}
     if judged.steps is not None:  # estimators that credit turns read these (rlkit_register_advantage_estimators)

@@ -39,6 +39,8 @@ def step_metrics(module: Any, step: int, records: list[dict[str, Any]], sampled:
     lengths = spread.gather(sampled.completion_token_counts.float(), module.device)
     metrics = reward_metrics(module, batch, lengths, truncated)
     metrics.update(outcome.metrics)
+    if "rubric_dropped_share" in batch.extras:  # rubric.dropout (rlkit.reward.dropout)
+        metrics["rubric/dropped_share"] = float(batch.extras["rubric_dropped_share"])
     metrics.update(filtered)
     metrics.update(episode_metrics(sampled))
     if sampled.policy_version is not None:  # sampled by an engine: which weights, how far behind the policy

@@ -94,7 +94,11 @@ _COMPARED = ("loss", "grad_norm", "kl", "reward/mean", "reward/std", "advantages
     ["objective.params.loss_type=prompt_mean", "optim.gradient_accumulation_steps=3"],
     # the top-entropy tokens by the quantile over both processes' tokens
     ["objective.params.top_entropy_quantile=0.5", "optim.gradient_accumulation_steps=2"],
-], ids=["gdpo", "group_dpo", "cispo-k2", "gspo", "prompt_mean", "top_entropy"])
+    # the other normalisations: the step's tokens, a constant, none
+    ["objective.params.loss_type=dapo", "optim.gradient_accumulation_steps=2"],
+    ["objective.params.loss_type=dr_grpo", "optim.length_buckets=2"],
+    ["objective.params.loss_type=token_sum", "optim.gradient_accumulation_steps=2"],
+], ids=["gdpo", "group_dpo", "cispo-k2", "gspo", "prompt_mean", "top_entropy", "dapo", "dr_grpo", "token_sum"])
 def test_two_gloo_processes_match_one_process_on_the_same_global_batch(tmp_path, objective):
     from rlkit.lm.models import build_tiny_policy, load_policy
 

@@ -1,0 +1,92 @@
+"""Rubric dropout: during training each scored dimension of a group is left out of its reward with probability p.
+
+``rubric.dropout: p`` (arXiv 2608.11669, "Rubric Dropout"; the paper's text was not at hand offline, so this follows
+the issue's definition): per group (a prompt's completions together, so they are still compared on the same
+dimensions), each dimension with a positive weight and a score is dropped with probability p; the aggregation then
+runs over the kept dimensions, a weighted sum renormalised over their weights. A group never loses all of them: when
+every one is drawn, one is kept, chosen uniformly. Held-out and golden-set scoring never drop.
+
+The drops come from a generator seeded by the run seed and the step alone, so every process draws the same ones
+and a resumed run draws exactly those of the uninterrupted run; nothing needs to travel in the checkpoint.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+from rlkit.core.errors import PluginError
+
+if TYPE_CHECKING:
+    import torch
+
+    from rlkit.core.types import RewardBatch
+
+
+def dropout_generator(seed: int, step: int) -> torch.Generator:
+    """The CPU generator of ``step``'s drops: a function of the run seed and the step only (resume, processes)."""
+    import torch
+
+    # odd multipliers keep (seed, step) pairs apart and away from the sampling seeds' (seed * 1_000_003 + step) mix
+    mixed = ((seed * 2_654_435_761 + step) * 40_503 + 0x5EED) % (2**63)
+    return torch.Generator().manual_seed(mixed)
+
+
+def rubric_dropout(scores: torch.Tensor, weights: torch.Tensor, p: float, seed: int,
+                   step: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``scores [B, G, D]`` → (the same with each group's dropped dimensions NaN, ``kept`` bool ``[B, D]``).
+
+    Only dimensions a group can use are drawn (positive weight, scored on at least one of its completions); the
+    rest stay as they are and count as kept. ``p = 0`` returns ``scores`` itself."""
+    import torch
+
+    if not 0.0 <= p < 1.0:
+        raise ValueError(f"rubric dropout p must be in [0, 1), got {p}")
+    b, _, d = scores.shape
+    candidates = (weights.to(scores.device) > 0).expand(b, d) & (~scores.isnan()).any(dim=1)  # [B, D]
+    if p == 0.0 or not bool(candidates.any()):
+        return scores, torch.ones(b, d, dtype=torch.bool, device=scores.device)
+    gen = dropout_generator(seed, step)
+    draws = torch.rand(b, d, generator=gen)
+    rescue_order = torch.rand(b, d, generator=gen)  # drawn every time, so the stream never depends on outcomes
+    candidates = candidates.cpu()
+    dropped = candidates & (draws < p)
+    emptied = candidates.any(dim=1) & ~(candidates & ~dropped).any(dim=1)  # every usable dimension drawn
+    rescued = torch.where(candidates, rescue_order, torch.full_like(rescue_order, -1.0)).argmax(dim=1)  # [B]
+    dropped[emptied, rescued[emptied]] = False
+    kept = ~dropped
+    out = torch.where(kept.to(scores.device).unsqueeze(1), scores, torch.full_like(scores, float("nan")))
+    return out, kept.to(scores.device)
+
+
+def dropped_share(kept: torch.Tensor, scores: torch.Tensor, weights: torch.Tensor) -> float:
+    """The share of a step's usable (group, dimension) pairs (positive weight, scored) that were dropped."""
+    b, _, d = scores.shape
+    candidates = (weights.to(scores.device) > 0).expand(b, d) & (~scores.isnan()).any(dim=1)
+    total = int(candidates.sum())
+    return float((candidates & ~kept.to(candidates.device)).sum()) / total if total else 0.0
+
+
+def with_rubric_dropout(batch: RewardBatch, aggregator: Any, p: float, seed: int, step: int) -> RewardBatch:
+    """``batch`` with its rewards aggregated again over each group's kept dimensions.
+
+    The batch keeps the judge's full scores (per-dimension metrics, monitors and samples report what the judge said,
+    not the draw); the rewards, ``extras["rubric_kept"]`` ``[B, D]`` and ``extras["rubric_dropped_share"]`` carry
+    the dropout. The weights were set by the scheduler on the full scores, so its state does not follow the draws."""
+    import torch
+
+    if p == 0.0:
+        return batch
+    scores, kept = rubric_dropout(batch.scores, batch.weights, p, seed, step)
+    mask = kept.to(batch.raw_scores.device).unsqueeze(1)
+    raw = torch.where(mask, batch.raw_scores, torch.full_like(batch.raw_scores, float("nan")))
+    rewards = aggregator.aggregate(replace(batch, raw_scores=raw, scores=scores, rewards=None))
+    if not isinstance(rewards, torch.Tensor) or rewards.shape != scores.shape[:2]:
+        got = tuple(rewards.shape) if isinstance(rewards, torch.Tensor) else type(rewards).__name__
+        raise PluginError(f"returned rewards of shape {got}, expected {list(scores.shape[:2])}", "aggregator")
+    extras = {**batch.extras, "rubric_kept": kept.cpu(),
+              "rubric_dropped_share": dropped_share(kept, batch.scores, batch.weights)}
+    return replace(batch.with_rewards(rewards.to(torch.float32)), extras=extras)
+
+
+__all__ = ["dropout_generator", "dropped_share", "rubric_dropout", "with_rubric_dropout"]
