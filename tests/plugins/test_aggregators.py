@@ -448,3 +448,35 @@ def test_yaml_spells_out_every_default(registry, name):
     if name == "layered":
         assert defaults.pop("layers") == [] and params.pop("layers"), "layered ships layers for the arithmetic rubric"
     assert params == defaults
+
+
+# --- logsumexp (soft minimum) --------------------------------------------------------------------
+
+def test_logsumexp_by_hand():
+    from rlkit_plugins.aggregators.logsumexp import soft_minimum
+
+    scores = torch.tensor([[1.0, 0.0], [0.5, 0.5], [1.0, NAN], [NAN, NAN]])
+    got = soft_minimum(scores, torch.tensor([1.0, 1.0]), 0.2)
+    # -0.2 · log(0.5·e^-5 + 0.5·e^0); equal scores give that score; an unscored dimension drops out
+    assert close(got, [-0.2 * math.log(0.5 * math.exp(-5) + 0.5), 0.5, 1.0, NAN])
+    weighted = soft_minimum(torch.tensor([[1.0, 0.0]]), torch.tensor([3.0, 1.0]), 0.5)
+    assert close(weighted, [-0.5 * math.log(0.75 * math.exp(-2) + 0.25)])
+
+
+def test_logsumexp_lies_between_the_minimum_and_the_weighted_mean_and_tends_to_each():
+    from rlkit_plugins.aggregators.logsumexp import soft_minimum
+
+    scores = torch.tensor([[0.9, 0.2, 0.6]])
+    w = torch.tensor([1.0, 2.0, 1.0])
+    mean = float((scores * w).sum() / w.sum())
+    values = [float(soft_minimum(scores, w, t)) for t in (1e-3, 0.1, 1.0, 100.0)]
+    assert all(0.2 - 1e-6 <= v <= mean + 1e-6 for v in values)
+    assert values == sorted(values)  # a higher temperature moves it from the minimum towards the mean
+    assert values[0] == pytest.approx(0.2, abs=1e-2) and values[-1] == pytest.approx(mean, abs=1e-2)
+
+
+def test_logsumexp_refuses_a_temperature_that_is_not_positive(registry):
+    from rlkit.core.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="temperature"):
+        registry.create("aggregator", "logsumexp", {"temperature": 0})
