@@ -150,8 +150,10 @@ def spike_then_plateau(points: Points, rise_steps: int = 3, rise_share: float = 
     Source: the ranking engineering note §5.4 names the picture ("the reward shoots up, then stays where it is":
     the policy found a hole in the reward); the rubric note §6.1 tells the same story (mean reward 2.8 → 4.1 while
     a template's share went 12% → 67%). The numbers are rlkit's: a learning curve climbs over tens of steps and
-    stays noisy; a hack climbs in a few and goes flat. The step is where the rise has covered a quarter of its
-    height."""
+    stays noisy; a hack climbs in a few and goes flat. The plateau's mean must also stand ``min_rise`` (or the
+    share of the range) above the ``plateau`` steps before the rise: a healthy run's one-step dip and recovery
+    (seen on a reward_hacking.py v2 run: 0.67 at one step between steps near 0.8) is not a spike. The step is where
+    the rise has covered a quarter of its height."""
     values = [v for _, v in points]
     if len(values) < rise_steps + plateau:
         return None
@@ -162,8 +164,10 @@ def spike_then_plateau(points: Points, rise_steps: int = 3, rise_share: float = 
             if values[j] - values[i] < need:
                 continue
             flat = values[j:j + plateau]
+            # a change of level, not a recovery from a one-step dip: the plateau stands above the steps before it
+            before = values[max(0, i - plateau + 1):i + 1]
             if max(flat) - min(flat) <= flat_share * span * 2 and statistics.pstdev(flat) <= flat_share * span \
-                    and _mean(flat) >= max(values) - 2 * flat_share * span:
+                    and _mean(flat) >= max(values) - 2 * flat_share * span and _mean(flat) - _mean(before) >= need:
                 step = _crossing(points, i, values[i] + (values[j] - values[i]) / 4, rising=True)
                 return Signal(step, f"{values[i]:.3f} at step {points[i][0]} → {values[j]:.3f} at step "
                                     f"{points[j][0]}, then flat for {plateau}+ steps (spread "

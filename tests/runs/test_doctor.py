@@ -218,3 +218,17 @@ def test_the_report_carries_the_triage(tmp_path):
     assert "| reward signal | warning | 30 | zero advantage | advantages/frac_zero_groups |" in section
     assert "- policy: no finding (`kl`, `entropy`, `completion_length`, `advantages/std`)" in section
     assert "- reference leaks: not logged by this run" in section
+
+
+def test_a_one_step_dip_and_its_recovery_is_not_a_spike():
+    # a reward_hacking.py v2 run (the fixed rubric) raised this false alarm: 0.67 at one step among steps near 0.8
+    from rlkit.runs.triage import spike_then_plateau
+
+    values = [0.55 + 0.25 * min(step / 60, 1) + 0.015 * ((step * 7) % 5 - 2) for step in range(130)]
+    values[115] = 0.67
+    assert spike_then_plateau(list(enumerate(values))) is None
+    # the same noise around a level of 0.5, then a jump to 0.95 that stays: found where it starts
+    jumped = [0.5 + 0.015 * ((step * 7) % 5 - 2) for step in range(100)] + \
+        [0.95 + 0.005 * ((step * 3) % 3 - 1) for step in range(30)]
+    found = spike_then_plateau(list(enumerate(jumped)))
+    assert found is not None and 99 <= found.step <= 101
