@@ -332,3 +332,23 @@ def test_an_incomplete_answer_is_retried_then_kept_for_the_run():
     assert first[0, :, 0].tolist() == pytest.approx([1.0, 0.5, 0.0]), "the unranked label shares the last tier"
     again = judge.score(_rollout([["x", "yy", "zzz"]]), rubric)
     assert calls["n"] == 2 and torch.equal(again, first), "not asked again in the same run"
+
+
+def test_a_tie_lowers_the_groups_confidence_by_its_share_of_places():
+    rubric = load_rubric(RUBRIC)
+    groups = [["y" * (i + 1) for i in range(4)] for _ in range(2)]
+
+    def one_tie(candidates: dict[str, str]) -> str:  # the two middle places tied: 1 of 3 adjacent places
+        ranked = sorted(candidates, key=lambda label: (len(candidates[label]), label))
+        return f"{ranked[0]} > {ranked[1]} = {ranked[2]} > {ranked[3]}"
+
+    judge, _ = _judge(one_tie, repetitions=2)
+    judge.score(_rollout(groups), rubric)
+    # the repetitions agree (τ-b 1), so the confidence is 1 - 0.5 × 1/3
+    assert judge.group_confidence().tolist() == pytest.approx([1 - 0.5 / 3] * 2)
+    untied, _ = _judge(one_tie, repetitions=2, tie_penalty=0.0)
+    untied.score(_rollout(groups), rubric)
+    assert untied.group_confidence().tolist() == [1.0, 1.0]
+    single, _ = _judge(one_tie, repetitions=1)  # one repetition: no agreement to read, the tie still counts
+    single.score(_rollout(groups), rubric)
+    assert single.group_confidence().tolist() == pytest.approx([1 - 0.5 / 3] * 2)
