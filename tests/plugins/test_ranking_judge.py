@@ -352,3 +352,14 @@ def test_a_tie_lowers_the_groups_confidence_by_its_share_of_places():
     single, _ = _judge(one_tie, repetitions=1)  # one repetition: no agreement to read, the tie still counts
     single.score(_rollout(groups), rubric)
     assert single.group_confidence().tolist() == pytest.approx([1 - 0.5 / 3] * 2)
+
+
+def test_the_reference_is_kept_from_a_model_judges_prompt_unless_asked():
+    registry = load_registry()
+    served = {"backend": {"name": "openai", "params": {"base_url": "http://127.0.0.1:9/v1", "model": "judge"}}}
+    record = {"prompt": "3+4=", "reference": "7"}
+    assert registry.create("judge", "ranking", served)._shown_reference(record) is None
+    assert registry.create("judge", "ranking", {**served, "show_reference": True})._shown_reference(record) == "7"
+    offline = registry.create("judge", "ranking", {})  # the offline tiny judge ranks by comparing with it
+    assert offline._shown_reference(record) == "7"
+    assert registry.create("judge", "ranking", {"show_reference": False})._shown_reference(record) is None

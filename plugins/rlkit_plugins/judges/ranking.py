@@ -48,7 +48,7 @@ from collections.abc import Hashable
 from dataclasses import dataclass, field
 from itertools import combinations
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal, get_args
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from rlkit.plugin import (
     RANKING_COMPACT_TEMPLATE,
@@ -237,6 +237,9 @@ class RankingJudge:
         # … and by 1 - tie_penalty × the share of its adjacent places tied: the ranking note (§3.2) asks the judge to
         # avoid ties and to give a tie lower confidence
         tie_penalty: float = 0.5
+        # the record's reference in the prompt: None shows it to the offline tiny judge (it ranks by comparing with
+        # it) and keeps it from model judges, which the ranking note (§5.5) warns may copy it instead of judging
+        show_reference: bool | None = None
         parse_retries: int = 1
         failure_policy: Literal["nan", "min", "drop_group"] = "nan"
         failure_warning: float = 0.05
@@ -269,6 +272,11 @@ class RankingJudge:
         self._confidence: torch.Tensor | None = None
         self._warning = FailureWarning("ranking", params.failure_warning, params.parse_retries,
                                        params.failure_policy)
+
+    def _shown_reference(self, record: dict[str, Any]) -> str | None:
+        shown = self.params.show_reference
+        reference = record.get("reference") if (self.backend.offline if shown is None else shown) else None
+        return str(reference) if reference is not None else None
 
     def check_rubric(self, rubric: Rubric) -> None:
         """Before any scoring: a backend that asks a server must reach it (probed once)."""
@@ -303,10 +311,11 @@ class RankingJudge:
                 candidates = [{"label": label, "text": group[c]} for label, c in zip(labels, order, strict=True)]
                 example = " > ".join(labels[:3])
                 text = render_template(template, rubric=rubric, prompt=prompt, candidates=candidates,
-                                       labels=labels, reference=record.get("reference"), example_order=example)
+                                       labels=labels, reference=self._shown_reference(record),
+                                       example_order=example)
                 key = ResponseCache.key(judge="ranking", backend=identity, template=t_hash,
                                         rubric=r_hash, permutation=rep, seed=self.params.seed,
-                                        prompt=prompt, reference=record.get("reference"), completions=group)
+                                        prompt=prompt, reference=self._shown_reference(record), completions=group)
                 requests[(i, rep)] = (key, [{"role": "user", "content": text}])
 
         def read(slot: Hashable, text: str) -> tuple[RankingParse | None, bool]:
