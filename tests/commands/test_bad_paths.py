@@ -37,6 +37,7 @@ CASES = [
     ("calibrate", lambda p: ["calibrate", f"calibrate.output={p['afile']}"], "calibrate.output: "),
     ("serve", lambda p: ["serve", f"rubric.path={p['missing']}.yaml"], "no such rubric file"),
     ("report", lambda p: ["report", str(p["missing"])], "no such run directory"),
+    ("doctor", lambda p: ["doctor", str(p["missing"])], "no such run directory"),
     ("rubric", lambda p: ["rubric", "hash", f"{p['missing']}.yaml"], "no such rubric file"),
     ("rubric", lambda p: ["rubric", "diff", f"{p['missing']}.yaml", f"{p['missing']}.yaml"], "no such rubric file"),
     ("data", lambda p: ["data", "pairs", f"in={p['missing']}.jsonl", "out=pairs.jsonl"], "no such data file"),
