@@ -90,15 +90,15 @@ _COMPARED = ("loss", "grad_norm", "kl", "reward/mean", "reward/std", "advantages
     # a sequence-level ratio whose completions each process holds whole
     ["objective.params.loss_type=cispo", "objective.params.kl.estimator=k2", "optim.gradient_accumulation_steps=2"],
     ["objective.params.importance_sampling_level=sequence", "objective.params.num_iterations=2"],
-    # each process's groups normalised by their own tokens, over the step's groups of both processes
-    ["objective.params.loss_type=prompt_mean", "optim.gradient_accumulation_steps=3"],
-    # the top-entropy tokens by the quantile over both processes' tokens
-    ["objective.params.top_entropy_quantile=0.5", "optim.gradient_accumulation_steps=2"],
+    # each process's groups normalised by their own tokens, over the step's groups of both processes; the
+    # top-entropy tokens by the quantile over both processes' tokens
+    ["objective.params.loss_type=prompt_mean", "objective.params.top_entropy_quantile=0.5",
+     "optim.gradient_accumulation_steps=3"],
     # the other normalisations: the step's tokens, a constant, none
     ["objective.params.loss_type=dapo", "optim.gradient_accumulation_steps=2"],
     ["objective.params.loss_type=dr_grpo", "optim.length_buckets=2"],
     ["objective.params.loss_type=token_sum", "optim.gradient_accumulation_steps=2"],
-], ids=["gdpo", "group_dpo", "cispo-k2", "gspo", "prompt_mean", "top_entropy", "dapo", "dr_grpo", "token_sum"])
+], ids=["gdpo", "group_dpo", "cispo-k2", "gspo", "prompt_mean-top_entropy", "dapo", "dr_grpo", "token_sum"])
 def test_two_gloo_processes_match_one_process_on_the_same_global_batch(tmp_path, objective):
     from rlkit.lm.models import build_tiny_policy, load_policy
 
