@@ -3,37 +3,18 @@ judge health, reference leaks, policy); exits 1 when a finding is an error, so a
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 USAGE = "usage: rlkit doctor <run dir>"
 # rlkit.runs.sweep.JOB_SUMMARY names the same file; that module imports Hydra, which reading a run does not need
 SUMMARY_FILE = "summary.json"
 
 
-def read_summary(path: Path) -> dict[str, Any]:
-    """The run's ``summary.json`` (written when ``fit`` ends, interrupted or not), or {} when it has none."""
-    from rlkit.core.errors import DataError
-
-    if not path.is_file():
-        return {}
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise DataError(f"invalid JSON ({exc.msg} at column {exc.colno})", f"{path}:{exc.lineno}") from None
-    except UnicodeDecodeError:
-        raise DataError("not UTF-8 text", str(path)) from None
-    if not isinstance(data, dict):
-        raise DataError("expected a JSON object", f"{path}:1")
-    return data
-
-
 def cmd_doctor(args: Sequence[str]) -> int:
     from rlkit.core.errors import ConfigError, DataError
     from rlkit.runs.history import METRICS_FILE, read_history
-    from rlkit.runs.report import ALERTS_FILE, SAMPLES_FILE, read_alerts
+    from rlkit.runs.report import ALERTS_FILE, SAMPLES_FILE, read_alerts, read_json_object
     from rlkit.runs.triage import read_samples, triage, triage_lines
 
     if len(args) != 1 or args[0].startswith("-") or "=" in args[0]:
@@ -44,7 +25,7 @@ def cmd_doctor(args: Sequence[str]) -> int:
     history = read_history(run_dir / METRICS_FILE)
     alerts = read_alerts(run_dir / ALERTS_FILE)
     samples = read_samples(run_dir / SAMPLES_FILE)
-    summary = read_summary(run_dir / SUMMARY_FILE)
+    summary = read_json_object(run_dir / SUMMARY_FILE)
     result = triage(history, alerts, samples)
 
     header = f"run {run_dir}: {result.steps} training steps, {len(alerts)} monitor alert(s)"

@@ -78,16 +78,19 @@ def read_reasons(path: Path, shown: int = REASONS_SHOWN) -> tuple[int, list[dict
     return step, ranked
 
 
-def read_monitor_summaries(path: Path) -> dict[str, Any]:
-    """``{monitor key: summary}`` from ``monitors.json``, or {} when absent."""
+def read_json_object(path: Path) -> dict[str, Any]:
+    """A run's JSON object file (``summary.json``, ``monitors.json``), or {} when the run has none; a file that is
+    not a JSON object raises a ``DataError`` naming it and the line."""
     if not path.is_file():
         return {}
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as exc:
-        raise DataError(f"invalid JSON ({exc.msg} at line {exc.lineno})", str(path)) from None
+        raise DataError(f"invalid JSON ({exc.msg} at column {exc.colno})", f"{path}:{exc.lineno}") from None
+    except UnicodeDecodeError:
+        raise DataError("not UTF-8 text", str(path)) from None
     if not isinstance(data, dict):
-        raise DataError("expected an object {monitor: summary}", str(path))
+        raise DataError("expected a JSON object", f"{path}:1")
     return data
 
 
@@ -450,7 +453,7 @@ def write_report(run_dir: str | Path) -> RunReport:
         raise DataError("no such run directory", str(run_dir))
     history = read_history(run_dir / METRICS_FILE)
     alerts = read_alerts(run_dir / ALERTS_FILE)
-    summaries = read_monitor_summaries(run_dir / MONITORS_FILE)
+    summaries = read_json_object(run_dir / MONITORS_FILE)  # {monitor key: summary}
     agreement = read_agreement(run_dir / AGREEMENT_FILE)
     dims = dimensions_of(history)
     out = run_dir / REPORT_DIR
