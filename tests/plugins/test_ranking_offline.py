@@ -88,14 +88,15 @@ def test_ranking_over_http_with_a_server_that_answers_garbage(cache_env):
 
     rubric = load_rubric(RUBRIC)
     with OpenAICompatibleServer(build_tiny_judge(ranking_spec(4), teacher=RULE_TEACHER)) as server:
-        params = {"template": "judge/rank_group_compact.jinja",
+        # the tiny judge ranks by comparing with the reference, which a served judge is shown only when asked
+        params = {"template": "judge/rank_group_compact.jinja", "show_reference": True,
                   "backend": {"name": "openai", "params": {"base_url": server.url, "max_tokens": 64}}}
         clean = load_registry().create("judge", "ranking", params).score(_groups(), rubric)
     hf = load_registry().create("judge", "ranking", {}).score(_groups(), rubric)
     assert torch.equal(clean.nan_to_num(-1), hf.nan_to_num(-1)), "the same model answers the same over HTTP"
     judge_model = build_tiny_judge(ranking_spec(4), teacher=RULE_TEACHER)
     with OpenAICompatibleServer(judge_model, garbage_rate=0.5, seed=3) as server:
-        params = {"template": "judge/rank_group_compact.jinja", "parse_retries": 0,
+        params = {"template": "judge/rank_group_compact.jinja", "parse_retries": 0, "show_reference": True,
                   "repetitions": 1, "backend": {"name": "openai",
                                                 "params": {"base_url": server.url, "max_retries": 0, "max_tokens": 64}}}
         judge = load_registry().create("judge", "ranking", params)
