@@ -319,10 +319,10 @@ def _print_windows(console, windows) -> None:
 
 
 def cmd_eval(overrides: Sequence[str]) -> int:
-    from rlkit.evaluation.golden import checkpoint_label, eval_options, run_eval
+    from rlkit.evaluation.golden import checkpoint_label, golden_options, run_eval
 
     validated = validated_config(overrides)  # data is read: its prompts are what the golden set must not contain
-    options = eval_options(validated.cfg)
+    options = golden_options(validated)
     check_writable(options.output, "eval.output")
     result, rows, no_embedding = run_eval(validated)
     rubric = result.rubric

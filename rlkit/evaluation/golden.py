@@ -27,7 +27,7 @@ from rlkit.data.records import prompt_text, read_jsonl
 from rlkit.lm.sampling import GenerationRequest
 
 if TYPE_CHECKING:
-    from rlkit.config import EvalConfig
+    from rlkit.config import ValidatedConfig
 from rlkit.reward.pipeline import aggregate_rewards, check_judge_output
 from rlkit.runs.history import read_result_rows
 from rlkit.text.similarity import normalize_whitespace
@@ -115,25 +115,16 @@ class EvalOptions:
         return self.output.with_suffix(".md")
 
 
-def eval_options(cfg: Any) -> EvalOptions:
-    """The ``eval`` block of a composed config, checked against its schema; relative paths are relative to the cwd."""
-    from omegaconf import OmegaConf
-
-    from rlkit.config import EvalConfig, check_block
-
-    node = OmegaConf.select(cfg, "eval", default=None)
-    block = check_block(EvalConfig, OmegaConf.to_container(node, resolve=True) if node is not None else {}, "eval")
-    return options_of(block, int(cfg.get("max_completion_length", 16)))
-
-
-def options_of(block: EvalConfig, max_completion_length: int) -> EvalOptions:
-    """The golden-set options of a checked ``eval`` block; its ``max_completion_length`` defaults to the run's."""
+def golden_options(validated: ValidatedConfig) -> EvalOptions:
+    """The golden-set options of the run's checked ``eval`` block; relative paths are relative to the cwd, and its
+    ``max_completion_length`` defaults to the run's."""
     from rlkit.config import resolve_path
 
+    block = validated.eval_block
     embedding = block.embedding
     return EvalOptions(resolve_path(block.prompts), block.checkpoint, Path(block.output).expanduser(), block.every,
-                       block.batch_size, block.max_completion_length or max_completion_length, block.reference_field,
-                       None if embedding in (None, "", "none", "off") else embedding)
+                       block.batch_size, block.max_completion_length or validated.run.max_completion_length,
+                       block.reference_field, None if embedding in (None, "", "none", "off") else embedding)
 
 
 def resolve_embedder(option: str | None) -> tuple[Any, str | None]:
@@ -418,7 +409,7 @@ def run_eval(validated: Any) -> tuple[GoldenResult, list[dict[str, Any]], str | 
     """``rlkit eval``: check the golden set, load the checkpoint, generate, score, append the results.
 
     Returns the result, every row of the results file and why embedding similarity was left out (or None)."""
-    options = options_of(validated.eval_block, validated.run.max_completion_length)
+    options = golden_options(validated)
     records = load_golden(options.prompts, validated)  # before any model loads: an overlap fails fast
     read_results(options.output)  # likewise a corrupt results file
     embedder, no_embedding = resolve_embedder(options.embedding)
@@ -440,7 +431,7 @@ def run_eval(validated: Any) -> tuple[GoldenResult, list[dict[str, Any]], str | 
 def golden_callbacks(validated: Any, run_dir: Path) -> list[Any]:
     """``[GoldenSetCallback]`` when ``eval.every > 0``, else []; the golden set is read and checked here, before
     any model loads, so an overlap with the training data fails the run at once."""
-    options = options_of(validated.eval_block, validated.run.max_completion_length)
+    options = golden_options(validated)
     if options.every <= 0:
         return []
     records = load_golden(options.prompts, validated)
