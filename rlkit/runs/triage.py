@@ -108,6 +108,17 @@ def _window_jump(points: Points, window: int, ratio: float, floor: float) -> tup
     return None
 
 
+def _jump_signal(points: Points, window: int, ratio: float, floor: float, what: str) -> Signal | None:
+    """:func:`_window_jump` as a finding's signal, its step where the values first cross halfway from the old level
+    to the new one."""
+    jump = _window_jump(points, window, ratio, floor)
+    if jump is None:
+        return None
+    start, before, now = jump
+    step = _crossing(points, start, (before + now) / 2, rising=True)
+    return Signal(step, f"{what} over {window} steps {before:.3f} → {now:.3f} (×{now / max(before, floor):.1f})")
+
+
 # --- the reward signal ---------------------------------------------------------------------------------------
 
 
@@ -118,12 +129,7 @@ def std_jump(points: Points, window: int = WINDOW, ratio: float = 3.0, floor: fl
     judge's rankings are polarising; check the judge before touching the policy's settings). The ratio 3 reads the
     note's "several times" for the range; ``floor`` (rlkit's) keeps a std of 0 from making any rise a jump.
     The step is where the values first cross halfway from the old level to the new one."""
-    jump = _window_jump(points, window, ratio, floor)
-    if jump is None:
-        return None
-    start, before, now = jump
-    step = _crossing(points, start, (before + now) / 2, rising=True)
-    return Signal(step, f"mean over {window} steps {before:.3f} → {now:.3f} (×{now / max(before, floor):.1f})")
+    return _jump_signal(points, window, ratio, floor, "mean")
 
 
 def range_blowup(maxima: Points, minima: Points, window: int = WINDOW, factor: float = 3.0,
@@ -134,12 +140,7 @@ def range_blowup(maxima: Points, minima: Points, window: int = WINDOW, factor: f
     size"); ``factor`` 3 reads "several", ``floor`` is rlkit's (a range of 0 does not make any range a blow-up)."""
     low = dict(minima)
     spans = [(s, hi - low[s]) for s, hi in maxima if s in low]
-    jump = _window_jump(spans, window, factor, floor)
-    if jump is None:
-        return None
-    start, before, now = jump
-    step = _crossing(spans, start, (before + now) / 2, rising=True)
-    return Signal(step, f"max−min over {window} steps {before:.3f} → {now:.3f} (×{now / max(before, floor):.1f})")
+    return _jump_signal(spans, window, factor, floor, "max−min")
 
 
 def spike_then_plateau(points: Points, rise_steps: int = 3, rise_share: float = 0.5, min_rise: float = 0.1,
