@@ -7,13 +7,11 @@ from collections.abc import Sequence
 from pathlib import Path
 
 USAGE = "usage: rlkit doctor <run dir>"
-# rlkit.runs.sweep.JOB_SUMMARY names the same file; that module imports Hydra, which reading a run does not need
-SUMMARY_FILE = "summary.json"
 
 
 def cmd_doctor(args: Sequence[str]) -> int:
     from rlkit.core.errors import ConfigError, DataError
-    from rlkit.runs.history import METRICS_FILE, read_history
+    from rlkit.runs.history import METRICS_FILE, SUMMARY_FILE, read_history
     from rlkit.runs.report import ALERTS_FILE, SAMPLES_FILE, read_alerts, read_json_object
     from rlkit.runs.triage import read_samples, triage, triage_lines
 

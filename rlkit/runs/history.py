@@ -13,6 +13,7 @@ from rlkit.core.errors import DataError
 from rlkit.data.records import json_lines
 
 METRICS_FILE = "metrics.jsonl"
+SUMMARY_FILE = "summary.json"  # what `rlkit fit` writes when it ends (rlkit.runs.sweep.write_job_summary)
 
 
 def _json_number(value: Any) -> float | None:

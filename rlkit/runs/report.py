@@ -17,7 +17,7 @@ from rlkit.core.atomic import atomic_write_text
 from rlkit.core.errors import DataError
 from rlkit.data.records import json_lines
 from rlkit.judging.spend import spend_section, spend_table
-from rlkit.runs.history import METRICS_FILE, read_history, read_result_rows
+from rlkit.runs.history import METRICS_FILE, SUMMARY_FILE, read_history, read_result_rows
 from rlkit.runs.triage import STAGES, Triage, read_samples, triage
 
 REPORT_DIR = "report"
@@ -615,12 +615,10 @@ def render_comparison(runs: Sequence[tuple[str, list[GoldenColumn]]], run_dirs: 
 def heldout_table(runs: Sequence[tuple[str, Path]]) -> tuple[list[str], list[list[str]]]:
     """Rows (held-out reward and dimensions start → end, steps, wall time, warnings, interrupted) by run, read from
     each run's ``summary.json``; a run without one gets a column of dashes."""
-    from rlkit.runs.sweep import JOB_SUMMARY
-
     summaries = []
     for _, run_dir in runs:
         try:
-            summaries.append(json.loads((run_dir / JOB_SUMMARY).read_text(encoding="utf-8")))
+            summaries.append(json.loads((run_dir / SUMMARY_FILE).read_text(encoding="utf-8")))
         except (OSError, ValueError):
             summaries.append({})
     names = ["reward"] + [d for s in summaries for d in s.get("dimensions") or [] if d != "reward"]

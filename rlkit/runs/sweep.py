@@ -14,8 +14,8 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
 from rlkit.core.atomic import atomic_write_text
+from rlkit.runs.history import SUMMARY_FILE as JOB_SUMMARY
 
-JOB_SUMMARY = "summary.json"
 SWEEP_SUMMARY = "sweep_summary"  # .md and .csv in the sweep folder
 
 
