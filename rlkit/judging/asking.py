@@ -56,6 +56,12 @@ class JudgeBackend:
                 check()
             self._ready = True
 
+    def shown_reference(self, record: dict[str, Any], show: bool | None) -> str | None:
+        """The record's reference when the judge is shown it (a judge's ``show_reference``; None: the offline tiny
+        judge only, which judges by comparing with it; a model judge shown the answer key may copy it), else None."""
+        reference = record.get("reference") if (self.offline if show is None else show) else None
+        return str(reference) if reference is not None else None
+
     @property
     def model_folder(self) -> Path | None:
         """The local model folder the configured backend answers with (``model_folder``), None for the offline tiny

@@ -354,12 +354,16 @@ def test_a_tie_lowers_the_groups_confidence_by_its_share_of_places():
     assert single.group_confidence().tolist() == pytest.approx([1 - 0.5 / 3] * 2)
 
 
+def _shown(judge, record):
+    return judge.backend.shown_reference(record, judge.params.show_reference)
+
+
 def test_the_reference_is_kept_from_a_model_judges_prompt_unless_asked():
     registry = load_registry()
     served = {"backend": {"name": "openai", "params": {"base_url": "http://127.0.0.1:9/v1", "model": "judge"}}}
     record = {"prompt": "3+4=", "reference": "7"}
-    assert registry.create("judge", "ranking", served)._shown_reference(record) is None
-    assert registry.create("judge", "ranking", {**served, "show_reference": True})._shown_reference(record) == "7"
+    assert _shown(registry.create("judge", "ranking", served), record) is None
+    assert _shown(registry.create("judge", "ranking", {**served, "show_reference": True}), record) == "7"
     offline = registry.create("judge", "ranking", {})  # the offline tiny judge ranks by comparing with it
-    assert offline._shown_reference(record) == "7"
-    assert registry.create("judge", "ranking", {"show_reference": False})._shown_reference(record) is None
+    assert _shown(offline, record) == "7"
+    assert _shown(registry.create("judge", "ranking", {"show_reference": False}), record) is None

@@ -197,7 +197,7 @@ class LLMJudge:
         requests: dict[Hashable, tuple[str, list[dict[str, str]]]] = {}
         for i in range(rollout.num_prompts):
             prompt = seen_prompt(rollout, i)
-            reference = self._shown_reference(rollout.records[i])
+            reference = self.backend.shown_reference(rollout.records[i], self.params.show_reference)
             for j, completion in enumerate(rollout.completions[i]):
                 for k, order in enumerate(orders):
                     text = render_template(template, rubric=rubric, prompt=prompt, completion=completion,
@@ -278,13 +278,6 @@ class LLMJudge:
         self._warning.check(rate, "dimension scores")
         return scores
 
-    def _shown_reference(self, record: dict[str, Any]) -> str | None:
-        """The record's reference when the judge is shown it (``show_reference``; by default the offline tiny
-        judge), else None."""
-        shown = self.params.show_reference
-        reference = record.get("reference") if (self.backend.offline if shown is None else shown) else None
-        return str(reference) if reference is not None else None
-
     def _check_reference_leak(self, rollout: Rollout, rubric: Rubric, template: str) -> None:
         """Warn once when the judge's prompt holds a record's reference as a whole word, more often than the template
         and rubric alone do (their anchors may quote an answer; ``show_reference`` shows it on purpose) and outside
@@ -294,7 +287,7 @@ class LLMJudge:
             reference = record.get("reference")
             if not isinstance(reference, str) or not reference.strip():
                 continue
-            shown = self._shown_reference(record)
+            shown = self.backend.shown_reference(record, self.params.show_reference)
             bare = render_template(template, rubric=rubric, prompt="", completion="", reference=shown)
             word = re.compile(r"(?<!\w)" + re.escape(reference.strip()) + r"(?!\w)")
             text = render_template(template, rubric=rubric, prompt=prompt_text(record["prompt"]), completion="",

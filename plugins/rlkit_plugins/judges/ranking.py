@@ -48,7 +48,7 @@ from collections.abc import Hashable
 from dataclasses import dataclass, field
 from itertools import combinations
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, get_args
+from typing import TYPE_CHECKING, Literal, get_args
 
 from rlkit.plugin import (
     RANKING_COMPACT_TEMPLATE,
@@ -273,11 +273,6 @@ class RankingJudge:
         self._warning = FailureWarning("ranking", params.failure_warning, params.parse_retries,
                                        params.failure_policy)
 
-    def _shown_reference(self, record: dict[str, Any]) -> str | None:
-        shown = self.params.show_reference
-        reference = record.get("reference") if (self.backend.offline if shown is None else shown) else None
-        return str(reference) if reference is not None else None
-
     def check_rubric(self, rubric: Rubric) -> None:
         """Before any scoring: a backend that asks a server must reach it (probed once)."""
         self.backend.check_ready()
@@ -306,16 +301,16 @@ class RankingJudge:
         for i, record in enumerate(rollout.records):
             prompt, group = seen_prompt(rollout, i), list(rollout.completions[i])
             group_key = hashlib.sha256("\x00".join([prompt, *group]).encode()).hexdigest()
+            reference = self.backend.shown_reference(record, self.params.show_reference)
             for rep, order in enumerate(shuffled_orders(g, k, self.params.seed, group_key)):
                 shown[(i, rep)] = order
                 candidates = [{"label": label, "text": group[c]} for label, c in zip(labels, order, strict=True)]
                 example = " > ".join(labels[:3])
                 text = render_template(template, rubric=rubric, prompt=prompt, candidates=candidates,
-                                       labels=labels, reference=self._shown_reference(record),
-                                       example_order=example)
+                                       labels=labels, reference=reference, example_order=example)
                 key = ResponseCache.key(judge="ranking", backend=identity, template=t_hash,
                                         rubric=r_hash, permutation=rep, seed=self.params.seed,
-                                        prompt=prompt, reference=self._shown_reference(record), completions=group)
+                                        prompt=prompt, reference=reference, completions=group)
                 requests[(i, rep)] = (key, [{"role": "user", "content": text}])
 
         def read(slot: Hashable, text: str) -> tuple[RankingParse | None, bool]:
