@@ -48,7 +48,14 @@ if TYPE_CHECKING:
     from rlkit.grm.model import GenerativeRewardModel, read_grm_format
 
     # --- model-based judging: backends, the response cache, parsing, HTTP ---------------------------------------
-    from rlkit.judging.asking import FailureWarning, JudgeBackend, answer_with_levels, ask, split_levels
+    from rlkit.judging.asking import (
+        FailureWarning,
+        JudgeBackend,
+        ReferenceLeakCheck,
+        answer_with_levels,
+        ask,
+        split_levels,
+    )
     from rlkit.judging.cache import ResponseCache
     from rlkit.judging.http import (
         MAX_BACKOFF_S,
@@ -116,8 +123,17 @@ if TYPE_CHECKING:
     from rlkit.reward.diagnostics import ConflictWatch, conflict_rate, saturation_share
     from rlkit.reward.monitor_view import Alert, BaselineDrift, MonitorView, due, make_view
     from rlkit.reward.pipeline import normalize_scores
-    from rlkit.reward.preferences import chosen_win_share, confidence_weighted, drop_close_pairs, ordering_batch
+    from rlkit.reward.preferences import (
+        chosen_win_share,
+        confidence_weighted,
+        drop_close_pairs,
+        ordering_batch,
+        pair_gaps,
+    )
     from rlkit.reward.weighting import StepRecordScheduler
+
+    # --- a run's triage (``rlkit doctor``'s checks), for a monitor that runs them live --------------------------
+    from rlkit.runs.triage import triage, triage_reads
     from rlkit.serve.protocol import InfoResponse, RewardResponse
 
 
@@ -182,6 +198,7 @@ __all__ = [
     "PluginRef",
     "PreferencePairs",
     "RankingParse",
+    "ReferenceLeakCheck",
     "RecordField",
     "Register",
     "ResponseCache",
@@ -212,6 +229,7 @@ __all__ = [
     "confidence_weighted",
     "conflict_rate",
     "drop_close_pairs",
+    "pair_gaps",
     "due",
     "group_labels",
     "decode_with_kv_cache",
@@ -280,4 +298,7 @@ __all__ = [
     "sum_plans",
     "sum_spend",
     "token_price",
+    # a run's triage (rlkit.runs.triage)
+    "triage",
+    "triage_reads",
 ]

@@ -163,6 +163,17 @@ class ValidatedConfig:
     rubric_dropout: float = 0.0  # rubric.dropout: the share of a group's dimensions left out of its training reward
 
     @property
+    def reference_monitors(self) -> list[str]:
+        """The keys of monitors that read the reference policy (``reads_reference``): the run keeps one for them."""
+        return [key for key, monitor in (self.plugins.get("monitor") or {}).items()
+                if getattr(monitor, "reads_reference", False)]
+
+    @property
+    def needs_reference(self) -> bool:
+        """Whether the run keeps a reference policy: for the objective, or for a monitor that reads one."""
+        return self.objective.reference_use is not None or bool(self.reference_monitors)
+
+    @property
     def judge_config(self) -> dict[str, Any]:
         """The ``judge`` block, resolved: what audits and calibration rounds are keyed by."""
         return _resolved(self.cfg.judge)
@@ -471,10 +482,13 @@ def _build_heldout_reward(registry: Registry, cfg: DictConfig, result: Validated
         result.plugin_names[key] = chosen
 
 
-def _check_reference(registry: Registry, cfg: DictConfig, model: ModelConfig, objective: Any) -> None:
+def _check_reference(registry: Registry, cfg: DictConfig, model: ModelConfig, result: ValidatedConfig) -> None:
     where = _where(registry, cfg, "model", "reference")
-    if model.reference == "none" and objective.reference_use is not None:
-        raise ConfigError(f"model.reference=none leaves no reference for {objective.reference_use}", where)
+    if model.reference == "none" and result.objective.reference_use is not None:
+        raise ConfigError(f"model.reference=none leaves no reference for {result.objective.reference_use}", where)
+    if model.reference == "none" and result.reference_monitors:
+        raise ConfigError(f"model.reference=none leaves no reference for monitors.{result.reference_monitors[0]}, "
+                          "which measures the policy against it", where)
     if model.reference == "adapter_off" and not model.lora.enabled:
         raise ConfigError("adapter_off needs LoRA adapters to switch off; set model.lora.r > 0 or use frozen", where)
 
@@ -482,7 +496,7 @@ def _check_reference(registry: Registry, cfg: DictConfig, model: ModelConfig, ob
 def _check_engine_reference(registry: Registry, cfg: DictConfig, model: ModelConfig, result: ValidatedConfig) -> None:
     """``model.reference=engine`` asks the generator's engine for the reference's log-probs: the generator must
     offer it (``score_reference``) and be told the reference's served name."""
-    if model.reference != "engine" or result.objective.reference_use is None:
+    if model.reference != "engine" or not result.needs_reference:
         return
     generator = result.plugins.get("generator")
     name = result.plugin_names.get("generator")
@@ -624,7 +638,7 @@ def validate_config(cfg: DictConfig, registry: Registry, *, read_data: bool = Tr
     result.objective = result.plugins["objective"]
     _check_objective_parts(registry, cfg, result)
     _check_group_size(run, result)
-    _check_reference(registry, cfg, parts["model"], result.objective)
+    _check_reference(registry, cfg, parts["model"], result)
     _check_engine_reference(registry, cfg, parts["model"], result)
     if run.ckpt_path is not None:
         check_checkpoint(resolve_path(run.ckpt_path), result.rubric, parts["model"])

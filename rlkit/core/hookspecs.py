@@ -94,6 +94,10 @@ def rlkit_register_aggregators(register: Register) -> None:
     sets the class attribute ``group_relative = True``: ``rlkit validate`` then asks for ``num_generations >= 2``,
     and held-out completions, scored one per prompt, are combined by ``heldout_aggregator`` instead (a lone
     completion's rank says nothing).
+
+    Optionally ``pair_gaps(batch, pairs) -> float32 [P]``: how far apart each chosen/rejected pair stands on this
+    aggregator's ordering (``group_dpo`` drops pairs under ``min_gap`` by it; without it, the gap in the reward, or
+    the weighted sum for a ``group_relative`` reward: :func:`rlkit.reward.preferences.pair_gaps`).
     """
 
 
@@ -125,7 +129,9 @@ def rlkit_register_preference_constructors(register: Register) -> None:
 
     A constructor has ``pairs(batch: rlkit.RewardBatch) -> rlkit.PreferencePairs``: for each
     pair, the prompt index, the chosen and rejected completion indices within that prompt's
-    group, and a weight or soft label in [0, 1]. A completion with NaN reward is never paired.
+    group, and a weight or soft label in [0, 1]. A completion with NaN reward is never paired. A constructor that
+    orders completions by a rule of its own (a Pareto front) may define ``pair_gaps(batch, pairs) -> float32 [P]``,
+    the gap ``min_gap`` is compared with; otherwise the aggregator's ordering measures it.
     """
 
 
@@ -302,6 +308,9 @@ def rlkit_register_monitors(register: Register) -> None:
       once, and appends it to ``run_dir/alerts.jsonl``).
     * ``summary() -> dict``: JSON-serialisable, at the end of the run (``run_dir/monitors.json``).
     * optional ``state_dict()`` / ``load_state_dict(state)``: baselines that travel in checkpoints.
+    * optional class attribute ``reads_reference = True``: the monitor reads ``MonitorView.log_probs``' reference
+      side, so the run keeps a reference policy (``model.reference``) even when the objective needs none, and
+      ``model.reference=none`` is refused; the objective's update never pays for it.
 
     ``rlkit.testing.MonitorContract`` checks these on hand-made views.
     """

@@ -10,11 +10,12 @@ is a copy that follows the policy slowly (``model.ema_decay``).
 from __future__ import annotations
 
 import copy
+from collections.abc import Sequence
 from typing import Any, Protocol
 
 import torch
 
-from rlkit.lm.sampling import SampledBatch, sequence_log_probs
+from rlkit.lm.sampling import SampledBatch, demonstration_batch, sequence_log_probs
 
 
 class ReferencePolicy(Protocol):
@@ -115,3 +116,32 @@ def build_reference(kind: str, policy: Any, *, uses_lora: bool, needed: bool,
     if kind == "frozen":
         return FrozenCopyReference(policy)
     raise ValueError(f"unknown reference {kind!r}; expected one of {', '.join(REFERENCE_KINDS)}")
+
+
+@torch.no_grad()
+def mean_log_probs_of_texts(policy: Any, reference: ReferencePolicy | None, tokenizer: Any,
+                            records: Sequence[dict[str, Any]], texts: Sequence[Sequence[str]],
+                            max_new_tokens: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Each text of ``texts [N][G]`` as record ``i``'s completion (prompt tokenised as for sampling, EOS after the
+    text, cut at ``max_new_tokens``): its mean per-token log-prob ``float32 [N, G]`` under ``policy`` and under
+    ``reference`` (None without one). Dropout off for the pass, the policy's mode restored after."""
+    from rlkit.lm.logprobs import sequence_logp_sums
+
+    sizes = [len(group) for group in texts]
+    if len(set(sizes)) > 1:
+        raise ValueError(f"every record needs the same number of texts, got {sizes}")
+    flat = [{**record, "completion": text} for record, group in zip(records, texts, strict=True) for text in group]
+    device = next(policy.parameters()).device
+    batch = demonstration_batch(tokenizer, flat, max_new_tokens, device)
+    was_training = policy.training
+    policy.eval()
+    try:
+        mask = batch.completion_mask
+        sums, lengths = sequence_logp_sums(sequence_log_probs(policy, batch), mask)
+        on_policy = (sums / lengths.clamp(min=1)).float().cpu().view(len(records), sizes[0] if sizes else 0)
+        if reference is None:
+            return on_policy, None
+        sums, lengths = sequence_logp_sums(reference.log_probs(policy, batch), mask)
+        return on_policy, (sums / lengths.clamp(min=1)).float().cpu().view_as(on_policy)
+    finally:
+        policy.train(was_training)

@@ -7,14 +7,15 @@ step the host hands each monitor a :class:`MonitorView` and logs what it returns
 Two files in the run directory (written by rank 0 only), read by ``rlkit report``:
 
 * ``alerts.jsonl``: one JSON object per alert, appended as it is raised:
-  ``{"monitor": "<key>", "step": <int>, "severity": "warning" | "info", "message": "<text>"}``.
+  ``{"monitor": "<key>", "step": <int>, "severity": "warning" | "info" | "error", "message": "<text>"}``
+  (``error``: what ``rlkit doctor`` would call an error, raised by the ``triage`` monitor).
 * ``monitors.json``: written once at the end of the run, ``{"<key>": <that monitor's summary() dict>}``.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -24,7 +25,7 @@ if TYPE_CHECKING:
 if TYPE_CHECKING:
     from rlkit.core.rubric import Rubric
 
-SEVERITIES = ("info", "warning")
+SEVERITIES = ("info", "warning", "error")
 ALERTS_FILE = "alerts.jsonl"
 SUMMARY_FILE = "monitors.json"
 
@@ -52,11 +53,17 @@ class MonitorView:
     * ``rewards`` ``float32 [B, G]``; ``completion_lengths`` ``[B, G]`` token counts;
     * ``saturated`` ``bool [B, D]``: the host's saturation detector (:func:`rlkit.reward.diagnostics.saturated_groups`);
     * ``judge_scores(records, completions [N][G]) -> float32 [N, G, D]``: the run's judge on other texts;
-    * ``generate(records, num_generations) -> [N][G] texts``: the policy sampling other prompts.
+    * ``generate(records, num_generations) -> [N][G] texts``: the policy sampling other prompts;
+    * ``log_probs(records, texts [N][G]) -> (policy, reference)``: each text's mean per-token log-prob ``float32
+      [N, G]`` as the record's completion under the policy now and under the run's reference policy (None when the
+      run has none, ``model.reference=none``).
 
-    Both callables leave the training's random streams untouched; they are None outside a training run.
+    The callables leave the training's random streams untouched; they are None outside a training run.
     With a multi-turn environment, ``episodes`` ``[B][G]`` holds each completion's ``rlkit.Episode`` (``texts`` are
     their last turns); None for single-turn rollouts.
+    ``metrics``: the step's metrics logged before the monitors run (``reward/*``, ``advantages/*``, ``kl``,
+    ``entropy``, ``completion_length``, the judge's), plus those of the monitors listed before this one; None outside
+    a training run.
     """
 
     step: int
@@ -71,6 +78,9 @@ class MonitorView:
     judge_scores: Callable[[Sequence[dict[str, Any]], Sequence[Sequence[str]]], torch.Tensor] | None = None
     generate: Callable[[Sequence[dict[str, Any]], int], list[list[str]]] | None = None
     episodes: Sequence[Sequence[Any]] | None = None
+    log_probs: Callable[[Sequence[dict[str, Any]], Sequence[Sequence[str]]],
+                        tuple[torch.Tensor, torch.Tensor | None]] | None = None
+    metrics: Mapping[str, float] | None = None
 
 
 def make_view(step: int, records: Sequence[dict[str, Any]], texts: Sequence[Sequence[str]], raw_scores: torch.Tensor,

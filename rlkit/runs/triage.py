@@ -1,6 +1,6 @@
 """Triage of a finished or interrupted run, in the order the ranking note (§5) asks for: the reward signal first,
-then the judge's health, then reference leaks, and only then the policy. ``rlkit doctor`` prints it and ``rlkit
-report`` carries it.
+then the judge's health, then reference leaks, and only then the policy. ``rlkit doctor`` prints it, ``rlkit
+report`` carries it and the ``triage`` monitor runs it live on the history so far.
 
 The detectors are pure functions over one metric's history, ``[(step, value), ...]`` in step order, each returning
 a :class:`Signal` (the step where it started and the evidence) or None; :func:`triage` runs them over a run's
@@ -29,6 +29,13 @@ STAGES = ("reward signal", "judge health", "reference leaks", "policy")
 # Which stage a monitor's alert belongs to (monitors not named here are the policy's).
 ALERT_STAGES = {"reward_collapse": "reward signal", "judge_stability": "judge health", "judge_drift": "judge health",
                 "probes": "judge health"}
+
+SELF_INTERNALISATION = "monitors/self_internalisation/"
+# Every metric :func:`triage` reads (and ``rewards/<dimension>/unscored``): what the live ``triage`` monitor keeps
+READS = ("reward/mean", "reward/std", "reward/min", "reward/max", "advantages/frac_zero_groups", "advantages/std",
+         "judge/parse_failure_rate", "judge/swap_consistency", "judge/rank_agreement", "judge/reference_leaks", "kl",
+         "entropy", "completion_length", "monitors/template_phrases/share", f"{SELF_INTERNALISATION}internalised",
+         f"{SELF_INTERNALISATION}gap")
 
 
 @dataclass(frozen=True)
@@ -220,6 +227,28 @@ def rate_low(points: Points, threshold: float, run: int = 3, what: str = "agreem
     return Signal(step, f"{what} {min(stretch):.2f} at its lowest over {run} steps (threshold {threshold:.2f})")
 
 
+def agreement_fall(points: Points, threshold: float, counts: Mapping[int, int] | None = None,
+                   min_lines: int = 5) -> Signal | None:
+    """Judge–human agreement per step window (``[(window's first step, κ)]``, from ``rlkit calibrate`` on labels of
+    the run's own completions): a window below ``threshold`` after one at or above it. Windows with fewer than
+    ``min_lines`` labelled lines (``counts``: lines per window) are passed over: a κ of three lines is noise.
+
+    Source: the ranking note §5.3 (agreement with humans on the policy's own outputs, checked as training goes on);
+    a judge the policy learned to please agrees less with the humans on its later completions while its agreement
+    with itself (``judge_stability``) holds. The threshold is ``rlkit calibrate``'s (written with the windows);
+    ``min_lines`` is rlkit's."""
+    best: tuple[int, float] | None = None
+    for step, kappa in points:
+        if counts is not None and counts.get(step, 0) < min_lines:
+            continue
+        if kappa >= threshold:
+            best = (step, kappa) if best is None or kappa > best[1] else best
+        elif best is not None:
+            return Signal(step, f"κ {kappa:.2f} in the window from step {step}, after {best[1]:.2f} in the one from "
+                                f"step {best[0]} (threshold {threshold:.2f})")
+    return None
+
+
 def any_positive(points: Points) -> Signal | None:
     """``judge/reference_leaks``: any step on which the judge's prompt held the answer key.
 
@@ -247,8 +276,10 @@ def kl_acceleration(points: Points, window: int = WINDOW, min_rise: float = 0.05
         windows = [values[a + k * window:a + (k + 1) * window] for k in range(3)]
         m0, m1, m2 = (_mean(w) for w in windows)
         d1, d2 = m1 - m0, m2 - m1
+        if not (d1 >= 0 and d2 > ratio * d1 and m2 - m0 >= min_rise):
+            continue  # the cheap tests first: the exact variances below cost most of a live triage
         noise = math.sqrt((statistics.pvariance(windows[1]) + statistics.pvariance(windows[2])) / window)
-        if d1 >= 0 and d2 > ratio * d1 and d2 > 2 * noise and m2 - m0 >= min_rise:
+        if d2 > 2 * noise:
             level = max(windows[0]) + 0.05 * (m2 - m0)
             step = _crossing(points, a + window, level, rising=True)
             return Signal(step, f"window means {m0:.3f} → {m1:.3f} → {m2:.3f} ({window} steps each)")
@@ -305,7 +336,52 @@ def share_rise(points: Points, threshold: float = 0.5, max_rise: float = 0.3) ->
     return None
 
 
+def self_internalisation(internalised: Points, gap: Points, window: int = 3, run: int = 3, min_fall: float = 0.05,
+                         min_rise: float = 0.1, stall: float = 0.25) -> tuple[str, Signal] | None:
+    """``monitors/self_internalisation/internalised`` and ``/gap`` (nats per token, one point per measurement of the
+    ``self_internalisation`` monitor): ``("internalised", signal)`` when ``internalised`` stays more than
+    ``min_fall`` below its start (the mean of the first ``window`` measurements) for ``run`` measurements, or
+    ``("gap", signal)`` when the gap stays more than ``min_rise`` above its start for ``run`` measurements while
+    ``internalised`` gained less than ``stall`` times what the gap did; the earlier of the two.
+
+    Source: the self-internalisation gap of arXiv 2605.12474 as the monitor reads it (its module docstring): a
+    policy that moves toward its own outputs and away from the task's references. A gap alone grows in a healthy
+    run too (the policy's own completions drift as KL grows); with the references left behind it is the warning.
+    The numbers are rlkit's."""
+    found: list[tuple[str, Signal]] = []
+    if len(internalised) >= window + run:
+        start = _mean([v for _, v in internalised[:window]])
+        hit = sustained(internalised[window:], below=start - min_fall, run=run)
+        if hit is not None:
+            value = internalised[window + hit[0]][1]
+            found.append(("internalised", Signal(hit[1], f"internalised {value:+.3f} nats/token against {start:+.3f} "
+                                                         f"at the start (fell more than {min_fall:g}) for {run}+ "
+                                                         "measurements")))
+    if len(gap) >= window + run:
+        gained = dict(internalised)
+        gap_start = _mean([v for _, v in gap[:window]])
+        own_start = _mean([v for _, v in internalised[:window]]) if internalised else 0.0
+        count = 0
+        for i, (s, v) in enumerate(gap[window:], start=window):
+            rise = v - gap_start
+            gain = gained.get(s, own_start) - own_start  # not logged at this step: counted as no gain
+            count = count + 1 if rise > min_rise and gain < stall * rise else 0
+            if count == run:
+                s0, v0 = gap[i - run + 1]
+                gain = gained.get(s0, own_start) - own_start
+                found.append(("gap", Signal(s0, f"gap {v0:+.3f} nats/token against {gap_start:+.3f} at the start "
+                                                f"while internalised moved {gain:+.3f} (under {stall:.0%} of the "
+                                                f"gap's rise) for {run}+ measurements")))
+                break
+    return min(found, key=lambda f: f[1].step) if found else None
+
+
 # --- a run ---------------------------------------------------------------------------------------------------
+
+
+def triage_reads(key: str) -> bool:
+    """Whether :func:`triage` reads this metric: a live triage keeps only these of each step."""
+    return key in READS or (key.startswith("rewards/") and key.endswith("/unscored"))
 
 
 def metric_series(history: History, key: str) -> list[tuple[int, float]]:
@@ -349,6 +425,10 @@ ADVICE = {
                 "dimensions' alone",
     "consistency": "the judge does not repeat its own verdicts: use swap checks with a majority, a stronger judge "
                    "or an ensemble (docs/judges.md)",
+    "human_agreement": "the judge agrees less with the human labels on the policy's later completions: the policy "
+                       "may be pleasing the judge, not the humans; read that window's disagreements (calibration/"
+                       "calibration.md), rewrite the dimension's anchors or use a stronger judge, and compare with a "
+                       "gold judge (monitors=[gold_judge])",
     "reference_leaks": "the judge's prompt shows the answer key: it grades by copying; remove the reference from "
                        "the prompt (docs/judges.md, reference_leak_check)",
     "kl_acceleration": "the policy is running from the reference: raise the KL coefficient, lower the learning "
@@ -360,14 +440,35 @@ ADVICE = {
     "template_share": "the policy found a phrasing the rubric rewards: add a negative anchor for the template and "
                       "the check that acts on it (benchmarks/reward_hacking.py shows the fix)",
     "advantage_drift": "the advantages' scale is drifting: check frac_zero_groups and the estimator's scaling",
+    "self_internalisation": "the policy moves toward its own outputs, away from the task's references: compare with "
+                            "a gold judge (monitors=[gold_judge]), check the template share "
+                            "(monitors=[template_phrases]), lower the learning rate or raise the KL coefficient",
     "alert": "read the monitor's page (docs/monitors-and-evaluation.md)",
 }
 
 
+def agreement_series(agreement: Mapping[str, Any]) -> dict[str, tuple[list[tuple[int, float]], dict[int, int]]]:
+    """Per dimension of ``calibration/windows.json`` (``rlkit.evaluation.calibration.windows_payload``): its κ per
+    window ``[(first step, κ)]`` in step order, windows without a κ left out, and its labelled lines per window."""
+    out: dict[str, tuple[list[tuple[int, float]], dict[int, int]]] = {}
+    windows = [w for w in agreement.get("windows") or [] if isinstance(w, dict) and isinstance(w.get("window"), int)]
+    for window in sorted(windows, key=lambda w: w["window"]):
+        for dim in window.get("dimensions") or []:
+            if not isinstance(dim, dict) or not isinstance(dim.get("name"), str):
+                continue
+            points, counts = out.setdefault(dim["name"], ([], {}))
+            counts[window["window"]] = dim["n"] if isinstance(dim.get("n"), int) else 0
+            if isinstance(dim.get("kappa"), int | float) and not math.isnan(dim["kappa"]):
+                points.append((window["window"], float(dim["kappa"])))
+    return out
+
+
 def triage(history: History, alerts: Sequence[Mapping[str, Any]] = (),
-           samples: Sequence[dict[str, Any]] = ()) -> Triage:
+           samples: Sequence[dict[str, Any]] = (), agreement: Mapping[str, Any] | None = None) -> Triage:
     """Run every detector over a run's history (``[(step, metrics)]`` as ``read_history`` gives it), add the
-    monitors' alerts, and return the findings in triage order (stage, then step)."""
+    monitors' alerts and, with ``agreement`` (``calibration/windows.json``, written by ``rlkit calibrate`` on labels
+    of the run's completions), the judge–human agreement by step window; return the findings in triage order
+    (stage, then step)."""
     result = Triage(steps=len(metric_series(history, "reward/mean")) or len(history))
     found: list[Finding] = []
     if result.steps < 4 * WINDOW:
@@ -383,8 +484,12 @@ def triage(history: History, alerts: Sequence[Mapping[str, Any]] = (),
             shown = _samples_at(samples, signal.step, unscored_first=stage == STAGES[1]) if with_samples else ()
             found.append(Finding(stage, name, severity, signal.step, metric, signal.evidence, ADVICE[name], shown))
 
+    series: dict[str, list[tuple[int, float]]] = {}
+
     def logged(key: str) -> list[tuple[int, float]]:
-        return metric_series(history, key)
+        if key not in series:  # read once: the live monitor runs this every step
+            series[key] = metric_series(history, key)
+        return series[key]
 
     # 1. the reward signal
     stage = STAGES[0]
@@ -414,6 +519,16 @@ def triage(history: History, alerts: Sequence[Mapping[str, Any]] = (),
     for key, threshold in (("judge/swap_consistency", 0.7), ("judge/rank_agreement", 0.5)):
         if logged(key):
             check(stage, "consistency", key, rate_low(logged(key), threshold, what=key.rsplit("/", 1)[1]))
+    if agreement:
+        threshold = agreement.get("threshold")
+        threshold = float(threshold) if isinstance(threshold, int | float) else 0.6  # rlkit calibrate's default
+        for dim, (points, counts) in agreement_series(agreement).items():
+            metric = f"calibration/window/{dim}/kappa"  # the name `rlkit calibrate` logs it under
+            result.checked[stage].append(metric)
+            signal = agreement_fall(points, threshold, counts)
+            if signal is not None:
+                found.append(Finding(stage, "human_agreement", "warning", signal.step, metric, signal.evidence,
+                                     ADVICE["human_agreement"]))
 
     # 3. reference leaks
     if logged("judge/reference_leaks"):
@@ -430,11 +545,19 @@ def triage(history: History, alerts: Sequence[Mapping[str, Any]] = (),
         check(stage, "template_share", "monitors/template_phrases/share",
               share_rise(logged("monitors/template_phrases/share")), with_samples=True)
     check(stage, "advantage_drift", "advantages/std", drift(logged("advantages/std"), what="advantage std "))
+    internalised, gap = logged(f"{SELF_INTERNALISATION}internalised"), logged(f"{SELF_INTERNALISATION}gap")
+    if internalised or gap:
+        found_self = self_internalisation(internalised, gap)
+        for which in ("internalised", "gap"):  # both checked, the earlier signal found
+            check(stage, "self_internalisation", f"{SELF_INTERNALISATION}{which}",
+                  found_self[1] if found_self is not None and found_self[0] == which else None)
 
     for alert in alerts:
         if alert.get("severity", "warning") != "warning":
             continue
         monitor = str(alert.get("monitor", "monitor"))
+        if monitor == "triage":
+            continue  # the live triage's alerts are these very checks on the same metrics
         if any(f.metric.startswith(f"monitors/{monitor}/") for f in found):
             continue  # the monitor's own metric already made this finding, with its evidence
         step = alert.get("step")

@@ -44,7 +44,8 @@ class ExactAnswerJudge:
 def example_monitor_views(steps: int = 8, judge: Any = None) -> list[MonitorView]:
     """Steps 0..steps-1 of a run that drifts: answers start short and right, then grow long, templated,
     repetitive, and all score the same, and half their tool calls fail. The views carry ``judge`` (default
-    :class:`ExactAnswerJudge`) and a deterministic fake generator."""
+    :class:`ExactAnswerJudge`), a deterministic fake generator and fake log-probs (the policy's drift from the
+    reference grows with the step and the text's length)."""
     from rlkit.core.types import Episode
 
     rubric = arithmetic_rubric()
@@ -59,6 +60,13 @@ def example_monitor_views(steps: int = 8, judge: Any = None) -> list[MonitorView
     def generate(recs: Sequence[dict[str, Any]], num_generations: int) -> list[list[str]]:
         return [[f"{len(str(r['prompt'])) + j}" for j in range(num_generations)] for r in recs]
 
+    def fake_log_probs(step: int) -> Any:
+        def log_probs(recs: Sequence[dict[str, Any]], completions: Sequence[Sequence[str]]) -> tuple[torch.Tensor,
+                                                                                                    torch.Tensor]:
+            length = torch.tensor([[float(len(t)) for t in group] for group in completions])
+            return -1.0 - 0.1 * length / (1.0 + step), -1.0 - 0.1 * length
+        return log_probs
+
     views = []
     for step in range(steps):
         late = step >= steps // 2
@@ -70,7 +78,7 @@ def example_monitor_views(steps: int = 8, judge: Any = None) -> list[MonitorView
         episodes = [[Episode((), (text,), {"tool_calls": 1.0, "tool_errors": float(late and j % 2 == 0)})
                      for j, text in enumerate(group)] for group in texts]
         views.append(make_view(step, records, texts, raw, rubric, judge_scores=judge_scores, generate=generate,
-                               episodes=episodes))
+                               episodes=episodes, log_probs=fake_log_probs(step)))
     return views
 
 

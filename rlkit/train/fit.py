@@ -117,7 +117,7 @@ def build_module(validated: ValidatedConfig, heldout: Sequence[dict[str, Any]] =
     if lora.enabled:
         policy = apply_lora(policy, lora)
     reference = build_reference(validated.model.reference, policy, uses_lora=lora.enabled,
-                                needed=validated.objective.reference_use is not None,
+                                needed=validated.needs_reference,
                                 ema_decay=validated.model.ema_decay, generator=validated.plugins.get("generator"))
     parts = RewardParts(judge=validated.plugins["judge"], judge_name=validated.plugin_names["judge"],
                         aggregator=validated.plugins["aggregator"],

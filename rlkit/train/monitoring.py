@@ -9,8 +9,8 @@ from __future__ import annotations
 import json
 import math
 import warnings
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -43,10 +43,12 @@ class MonitorHost:
     alerts: list[Alert] = field(default_factory=list)
 
     def observe(self, view: MonitorView) -> dict[str, float]:
-        """Every monitor's metrics for this step as ``monitors/<key>/<metric>``; new alerts are recorded."""
+        """Every monitor's metrics for this step as ``monitors/<key>/<metric>``; new alerts are recorded. A view that
+        carries the step's ``metrics`` reaches each monitor with those of the monitors before it added."""
         metrics: dict[str, float] = {}
         for key, monitor in self.monitors.items():
-            for metric, value in (monitor.observe(view.step, view) or {}).items():
+            seen = view if view.metrics is None or not metrics else replace(view, metrics={**view.metrics, **metrics})
+            for metric, value in (monitor.observe(view.step, seen) or {}).items():
                 metrics[f"monitors/{key}/{metric}"] = _finite(value, metric, key)
             for alert in monitor.alerts():
                 alert = Alert(key, int(alert.step), str(alert.message), alert.severity)
@@ -96,8 +98,10 @@ def summary_lines(summaries: dict[str, dict[str, Any]], alerts: Sequence[Alert])
 # --- glue to the training module -------------------------------------------------------------------
 
 
-def step_view(module: Any, step: int, records: Sequence[dict[str, Any]], sampled: Any, batch: Any) -> MonitorView:
-    """The view of one training step of ``RubricRLModule``: this process's rows, the judge and the generator."""
+def step_view(module: Any, step: int, records: Sequence[dict[str, Any]], sampled: Any, batch: Any,
+              metrics: Mapping[str, float] | None = None) -> MonitorView:
+    """The view of one training step of ``RubricRLModule``: this process's rows, the judge and the generator, and the
+    step's ``metrics`` gathered so far (global over processes)."""
     from rlkit.core.types import Rollout
     from rlkit.lm.sampling import GenerationRequest
     from rlkit.reward.diagnostics import saturated_groups
@@ -123,11 +127,18 @@ def step_view(module: Any, step: int, records: Sequence[dict[str, Any]], sampled
             out = module.sample(request)  # played out by the run's environment, as training samples
         return [list(group) for group in out.texts]
 
+    def log_probs(recs: Sequence[dict[str, Any]], completions: Sequence[Sequence[str]]) -> tuple[torch.Tensor, Any]:
+        from rlkit.lm.reference import mean_log_probs_of_texts
+
+        return mean_log_probs_of_texts(module.policy, module.reference, module.tokenizer, recs, completions,
+                                       module.settings.max_completion_length)
+
     return MonitorView(step=step, records=records, texts=sampled.texts, raw_scores=spread.local(batch.raw_scores).cpu(),
                        scores=scores, rewards=spread.local(batch.rewards).cpu(), rubric=rubric,
                        completion_lengths=sampled.completion_token_counts.view(len(records), g).float().cpu(),
                        saturated=saturated_groups(scores), judge_scores=judge_scores, generate=generate,
-                       episodes=sampled.episodes)
+                       episodes=sampled.episodes, log_probs=log_probs,
+                       metrics=None if metrics is None else dict(metrics))
 
 
 def monitor_host(validated: Any, run_dir: Path) -> MonitorHost | None:

@@ -57,7 +57,7 @@ def step_metrics(module: Any, step: int, records: list[dict[str, Any]], sampled:
     if module.monitors is not None:  # after the judge's metrics: a monitor may call the judge again
         from rlkit.train.monitoring import step_view
 
-        metrics.update(module.monitors.observe(step_view(module, step, records, sampled, batch)))
+        metrics.update(module.monitors.observe(step_view(module, step, records, sampled, batch, metrics)))
     metrics.update(module.judge_spend.metrics())  # after the monitors: their judge calls are the step's too
     t = times
     metrics.update({

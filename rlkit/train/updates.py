@@ -122,7 +122,9 @@ def completion_update(module: Any, objective: Any, sampled: SampledBatch, advant
     engine = sampled.engine_logprobs if s.is_correction is not None else None
     # A reference scored elsewhere (model.reference=engine) is asked now and read after the policy's first pass,
     # which it overlaps.
-    request = getattr(module.reference, "request", None)
+    # a reference kept only for a monitor (its `reads_reference`) is not the objective's: no pass for it here
+    reference = module.reference if objective.reference_use is not None else None
+    request = getattr(reference, "request", None)
     ref_pending = request(sampled) if callable(request) and known is None else None
     wants_old = objective.num_iterations > 1 and (objective.needs_old_logprobs or engine is not None)
     with span("trainer", "log-prob passes"), torch.inference_mode():
@@ -130,8 +132,8 @@ def completion_update(module: Any, objective: Any, sampled: SampledBatch, advant
             old_logp, ref_logp = (known[0] if wants_old else None), known[1]
         else:
             old_logp = all_rows(lambda sub: sequence_log_probs(module.policy, sub)) if wants_old else None
-            ref_logp = all_rows(lambda sub: module.reference.log_probs(module.policy, sub)) \
-                if module.reference is not None and ref_pending is None else None
+            ref_logp = all_rows(lambda sub: reference.log_probs(module.policy, sub)) \
+                if reference is not None and ref_pending is None else None
     old_logp, ref_logp = outside_inference(old_logp), outside_inference(ref_logp)
     t_logprob = time.perf_counter()
     num_tokens = float(spread.sum(mask.sum(), device))
@@ -271,19 +273,20 @@ def pair_update(module: Any, objective: Any, sampled: SampledBatch, targets: Pai
         return sums[inverse], lengths[inverse]
 
     # a reference scored elsewhere (model.reference=engine): the whole batch in one answer, asked when it was read
-    request = getattr(module.reference, "request", None)
+    reference = module.reference if objective.reference_use is not None else None  # not one kept for a monitor
+    request = getattr(reference, "request", None)
     scored = request(sampled).result().to(device) if callable(request) else None
     refs: list[tuple[torch.Tensor, torch.Tensor] | None] = []
     with span("trainer", "log-prob passes"), torch.inference_mode():
         for rows in chunks:
-            if module.reference is None or rows.start == rows.stop:
+            if reference is None or rows.start == rows.stop:
                 refs.append(None)
                 continue
             both = torch.cat([chosen_rows[rows], rejected_rows[rows]])
             if scored is not None:
                 sums, _ = sequence_logp_sums(scored[both], sampled.completion_mask[both])
             else:
-                sums, _ = logp_sums(lambda sub: module.reference.log_probs(module.policy, sub), both)
+                sums, _ = logp_sums(lambda sub: reference.log_probs(module.policy, sub), both)
             refs.append((sums[:len(both) // 2], sums[len(both) // 2:]))
     refs = [None if r is None else (outside_inference(r[0]), outside_inference(r[1])) for r in refs]
     logprob_at = time.perf_counter()

@@ -3,12 +3,11 @@ its contract suite, and one short ``rlkit fit`` that logs the gold metrics."""
 
 from __future__ import annotations
 
-import csv
 import json
-from pathlib import Path
 
 import pytest
 import torch
+from monitor_fit import fit_rows  # same folder
 
 from rlkit import ConfigError
 from rlkit.core.registry import load_registry
@@ -130,20 +129,9 @@ class TestGoldJudgeContract(MonitorContract):
 
 @pytest.mark.slow
 def test_fit_logs_the_gold_metrics(tmp_path, monkeypatch):
-    from rlkit.cli import main
-
-    monkeypatch.setenv("RLKIT_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setenv("WANDB_SILENT", "true")
-    monkeypatch.chdir(tmp_path)
-    run_dir = tmp_path / "run"
-    code = main(["fit", "model=tiny_random", "logger=csv", "trainer.max_steps=4", "batch_size=2", "num_generations=2",
-                 "max_completion_length=8", "data.num_prompts=16", "monitors=[gold_judge]",
-                 "monitors.gold_judge.params.every=1", "monitors.gold_judge.params.window=2",
-                 f"hydra.run.dir={run_dir}"])
+    code, run_dir, rows = fit_rows(tmp_path, monkeypatch, 4, "monitors=[gold_judge]",
+                                   "monitors.gold_judge.params.every=1", "monitors.gold_judge.params.window=2")
     assert code == 0
-    (path,) = Path(run_dir).glob("csv/version_0/metrics.csv")
-    with path.open() as fh:
-        rows = [r for r in csv.DictReader(fh) if r.get("reward/mean")]
     assert len(rows) == 4
     for key in ("monitors/gold_judge/gold/reward", "monitors/gold_judge/train/reward",
                 "monitors/gold_judge/divergence"):
@@ -152,3 +140,20 @@ def test_fit_logs_the_gold_metrics(tmp_path, monkeypatch):
     assert all(float(r["monitors/gold_judge/divergence"]) == pytest.approx(0.0, abs=1e-6) for r in rows)
     summary = json.loads((run_dir / "monitors.json").read_text())
     assert summary["gold_judge"]["measurements"] == 4
+
+
+def test_a_gold_rubric_of_its_own(tmp_path):
+    # the gold judge scores exact answers only (one binary dimension): a templated right answer, which the run's
+    # rubric credits, earns 0 there; a bare right answer 1
+    gold = tmp_path / "gold.yaml"
+    gold.write_text("name: exact\nversion: '1'\ndimensions:\n  - name: exact_answer\n    description: the bare sum\n"
+                    "    type: binary\n    anchors: {0: {text: other}, 1: {text: the sum alone}}\n"
+                    "    checks: [{type: match, field: reference, mode: exact}]\n", encoding="utf-8")
+    texts = [["first 1, second 1, finally 2", "2", "2", "first 1, second 1, finally 2"],
+             ["4", "4", "4", "first 2, second 2, finally 4"]]
+    raw = torch.tensor([[[1.0, 1.0, 5.0, 5.0]] * G] * len(RECORDS))
+    (metrics,), _ = run(gold_judge(rubric=str(gold)), [make_view(0, RECORDS, texts, raw, RUBRIC)])
+    assert metrics["train/reward"] == pytest.approx(1.0)
+    assert metrics["gold/reward"] == pytest.approx(5 / 8)
+    with pytest.raises(ConfigError, match="monitors.gold_judge.params.rubric"):
+        gold_judge(rubric=str(tmp_path / "missing.yaml"))

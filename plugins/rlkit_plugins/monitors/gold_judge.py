@@ -9,7 +9,9 @@ both judges score them. Without it the monitor scores the *step's own* completio
 split, and the step's completions are what the policy is being pushed towards, so the divergence still shows.
 
 Both judges' scores go through the same yardstick, the rubric's weighted sum of range-normalised scores (the
-rubric's initial weights), so the divergence compares judges, not the run's aggregator or weight schedule.
+rubric's initial weights), so the divergence compares judges, not the run's aggregator or weight schedule. With
+``rubric`` (a rubric file) the gold judge scores on a rubric of its own, the paper's gold judge that sees what the
+training rubric leaves out; each reward is then its own rubric's yardstick and the divergence compares the two.
 """
 
 from __future__ import annotations
@@ -27,8 +29,10 @@ from rlkit.plugin import (
     PluginRef,
     Rollout,
     Rubric,
+    RubricError,
     due,
     hookimpl,
+    load_rubric,
     nan_weighted_sum,
     normalize_scores,
     read_records,
@@ -50,6 +54,7 @@ class GoldJudge:
     @dataclass
     class Params:
         judge: JudgeRef = field(default_factory=lambda: PluginRef.to("judge", "rule"))
+        rubric: str | None = None   # a rubric file the gold judge scores on; None: the run's rubric
         prompts: str | None = None  # JSONL of prompt records to sample and score; None: the step's own completions
         num_generations: int = 2    # completions per record with `prompts`
         limit: int = 0              # only the first `limit` records of `prompts` (0: all)
@@ -69,6 +74,12 @@ class GoldJudge:
                               "the run's rubric, dimension by dimension, to compare with the training judge",
                               params.judge.where or f"{WHERE}.judge")
         self.gold = params.judge.plugin
+        self.gold_rubric: Rubric | None = None
+        if params.rubric is not None:
+            try:
+                self.gold_rubric = load_rubric(resolve_path(params.rubric))
+            except RubricError as exc:
+                raise ConfigError(str(exc), f"{WHERE}.rubric") from None
         self.records: list[dict[str, Any]] | None = None
         self.history: list[dict[str, float]] = []  # {"step", "train", "gold"} per measurement
         self.diverging = False
@@ -78,7 +89,7 @@ class GoldJudge:
         """The gold judge's own rubric check, and the prompts file read now, so a bad one fails before training."""
         check = getattr(self.gold, "check_rubric", None)
         if check is not None:
-            check(rubric)
+            check(self.gold_rubric or rubric)
         if self.params.prompts is not None and self.records is None:
             path = resolve_path(self.params.prompts)
             if not path.exists():
@@ -93,12 +104,13 @@ class GoldJudge:
             return {}
         records, texts, train_raw = self._completions(view)
         rollout = Rollout(records=list(records), completions=[list(group) for group in texts])
-        gold_raw = self.gold.score(rollout, view.rubric)
-        expected = (len(records), len(texts[0]), len(view.rubric.dimensions))
+        gold_rubric = self.gold_rubric or view.rubric
+        gold_raw = self.gold.score(rollout, gold_rubric)
+        expected = (len(records), len(texts[0]), len(gold_rubric.dimensions))
         if tuple(gold_raw.shape) != expected:
             raise JudgeError(f"returned scores of shape {tuple(gold_raw.shape)}, expected {list(expected)}",
                              f"{WHERE}.judge ({self.params.judge.name})")
-        gold, train = yardstick(gold_raw, view.rubric), yardstick(train_raw, view.rubric)
+        gold, train = yardstick(gold_raw, gold_rubric), yardstick(train_raw, view.rubric)
         unscored = float(gold.isnan().float().mean())
         gold_mean, train_mean = _nanmean(gold), _nanmean(train)
         if math.isnan(gold_mean) or math.isnan(train_mean):
