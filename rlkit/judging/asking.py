@@ -9,14 +9,16 @@ become scores.
 from __future__ import annotations
 
 import json
+import re
 import statistics
 import time
 import warnings
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
+from rlkit.data.records import prompt_text
 from rlkit.judging.cache import ResponseCache
 from rlkit.judging.spend import CallPlan, SpendMeter, plan_calls
 
@@ -208,3 +210,35 @@ class FailureWarning:
             self._warned = True
             warnings.warn(f"judge {self.judge}: {rate:.0%} of {what} could not be parsed after {self.retries} "
                           f"retries (failure_policy={self.policy}); see judge/parse_failure_rate", stacklevel=3)
+
+
+class ReferenceLeakCheck:
+    """A judge's ``reference_leak_check``: counts the records whose reference answer its prompt holds verbatim (as a
+    whole word) more often than the template and rubric alone do (their anchors may quote an answer;
+    ``show_reference`` shows it on purpose), outside the completions (which may give it), and warns once per judge.
+    The judge logs the count as ``judge/reference_leaks``, the key ``rlkit doctor`` reads."""
+
+    def __init__(self, judge: str) -> None:
+        self.judge = judge
+        self._warned = False
+
+    def count(self, records: Sequence[dict[str, Any]], render: Callable[[dict[str, Any], str], str],
+              template: str) -> int:
+        """The leaks among ``records``. ``render(record, prompt)`` is the judge's prompt for ``record`` with
+        ``prompt`` as its prompt text, the reference as the judge shows it and no completion text; ``template``
+        names it in the warning."""
+        leaked = []
+        for record in records:
+            reference = record.get("reference")
+            if not isinstance(reference, str) or not reference.strip():
+                continue
+            word = re.compile(r"(?<!\w)" + re.escape(reference.strip()) + r"(?!\w)")
+            prompt = prompt_text(record["prompt"])
+            if len(word.findall(render(record, prompt))) > len(word.findall(render(record, ""))):
+                leaked.append(prompt)
+        if leaked and not self._warned:
+            self._warned = True
+            warnings.warn(f"judge {self.judge}: the reference answer appears verbatim in the judge's prompt for "
+                          f"{len(leaked)} of {len(records)} records (first: {leaked[0][:60]!r}; template {template}); "
+                          "the judge is shown the answer key", UserWarning, stacklevel=3)
+        return len(leaked)

@@ -1,6 +1,6 @@
 """The host's side of the preference objective (``group_dpo``): the ordering batch the constructor sees,
-the confidence-gap filter, and per-dimension statistics of the chosen samples. Constructors (plugins)
-only decide which pairs; these rules apply to all of them."""
+the confidence-gap filter (measured on the ordering that produced each pair), and per-dimension statistics of the
+chosen samples. Constructors (plugins) only decide which pairs; these rules apply to all of them."""
 
 from __future__ import annotations
 
@@ -36,19 +36,55 @@ def ordering_batch(batch: RewardBatch, aggregator: Any, *, mask_saturated: bool,
     return masked.with_rewards(aggregator.aggregate(masked).to(torch.float32))
 
 
-def pair_gaps(pairs: PreferencePairs, batch: RewardBatch) -> torch.Tensor:
-    """``[P]``: |weighted-sum(chosen) − weighted-sum(rejected)| of the normalised scores."""
+def weighted_sum_gaps(pairs: PreferencePairs, batch: RewardBatch) -> torch.Tensor:
+    """``[P]``: |weighted-sum(chosen) − weighted-sum(rejected)| of the normalised scores (NaN where either is)."""
     summed = nan_weighted_sum(batch.scores, batch.weights)  # [B, G]
-    gap = summed[pairs.prompt_index, pairs.chosen] - summed[pairs.prompt_index, pairs.rejected]
-    return gap.abs().nan_to_num(nan=0.0)
+    return (summed[pairs.prompt_index, pairs.chosen] - summed[pairs.prompt_index, pairs.rejected]).abs()
 
 
-def drop_close_pairs(pairs: PreferencePairs, batch: RewardBatch, min_gap: float) -> tuple[PreferencePairs, float]:
-    """Pairs whose weighted-sum gap reaches ``min_gap`` (a smaller gap is more likely judge noise than a
-    preference), and the share dropped (0 when there were no pairs)."""
+def pair_gaps(pairs: PreferencePairs, batch: RewardBatch, *, aggregator: Any = None,
+              constructor: Any = None) -> torch.Tensor:
+    """``[P]``, >= 0: how far apart each pair's completions are on the quantity that ordered them, in normalised
+    units: what ``min_gap`` is compared with. ``batch`` is the ordering batch the constructor paired
+    (:func:`ordering_batch`: saturated dimensions masked, ``rewards`` from ``aggregator``).
+
+    The first that applies measures it:
+
+    * the constructor's ``pair_gaps(batch, pairs)``, for one that orders by a rule of its own (``pareto``:
+      dominance);
+    * the aggregator's ``pair_gaps(batch, pairs)`` (``lexicographic``: the gap on the level that decided the pair);
+    * an aggregator whose reward is a score (not ``group_relative``: a weighted sum, a minimum, a gate): the gap in
+      ``batch.rewards``, the reward that ordered the pair;
+    * otherwise (a rank-like reward that says nothing about distance, or no aggregator named): the weighted sum of
+      the normalised scores.
+
+    A gap that cannot be measured (NaN) is 0, below any positive ``min_gap``.
+    """
+    gaps = None
+    for plugin in (constructor, aggregator):
+        measure = getattr(plugin, "pair_gaps", None)
+        if callable(measure):
+            gaps = measure(batch, pairs)
+            break
+    if gaps is None:
+        rewards = batch.rewards
+        if aggregator is None or rewards is None or getattr(aggregator, "group_relative", False):
+            gaps = weighted_sum_gaps(pairs, batch)
+        else:
+            gaps = rewards[pairs.prompt_index, pairs.chosen] - rewards[pairs.prompt_index, pairs.rejected]
+    return gaps.to(pairs.weight.device).abs().nan_to_num(nan=0.0)
+
+
+def drop_close_pairs(pairs: PreferencePairs, batch: RewardBatch, min_gap: float, *, aggregator: Any = None,
+                     constructor: Any = None, gaps: torch.Tensor | None = None) -> tuple[PreferencePairs, float]:
+    """Pairs whose gap on the ordering that produced them (:func:`pair_gaps`, or ``gaps`` measured already)
+    reaches ``min_gap`` (a smaller gap is more likely judge noise than a preference), and the share dropped (0
+    when there were no pairs)."""
     if len(pairs) == 0 or min_gap <= 0:
         return pairs, 0.0
-    keep = pair_gaps(pairs, batch) >= min_gap - 1e-9
+    if gaps is None:
+        gaps = pair_gaps(pairs, batch, aggregator=aggregator, constructor=constructor)
+    keep = gaps >= min_gap - 1e-9
     kept = PreferencePairs(pairs.prompt_index[keep], pairs.chosen[keep], pairs.rejected[keep], pairs.weight[keep])
     return kept, 1.0 - float(keep.float().mean())
 

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from rlkit.plugin import ConfigError, RewardBatch, Rubric, hookimpl
+from rlkit.plugin import ConfigError, PreferencePairs, RewardBatch, Rubric, hookimpl
 
 if TYPE_CHECKING:
     import torch
@@ -86,7 +86,8 @@ class LexicographicAggregator:
     1 = unique best, 0 = unique worst, 0.5 where all tie or the completion is alone. A completion
     with no counted dimension scored gets NaN and is left out of its group's ranking. With
     tolerance 0 the reward depends only on the order of each dimension's scores, so it is unchanged
-    by any strictly increasing transform of a dimension.
+    by any strictly increasing transform of a dimension. A pair it orders is as far apart as the level that
+    decided it says (:meth:`pair_gaps`): what ``group_dpo``'s ``min_gap`` compares.
     """
 
     group_relative = True  # a win rate within the group: held-out rewards use heldout_aggregator instead
@@ -123,19 +124,47 @@ class LexicographicAggregator:
             return [float(tol.get(rubric.dimensions[i].name, 0.0)) for i in levels]
         return [float(tol)] * len(levels)
 
-    def aggregate(self, batch: RewardBatch) -> torch.Tensor:
+    def _keys(self, batch: RewardBatch) -> tuple[torch.Tensor, list[dict[int, tuple[int, ...]]]]:
+        """The counted levels' scores ``[B, G, L]`` (on the CPU) and, per group, each counted completion's sort key
+        (a completion with no counted dimension scored has none)."""
         import torch
         weights = batch.weights.tolist()
         levels = [i for i in priority_order(batch.rubric) if weights[i] > 0]
         tolerances = self._tolerances(batch.rubric, levels)
         scores = batch.scores[..., levels].detach().cpu()
         counted = ~torch.isnan(scores).all(dim=-1)
-        rewards = torch.full(scores.shape[:2], float("nan"), dtype=torch.float32)
+        keys = []
         for b in range(scores.shape[0]):
             rows = counted[b].nonzero().flatten().tolist()
-            keys = lexicographic_keys(scores[b, rows].tolist(), tolerances)
-            rewards[b, rows] = torch.tensor(win_rate(keys), dtype=torch.float32)
+            keys.append(dict(zip(rows, lexicographic_keys(scores[b, rows].tolist(), tolerances), strict=True)))
+        return scores, keys
+
+    def aggregate(self, batch: RewardBatch) -> torch.Tensor:
+        import torch
+        scores, keys = self._keys(batch)
+        rewards = torch.full(scores.shape[:2], float("nan"), dtype=torch.float32)
+        for b, group in enumerate(keys):
+            rewards[b, list(group)] = torch.tensor(win_rate(list(group.values())), dtype=torch.float32)
         return rewards.to(batch.scores.device)
+
+    def pair_gaps(self, batch: RewardBatch, pairs: PreferencePairs) -> torch.Tensor:
+        """``[P]``: the gap (normalised) on the level that ordered each pair, the first at which its two completions
+        fall in different tiers (beyond the tolerance), not a weighted sum the order never looked at. A NaN there
+        counts as 0, the bottom of the range (the order ranks it below any score); 0 where no level separates them.
+        ``group_dpo``'s ``min_gap`` compares it."""
+        import torch
+        scores, keys = self._keys(batch)
+        gaps = torch.zeros(len(pairs), dtype=torch.float32)
+        triples = zip(pairs.prompt_index.tolist(), pairs.chosen.tolist(), pairs.rejected.tolist(), strict=True)
+        for p, (b, chosen, rejected) in enumerate(triples):
+            first, second = keys[b].get(chosen), keys[b].get(rejected)
+            if first is None or second is None:
+                continue
+            level = next((k for k, (x, y) in enumerate(zip(first, second, strict=True)) if x != y), None)
+            if level is not None:
+                values = scores[b, [chosen, rejected], level].nan_to_num(nan=0.0)
+                gaps[p] = (values[0] - values[1]).abs()
+        return gaps.to(batch.scores.device)
 
 
 @hookimpl

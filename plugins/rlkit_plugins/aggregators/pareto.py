@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
-from rlkit.plugin import ConfigError, RewardBatch, hookimpl
+from rlkit.plugin import ConfigError, PreferencePairs, RewardBatch, hookimpl
 
 if TYPE_CHECKING:
     import torch
@@ -41,6 +41,21 @@ def pareto_fronts(dominates: torch.Tensor, member: torch.Tensor) -> torch.Tensor
         fronts[current] = front
         remaining &= ~current
     return fronts
+
+
+def largest_margin(scores: torch.Tensor, pairs: PreferencePairs) -> torch.Tensor:
+    """``scores [B, G, D]`` (the dimensions compared), pairs → ``[P]``: the largest margin by which each chosen
+    completion beats its rejected one on a single dimension, NaN counting as 0 (the bottom of the range); 0 where it
+    beats it on none.
+
+    The gap of a Pareto order: it weighs no dimension against another, so whether a pair is more than judge noise
+    is asked of its largest advantage, in the units of that dimension."""
+    import torch
+    filled = scores.nan_to_num(nan=0.0)
+    margin = filled[pairs.prompt_index, pairs.chosen] - filled[pairs.prompt_index, pairs.rejected]  # [P, D]
+    if margin.shape[-1] == 0:
+        return torch.zeros(len(pairs), device=scores.device)
+    return margin.amax(dim=-1).clamp(min=0.0)
 
 
 class ParetoAggregator:
@@ -84,6 +99,11 @@ class ParetoAggregator:
             others = (member.sum(dim=1, keepdim=True) - 1).clamp(min=1).float()
             reward = 1 - beaten_by / others
         return torch.where(member, reward, torch.full_like(reward, float("nan"))).to(torch.float32)
+
+    def pair_gaps(self, batch: RewardBatch, pairs: PreferencePairs) -> torch.Tensor:
+        """``[P]``: :func:`largest_margin` over the dimensions of positive weight, what ``group_dpo``'s ``min_gap``
+        compares (the reward, a front position, says nothing about how far apart two completions are)."""
+        return largest_margin(batch.scores[..., batch.weights > 0], pairs)
 
 
 @hookimpl

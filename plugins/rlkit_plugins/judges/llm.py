@@ -32,9 +32,7 @@ from __future__ import annotations
 import itertools
 import math
 import random
-import re
 import statistics
-import warnings
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,6 +46,7 @@ from rlkit.plugin import (
     JudgeBackend,
     JudgeLoad,
     PluginRef,
+    ReferenceLeakCheck,
     ResponseCache,
     Rollout,
     Rubric,
@@ -57,7 +56,6 @@ from rlkit.plugin import (
     hookimpl,
     parse_reasons,
     parse_scores,
-    prompt_text,
     render_template,
     rubric_json_schema,
     seen_prompt,
@@ -136,7 +134,7 @@ class LLMJudge:
         self._record_rubrics = RecordRubrics()
         self._last: dict[str, float] = {}
         self._warning = FailureWarning("llm", params.failure_warning, params.parse_retries, params.failure_policy)
-        self._leak_warned = False
+        self._leaks = ReferenceLeakCheck("llm")
         self._last_leaks = 0
         self._last_reasons: list[list[dict[str, str]]] | None = None
         self._last_written: torch.Tensor | None = None
@@ -210,7 +208,11 @@ class LLMJudge:
                     requests[(i, j, k)] = (key, [{"role": "user", "content": text}])
 
         if self.params.reference_leak_check:
-            self._check_reference_leak(rollout, rubric, template)
+            def judge_prompt(record: dict[str, Any], prompt: str) -> str:
+                shown = self.backend.shown_reference(record, self.params.show_reference)
+                return render_template(template, rubric=rubric, prompt=prompt, completion="", reference=shown)
+
+            self._last_leaks = self._leaks.count(rollout.records, judge_prompt, template)
 
         expected = self.params.scoring == "expected" and schemas is not None
 
@@ -277,29 +279,6 @@ class LLMJudge:
             self._last["judge/reference_leaks"] = float(self._last_leaks)
         self._warning.check(rate, "dimension scores")
         return scores
-
-    def _check_reference_leak(self, rollout: Rollout, rubric: Rubric, template: str) -> None:
-        """Warn once when the judge's prompt holds a record's reference as a whole word, more often than the template
-        and rubric alone do (their anchors may quote an answer; ``show_reference`` shows it on purpose) and outside
-        the completion (which may give it)."""
-        leaked = []
-        for record in rollout.records:
-            reference = record.get("reference")
-            if not isinstance(reference, str) or not reference.strip():
-                continue
-            shown = self.backend.shown_reference(record, self.params.show_reference)
-            bare = render_template(template, rubric=rubric, prompt="", completion="", reference=shown)
-            word = re.compile(r"(?<!\w)" + re.escape(reference.strip()) + r"(?!\w)")
-            text = render_template(template, rubric=rubric, prompt=prompt_text(record["prompt"]), completion="",
-                                   reference=shown)
-            if len(word.findall(text)) > len(word.findall(bare)):
-                leaked.append(prompt_text(record["prompt"]))
-        self._last_leaks = len(leaked)
-        if leaked and not self._leak_warned:
-            self._leak_warned = True
-            warnings.warn(f"judge llm: the reference answer appears verbatim in the judge's prompt for {len(leaked)} "
-                          f"of {len(rollout.records)} records (first: {leaked[0][:60]!r}; template {template}); "
-                          "the judge is shown the answer key", UserWarning, stacklevel=3)
 
     def scope_caveats(self, records: Sequence[dict[str, Any]], rubric: Rubric) -> list[str]:
         """Why this judge's scores on ``records`` may mean little: the offline tiny judge knows only the default

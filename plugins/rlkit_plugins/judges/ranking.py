@@ -32,6 +32,10 @@ between distinct places (the closest call the update still acts on), ``judge/ran
 places that are tied (no gradient between them). Gaps near zero everywhere mean the judge barely separates the
 completions, or its repetitions disagree and the median flattens them.
 
+With ``reference_leak_check`` the judge counts the records whose reference answer its group prompt holds verbatim
+outside the completions (and beyond what ``show_reference`` shows on purpose), warns once and logs
+``judge/reference_leaks``, as the ``llm`` judge does (the check is shared: ``rlkit.plugin.ReferenceLeakCheck``).
+
 An answer with no readable order is asked again (``parse_retries``); a group none of whose repetitions
 could be read follows ``failure_policy``: ``nan`` and ``drop_group`` leave the group unscored (no
 advantage), ``min`` gives every completion 0 (a group without order, so also no advantage). Never a
@@ -48,7 +52,7 @@ from collections.abc import Hashable
 from dataclasses import dataclass, field
 from itertools import combinations
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal, get_args
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from rlkit.plugin import (
     RANKING_COMPACT_TEMPLATE,
@@ -63,6 +67,7 @@ from rlkit.plugin import (
     JudgeLoad,
     PluginRef,
     RankingParse,
+    ReferenceLeakCheck,
     ResponseCache,
     Rollout,
     Rubric,
@@ -240,6 +245,10 @@ class RankingJudge:
         # the record's reference in the prompt: None shows it to the offline tiny judge (it ranks by comparing with
         # it) and keeps it from model judges, which the ranking note (§5.5) warns may copy it instead of judging
         show_reference: bool | None = None
+        # warn once when a record's reference appears verbatim in the group prompt outside the completions, more
+        # often than the template and rubric alone hold it (shown on purpose by show_reference is not a leak): the
+        # judge is shown the answer key; logs judge/reference_leaks, as the llm judge's check
+        reference_leak_check: bool = False
         parse_retries: int = 1
         failure_policy: Literal["nan", "min", "drop_group"] = "nan"
         failure_warning: float = 0.05
@@ -272,6 +281,7 @@ class RankingJudge:
         self._confidence: torch.Tensor | None = None
         self._warning = FailureWarning("ranking", params.failure_warning, params.parse_retries,
                                        params.failure_policy)
+        self._leaks = ReferenceLeakCheck("ranking")
 
     def check_rubric(self, rubric: Rubric) -> None:
         """Before any scoring: a backend that asks a server must reach it (probed once)."""
@@ -313,6 +323,17 @@ class RankingJudge:
                                         prompt=prompt, reference=reference, completions=group)
                 requests[(i, rep)] = (key, [{"role": "user", "content": text}])
 
+        leaks = None
+        if self.params.reference_leak_check:
+            blank = [{"label": label, "text": ""} for label in labels]  # the completions may give the answer
+
+            def group_prompt(record: dict[str, Any], prompt: str) -> str:
+                return render_template(template, rubric=rubric, prompt=prompt, candidates=blank, labels=labels,
+                                       reference=self.backend.shown_reference(record, self.params.show_reference),
+                                       example_order=" > ".join(labels[:3]))
+
+            leaks = self._leaks.count(rollout.records, group_prompt, template)
+
         def read(slot: Hashable, text: str) -> tuple[RankingParse | None, bool]:
             got = parse_ranking(text, labels)
             return (None if got.method == "none" else got), got.complete
@@ -352,6 +373,8 @@ class RankingJudge:
             self._last["judge/rank_agreement"] = sum(taus) / len(taus)
         if compared:
             self._last["judge/swap_consistency"] = consistent / compared
+        if leaks is not None:
+            self._last["judge/reference_leaks"] = float(leaks)
         self._warning.check(rate, "rankings")
         return scores
 
@@ -362,7 +385,8 @@ class RankingJudge:
 
     def metrics(self) -> dict[str, float]:
         """The last ``score`` call's parse-failure, incomplete and cycle counts, agreement between
-        repetitions (Kendall τ, swap consistency), mean confidence, rank gaps, cache hit rate and latency."""
+        repetitions (Kendall τ, swap consistency), mean confidence, rank gaps, cache hit rate and latency (and, with
+        ``reference_leak_check``, ``judge/reference_leaks``)."""
         return dict(self._last)
 
     def spend(self) -> Spend:

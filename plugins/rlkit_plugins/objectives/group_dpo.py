@@ -7,8 +7,11 @@ for two methods.
 
 Before pairing, a dimension saturated within a group leaves that group's ordering (``mask_saturated``; saturated
 means all equal, or with ``saturation_majority_share`` < 1 a majority that large, e.g. 0.875 for the note's "one
-differs, the rest identical" in a group of 8), pairs whose weighted-sum gap is under ``min_gap`` are dropped as
-likely judge noise, and the judge's group confidence scales the pair weights.
+differs, the rest identical" in a group of 8), pairs whose gap is under ``min_gap`` are dropped as likely judge
+noise, and the judge's group confidence scales the pair weights. The gap is measured on the ordering that produced
+the pair (:func:`rlkit.reward.preferences.pair_gaps`): the reward gap under a scalar aggregator (the weighted sum by
+default), the gap on the deciding dimension under ``lexicographic``, the largest per-dimension margin for ``pareto``
+pairs.
 
 With ``auto_lexicographic`` (on by default) the ordering turns to the ``lexicographic`` aggregator when dimensions
 contradict each other, where a weighted sum trades one for another at random. Two ways to count (``conflict_scope``):
@@ -43,6 +46,7 @@ from rlkit.plugin import (
     drop_close_pairs,
     hookimpl,
     ordering_batch,
+    pair_gaps,
 )
 from rlkit_plugins.objectives.dpo_losses import preference_loss, sft_loss
 
@@ -115,8 +119,11 @@ class GroupDpoObjective:
 
             rank_zero_info(f"rlkit: dimension conflicts averaged {self.watch.mean:.0%} over {self.watch.window} "
                            f"steps; pairs are ordered lexicographically from step {step} on")
-        order = ordering_batch(batch, fallback if self.lexicographic_ordering else aggregator,
-                               mask_saturated=p.mask_saturated, majority_share=p.saturation_majority_share)
+        orderer = fallback if self.lexicographic_ordering else aggregator
+        order = ordering_batch(batch, orderer, mask_saturated=p.mask_saturated,
+                               majority_share=p.saturation_majority_share)
+        # each ordering that paired some group, with the groups it ordered (None: all): min_gap is measured on it
+        orderings: list[tuple[Any, RewardBatch, torch.Tensor | None]] = [(orderer, order, None)]
         lexicographic_share = float(self.lexicographic_ordering)
         if per_prompt:
             # the note's counter: each group's own conflict rate (NaN, a group of one, never switches)
@@ -125,6 +132,7 @@ class GroupDpoObjective:
             if switch.any():
                 lex = ordering_batch(batch, fallback, mask_saturated=p.mask_saturated,
                                      majority_share=p.saturation_majority_share)
+                orderings.append((fallback, lex, switch))
                 order = order.with_rewards(torch.where(switch.to(order.rewards.device).unsqueeze(1), lex.rewards,
                                                        order.rewards))
             lexicographic_share = float(switch.float().mean()) if len(switch) else 0.0
@@ -137,7 +145,13 @@ class GroupDpoObjective:
             keep = ~(cut[pairs.prompt_index * g + pairs.chosen] | cut[pairs.prompt_index * g + pairs.rejected])
             pairs = PreferencePairs(pairs.prompt_index[keep], pairs.chosen[keep], pairs.rejected[keep],
                                     pairs.weight[keep])
-        pairs, dropped = drop_close_pairs(pairs, batch, p.min_gap)
+        gaps = None
+        if p.min_gap > 0 and len(pairs):
+            for ordering, ordered, groups in orderings:
+                measured = pair_gaps(pairs, ordered, aggregator=ordering, constructor=constructor)
+                gaps = measured if groups is None else torch.where(
+                    groups.to(measured.device)[pairs.prompt_index], measured, gaps)
+        pairs, dropped = drop_close_pairs(pairs, order, p.min_gap, gaps=gaps)
         soft = bool(getattr(constructor, "soft_labels", False))
         pairs = confidence_weighted(pairs, batch, soft)
         # soft labels (winrate): the pair weight is the probability that chosen wins; else it weighs the pair

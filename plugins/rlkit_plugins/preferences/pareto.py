@@ -12,7 +12,9 @@ counting as equal; chosen = i. A pair where neither dominates (all equal: a tie;
 somewhere: a conflict) is dropped. NaN rule: a pair is comparable only when both completions were
 scored on the same dimensions; one scored where the other was not cannot be compared there, so such a
 pair is dropped. Dimensions NaN for both are left out; a pair with no shared dimension is dropped.
-Because dominance, not the aggregate, decides, a pair can have equal rewards (e.g. under ``min``).
+Because dominance, not the aggregate, decides, a pair can have equal rewards (e.g. under ``min``); for the same
+reason ``group_dpo``'s ``min_gap`` is compared with the pair's largest per-dimension margin (:meth:`pair_gaps`),
+not a reward gap.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from rlkit.plugin import PreferencePairs, RewardBatch, hookimpl
+from rlkit_plugins.aggregators.pareto import largest_margin
 from rlkit_plugins.preferences.all_pairs import TIE_TOLERANCE, pairs_from_mask, require_rewards
 
 if TYPE_CHECKING:
@@ -63,6 +66,12 @@ class ParetoPreferences:
 
     def pairs(self, batch: RewardBatch) -> PreferencePairs:
         return pareto_pairs(require_rewards(batch), batch.scores, batch.weights)
+
+    def pair_gaps(self, batch: RewardBatch, pairs: PreferencePairs) -> torch.Tensor:
+        """``[P]``: the largest margin by which chosen beats rejected on a dimension of positive weight (as the
+        ``pareto`` aggregator's): dominance, not the reward, ordered the pair, so ``group_dpo``'s ``min_gap`` asks
+        whether its largest advantage is more than judge noise."""
+        return largest_margin(batch.scores[..., batch.weights > 0], pairs)
 
 
 @hookimpl

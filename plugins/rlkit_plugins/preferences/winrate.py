@@ -34,6 +34,10 @@ decisive dimension, while j wins most of the weight) would train towards the *re
 ``below_half: drop`` (default) leaves such pairs out; ``keep`` trains on them as they are (rlkit before
 issue 24). The label is the probability that chosen beats rejected (``soft_labels = True``), not a pair
 weight. O(G²·D) per group, vectorised.
+
+``group_dpo``'s ``min_gap`` is measured on the reward that ordered the pair, as for the other reward-ordered
+constructors (the aggregator's gap), not on the label: the label already says how sure the pair is, and a win-rate
+difference is a rank distance (1/(n−1) between neighbours), which would drop every neighbour of a large group.
 """
 
 from __future__ import annotations
