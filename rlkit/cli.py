@@ -19,8 +19,8 @@ commands:
   score       score prompt/completion records (data.path=...) with the configured judge
   calibrate   agreement of the configured judge with human labels (calibrate.labels=...), per dimension and step
               window; `rlkit calibrate sample <run dir> n=300`: a stratified set of a run's samples to label
-  label       label a labelling file in the terminal: `rlkit label <run dir>/labelling/step_0000050.jsonl`;
-              in a browser, for the people who label (several, with rankings): `rlkit label serve <file>`
+  label       label and rank a labelling file in the terminal: `rlkit label <run dir>/labelling/step_0000050.jsonl`;
+              in a browser, for the people who label (several at once): `rlkit label serve <file>`
   eval        golden-set evaluation of a checkpoint (eval.checkpoint=..., eval.prompts=...), per dimension
   fit         train the policy with the configured judge, aggregator and estimator (-m for sweeps)
   sft         supervised warm start on the records' demonstrations (rlkit fit objective=sft)
@@ -31,7 +31,8 @@ commands:
   train-grm   train a generative reward model on preference pairs or rankings (grm.data.train=...)
   serve       serve the configured judge as an HTTP reward API (serve.port=..., Ctrl-C stops it)
   data        data tools: pairs (rankings -> preference pairs), prepare (PII, de-dup, mix); `rlkit data` for help
-  rubric      rubric versions: `rlkit rubric diff old.yaml new.yaml`, `rlkit rubric hash rubric.yaml`;
+  rubric      rubric versions: `rlkit rubric diff old.yaml new.yaml`, `rlkit rubric hash rubric.yaml`; anchors and
+              negative examples missing: `rlkit rubric lint rubric.yaml`;
               per-prompt rubrics from references: `rlkit rubric generate data.path=... judge=llm generate.output=DIR`;
               before training, can it be gamed: `rlkit rubric audit audit.records=FILE [--fail-under 0.7]`
   model       `rlkit model import FILE.gguf [--out DIR]`: a GGUF checkpoint as a Hugging Face folder (cached);

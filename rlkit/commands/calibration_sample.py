@@ -25,7 +25,7 @@ def cmd_calibrate_sample(args: Sequence[str]) -> int:
         path, lines = build_ranking_set(Path(positional[0]), group_options(given))
         low, high = min(len(line["completions"]) for line in lines), max(len(line["completions"]) for line in lines)
         print(f"wrote {len(lines)} groups ({low if low == high else f'{low}-{high}'} completions each) to {path}; "
-              f"rank them with: rlkit label serve {path}")
+              f"rank them with: rlkit label {path} (or on a page: rlkit label serve {path})")
         return 0
     options = sample_options(given)
     path, drawn = build_calibration_set(Path(positional[0]), options)

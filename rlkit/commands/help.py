@@ -49,9 +49,11 @@ HELP: dict[str, CommandHelp] = {
     "train-grm": CommandHelp("Train a generative reward model on preference pairs or rankings (conf/train_grm.yaml; "
                              "-m sweeps).", "rlkit train-grm [-m] grm.data.train=FILE [overrides]",
                              "rlkit train-grm grm.data.train=rankings.jsonl trainer.max_steps=50", config=False),
-    "label": CommandHelp("Label a labelling file in the terminal, one completion and dimension at a time, saved as "
-                         "you go; `rlkit calibrate` reads the result. The judge's scores are never shown.",
-                         "rlkit label <labelling file>", "rlkit label outputs/run/labelling/step_0000050.jsonl",
+    "label": CommandHelp("Label a labelling file in the terminal, one completion and dimension at a time, and rank "
+                         "its groups (best first, `=` for a tie: 2 1=3 4), saved as you go; `rlkit calibrate` reads "
+                         "the result. The judge's scores are never shown.",
+                         "rlkit label <labelling file> [labeller=NAME] [seed=0]",
+                         "rlkit label outputs/run/labelling/step_0000050.jsonl",
                          config=False, arguments=(("serve", "the same file on a page in a browser: rlkit label serve "
                                                             "--help"),)),
     "label serve": CommandHelp(

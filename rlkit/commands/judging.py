@@ -220,15 +220,23 @@ def _print_labellers(console, rows) -> None:
 
 
 def _calibrate_ranking(validated, options) -> int:
-    """``rlkit calibrate judge=ranking``: the judge's orders of the labelled groups against the humans'."""
+    """``rlkit calibrate judge=ranking`` (or another judge that scores a group's completions against each other, such
+    as ``grm``): the judge's orders of the labelled groups against the humans', with bootstrap intervals over groups,
+    overall and by step window."""
     from dataclasses import replace
+
+    from omegaconf import OmegaConf
 
     from rlkit.core.atomic import atomic_write_text
     from rlkit.evaluation.ranking_alignment import (
+        JSON_NAME,
         REPORT_NAME,
+        interval_text,
         judge_alignment,
+        judge_alignment_by_window,
         labeller_alignments,
         ranked_groups,
+        ranking_payload,
         render_ranking_markdown,
     )
     from rlkit.evaluation.scoring import score_records
@@ -249,23 +257,41 @@ def _calibrate_ranking(validated, options) -> int:
     for line in groups:
         scores.append(flat[:len(line["completions"])])
         flat = flat[len(line["completions"]):]
-    versus_judge, between = judge_alignment(groups, scores, judge), labeller_alignments(groups)
-    table = Table(title=f"ranking judge {judge} vs human rankings — {len(groups)} groups")
-    for column in ("compared", "groups", "pairs", "tied pairs", "pairwise agreement", "Kendall τ-b"):
+    seed = int(OmegaConf.select(validated.cfg, "seed", default=0) or 0)  # the bootstrap's resampling of groups
+    versus_judge, between = judge_alignment(groups, scores, judge, seed=seed), labeller_alignments(groups)
+    windows = judge_alignment_by_window(groups, scores, judge, seed=seed)
+    table = Table(title=f"ranking judge {judge} vs human rankings — {len(groups)} groups (95% bootstrap intervals "
+                        "over groups)")
+    for column in ("compared", "groups", "pairs", "tied pairs", "pairwise agreement", "95% interval", "Kendall τ-b",
+                   "95% interval"):
         table.add_column(column, justify="left" if column == "compared" else "right")
     table.add_row(f"judge {judge} – humans", str(versus_judge.groups), str(versus_judge.pairs),
-                  str(versus_judge.tied_pairs), fmt(versus_judge.agreement), fmt(versus_judge.tau))
+                  str(versus_judge.tied_pairs), fmt(versus_judge.agreement),
+                  interval_text(versus_judge.agreement_interval), fmt(versus_judge.tau),
+                  interval_text(versus_judge.tau_interval))
     for row in between:
-        table.add_row(f"{row.first} – {row.second}", str(row.groups), str(row.pairs), "", fmt(row.agreement),
-                      fmt(row.tau))
+        table.add_row(f"{row.first} – {row.second}", str(row.groups), str(row.pairs), "", fmt(row.agreement), "",
+                      fmt(row.tau), "")
     console = rich_console()
     console.print(table)
+    if len(windows) > 1:
+        by_window = Table(title=f"ranking judge {judge} vs human rankings by step window (first step of each)")
+        for column in ("window", "groups", "pairs", "pairwise agreement", "95% interval", "Kendall τ-b",
+                       "95% interval"):
+            by_window.add_column(column, justify="right")
+        for w in windows:
+            by_window.add_row(str(w.window), str(w.judge.groups), str(w.judge.pairs), fmt(w.judge.agreement),
+                              interval_text(w.judge.agreement_interval), fmt(w.judge.tau),
+                              interval_text(w.judge.tau_interval))
+        console.print(by_window)
     if versus_judge.unscored:
         console.print(f"{versus_judge.unscored} of {len(groups)} groups the judge left unscored: not in the numbers")
     options.output.mkdir(parents=True, exist_ok=True)
     written = atomic_write_text(options.output / REPORT_NAME,
-                                render_ranking_markdown(versus_judge, between, str(options.labels)))
-    console.print(f"wrote {written}", markup=False)
+                                render_ranking_markdown(versus_judge, between, str(options.labels), windows))
+    numbers = atomic_write_text(options.output / JSON_NAME, json.dumps(
+        ranking_payload(versus_judge, between, windows, str(options.labels)), indent=1, ensure_ascii=False) + "\n")
+    console.print(f"wrote {written} and {numbers}", markup=False)
     return 0
 
 

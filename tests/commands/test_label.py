@@ -1,5 +1,6 @@
 """``rlkit label`` driven through a pseudo-terminal: levels saved after every answer, bad input asked again, quit
-and resume where it stopped, skip, and a bad file as one error line."""
+and resume where it stopped, skip, a named labeller's answers kept apart as the page keeps them, and a bad file as one
+error line. Ranking groups in the terminal: ``test_label_ranking_terminal.py``."""
 
 from __future__ import annotations
 
@@ -121,3 +122,25 @@ def test_a_bad_labelling_file_is_one_error_line(tmp_path, capsys):
     assert err == [f"rlkit: error: {path}:1: \"labels.brevity\": 9 is not a whole level in [1, 5]"]
     assert main(["label", str(tmp_path / "missing.jsonl")]) == 2
     assert "no such labelling file" in capsys.readouterr().err
+
+
+def test_a_named_labeller_answers_as_on_the_page(labelling):
+    term = Terminal("label", str(labelling), "labeller=ann")
+    term.expect("correct level")
+    term.type("1")
+    term.expect("brevity level")
+    term.type("s")
+    term.expect("line 2 of 2")
+    term.expect("correct level")
+    term.type("q")
+    term.expect(f"saved; run `rlkit label {labelling} labeller=ann` to go on")
+    assert term.wait() == 0
+    first = read_labelling(labelling)[0]
+    assert first["labellers"] == {"ann": {"correct": 1, "brevity": None}} and first["labelled_by"] == {"correct": "ann"}
+    assert first["labels"] == {"correct": 1, "brevity": None} and "skipped" not in first
+
+    term = Terminal("label", str(labelling), "labeller=bob")  # ann's answers are hers: bob is asked everything
+    shown = term.expect("correct level")
+    assert "line 1 of 2" in shown
+    term.type("q")
+    assert term.wait() == 0

@@ -13,7 +13,7 @@ import pytest
 from rlkit.cli import main
 from rlkit.evaluation.calibration import read_labels
 from rlkit.evaluation.labelling import read_labelling, write_lines
-from rlkit.evaluation.labelling_answers import apply_label, line_key, save_answer
+from rlkit.evaluation.labelling_answers import apply_label, apply_ranking, line_key, save_answer
 
 
 def tasks(server, labeller: str = "ann") -> dict:
@@ -231,7 +231,7 @@ def test_a_port_in_use_is_one_error_line(labelling, serve_page, capsys):
     assert f"cannot listen on 127.0.0.1:{port}" in capsys.readouterr().err
 
 
-def test_the_terminal_tool_leaves_groups_to_the_page(labelling, capsys):
+def test_the_terminal_tool_points_to_calibrate_once_groups_are_ranked(labelling, capsys):
     from rich.console import Console
 
     from rlkit.commands.label import label_file
@@ -240,7 +240,9 @@ def test_the_terminal_tool_leaves_groups_to_the_page(labelling, capsys):
     for number in (1, 2, 3):
         for dim in ("format", "correctness", "brevity", "repetition"):
             apply_label(lines[number - 1], dim, 1, None)
+    apply_ranking(lines[3], [[0], [1, 2, 3]], "ann")
     write_lines(labelling, lines)
-    assert label_file(labelling, Console(force_terminal=False, width=400)) == 0
+    assert label_file(labelling, Console(force_terminal=False, width=400), labeller="ann") == 0
     out = capsys.readouterr().out
-    assert "all 3 lines labelled" in out and f"1 groups to rank: rlkit label serve {labelling}" in out
+    assert "all 3 lines labelled and all 1 groups ranked (as ann)" in out
+    assert f"rlkit calibrate judge=ranking calibrate.labels={labelling}" in out

@@ -29,8 +29,8 @@ def test_groups_are_drawn_over_the_step_bins(tmp_path, capsys):
     run = fake_run(tmp_path)
     assert main(["calibrate", "sample", str(run), "groups=4", "step_bins=2", "seed=1"]) == 0
     path = run / "labelling" / "ranking_set.jsonl"
-    assert f"wrote 4 groups (4 completions each) to {path}; rank them with: rlkit label serve {path}" in \
-        capsys.readouterr().out
+    assert (f"wrote 4 groups (4 completions each) to {path}; rank them with: rlkit label {path} (or on a page: "
+            f"rlkit label serve {path})") in capsys.readouterr().out
     lines = read_labelling(path)
     assert len(lines) == 4 and all(is_group(line) and line["ranking"] is None for line in lines)
     assert sorted(line["window"] for line in lines) == [0, 0, 3, 3], "two from each step bin"
