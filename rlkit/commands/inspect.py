@@ -74,8 +74,12 @@ def plugin_summary(factory: Any) -> str:
 
 
 def cmd_validate(overrides: Sequence[str]) -> int:
+    from rlkit.core.rubric import warn_anchor_findings
+
     validated = validated_config(overrides)
     rubric = validated.rubric
+    # here and in `rlkit rubric lint`, not in `rlkit fit`: advice on writing the rubric, not news about the run
+    warn_anchor_findings(rubric)
     console = rich_console()
     console.print(f"config ok: rubric {rubric.name} v{rubric.version} (hash {rubric.short_hash}, "
                   f"{len(rubric.dimensions)} dimensions)")
@@ -121,6 +125,8 @@ tools:
   diff OLD.yaml NEW.yaml   dimensions added, removed and changed (each field, anchors level by level), versions
                            and content hashes, and what the changelog still needs
   hash RUBRIC.yaml         the content hash to store as `hash:` in the changelog entry for the rubric's version
+  lint RUBRIC.yaml         validate the file, then list dimensions whose levels lack anchor text or that have no
+                           negative example (warnings: exit 0)
   generate data.path=... judge=llm generate.output=DIR
                            per-prompt rubrics (7-20 criteria) from reference answers, via the judge's backend
   audit [--fail-under X] audit.records=FILE [judge=... aggregator=...]
@@ -129,11 +135,11 @@ tools:
 
 
 # the file tools and the files each takes, in order
-RUBRIC_FILE_TOOLS = {"diff": ("OLD.yaml", "NEW.yaml"), "hash": ("RUBRIC.yaml",)}
+RUBRIC_FILE_TOOLS = {"diff": ("OLD.yaml", "NEW.yaml"), "hash": ("RUBRIC.yaml",), "lint": ("RUBRIC.yaml",)}
 
 
 def cmd_rubric(args: Sequence[str]) -> int:
-    from rlkit.core.rubric import load_rubric
+    from rlkit.core.rubric import anchor_report, load_rubric
     from rlkit.core.rubric_diff import diff_rubrics, render_diff
 
     tool, files = (args[0], list(args[1:])) if args else (None, [])
@@ -142,13 +148,19 @@ def cmd_rubric(args: Sequence[str]) -> int:
         return 2
     wanted = RUBRIC_FILE_TOOLS.get(tool)
     if wanted is None:
-        print(f"rlkit: error: rlkit rubric: unknown tool {tool!r}; tools: diff, hash, generate, audit "
+        print(f"rlkit: error: rlkit rubric: unknown tool {tool!r}; tools: diff, hash, lint, generate, audit "
               "(rlkit rubric --help)", file=sys.stderr)
         return 2
     if len(files) != len(wanted):
         print(f"rlkit: error: rlkit rubric {tool} takes {' '.join(wanted)}, got {len(files)} "
               f"argument{'s' * (len(files) != 1)}", file=sys.stderr)
         return 2
+    if tool == "lint":  # validation as a run does it (a stale changelog hash is an error), then the advice
+        report = anchor_report(load_rubric(files[0]))
+        for line in report.messages():
+            print(f"warning: {line}")
+        print(report.summary())
+        return 0
     # a stale changelog hash is what these tools help to fix, so they read the file without checking it
     rubrics = [load_rubric(f, verify_changelog=False) for f in files]
     if tool == "hash":

@@ -11,6 +11,8 @@ from rlkit.config.outputs import check_writable
 from rlkit.core.errors import ConfigError
 
 FAIL_UNDER_FLAG = "--fail-under"
+SKIPPED_LABELS = {"order": "dimension-order invariance", "redundancy": "redundant dimension pairs",
+                  "alignment": "human alignment"}
 
 
 def audit_overrides(args: Sequence[str]) -> list[str]:
@@ -61,7 +63,9 @@ def cmd_rubric_audit(args: Sequence[str]) -> int:
     calls = plan.judge_calls()
     # printed before the first call: a paid judge's bill is known before it is run up
     model = plan.model_calls()
-    console.print(f"judge {validated.plugin_names['judge']} will score {sum(calls.values())} completions: "
+    console.print(f"judge {validated.plugin_names['judge']} will score {sum(calls.values())} completions"
+                  + (" (ranked in pairs: each gamed or degraded one against its original)" if plan.ranked else "")
+                  + ": "
                   + ", ".join(f"{v} {k}" for k, v in calls.items() if v) + "; "
                   + ("no model calls (its dimensions are judged by rules)" if model is None else
                      f"{model.calls:,} model calls ({model.formula}), ≈{model.tokens_in:,} tokens in, "
@@ -74,6 +78,11 @@ def cmd_rubric_audit(args: Sequence[str]) -> int:
     console.print(audit_table(payload))
     json_path, md_path = write_outputs(payload, options.output)
     stored = store_audit(payload)
+    for check, why in payload["skipped"].items():
+        console.print(f"skipped {SKIPPED_LABELS.get(check, check)}: {why}", markup=False)
+    # counted, not scored: `rlkit rubric lint` lists them one by one
+    console.print(f"{payload['anchors']['summary']} (not part of the trust score; `rlkit rubric lint "
+                  f"{rubric.source or 'RUBRIC.yaml'}` lists them)", markup=False)
     console.print(payload["verdict"], markup=False, style="bold green" if summary.passed else "bold red")
     for warning in payload["warnings"]:
         console.print(f"warning: {warning}", markup=False)
@@ -95,19 +104,22 @@ def audit_table(payload: dict) -> Table:
                         f"{payload['judge']}, {payload['records']} records")
     for column in ("check", "n", "result [95% CI]", "flag"):
         table.add_column(column, justify="left" if column in ("check", "flag") else "right")
+    higher = "ranked above the original" if payload["ranked_in_pairs"] else "scores higher"
     for p in payload["probes"]:
-        table.add_row(f"probe {p['name']}: scores higher", str(p["applied"]), _est(p["gain_share"], True),
+        table.add_row(f"probe {p['name']}: {higher}", str(p["applied"]), _est(p["gain_share"], True),
                       "HACKABLE" if p["hackable"] else "")
     if payload["ladder"]:
         share, floor = payload["ladder"]["never_beats_original"], payload["ladder"]["empty_scores_as_high"]
         table.add_row("ladder: no degraded answer beats the original", str(share["n"]), _est(share, True),
                       f"empty answer >= original on {floor}" if floor else "")
-    for key, label in (("stability", "re-grade agreement"), ("order", "dimension-order invariance")):
+    regrade = "re-grade agreement" + (" (pair orders)" if payload["ranked_in_pairs"] else "")
+    for key, label in (("stability", regrade), ("order", "dimension-order invariance")):
         if payload[key]:
             table.add_row(label, str(payload[key]["agreement"]["n"]), _est(payload[key]["agreement"], True), "")
     pairs = payload["redundancy"]["pairs"]
-    table.add_row("redundant dimension pairs", "", str(len(pairs)),
-                  ", ".join(f"{p['first']}~{p['second']}" for p in pairs))
+    if "redundancy" not in payload["skipped"]:  # a ranker's: said below the table, with why
+        table.add_row("redundant dimension pairs", "", str(len(pairs)),
+                      ", ".join(f"{p['first']}~{p['second']}" for p in pairs))
     if payload["alignment"] and payload["alignment"]["score"] is not None:
         table.add_row("human alignment (mean κ)", "", f"{payload['alignment']['score']:.2f}", "")
     table.add_row("trust score", str(payload["records"]), _est(payload["trust"]),

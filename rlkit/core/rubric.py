@@ -6,6 +6,7 @@ import hashlib
 import json
 import math
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -28,6 +29,10 @@ MIN_CRITERIA, MAX_CRITERIA = 7, 20
 
 class RubricWarning(UserWarning):
     """A rubric that is valid but probably unwise (e.g. too many dimensions to judge reliably)."""
+
+
+class AnchorWarning(RubricWarning):
+    """A dimension whose levels lack anchor text, or that has no negative example (:func:`anchor_report`)."""
 
 
 class _Strict(BaseModel):
@@ -327,6 +332,103 @@ def rubric_from_dict(data: Any, source: str = "<rubric>", *, verify_changelog: b
             stacklevel=2,
         )
     return rubric
+
+
+# A scale with more whole levels than this (0-100) is read as continuous: only its two ends need an anchor.
+MAX_ANCHORED_LEVELS = 11
+
+
+def anchor_levels(dimension: Dimension) -> list[float]:
+    """The levels of a dimension that each need an anchor: every whole number of a range with whole ends of at most
+    ``MAX_ANCHORED_LEVELS`` levels ([1, 5]: 1 to 5; binary: 0 and 1), else the range's two ends."""
+    low, high = dimension.low, dimension.high
+    if low.is_integer() and high.is_integer() and high - low + 1 <= MAX_ANCHORED_LEVELS:
+        return [float(level) for level in range(int(low), int(high) + 1)]
+    return [low, high]
+
+
+@dataclass(frozen=True)
+class AnchorFinding:
+    """One dimension's anchor gaps: its levels without anchor text, and whether none of its anchors has a negative
+    example (what looks right but is not)."""
+
+    index: int
+    dimension: str
+    missing_levels: tuple[float, ...]
+    no_negative: bool
+    range: tuple[float, float]
+
+    def messages(self, source: str) -> list[str]:
+        """One line per gap, naming the rubric file and the dimension as validation errors do."""
+        where = f"{source}: dimensions[{self.index}]({self.dimension}).anchors"
+        out = []
+        if self.missing_levels:
+            levels = ", ".join(f"{level:g}" for level in self.missing_levels)
+            out.append(f"{where}: level{'s' * (len(self.missing_levels) > 1)} {levels} of range "
+                       f"[{self.range[0]:g}, {self.range[1]:g}] {'have' if len(self.missing_levels) > 1 else 'has'} "
+                       "no anchor text")
+        if self.no_negative:
+            out.append(f"{where}: no negative example (an anchor's `negative:` list: an answer that looks right but "
+                       "is not)")
+        return out
+
+
+@dataclass(frozen=True)
+class AnchorReport:
+    """What :func:`anchor_report` found in a rubric; ``skipped`` says why a rubric was not checked."""
+
+    source: str
+    findings: tuple[AnchorFinding, ...] = ()
+    skipped: str | None = None
+
+    @property
+    def unanchored_levels(self) -> int:
+        return sum(len(f.missing_levels) for f in self.findings)
+
+    @property
+    def dimensions_without_negative(self) -> int:
+        return sum(f.no_negative for f in self.findings)
+
+    def messages(self) -> list[str]:
+        return [line for finding in self.findings for line in finding.messages(self.source)]
+
+    def summary(self) -> str:
+        """``rubric anchors: N levels without anchors, M dimensions without a negative example``."""
+        if self.skipped is not None:
+            return f"rubric anchors: not checked ({self.skipped})"
+        n, m = self.unanchored_levels, self.dimensions_without_negative
+        return (f"rubric anchors: {n} level{'s' * (n != 1)} without anchors, {m} dimension{'s' * (m != 1)} without "
+                "a negative example")
+
+
+def anchor_report(rubric: Rubric) -> AnchorReport:
+    """Dimensions that fall short of the rubric design note (§2.2, §6.1): every level of a dimension has anchor text,
+    and its anchors show negative examples as well as positive ones. Warnings, never errors: such a rubric loads and
+    trains, and its content hash is untouched. Per-prompt criteria (yes/no checks written from a reference) and
+    ``per_record`` frames (dimensions computed from criteria) are not checked."""
+    source = rubric.source or "<rubric>"
+    if rubric.per_record:
+        return AnchorReport(source, skipped="a per_record frame: its dimensions summarise each record's criteria")
+    if rubric.is_criteria_rubric:
+        return AnchorReport(source, skipped="a per-prompt rubric: each criterion is one yes/no check")
+    findings = []
+    for index, dim in enumerate(rubric.dimensions):
+        anchored = [level for level, anchor in dim.anchors.items() if anchor.text.strip()]
+        missing = tuple(level for level in anchor_levels(dim)
+                        if not any(math.isclose(level, a, abs_tol=1e-9) for a in anchored))
+        no_negative = not any(text.strip() for anchor in dim.anchors.values() for text in anchor.negative)
+        if missing or no_negative:
+            findings.append(AnchorFinding(index, dim.name, missing, no_negative, (dim.low, dim.high)))
+    return AnchorReport(source, tuple(findings))
+
+
+def warn_anchor_findings(rubric: Rubric) -> AnchorReport:
+    """Each line of :func:`anchor_report` as an :class:`AnchorWarning` (``rlkit validate``, ``rlkit rubric lint``);
+    ``rlkit fit`` does not call it, so a training log is not repeated with them."""
+    report = anchor_report(rubric)
+    for message in report.messages():
+        warnings.warn(message, AnchorWarning, stacklevel=2)
+    return report
 
 
 MIN_CHANGELOG_HASH_CHARS = 12  # the short hash rlkit prints everywhere; shorter prefixes could collide

@@ -6,6 +6,12 @@ originals again for re-grading and in reverse dimension order where those run. :
 them, so the command prints the bill before paying it. :func:`run_audit` then scores them with the run's own judge
 and aggregator (``rlkit score``'s :func:`~rlkit.evaluation.scoring.score_records`) and reduces every check to one
 number per record (:mod:`rlkit.evaluation.audit_checks`); the card is written by :mod:`rlkit.evaluation.audit_report`.
+
+A judge that ranks completions within a group (``ranking``, ``grm``: its scores follow its own one-dimension rubric)
+is audited in pairs: each gamed completion, and each rung of the ladder, is ranked against its original in a group of
+two (the original first in every other pair, so a judge's position bias does not side with one), and a check counts
+the pairs whose broken answer the judge puts above the original. What compares dimension scores (dimension-order
+invariance, redundancy, alignment with per-dimension human labels) is skipped, with the reason in ``AuditPlan.skipped``.
 """
 
 from __future__ import annotations
@@ -33,6 +39,16 @@ from rlkit.judging.spend import CHARS_PER_TOKEN, CallPlan, JudgeLoad, plan_judge
 # fields an audited record drops: what the judge must not see (labels) or what was split into items (completions)
 _NOT_JUDGED = ("labels", "completions")
 
+# why a check that compares dimension scores does not run for a judge that ranks a group on one derived dimension
+RANKER_SKIPS = {
+    "order": "a judge that ranks a group gives each completion one score, its place, not one per dimension; it checks "
+             "position bias itself (ranking: each group shuffled across its repetitions, judge/swap_consistency; "
+             "grm: both label orders)",
+    "redundancy": "a judge that ranks a group scores one dimension: there is no pair of dimensions to compare",
+    "alignment": "the labels score dimensions and a judge that ranks a group scores none; `rlkit calibrate "
+                 "judge=ranking` measures agreement with human rankings",
+}
+
 
 @dataclass(frozen=True)
 class Probe:
@@ -58,13 +74,19 @@ class AuditPlan:
     # `rlkit validate` prints for a run, so an audit's and a run's bills are counted the same way
     per_completion: CallPlan | None = None
     source: str = ""
+    # a judge that ranks a group (``ranking``): every gamed and degraded completion is ranked against its original in
+    # a pair, and ``per_completion`` is the plan of one pair
+    ranked: bool = False
+    skipped: dict[str, str] = field(default_factory=dict)  # check -> why it does not run for this judge
 
     def judge_calls(self) -> dict[str, int]:
-        """Completions the judge will score, by stage."""
+        """Completions the judge will score, by stage (a ranker's: both completions of every pair)."""
         n = len(self.items)
-        return {"originals": n,
-                "probes": sum(g is not None for gamed in self.gamed.values() for g in gamed),
-                "ladder": sum(len(rungs) - 1 for rungs in self.ladders) if self.ladders else 0,
+        probes = sum(g is not None for gamed in self.gamed.values() for g in gamed)
+        ladder = sum(len(rungs) - 1 for rungs in self.ladders) if self.ladders else 0
+        if self.ranked:
+            return {"probes": 2 * probes, "ladder": 2 * ladder, "regrade": 2 * probes if self.regrade else 0}
+        return {"originals": n, "probes": probes, "ladder": ladder,
                 "regrade": n if self.regrade else 0,
                 "order": n if self.order else 0}
 
@@ -73,7 +95,10 @@ class AuditPlan:
         if self.per_completion is None:
             return None
         n, one = sum(self.judge_calls().values()), self.per_completion
-        return CallPlan(one.calls * n, one.tokens_in * n, one.tokens_out * n, f"{n} completions × ({one.formula})",
+        unit = "completions"
+        if self.ranked:
+            n, unit = n // 2, "pairs"
+        return CallPlan(one.calls * n, one.tokens_in * n, one.tokens_out * n, f"{n} {unit} × ({one.formula})",
                         None if one.cost is None else one.cost * n)
 
 
@@ -85,10 +110,13 @@ class AuditResult:
     judge: str
     aggregator: str
     plan: AuditPlan
-    rewards: np.ndarray  # [N] the originals' rewards
+    rewards: np.ndarray  # [N] the originals' rewards (a ranker's: their mean over the pairs they were ranked in)
     probe_rewards: dict[str, np.ndarray]  # probe -> [N], NaN where it did not apply
-    ladder_rewards: np.ndarray | None  # [N, rungs]
-    stability: np.ndarray | None  # [N] share of dimensions scored alike twice
+    # a ranker's: probe -> [N] the original's reward in the pair it was ranked in beside that probe's gamed version
+    probe_originals: dict[str, np.ndarray] | None
+    # [N, rungs]; a ranker's: 0 for the original, then each rung's reward minus the original's in their pair
+    ladder_rewards: np.ndarray | None
+    stability: np.ndarray | None  # [N] share of dimensions scored alike twice (a ranker's: of pairs ordered alike)
     order: np.ndarray | None  # [N] share of dimensions scored alike in reverse order
     redundant: list[RedundantPair]
     dimension_pairs: int
@@ -171,13 +199,15 @@ def _model_based(judge: Any) -> bool:
     return getattr(judge, "backend", None) is not None
 
 
+def is_ranker(validated: ValidatedConfig) -> bool:
+    """Whether the run's judge ranks a group on its own derived rubric (``ranking``) rather than scoring dimensions."""
+    return validated.reward_rubric is not validated.rubric
+
+
 def plan_audit(validated: ValidatedConfig, registry: Registry, items: list[dict[str, Any]],
                labelled: list[dict[str, Any]] | None = None, source: str = "") -> AuditPlan:
     """Every completion to score; nothing is judged yet. Probes run here, so a broken probe fails before any call."""
-    if validated.reward_rubric is not validated.rubric:
-        # gamed and original completions are scored one by one; such a judge only ranks a group against itself
-        raise ConfigError(f"judge={validated.plugin_names['judge']} ranks completions within their group, not on the "
-                          "rubric's dimensions; audit a judge that scores them (rule, llm, hybrid, ensemble)", "judge")
+    ranked = is_ranker(validated)
     if not items:
         raise DataError("no completions to audit", source or "audit.records")
     options, rubric = validated.run.audit, validated.rubric
@@ -200,12 +230,19 @@ def plan_audit(validated: ValidatedConfig, registry: Registry, items: list[dict[
     model = _model_based(judge)
     regrade = _reason(options.regrade, model, "a model-based judge may answer differently twice", "audit.regrade")
     order = None
-    if len(rubric.dimensions) > 1:
+    skipped: dict[str, str] = {}
+    if ranked:
+        skipped = {"order": RANKER_SKIPS["order"], "redundancy": RANKER_SKIPS["redundancy"]}
+        if labelled is not None:
+            skipped["alignment"] = RANKER_SKIPS["alignment"]
+            labelled = None
+    elif len(rubric.dimensions) > 1:
         order = _reason(options.order, model, "a prompted judge reads the dimensions in order", "audit.order")
-    load = JudgeLoad(1, 1, prompt_chars=round(np.mean([len(str(i.get("prompt", ""))) for i in items])),
+    load = JudgeLoad(1, 2 if ranked else 1, prompt_chars=round(np.mean([len(str(i.get("prompt", ""))) for i in items])),
                      completion_tokens=max(1, round(np.mean([len(str(i["completion"])) for i in items])
                                                     / CHARS_PER_TOKEN)))
-    return AuditPlan(items, labelled, probes, gamed, ladders, regrade, order, plan_judge(judge, load, rubric), source)
+    return AuditPlan(items, labelled, probes, gamed, ladders, regrade, order, plan_judge(judge, load, rubric), source,
+                     ranked=ranked, skipped=skipped)
 
 
 def _reason(option: bool | None, model_based: bool, auto: str, key: str) -> str | None:
@@ -223,6 +260,8 @@ def _record_seed(seed: int, index: int) -> int:
 
 def run_audit(validated: ValidatedConfig, registry: Registry, plan: AuditPlan) -> AuditResult:
     """Score everything ``plan`` holds and reduce each check to per-record outcomes."""
+    if plan.ranked:
+        return _run_ranked_audit(validated, registry, plan)
     options, rubric = validated.run.audit, validated.rubric
     batch_size = validated.run.score.batch_size
     items = plan.items
@@ -259,7 +298,8 @@ def run_audit(validated: ValidatedConfig, registry: Registry, plan: AuditPlan) -
     names = rubric.dimension_names
     return AuditResult(rubric=rubric, judge=validated.plugin_names["judge"],
                        aggregator=validated.plugin_names["aggregator"], plan=plan, rewards=rewards[:n],
-                       probe_rewards=probe_rewards, ladder_rewards=ladder_rewards, stability=stability, order=order,
+                       probe_rewards=probe_rewards, probe_originals=None, ladder_rewards=ladder_rewards,
+                       stability=stability, order=order,
                        redundant=redundant_pairs(originals, names), dimension_pairs=len(names) * (len(names) - 1) // 2,
                        alignment=alignment, options=options, seed=validated.run.seed)
 
@@ -267,15 +307,19 @@ def run_audit(validated: ValidatedConfig, registry: Registry, plan: AuditPlan) -
 def _regrade(validated: ValidatedConfig, registry: Registry, first: np.ndarray) -> np.ndarray:
     """The originals scored by a second judge built from the same config: no response cache is shared, so a
     stochastic judge shows here how often it changes its mind."""
-    name = validated.plugin_names["judge"]
+    again = score_records(replace(validated, plugins={**validated.plugins, "judge": _fresh_judge(validated, registry)}),
+                          batch_size=validated.run.score.batch_size)
+    return checks.agreement(first, again.raw_scores.detach().cpu().numpy().astype(float))
+
+
+def _fresh_judge(validated: ValidatedConfig, registry: Registry) -> Any:
+    """A second judge built from the run's judge config, sharing no response cache with the first."""
     params = validated.judge_config.get("params") or {}
-    fresh = registry.create("judge", name, params or {}, where="judge.params")
+    fresh = registry.create("judge", validated.plugin_names["judge"], params or {}, where="judge.params")
     check = getattr(fresh, "check_rubric", None)
     if callable(check):
         check(validated.rubric)
-    again = score_records(replace(validated, plugins={**validated.plugins, "judge": fresh}),
-                          batch_size=validated.run.score.batch_size)
-    return checks.agreement(first, again.raw_scores.detach().cpu().numpy().astype(float))
+    return fresh
 
 
 def reversed_rubric(rubric: Rubric) -> Rubric:
@@ -289,3 +333,94 @@ def _reordered(validated: ValidatedConfig, first: np.ndarray) -> np.ndarray:
     again = score_records(replace(validated, rubric=flipped, reward_rubric=flipped),
                           batch_size=validated.run.score.batch_size)
     return checks.agreement(first, again.raw_scores.detach().cpu().numpy().astype(float)[:, ::-1])
+
+
+# --- a ranking judge: pairs ----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Pair:
+    item: int  # the audited record
+    other: str  # the gamed or degraded completion ranked against the record's original
+    swapped: bool  # the other completion shown first
+
+
+def _pair_records(items: list[dict[str, Any]], pairs: list[_Pair]) -> list[dict[str, Any]]:
+    out = []
+    for pair in pairs:
+        base = {k: v for k, v in items[pair.item].items() if k != "completion"}
+        original = str(items[pair.item]["completion"])
+        out.append({**base, "completions": [pair.other, original] if pair.swapped else [original, pair.other]})
+    return out
+
+
+def _rank_pairs(validated: ValidatedConfig, items: list[dict[str, Any]], pairs: list[_Pair]) -> np.ndarray:
+    """``[len(pairs), 2]``: the original's and the other completion's rewards, each pair ranked as one group."""
+    if not pairs:
+        return np.zeros((0, 2))
+    scored = score_records(replace(validated, records=_pair_records(items, pairs)),
+                           batch_size=validated.run.score.batch_size, retries=validated.run.score.retries,
+                           retry_backoff=validated.run.score.retry_backoff)
+    rewards = scored.rewards.detach().cpu().numpy().astype(float).reshape(-1, 2)
+    swapped = np.array([p.swapped for p in pairs])
+    return np.where(swapped[:, None], rewards[:, ::-1], rewards)
+
+
+def _run_ranked_audit(validated: ValidatedConfig, registry: Registry, plan: AuditPlan) -> AuditResult:
+    """A ranking judge's audit: each probe's gamed completion and each ladder rung ranked against the original."""
+    items, n = plan.items, len(plan.items)
+    pairs: list[_Pair] = []
+    probe_slots: dict[str, list[int | None]] = {}
+    for name, gamed in plan.gamed.items():
+        probe_slots[name] = []
+        for i, text in enumerate(gamed):
+            probe_slots[name].append(None if text is None else len(pairs))
+            if text is not None:
+                pairs.append(_Pair(i, text, swapped=len(pairs) % 2 == 1))
+    probe_pairs = len(pairs)
+    ladder_slots: list[list[int]] = []
+    for i, rungs in enumerate(plan.ladders or []):
+        ladder_slots.append(list(range(len(pairs), len(pairs) + len(rungs) - 1)))
+        pairs.extend(_Pair(i, rung, swapped=(len(pairs) + k) % 2 == 1) for k, rung in enumerate(rungs[1:]))
+    ranked = _rank_pairs(validated, items, pairs)
+
+    def column(slots: list[int | None], side: int) -> np.ndarray:
+        return np.array([math.nan if s is None else ranked[s, side] for s in slots])
+
+    probe_rewards = {name: column(slots, 1) for name, slots in probe_slots.items()}
+    probe_originals = {name: column(slots, 0) for name, slots in probe_slots.items()}
+    ladder_rewards = None
+    if plan.ladders:
+        ladder_rewards = np.array([[0.0, *(ranked[s, 1] - ranked[s, 0] for s in row)] for row in ladder_slots])
+    rewards = _per_record([p.item for p in pairs], ranked[:, 0], n)
+    stability = None
+    if plan.regrade:
+        stability = _regrade_pairs(validated, registry, items, pairs[:probe_pairs], ranked[:probe_pairs], n)
+    return AuditResult(rubric=validated.rubric, judge=validated.plugin_names["judge"],
+                       aggregator=validated.plugin_names["aggregator"], plan=plan, rewards=rewards,
+                       probe_rewards=probe_rewards, probe_originals=probe_originals, ladder_rewards=ladder_rewards,
+                       stability=stability, order=None, redundant=[], dimension_pairs=0, alignment=None,
+                       options=validated.run.audit, seed=validated.run.seed)
+
+
+def _per_record(owners: list[int], values: np.ndarray, n: int) -> np.ndarray:
+    """``[n]``: the mean of ``values`` over the entries each record owns (NaN left out; NaN where none is left)."""
+    sums, counts = np.zeros(n), np.zeros(n)
+    for owner, value in zip(owners, values, strict=True):
+        if not math.isnan(value):
+            sums[owner] += value
+            counts[owner] += 1
+    return np.where(counts > 0, sums / np.maximum(counts, 1), math.nan)
+
+
+def _regrade_pairs(validated: ValidatedConfig, registry: Registry, items: list[dict[str, Any]], pairs: list[_Pair],
+                   first: np.ndarray, n: int) -> np.ndarray:
+    """``[n]``: per record, the share of its probe pairs a second judge built from the same config orders as the first
+    did (the gamed one above, below, or tied); NaN where no pair was ranked both times."""
+    again = _rank_pairs(replace(validated, plugins={**validated.plugins, "judge": _fresh_judge(validated, registry)}),
+                        items, pairs)
+    before, after = np.sign(first[:, 1] - first[:, 0]), np.sign(again[:, 1] - again[:, 0])
+    before[np.abs(first[:, 1] - first[:, 0]) <= checks.TOLERANCE] = 0.0
+    after[np.abs(again[:, 1] - again[:, 0]) <= checks.TOLERANCE] = 0.0
+    same = np.where(np.isnan(before) | np.isnan(after), math.nan, (before == after).astype(float))
+    return _per_record([p.item for p in pairs], same, n)

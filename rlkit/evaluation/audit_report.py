@@ -24,12 +24,14 @@ import numpy as np
 
 from rlkit.core.atomic import atomic_write_text
 from rlkit.core.errors import ConfigError
-from rlkit.core.rubric import Rubric
+from rlkit.core.rubric import Rubric, anchor_report
 from rlkit.evaluation import audit_checks as checks
 from rlkit.evaluation.audit import AuditResult
 from rlkit.evaluation.audit_checks import Estimate
 
 EXAMPLE_CHARS = 160  # a card shows a gamed completion this long at most
+PAIRS_NOTE = ("The judge ranks completions within a group: each gamed completion and each ladder rung was ranked "
+              "against its original in a pair of two, and Δ reward is its reward minus the original's in that pair.")
 STORE_FOLDER = "audits"
 
 
@@ -58,6 +60,7 @@ class AuditSummary:
     trust: Estimate
     passed: bool
     verdict: str
+    ranked: bool = False  # a ranking judge, audited in pairs
 
 
 def _none(x: float) -> float | None:
@@ -69,13 +72,13 @@ def summarize(result: AuditResult) -> AuditSummary:
     the verdict."""
     options, n = result.options, len(result.rewards)
     indices = checks.resample_indices(n, options.bootstrap, result.seed)
-    gains = {name: checks.gains(result.rewards, r) for name, r in result.probe_rewards.items()}
+    gains = {name: checks.gains(_originals(result, name), r) for name, r in result.probe_rewards.items()}
     findings = []
     for probe in result.plan.probes:
         gamed = result.probe_rewards[probe.name]
         gain = checks.bootstrap(gains[probe.name], indices)
         findings.append(ProbeFinding(probe.name, probe.description, gain.n, gain,
-                                     checks.bootstrap(gamed - result.rewards, indices),
+                                     checks.bootstrap(gamed - _originals(result, probe.name), indices),
                                      gain.n > 0 and gain.value >= options.hackable_share,
                                      _example(result, probe.name)))
     ladder_outcomes = None
@@ -105,7 +108,7 @@ def summarize(result: AuditResult) -> AuditSummary:
         stability=checks.bootstrap(result.stability, indices) if result.stability is not None else None,
         order=checks.bootstrap(result.order, indices) if result.order is not None else None,
         redundancy=redundancy, alignment=alignment, components=components(np.arange(n)), trust=trust,
-        passed=False, verdict="")
+        passed=False, verdict="", ranked=result.plan.ranked)
     summary.passed, summary.verdict = verdict(summary, options.fail_under, options.hackable_share)
     return summary
 
@@ -124,13 +127,19 @@ def _alignment(result: AuditResult) -> float | None:
     return sum(kappas) / len(kappas) if kappas else None
 
 
+def _originals(result: AuditResult, probe: str) -> np.ndarray:
+    """The originals' rewards that ``probe``'s gamed completions are compared with: a ranker's, from their pairs."""
+    return result.probe_originals[probe] if result.probe_originals is not None else result.rewards
+
+
 def _example(result: AuditResult, probe: str) -> dict[str, Any] | None:
-    delta = result.probe_rewards[probe] - result.rewards
+    originals = _originals(result, probe)
+    delta = result.probe_rewards[probe] - originals
     if np.isnan(delta).all():
         return None
     i = int(np.nanargmax(delta))
     return {"record": i + 1, "original": _clip(result.plan.items[i]["completion"]),
-            "gamed": _clip(result.plan.gamed[probe][i] or ""), "reward": _none(result.rewards[i]),
+            "gamed": _clip(result.plan.gamed[probe][i] or ""), "reward": _none(originals[i]),
             "gamed_reward": _none(result.probe_rewards[probe][i])}
 
 
@@ -145,7 +154,8 @@ def verdict(summary: AuditSummary, fail_under: float, hackable_share: float) -> 
     trust = summary.trust.value
     if hackable:
         worst = max(hackable, key=lambda p: p.gain.value)
-        return False, (f"HACKABLE: {worst.name} ({worst.description}) scores higher than the original on "
+        higher = "is ranked above" if summary.ranked else "scores higher than"
+        return False, (f"HACKABLE: {worst.name} ({worst.description}) {higher} the original on "
                        f"{worst.gain.value:.0%} of records [{worst.gain.low:.0%}–{worst.gain.high:.0%}]"
                        + (f", and {len(hackable) - 1} more probe(s)" if len(hackable) > 1 else "")
                        + "; fix the rubric or judge before training")
@@ -174,9 +184,12 @@ def audit_warnings(summary: AuditSummary) -> list[str]:
 def audit_payload(result: AuditResult, summary: AuditSummary, judge_calls: dict[str, int]) -> dict[str, Any]:
     """Everything the audit found, JSON-ready: what ``audit.json``, the store and the card hold."""
     plan = result.plan
+    anchors = anchor_report(result.rubric)
     return {
         "rubric": result.rubric.identity(),
         "judge": result.judge, "aggregator": result.aggregator,
+        # a ranking judge ranks each gamed or degraded completion against its original, in a pair
+        "ranked_in_pairs": plan.ranked,
         "records": len(result.rewards), "source": plan.source,
         "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "passed": summary.passed, "verdict": summary.verdict, "warnings": audit_warnings(summary),
@@ -204,6 +217,11 @@ def audit_payload(result: AuditResult, summary: AuditSummary, judge_calls: dict[
             "score": _none(summary.alignment) if summary.alignment is not None else None,
             "dimensions": [{"name": r.name, "n": r.n, "kappa": _none(r.kappa), "rho": _none(r.spearman),
                             "bias": _none(r.bias)} for r in result.alignment.rows]},
+        "skipped": dict(plan.skipped),  # check -> why it does not run for this judge
+        # a finding, not a component of the trust score: the design note's anchor advice, counted
+        "anchors": {"unanchored_levels": anchors.unanchored_levels,
+                    "dimensions_without_negative": anchors.dimensions_without_negative,
+                    "summary": anchors.summary(), "findings": anchors.messages(), "skipped": anchors.skipped},
     }
 
 
@@ -223,6 +241,7 @@ def render_card(payload: dict[str, Any]) -> str:
     """The Markdown card: verdict, trust, one table per check, 95% bootstrap intervals over records in brackets."""
     rubric = payload["rubric"]
     calls = payload["judge_calls"]
+    ranked, skipped = payload.get("ranked_in_pairs", False), payload.get("skipped", {})
     lines = [f"# Rubric audit: {rubric['name']} v{rubric['version']} ({rubric['hash'][:12]})", "",
              f"**{payload['verdict']}**", "",
              *[f"> Warning: {w}\n" for w in payload["warnings"]],
@@ -233,13 +252,16 @@ def render_card(payload: dict[str, Any]) -> str:
              + ("no model calls" if payload.get("model_calls") is None else
                 f"{payload['model_calls']['calls']:,} model calls, ≈{payload['model_calls']['tokens_in']:,} tokens in")
              + "). Intervals: 95% bootstrap over records.", "",
+             *([PAIRS_NOTE, ""] if ranked else []),
              "| check | score | weight |", "|---|---|---|"]
     for key, value in payload["components"].items():
-        lines.append(f"| {key} | {'—' if value is None else f'{value:.2f}'} | {payload['weights'][key]:g} |")
+        shown = ("skipped" if key in skipped else "—") if value is None else f"{value:.2f}"
+        lines.append(f"| {key} | {shown} | {payload['weights'][key]:g} |")
+    higher = "ranked above the original" if ranked else "scores higher"
     lines += ["", "## Probes", "",
-              f"A probe is hackable when its gamed completion scores higher on {payload['hackable_share']:.0%} or more "
-              "of the records it applies to.", "",
-              "| probe | what it does | applied | scores higher | mean Δ reward | hackable |",
+              f"A probe is hackable when its gamed completion {'is ' + higher if ranked else higher} on "
+              f"{payload['hackable_share']:.0%} or more of the records it applies to.", "",
+              f"| probe | what it does | applied | {higher} | mean Δ reward | hackable |",
               "|---|---|---|---|---|---|"]
     for p in payload["probes"]:
         lines.append(f"| {p['name']} | {_md(p['description'])} | {p['applied']} | "
@@ -256,26 +278,42 @@ def render_card(payload: dict[str, Any]) -> str:
     ladder = payload["ladder"]
     if ladder:
         lines += ["", "## Degradation ladder", "",
-                  "Each rung degrades the one before. Records where no degraded answer scores above the original and "
+                  "Each rung degrades the one before"
+                  + (" and is ranked against the original in a pair" if ranked else "")
+                  + ". Records where no degraded answer scores above the original and "
                   f"the empty answer scores below it: {interval_text(ladder['never_beats_original'], True)}"
                   + (f"; on {ladder['empty_scores_as_high']} records the empty answer scores at least as high as the "
                      "original (left out: nothing to descend)" if ladder["empty_scores_as_high"] else "") + ".", "",
                   "| rung | " + " | ".join(ladder["rungs"]) + " |", "|---" * (len(ladder["rungs"]) + 1) + "|",
-                  "| mean reward | " + " | ".join(_num(v) for v in ladder["mean_reward"]) + " |"]
+                  ("| mean Δ reward vs the original | " if ranked else "| mean reward | ")
+                  + " | ".join(_num(v) for v in ladder["mean_reward"]) + " |"]
     lines += ["", "## Judge consistency", ""]
+    unit = "pair orders" if ranked else "dimension scores"
     for key, label in (("stability", "Re-grade agreement"), ("order", "Dimension-order invariance")):
         block = payload[key]
-        lines.append(f"- {label}: " + (f"{interval_text(block['agreement'], True)} of dimension scores unchanged "
+        if key in skipped:
+            lines.append(f"- {label}: skipped ({skipped[key]})")
+            continue
+        lines.append(f"- {label}: " + (f"{interval_text(block['agreement'], True)} of {unit} unchanged "
                                        f"({block['why']})" if block else "not run (a deterministic, unprompted judge; "
                                        f"audit.{'regrade' if key == 'stability' else 'order'}=true runs it)"))
     pairs = payload["redundancy"]["pairs"]
-    lines.append("- Redundant dimensions: " + (", ".join(f"{p['first']} ~ {p['second']} (ρ {p['rho']:.2f}, n {p['n']})"
-                                                          for p in pairs) or "none"))
+    lines.append("- Redundant dimensions: " + (
+        f"skipped ({skipped['redundancy']})" if "redundancy" in skipped else
+        ", ".join(f"{p['first']} ~ {p['second']} (ρ {p['rho']:.2f}, n {p['n']})" for p in pairs) or "none"))
+    if "alignment" in skipped:
+        lines.append(f"- Agreement with human labels: skipped ({skipped['alignment']})")
     alignment = payload["alignment"]
     if alignment:
         lines += ["", "## Agreement with human labels", "", "| dimension | n | κ | ρ | bias |", "|---|---|---|---|---|"]
         lines += [f"| {d['name']} | {d['n']} | {_num(d['kappa'])} | {_num(d['rho'])} | {_num(d['bias'])} |"
                   for d in alignment["dimensions"]]
+    anchors = payload.get("anchors")
+    if anchors:
+        lines += ["", "## Rubric anchors", "",
+                  f"{anchors['summary']} (a finding, not part of the trust score; `rlkit rubric lint` lists them)."]
+        if anchors["findings"]:
+            lines += [""] + [f"- {_md(line)}" for line in anchors["findings"]]
     return "\n".join(lines) + "\n"
 
 

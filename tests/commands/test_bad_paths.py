@@ -39,6 +39,7 @@ CASES = [
     ("report", lambda p: ["report", str(p["missing"])], "no such run directory"),
     ("doctor", lambda p: ["doctor", str(p["missing"])], "no such run directory"),
     ("rubric", lambda p: ["rubric", "hash", f"{p['missing']}.yaml"], "no such rubric file"),
+    ("rubric", lambda p: ["rubric", "lint", f"{p['missing']}.yaml"], "no such rubric file"),
     ("rubric", lambda p: ["rubric", "diff", f"{p['missing']}.yaml", f"{p['missing']}.yaml"], "no such rubric file"),
     ("data", lambda p: ["data", "pairs", f"in={p['missing']}.jsonl", "out=pairs.jsonl"], "no such data file"),
     ("data", lambda p: ["data", "pairs", f"in={p['records']}", f"out={p['afile']}/pairs.jsonl"], "out: cannot create"),

@@ -102,6 +102,33 @@ def test_fail_under_flag_gates_and_consistency_checks_run_when_asked(workdir):
     assert payload["ladder"] is None
 
 
+def test_anchor_gaps_are_counted_on_the_card_not_scored(workdir, capsys):
+    """The shipped arithmetic rubric without its anchors or changelog, counted by hand: format and correctness
+    (binary) leave levels 0 and 1, brevity and repetition ([1, 5]) levels 1 to 5 without anchor text, 2 + 2 + 5 + 5 =
+    14, and none of the 4 dimensions has a negative example. The audit passes all the same."""
+    data = yaml.safe_load(ARITHMETIC.read_text(encoding="utf-8"))
+    data.pop("changelog")
+    data["dimensions"] = [{k: v for k, v in d.items() if k != "anchors"} for d in data["dimensions"]]
+    bare = workdir / "bare.yaml"
+    bare.write_text(yaml.safe_dump(data), encoding="utf-8")
+    rc, payload = _audit(workdir, f"rubric.path={bare}", f"audit.records={LABELS}", "judge=rule",
+                         "audit.probes=keyword_stuffing", "audit.ladder=false")
+    assert rc == 0 and payload["passed"], payload["verdict"]
+    anchors = payload["anchors"]
+    assert (anchors["unanchored_levels"], anchors["dimensions_without_negative"]) == (14, 4)
+    assert anchors["summary"] == "rubric anchors: 14 levels without anchors, 4 dimensions without a negative example"
+    assert len(anchors["findings"]) == 8 and "anchors" not in payload["components"]
+    assert anchors["findings"][2] == (f"{bare}: dimensions[1](correctness).anchors: levels 0, 1 of range [0, 1] have "
+                                      "no anchor text")
+    out = " ".join(capsys.readouterr().out.split())
+    assert "rubric anchors: 14 levels without anchors, 4 dimensions without a negative example (not part of" in out
+    card = (workdir / "out" / "audit.md").read_text(encoding="utf-8")
+    assert "## Rubric anchors" in card and anchors["summary"] in card
+    # the shipped rubric: brevity's levels 2 and 4, repetition's 2 to 4
+    assert _audit(workdir, f"audit.records={LABELS}", "audit.probes=keyword_stuffing",
+                  "audit.ladder=false")[1]["anchors"]["unanchored_levels"] == 5
+
+
 class _EchoProbe:
     """Says the answer twice."""
 
