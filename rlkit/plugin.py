@@ -121,6 +121,7 @@ if TYPE_CHECKING:
 
     # --- reward helpers: normalisation, saturation, weight schedulers, monitors -----------------------------------
     from rlkit.reward.diagnostics import ConflictWatch, conflict_rate, saturation_share
+    from rlkit.reward.dropout import CRITERIA_DROPOUT_FIELD
     from rlkit.reward.monitor_view import Alert, BaselineDrift, MonitorView, due, make_view
     from rlkit.reward.pipeline import normalize_scores
     from rlkit.reward.preferences import (
@@ -163,6 +164,7 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
+    "CRITERIA_DROPOUT_FIELD",
     "DEFAULT_CALIBRATION_LABELS",
     "MAX_BACKOFF_S",
     "RANKING_COMPACT_TEMPLATE",

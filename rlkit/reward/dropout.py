@@ -12,6 +12,7 @@ and a resumed run draws exactly those of the uninterrupted run; nothing needs to
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -59,6 +60,26 @@ def rubric_dropout(scores: torch.Tensor, weights: torch.Tensor, p: float, seed: 
     return out, kept.to(scores.device)
 
 
+# A training record of a per-record rubric carries its criteria's draw here: {"p": float, "seed": int}
+CRITERIA_DROPOUT_FIELD = "rubric_dropout"
+
+
+def with_criteria_dropout(records: list[dict[str, Any]], p: float, seed: int, step: int) -> list[dict[str, Any]]:
+    """Training records of a per-record rubric (``rubric=per_record``), each given the seed of its criteria's draw
+    under :data:`CRITERIA_DROPOUT_FIELD`: the judge drops each criterion with probability p before it summarises
+    them (``rlkit_plugins.judges.per_record``), because the frame's dimensions are summaries of criteria, not items
+    a policy could learn around. The seed is a function of the run seed, the step and the record's prompt, so every
+    process and a resumed run draw the same. ``p = 0`` returns ``records`` themselves."""
+    import zlib
+
+    if p == 0.0:
+        return records
+    base = int(dropout_generator(seed, step).initial_seed())
+    return [{**record, CRITERIA_DROPOUT_FIELD: {
+        "p": p, "seed": (base + zlib.crc32(json.dumps(record.get("prompt"), sort_keys=True, default=str).encode()))
+        % (2**63)}} for record in records]
+
+
 def dropped_share(kept: torch.Tensor, scores: torch.Tensor, weights: torch.Tensor) -> float:
     """The share of a step's usable (group, dimension) pairs (positive weight, scored) that were dropped."""
     b, _, d = scores.shape
@@ -89,4 +110,5 @@ def with_rubric_dropout(batch: RewardBatch, aggregator: Any, p: float, seed: int
     return replace(batch.with_rewards(rewards.to(torch.float32)), extras=extras)
 
 
-__all__ = ["dropout_generator", "dropped_share", "rubric_dropout", "with_rubric_dropout"]
+__all__ = ["CRITERIA_DROPOUT_FIELD", "dropout_generator", "dropped_share", "rubric_dropout", "with_criteria_dropout",
+           "with_rubric_dropout"]

@@ -13,7 +13,7 @@ from rlkit.core.types import RewardBatch, Rollout
 from rlkit.judging.members import last_reasons
 from rlkit.lm.sampling import SampledBatch, render_prompt
 from rlkit.reward.debias import completion_features
-from rlkit.reward.dropout import with_rubric_dropout
+from rlkit.reward.dropout import with_criteria_dropout, with_rubric_dropout
 from rlkit.reward.pipeline import aggregate_rewards, check_judge_output, normalize_scores, with_group_confidence
 from rlkit.reward.steps import score_steps, single_turn_steps, turn_token_counts, with_step_means
 
@@ -59,6 +59,9 @@ def judge_step(module: Any, records: list[dict[str, Any]], sampled: SampledBatch
     this process's, which are all)."""
     if not heldout and module.record_rubrics is not None:
         records = module.record_rubrics(records)
+    if not heldout and module.rubric.per_record:  # rubric.dropout acts on each record's criteria, in the judge
+        settings = module.settings
+        records = with_criteria_dropout(records, settings.rubric_dropout, settings.seed, module.global_step)
     rollout = as_rollout(records, sampled, module.tokenizer)
     judge = module.parts.judge
     raw = check_judge_output(judge.score(rollout, module.judged_rubric), rollout, module.rubric,
@@ -113,7 +116,9 @@ def reward_batch(module: Any, judged: Judged, step: int, scheduler: Any | None =
     raw = judged.raw if debias is None else debias.correct(judged.raw, judged.features)
     batch = aggregate_rewards(raw, module.rubric, scheduler or module.parts.scheduler, module.parts.aggregator, step,
                               module.parts.score_normalization)
-    if not heldout:  # rubric.dropout: training rewards only; the same drops on every process and after a resume
+    if not heldout and not module.rubric.per_record:
+        # rubric.dropout: training rewards only; the same drops on every process and after a resume (a per-record
+        # rubric's frame dimensions summarise criteria: those are dropped in the judge, judge_step)
         batch = with_rubric_dropout(batch, module.parts.aggregator, module.settings.rubric_dropout,
                                     module.settings.seed, step)
     batch = with_group_confidence(batch, judged.confidence, module.parts.judge_name)

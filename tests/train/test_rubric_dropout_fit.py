@@ -77,3 +77,25 @@ def test_resume_draws_the_uninterrupted_runs_drops(tmp_path):
     for step in resumed:  # the rewards, advantages and loss follow the drops: equal only if the drops are
         for key in ("reward/mean", "reward/std", "loss"):
             assert resumed[step][key] == straight[step][key], (step, key)
+
+
+def test_a_per_record_rubric_drops_criteria_not_the_frame(tmp_path):
+    # each training record names its own per-prompt rubric; rubric.dropout draws its criteria (in the judge), so the
+    # frame's per-dimension scores move with the draw and no dimension-level share is logged
+    criteria = [{"name": f"c{i}", "type": "binary", "category": "essential" if i < 4 else "optional",
+                 "weight": 1.0, "checks": [{"type": "regex", "pattern": pattern}]}
+                for i, pattern in enumerate([r"\d", r"^\d+$", r"^.{1,3}$", r"[02468]$", r"1", r"5", r"^\d\d$"])]
+    own = tmp_path / "own.yaml"
+    own.write_text(json.dumps({"name": "own", "version": "1", "dimensions": criteria}), encoding="utf-8")
+    data = tmp_path / "data.jsonl"
+    data.write_text("".join(json.dumps({"prompt": f"{a}+{b}=", "reference": str(a + b), "rubric": str(own)}) + "\n"
+                            for a in range(6) for b in range(4)), encoding="utf-8")
+    args = ["model=tiny_random", "logger=csv", "batch_size=4", "num_generations=4", "max_completion_length=8",
+            "rubric=per_record", "judge=rule", f"data.path={data}", "trainer.max_steps=1"]
+    assert main(["fit", *args, "rubric.dropout=0.5", f"hydra.run.dir={tmp_path / 'drop'}"]) == 0
+    assert main(["fit", *args, f"hydra.run.dir={tmp_path / 'plain'}"]) == 0
+    dropped, plain = _rows(tmp_path / "drop"), _rows(tmp_path / "plain")
+    # step 0 samples the same completions in both runs; the criteria the judge summarised are not the same
+    assert dropped[0]["rewards/criteria/mean"] != plain[0]["rewards/criteria/mean"]
+    assert _logged(tmp_path / "drop", "rubric/dropped_share") == {}
+    assert _heldout_start(tmp_path / "drop") == _heldout_start(tmp_path / "plain")  # held-out never drops

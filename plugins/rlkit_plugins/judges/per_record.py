@@ -18,7 +18,15 @@ import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from rlkit.plugin import Rollout, Rubric, RubricError, load_rubric, resolve_path, rubric_from_dict
+from rlkit.plugin import (
+    CRITERIA_DROPOUT_FIELD,
+    Rollout,
+    Rubric,
+    RubricError,
+    load_rubric,
+    resolve_path,
+    rubric_from_dict,
+)
 
 if TYPE_CHECKING:
     import torch
@@ -91,6 +99,24 @@ def summarise(met: torch.Tensor, rubric: Rubric, frame: Rubric) -> torch.Tensor:
     return torch.stack([columns[d.name] for d in frame.dimensions], dim=1).to(torch.float32)
 
 
+def drop_criteria(met: torch.Tensor, rubric: Rubric, p: float, seed: int) -> torch.Tensor:
+    """Criteria answers ``[G, C]`` with each criterion the group was scored on left out (NaN) with probability p,
+    the same for the whole group; at least one positively weighted criterion is kept, so the summary stays defined.
+    :func:`summarise` leaves a NaN criterion out of both sums: the kept ones are renormalised over their weights
+    (``rubric.dropout`` with a per-record rubric; the draw's seed comes with the record)."""
+    import torch
+
+    gen = torch.Generator().manual_seed(int(seed))
+    c = met.shape[1]
+    draws, rescue = torch.rand(c, generator=gen), torch.rand(c, generator=gen)
+    scored = ~torch.isnan(met).all(dim=0)
+    dropped = scored & (draws < p)
+    positive = torch.tensor([d.category != "pitfall" and d.weight > 0 for d in rubric.dimensions]) & scored
+    if bool(positive.any()) and not bool((positive & ~dropped).any()):
+        dropped[int(torch.where(positive, rescue, torch.full_like(rescue, -1.0)).argmax())] = False
+    return torch.where(dropped.unsqueeze(0), torch.full_like(met, math.nan), met)
+
+
 def score_per_record(rollout: Rollout, frame: Rubric, rubrics: RecordRubrics,
                      score: Callable[[Rollout, Rubric], torch.Tensor]) -> torch.Tensor:
     """``[B, G, D]`` in the frame's dimensions: each record's group scored by ``score`` against its own rubric."""
@@ -102,5 +128,9 @@ def score_per_record(rollout: Rollout, frame: Rubric, rubrics: RecordRubrics,
         own = rubrics.of(record, i)
         one = Rollout(records=[record], completions=[list(rollout.completions[i])],
                       completion_token_counts=counts[i:i + 1] if counts is not None else None)
-        out[i] = summarise(score(one, own)[0], own, frame)
+        met = score(one, own)[0]
+        draw = record.get(CRITERIA_DROPOUT_FIELD)
+        if isinstance(draw, dict):  # a training record under rubric.dropout
+            met = drop_criteria(met, own, float(draw["p"]), int(draw["seed"]))
+        out[i] = summarise(met, own, frame)
     return out
