@@ -74,15 +74,19 @@ def plugin_summary(factory: Any) -> str:
 
 
 def cmd_validate(overrides: Sequence[str]) -> int:
-    from rlkit.core.rubric import warn_anchor_findings
+    from rlkit.core.rubric import anchor_report
 
     validated = validated_config(overrides)
     rubric = validated.rubric
-    # here and in `rlkit rubric lint`, not in `rlkit fit`: advice on writing the rubric, not news about the run
-    warn_anchor_findings(rubric)
     console = rich_console()
     console.print(f"config ok: rubric {rubric.name} v{rubric.version} (hash {rubric.short_hash}, "
                   f"{len(rubric.dimensions)} dimensions)")
+    # here, in one line, and in `rlkit rubric lint` in full; not in `rlkit fit`: advice on writing the rubric, not
+    # news about the run, and not a stderr warning on every validation of a rubric the user may not own
+    anchors = anchor_report(rubric)
+    if anchors.unanchored_levels or anchors.dimensions_without_negative:
+        console.print(f"  {anchors.summary()} (warning; `rlkit rubric lint {rubric.source or 'RUBRIC.yaml'}` lists "
+                      "them)", markup=False, soft_wrap=True)
     for kind, name in validated.plugin_names.items():
         console.print(f"  {kind}: {name}")
     data = validated.data

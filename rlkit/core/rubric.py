@@ -31,10 +31,6 @@ class RubricWarning(UserWarning):
     """A rubric that is valid but probably unwise (e.g. too many dimensions to judge reliably)."""
 
 
-class AnchorWarning(RubricWarning):
-    """A dimension whose levels lack anchor text, or that has no negative example (:func:`anchor_report`)."""
-
-
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -420,15 +416,6 @@ def anchor_report(rubric: Rubric) -> AnchorReport:
         if missing or no_negative:
             findings.append(AnchorFinding(index, dim.name, missing, no_negative, (dim.low, dim.high)))
     return AnchorReport(source, tuple(findings))
-
-
-def warn_anchor_findings(rubric: Rubric) -> AnchorReport:
-    """Each line of :func:`anchor_report` as an :class:`AnchorWarning` (``rlkit validate``, ``rlkit rubric lint``);
-    ``rlkit fit`` does not call it, so a training log is not repeated with them."""
-    report = anchor_report(rubric)
-    for message in report.messages():
-        warnings.warn(message, AnchorWarning, stacklevel=2)
-    return report
 
 
 MIN_CHANGELOG_HASH_CHARS = 12  # the short hash rlkit prints everywhere; shorter prefixes could collide
