@@ -145,33 +145,46 @@ def test_labels_are_not_compared_with_a_ranker(workdir, capsys):
 
 
 @pytest.fixture(scope="session")
-def pair_ranking_cache(tmp_path_factory) -> Path:
-    """The offline tiny ranking judge for groups of two (the audit's pairs), built once (about a minute of CPU)."""
-    from rlkit.judging.tiny_judge import build_tiny_judge, ranking_spec
+def pair_ranker(tmp_path_factory):
+    """A tiny ranking judge for groups of two (the audit's pairs) on a loopback OpenAI-compatible server, trained
+    120 steps (~13 s) rather than the full recipe's (~60 s): the test below checks that the audit asks it what a
+    direct call asks, not how well it ranks (the full recipe barely tells such pairs apart either)."""
+    import dataclasses
 
-    cache = tmp_path_factory.mktemp("pair-ranking-cache")
-    build_tiny_judge(ranking_spec(2), cache_dir=cache, teacher=RuleJudge(RuleJudge.Params()))
-    return cache
+    from rlkit.judging.tiny_judge import build_tiny_judge, ranking_spec
+    from rlkit.testing.openai_server import OpenAICompatibleServer
+
+    spec = dataclasses.replace(ranking_spec(2), steps=120, examples=64)
+    model = build_tiny_judge(spec, cache_dir=tmp_path_factory.mktemp("pair-ranker"),
+                             teacher=RuleJudge(RuleJudge.Params()))
+    with OpenAICompatibleServer(model) as server:
+        yield {"template": "judge/rank_group_compact.jinja", "show_reference": True,
+               "backend": {"name": "openai", "params": {"base_url": server.url, "max_tokens": 64}}}
 
 
 @pytest.mark.slow
-def test_the_ranking_judge_ranks_each_gamed_answer_against_its_original(pair_ranking_cache, use_judge_cache,
-                                                                        tmp_path):
-    """Right sums of the default task against their confident wrong twins, through the ranking judge on its offline
-    tiny judge: the audit's share of pairs the twin wins is the share the same judge gives when asked those pairs
-    directly, the twin shown first in every other pair. (The tiny judge trained for pairs barely tells them apart,
-    so the share itself is not asserted: a real ranker is what the audit is for.)"""
+def test_the_ranking_judge_ranks_each_gamed_answer_against_its_original(pair_ranker, monkeypatch, tmp_path):
+    """Right sums of the default task against their confident wrong twins, through the ranking judge (a tiny one
+    served on loopback): the audit's share of pairs the twin wins is the share the same judge gives when asked those
+    pairs directly, the twin shown first in every other pair. (A tiny judge barely tells them apart, so the share
+    itself is not asserted: a real ranker is what the audit is for.)"""
     from rlkit import Rollout
     from rlkit.core.registry import load_registry
     from rlkit.core.rubric import load_rubric
     from rlkit_plugins.probes.confident_wrong import ConfidentWrong
 
-    use_judge_cache(pair_ranking_cache)
+    monkeypatch.setenv("RLKIT_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    monkeypatch.chdir(tmp_path)
     sums = [(a, b) for a in range(2, 14, 3) for b in range(1, 9, 2)]
     rows = [{"prompt": f"{a}+{b}=", "reference": str(a + b), "completion": str(a + b)} for a, b in sums]
     out, records = tmp_path / "out", _records(tmp_path / "r.jsonl", rows)
-    rc = main(["rubric", "audit", "logger=none", "judge=ranking", f"audit.records={records}",
-               "audit.probes=[confident_wrong]", "audit.ladder=false", f"audit.output={out}"])
+    url = pair_ranker["backend"]["params"]["base_url"]
+    rc = main(["rubric", "audit", "logger=none", "judge=ranking", f"judge.params.template={pair_ranker['template']}",
+               "judge.params.show_reference=true",
+               f"++judge.params.backend={{name: openai, params: {{base_url: '{url}', max_tokens: 64}}}}",
+               f"audit.records={records}", "audit.probes=[confident_wrong]", "audit.ladder=false",
+               f"audit.output={out}"])
     payload = json.loads((out / "audit.json").read_text(encoding="utf-8"))
     assert payload["judge"] == "ranking" and payload["ranked_in_pairs"] and rc == (0 if payload["passed"] else 1)
     # a model-based judge: re-graded by default, in pairs
@@ -184,10 +197,11 @@ def test_the_ranking_judge_ranks_each_gamed_answer_against_its_original(pair_ran
     for i, row in enumerate(rows):
         twin = gamed.game(dict(row), rubric)
         pairs.append([twin, row["completion"]] if i % 2 else [row["completion"], twin])
-    judge = load_registry().create("judge", "ranking", {})
+    judge = load_registry().create("judge", "ranking", pair_ranker)
     scores = judge.score(Rollout(records=[{k: r[k] for k in ("prompt", "reference")} for r in rows],
                                  completions=pairs), rubric)[..., 0].tolist()
     wins = [float(first > second) if i % 2 else float(second > first) for i, (first, second) in enumerate(scores)]
     (probe,) = payload["probes"]
     assert probe["applied"] == len(sums)
+    assert 0 < sum(wins) < len(wins)  # the twin wins some pairs and not others: the shares compared can differ
     assert probe["gain_share"]["value"] == pytest.approx(sum(wins) / len(wins), abs=1e-4)
