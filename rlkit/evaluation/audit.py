@@ -370,18 +370,16 @@ def _run_ranked_audit(validated: ValidatedConfig, registry: Registry, plan: Audi
     """A ranking judge's audit: each probe's gamed completion and each ladder rung ranked against the original."""
     items, n = plan.items, len(plan.items)
     pairs: list[_Pair] = []
-    probe_slots: dict[str, list[int | None]] = {}
-    for name, gamed in plan.gamed.items():
-        probe_slots[name] = []
-        for i, text in enumerate(gamed):
-            probe_slots[name].append(None if text is None else len(pairs))
-            if text is not None:
-                pairs.append(_Pair(i, text, swapped=len(pairs) % 2 == 1))
+
+    def paired(item: int, other: str) -> int:
+        """The new pair's slot; every other pair, counted over probes and ladder alike, shows ``other`` first."""
+        pairs.append(_Pair(item, other, swapped=len(pairs) % 2 == 1))
+        return len(pairs) - 1
+
+    probe_slots = {name: [None if text is None else paired(i, text) for i, text in enumerate(gamed)]
+                   for name, gamed in plan.gamed.items()}
     probe_pairs = len(pairs)
-    ladder_slots: list[list[int]] = []
-    for i, rungs in enumerate(plan.ladders or []):
-        ladder_slots.append(list(range(len(pairs), len(pairs) + len(rungs) - 1)))
-        pairs.extend(_Pair(i, rung, swapped=(len(pairs) + k) % 2 == 1) for k, rung in enumerate(rungs[1:]))
+    ladder_slots = [[paired(i, rung) for rung in rungs[1:]] for i, rungs in enumerate(plan.ladders or [])]
     ranked = _rank_pairs(validated, items, pairs)
 
     def column(slots: list[int | None], side: int) -> np.ndarray:

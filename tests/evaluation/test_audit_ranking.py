@@ -133,6 +133,16 @@ def test_the_gamed_completion_takes_turns_at_being_shown_first(workdir):
     assert payload["trust"]["value"] == pytest.approx(0.5)
 
 
+def test_the_ladder_rungs_take_turns_at_being_shown_first_too(workdir):
+    """The count runs on from the probes' pairs: confident_wrong's 2 pairs are pairs 0 and 1, then each record's 4
+    rungs. A ranker that prefers whatever it sees first gives a rung Δ +1 where it is shown first (odd pairs) and -1
+    where the original is: rungs 1-4 of every record sit at pairs 2-5, 6-9 and 10-13, so Δ -1, +1, -1, +1."""
+    records = _records(workdir / "r.jsonl", RECORDS)
+    _, payload = _audit(workdir, "judge=rule", "judge.name=first_shown_first", f"audit.records={records}",
+                        "audit.probes=[confident_wrong]")
+    assert payload["ladder"]["mean_reward"] == [0.0, -1.0, 1.0, -1.0, 1.0]
+
+
 def test_labels_are_not_compared_with_a_ranker(workdir, capsys):
     labels = REPO / "conf" / "calibration" / "arithmetic_labels.jsonl"
     _, payload = _audit(workdir, "judge=rule", "judge.name=longest_first", f"audit.records={labels}",
