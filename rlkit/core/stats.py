@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     import torch
+
+
+def json_number(x: float) -> float | None:
+    """A number as the run's JSON files hold it: rounded to 6 places, NaN as null."""
+    return None if math.isnan(x) else round(float(x), 6)
 
 
 def nan_mean_std(x: torch.Tensor, dim: int | tuple[int, ...], *, unbiased: bool = True,

@@ -32,6 +32,7 @@ from typing import IO, TYPE_CHECKING, Any
 from rlkit.config.schemas import CalibrateConfig
 from rlkit.core.errors import DataError
 from rlkit.core.rubric import Dimension, Rubric
+from rlkit.core.stats import json_number
 from rlkit.data.records import MAX_REPORTED_LINES, read_jsonl
 
 if TYPE_CHECKING:
@@ -532,13 +533,10 @@ def calibrate_by_window(labels_records: Sequence[dict[str, Any]], judge_scores: 
 
 def windows_payload(windows: Sequence[WindowAgreement], report: CalibrationReport) -> dict[str, Any]:
     """The JSON of ``windows.json`` (NaN as null), read by the run report."""
-    def number(x: float) -> float | None:
-        return None if math.isnan(x) else round(float(x), 6)
-
     return {"judge": report.judge, "rubric": report.rubric, "threshold": report.threshold,
             "windows": [{"window": w.window, "lines": w.report.total, "dimensions": [
-                {"name": row.name, "n": row.n, "kappa": number(row.kappa), "spearman": number(row.spearman),
-                 "bias": number(row.bias), "flagged": row.flagged} for row in w.report.rows]} for w in windows]}
+                {"name": row.name, "n": row.n, "kappa": json_number(row.kappa), "spearman": json_number(row.spearman),
+                 "bias": json_number(row.bias), "flagged": row.flagged} for row in w.report.rows]} for w in windows]}
 
 
 def render_windows_markdown(windows: Sequence[WindowAgreement]) -> str:

@@ -21,7 +21,7 @@ import torch
 from rlkit.core.atomic import atomic_write_text
 from rlkit.core.errors import ConfigError, DataError
 from rlkit.core.rubric import Rubric
-from rlkit.core.stats import nan_mean_std
+from rlkit.core.stats import json_number, nan_mean_std
 from rlkit.core.types import Rollout
 from rlkit.data.records import prompt_text, read_jsonl
 from rlkit.lm.sampling import GenerationRequest
@@ -260,8 +260,8 @@ class GoldenResult:
         rows = []
         for kind, name, values in columns:
             mean, std, n = nan_mean_std(values.float(), dim=0)
-            rows.append({"dimension": name, "kind": kind, "mean": _finite(float(mean)), "std": _finite(float(std)),
-                         "n": int(n)})
+            rows.append({"dimension": name, "kind": kind, "mean": json_number(float(mean)),
+                         "std": json_number(float(std)), "n": int(n)})
         return rows
 
     def rows(self) -> list[dict[str, Any]]:
@@ -273,10 +273,6 @@ class GoldenResult:
     def metrics(self, prefix: str = "eval/") -> dict[str, float]:
         """Flat numbers for a logger: ``eval/<dimension>``, ``eval/reward``, ``eval/<reference metric>``."""
         return {f"{prefix}{row['dimension']}": row["mean"] for row in self.summary() if row["mean"] is not None}
-
-
-def _finite(x: float) -> float | None:
-    return None if math.isnan(x) else round(x, 6)
 
 
 def evaluate(generator: Any, policy: Any, tokenizer: Any, records: Sequence[dict[str, Any]], scorer: GoldenScorer,

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from rlkit.core.errors import DataError
-from rlkit.core.stats import kendall_tau_b
+from rlkit.core.stats import json_number, kendall_tau_b
 from rlkit.data.records import json_lines
 from rlkit.evaluation.audit_checks import Estimate, bootstrap, bootstrap_statistic, resample_indices
 from rlkit.evaluation.labelling import is_group, tiers_problem
@@ -255,7 +255,8 @@ def ranking_payload(judge: Alignment, labellers: Sequence[Alignment], windows: S
     """The numbers of ``ranking.md`` as JSON (``ranking.json``; NaN as null)."""
     def row(a: Alignment) -> dict[str, Any]:
         out: dict[str, Any] = {"first": a.first, "second": a.second, "groups": a.groups, "pairs": a.pairs,
-                               "tied_pairs": a.tied_pairs, "agreement": _finite(a.agreement), "tau": _finite(a.tau)}
+                               "tied_pairs": a.tied_pairs, "agreement": json_number(a.agreement),
+                               "tau": json_number(a.tau)}
         if a.agreement_interval is not None and a.tau_interval is not None:
             out.update(agreement_interval=a.agreement_interval.as_dict(), tau_interval=a.tau_interval.as_dict())
         return out
@@ -264,7 +265,3 @@ def ranking_payload(judge: Alignment, labellers: Sequence[Alignment], windows: S
             "windows": [{"window": w.window, **{k: v for k, v in row(w.judge).items() if k not in ("first", "second")},
                          "unscored": w.judge.unscored} for w in windows],
             "labellers": [row(a) for a in labellers]}
-
-
-def _finite(x: float) -> float | None:
-    return None if math.isnan(x) else round(float(x), 6)

@@ -20,7 +20,7 @@ from rlkit.config import ValidatedConfig
 from rlkit.core.atomic import atomic_write_text
 from rlkit.core.errors import DataError, JudgeError
 from rlkit.core.rubric import Rubric
-from rlkit.core.stats import nan_mean_std
+from rlkit.core.stats import json_number, nan_mean_std
 from rlkit.core.types import RewardBatch, Rollout
 from rlkit.judging.members import last_reasons
 from rlkit.reward.episodes_io import judged_rollout, judged_steps, num_turns, step_lists
@@ -225,10 +225,6 @@ def completion_ranks(rewards: list[float]) -> list[int | None]:
     return [None if r != r else 1 + sum(v > r for v in valid) for r in rewards]
 
 
-def _finite_or_none(x: float) -> float | None:
-    return None if x != x else round(x, 6)
-
-
 def scored_lines(result: ScoreResult, rubric_identity: dict[str, str]) -> list[str]:
     """One JSON line per completion: the record (one completion; an episode as its conversation), its scores,
     reward, rank within the record, and where there are ``steps`` (each step-scoped dimension's score per turn) and
@@ -239,14 +235,14 @@ def scored_lines(result: ScoreResult, rubric_identity: dict[str, str]) -> list[s
         completions = _completions(record)
         rewards = result.rewards[row:row + len(completions)].tolist()
         for completion, reward, rank in zip(completions, rewards, completion_ranks(rewards), strict=True):
-            scores = {n: _finite_or_none(float(v)) for n, v in zip(result.dimension_names,
+            scores = {n: json_number(float(v)) for n, v in zip(result.dimension_names,
                                                                    result.raw_scores[row].tolist(), strict=True)}
             out = {k: v for k, v in record.items() if k != "completions"}
-            out.update(completion=completion, scores=scores, reward=_finite_or_none(float(reward)), rank=rank,
+            out.update(completion=completion, scores=scores, reward=json_number(float(reward)), rank=rank,
                        rubric=rubric_identity)
             detail = result.details[row] if result.details is not None else {}
             if "steps" in detail:
-                out["steps"] = {n: [None if v is None else _finite_or_none(v) for v in values]
+                out["steps"] = {n: [None if v is None else json_number(v) for v in values]
                                 for n, values in detail["steps"].items()}
             if "episode" in detail:
                 out["episode"] = detail["episode"]

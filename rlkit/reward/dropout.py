@@ -24,13 +24,24 @@ if TYPE_CHECKING:
     from rlkit.core.types import RewardBatch
 
 
+def dropout_seed(seed: int, step: int) -> int:
+    """The seed of ``step``'s drops: a function of the run seed and the step only (resume, processes)."""
+    # odd multipliers keep (seed, step) pairs apart and away from the sampling seeds' (seed * 1_000_003 + step) mix
+    return ((seed * 2_654_435_761 + step) * 40_503 + 0x5EED) % (2**63)
+
+
 def dropout_generator(seed: int, step: int) -> torch.Generator:
-    """The CPU generator of ``step``'s drops: a function of the run seed and the step only (resume, processes)."""
+    """The CPU generator of ``step``'s drops (:func:`dropout_seed`)."""
     import torch
 
-    # odd multipliers keep (seed, step) pairs apart and away from the sampling seeds' (seed * 1_000_003 + step) mix
-    mixed = ((seed * 2_654_435_761 + step) * 40_503 + 0x5EED) % (2**63)
-    return torch.Generator().manual_seed(mixed)
+    return torch.Generator().manual_seed(dropout_seed(seed, step))
+
+
+def usable_dimensions(scores: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    """``bool [B, D]``: the dimensions each group can drop, those with a positive weight scored on at least one of
+    its completions."""
+    b, _, d = scores.shape
+    return (weights.to(scores.device) > 0).expand(b, d) & (~scores.isnan()).any(dim=1)
 
 
 def rubric_dropout(scores: torch.Tensor, weights: torch.Tensor, p: float, seed: int,
@@ -44,7 +55,7 @@ def rubric_dropout(scores: torch.Tensor, weights: torch.Tensor, p: float, seed: 
     if not 0.0 <= p < 1.0:
         raise ValueError(f"rubric dropout p must be in [0, 1), got {p}")
     b, _, d = scores.shape
-    candidates = (weights.to(scores.device) > 0).expand(b, d) & (~scores.isnan()).any(dim=1)  # [B, D]
+    candidates = usable_dimensions(scores, weights)
     if p == 0.0 or not bool(candidates.any()):
         return scores, torch.ones(b, d, dtype=torch.bool, device=scores.device)
     gen = dropout_generator(seed, step)
@@ -74,7 +85,7 @@ def with_criteria_dropout(records: list[dict[str, Any]], p: float, seed: int, st
 
     if p == 0.0:
         return records
-    base = int(dropout_generator(seed, step).initial_seed())
+    base = dropout_seed(seed, step)
     return [{**record, CRITERIA_DROPOUT_FIELD: {
         "p": p, "seed": (base + zlib.crc32(json.dumps(record.get("prompt"), sort_keys=True, default=str).encode()))
         % (2**63)}} for record in records]
@@ -82,8 +93,7 @@ def with_criteria_dropout(records: list[dict[str, Any]], p: float, seed: int, st
 
 def dropped_share(kept: torch.Tensor, scores: torch.Tensor, weights: torch.Tensor) -> float:
     """The share of a step's usable (group, dimension) pairs (positive weight, scored) that were dropped."""
-    b, _, d = scores.shape
-    candidates = (weights.to(scores.device) > 0).expand(b, d) & (~scores.isnan()).any(dim=1)
+    candidates = usable_dimensions(scores, weights)
     total = int(candidates.sum())
     return float((candidates & ~kept.to(candidates.device)).sum()) / total if total else 0.0
 
@@ -110,5 +120,5 @@ def with_rubric_dropout(batch: RewardBatch, aggregator: Any, p: float, seed: int
     return replace(batch.with_rewards(rewards.to(torch.float32)), extras=extras)
 
 
-__all__ = ["CRITERIA_DROPOUT_FIELD", "dropout_generator", "dropped_share", "rubric_dropout", "with_criteria_dropout",
-           "with_rubric_dropout"]
+__all__ = ["CRITERIA_DROPOUT_FIELD", "dropout_generator", "dropout_seed", "dropped_share", "rubric_dropout",
+           "usable_dimensions", "with_criteria_dropout", "with_rubric_dropout"]

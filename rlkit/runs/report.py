@@ -479,7 +479,7 @@ def write_report(run_dir: str | Path) -> RunReport:
         report.tables["report/judge_reasons"] = (["step", "reward", "prompt", "completion", "reasons"],
                                                  [[reasons[0], r.get("reward"), r.get("prompt"), r.get("completion"),
                                                    r.get("reasons")] for r in reasons[1]])
-    triaged = triage(history, alerts, read_samples(run_dir / SAMPLES_FILE), agreement or None)
+    triaged = triage(history, alerts, read_samples(run_dir / SAMPLES_FILE), agreement)
     report.tables["report/triage"] = triage_table(triaged)
     atomic_write_text(report.markdown,
                       render_markdown(run_dir, history, dims, alerts, summaries, pngs, agreement, reasons, triaged))

@@ -99,6 +99,12 @@ def sampling_and_reference_log_probs(module: Any, sampled: SampledBatch) -> tupl
     return outside_inference(logp), outside_inference(ref)
 
 
+def objective_reference(module: Any, objective: Any) -> Any:
+    """The reference the objective's update reads: None where the objective uses none, even when the run keeps one
+    for a monitor (``reads_reference``), so the update never pays a pass for it."""
+    return module.reference if objective.reference_use is not None else None
+
+
 def completion_update(module: Any, objective: Any, sampled: SampledBatch, advantages: torch.Tensor,
                       group_size: int, known: tuple[torch.Tensor, torch.Tensor] | None = None,
                       ) -> tuple[torch.Tensor, dict[str, float], float]:
@@ -122,8 +128,7 @@ def completion_update(module: Any, objective: Any, sampled: SampledBatch, advant
     engine = sampled.engine_logprobs if s.is_correction is not None else None
     # A reference scored elsewhere (model.reference=engine) is asked now and read after the policy's first pass,
     # which it overlaps.
-    # a reference kept only for a monitor (its `reads_reference`) is not the objective's: no pass for it here
-    reference = module.reference if objective.reference_use is not None else None
+    reference = objective_reference(module, objective)
     request = getattr(reference, "request", None)
     ref_pending = request(sampled) if callable(request) and known is None else None
     wants_old = objective.num_iterations > 1 and (objective.needs_old_logprobs or engine is not None)
@@ -273,7 +278,7 @@ def pair_update(module: Any, objective: Any, sampled: SampledBatch, targets: Pai
         return sums[inverse], lengths[inverse]
 
     # a reference scored elsewhere (model.reference=engine): the whole batch in one answer, asked when it was read
-    reference = module.reference if objective.reference_use is not None else None  # not one kept for a monitor
+    reference = objective_reference(module, objective)
     request = getattr(reference, "request", None)
     scored = request(sampled).result().to(device) if callable(request) else None
     refs: list[tuple[torch.Tensor, torch.Tensor] | None] = []
