@@ -29,7 +29,7 @@ from rlkit.testing.contracts import (
     example_rubric,
 )
 from rlkit.testing.environment_contract import EnvironmentContract
-from rlkit.testing.monitor_contract import MonitorContract, example_monitor_views
+from rlkit.testing.monitor_contract import MonitorContract, example_monitor_views, run_monitor
 from rlkit.testing.objective_contract import ObjectiveContract, example_completion_inputs, example_pair_inputs
 from rlkit.testing.runs import fit_killed_at_first_checkpoint
 from rlkit.testing.sampler_contract import PromptSamplerContract, example_sampler_records, example_sampler_rubric
@@ -61,5 +61,6 @@ __all__ = [
     "example_sampler_rubric",
     "fit_killed_at_first_checkpoint",
     "plugin_names",
+    "run_monitor",
     "validate_overrides",
 ]

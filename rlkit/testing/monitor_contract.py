@@ -82,6 +82,16 @@ def example_monitor_views(steps: int = 8, judge: Any = None) -> list[MonitorView
     return views
 
 
+def run_monitor(monitor: Any, views: Sequence[MonitorView]) -> tuple[list[dict[str, float]], list[Any]]:
+    """``views`` through ``monitor`` as the host hands them over, step after step: each step's metrics, and every
+    alert raised, in order."""
+    metrics, alerts = [], []
+    for view in views:
+        metrics.append(monitor.observe(view.step, view))
+        alerts.extend(monitor.alerts())
+    return metrics, alerts
+
+
 class MonitorContract:
     """Metrics are finite floats, alerts well-formed and only for observed steps, summaries JSON, runs repeatable.
 
@@ -94,11 +104,7 @@ class MonitorContract:
 
     @staticmethod
     def _run(monitor: Any, views: Sequence[MonitorView]) -> tuple[list[dict[str, float]], list[Any]]:
-        metrics, alerts = [], []
-        for view in views:
-            metrics.append(monitor.observe(view.step, view))
-            alerts.extend(monitor.alerts())
-        return metrics, alerts
+        return run_monitor(monitor, views)
 
     def test_metrics_are_finite_floats(self, monitor: Any, monitor_views: list[MonitorView]) -> None:
         metrics, _ = self._run(monitor, monitor_views)

@@ -12,7 +12,7 @@ from monitor_fit import fit_rows  # same folder
 from rlkit import ConfigError
 from rlkit.core.registry import load_registry
 from rlkit.reward.monitor_view import make_view
-from rlkit.testing import MonitorContract
+from rlkit.testing import MonitorContract, run_monitor
 from rlkit.testing.monitor_contract import arithmetic_rubric, example_monitor_views
 
 REGISTRY = load_registry()
@@ -35,16 +35,8 @@ def step_view(step: int, train_right: int, gold_wrong: int):
     return make_view(step, RECORDS, texts, raw, RUBRIC)
 
 
-def run(monitor, views):
-    metrics, alerts = [], []
-    for v in views:
-        metrics.append(monitor.observe(v.step, v))
-        alerts.extend(monitor.alerts())
-    return metrics, alerts
-
-
 def test_gold_and_training_reward_of_the_same_completions():
-    (metrics,), _ = run(gold_judge(), [step_view(0, train_right=2, gold_wrong=1)])
+    (metrics,), _ = run_monitor(gold_judge(), [step_view(0, train_right=2, gold_wrong=1)])
     assert metrics["train/reward"] == pytest.approx(0.75)
     assert metrics["gold/reward"] == pytest.approx(0.875)
     assert metrics["divergence"] == pytest.approx(-0.125)
@@ -58,7 +50,7 @@ def test_divergence_alert_fires_when_training_rises_and_gold_falls_not_before():
     #   step 5: train 0.5, 0.5, 0.625, 0.75 -> +0.2625; gold 1, 1, 1, 0.875 -> -0.1125: the alert
     schedule = [(0, 0), (0, 0), (0, 0), (0, 0), (1, 0), (2, 1), (3, 2), (4, 3)]
     monitor = gold_judge(window=3, min_rise=0.05, min_fall=0.05)
-    metrics, alerts = run(monitor, [step_view(s, *rg) for s, rg in enumerate(schedule)])
+    metrics, alerts = run_monitor(monitor, [step_view(s, *rg) for s, rg in enumerate(schedule)])
     assert [a.step for a in alerts] == [5]  # once: edge-triggered while the divergence lasts
     assert "rose +0.26" in alerts[0].message and "fell -0.11" in alerts[0].message
     assert [round(m["divergence"], 4) for m in metrics] == [-0.5] * 4 + [-0.375, -0.125, 0.125, 0.375]
@@ -68,26 +60,26 @@ def test_divergence_alert_fires_when_training_rises_and_gold_falls_not_before():
 
 def test_no_alert_when_both_rise_or_before_a_full_window():
     both_rise = [step_view(s, min(s, 4), max(0, 3 - s)) for s in range(8)]
-    assert run(gold_judge(window=3), both_rise)[1] == []
+    assert run_monitor(gold_judge(window=3), both_rise)[1] == []
     # the sharpest divergence, but only 3 measurements: a window of 3 needs 4
     early = [step_view(s, 2 * s, s) for s in range(3)]
-    assert run(gold_judge(window=3), early)[1] == []
+    assert run_monitor(gold_judge(window=3), early)[1] == []
 
 
 def test_alert_raised_again_after_the_trends_recover():
     schedule = [(0, 0)] * 3 + [(2, 1), (4, 2), (4, 2), (0, 0), (0, 0), (0, 0), (2, 1), (4, 2)]
     # window 2: step 3 is the first whose last 3 measurements diverge; it lasts through step 5, the trends turn at
     # step 6, and steps 7-9 diverge again
-    _, alerts = run(gold_judge(window=2), [step_view(s, *rg) for s, rg in enumerate(schedule)])
+    _, alerts = run_monitor(gold_judge(window=2), [step_view(s, *rg) for s, rg in enumerate(schedule)])
     assert [a.step for a in alerts] == [3, 9]
 
 
 def test_state_round_trip_keeps_the_window():
     views = [step_view(s, *rg) for s, rg in enumerate([(0, 0)] * 4 + [(1, 0), (2, 1)])]
     whole, resumed = gold_judge(window=3), gold_judge(window=3)
-    run(whole, views[:4])
+    run_monitor(whole, views[:4])
     resumed.load_state_dict(json.loads(json.dumps(whole.state_dict())))
-    assert [a.step for a in run(resumed, views[4:])[1]] == [5]
+    assert [a.step for a in run_monitor(resumed, views[4:])[1]] == [5]
 
 
 def test_held_out_prompts_are_sampled_by_the_policy_and_scored_by_both_judges(tmp_path):
@@ -117,7 +109,7 @@ def test_config_errors_name_the_field(tmp_path):
 
 def test_the_gold_judge_is_built_from_its_reference():
     monitor = gold_judge(judge={"name": "ensemble", "params": {"members": ["rule", "rule"]}})
-    (metrics,), _ = run(monitor, [step_view(0, 0, 0)])
+    (metrics,), _ = run_monitor(monitor, [step_view(0, 0, 0)])
     assert metrics["gold/reward"] == pytest.approx(1.0)
 
 
@@ -152,7 +144,7 @@ def test_a_gold_rubric_of_its_own(tmp_path):
     texts = [["first 1, second 1, finally 2", "2", "2", "first 1, second 1, finally 2"],
              ["4", "4", "4", "first 2, second 2, finally 4"]]
     raw = torch.tensor([[[1.0, 1.0, 5.0, 5.0]] * G] * len(RECORDS))
-    (metrics,), _ = run(gold_judge(rubric=str(gold)), [make_view(0, RECORDS, texts, raw, RUBRIC)])
+    (metrics,), _ = run_monitor(gold_judge(rubric=str(gold)), [make_view(0, RECORDS, texts, raw, RUBRIC)])
     assert metrics["train/reward"] == pytest.approx(1.0)
     assert metrics["gold/reward"] == pytest.approx(5 / 8)
     with pytest.raises(ConfigError, match="monitors.gold_judge.params.rubric"):

@@ -14,7 +14,7 @@ from rlkit.config import compose_config, resolve_path, validate_config
 from rlkit.core.registry import load_registry
 from rlkit.evaluation.calibration import read_labels
 from rlkit.reward.monitor_view import make_view
-from rlkit.testing import MonitorContract
+from rlkit.testing import MonitorContract, run_monitor
 from rlkit.testing.monitor_contract import arithmetic_rubric
 from rlkit.train.monitoring import MonitorHost
 
@@ -36,19 +36,11 @@ def view(step: int, texts: list[list[str]], raw: torch.Tensor | None = None, **k
     return make_view(step, RECORDS[:len(texts)], texts, raw, RUBRIC, **kwargs)
 
 
-def run(m, views) -> tuple[list[dict[str, float]], list]:
-    metrics, alerts = [], []
-    for v in views:
-        metrics.append(m.observe(v.step, v))
-        alerts.extend(m.alerts())
-    return metrics, alerts
-
-
 def test_template_share_climbing_past_the_threshold_alerts_once_with_its_step():
     m = monitor("template_phrases", threshold=0.6, max_rise=1.0)
     templated = "First, add the digits. Second, carry. Finally, 4."
     views = [view(step, [[templated if j < step else "4" for j in range(4)]] * 2) for step in range(5)]
-    metrics, alerts = run(m, views)
+    metrics, alerts = run_monitor(m, views)
     assert [x["share"] for x in metrics] == [0.0, 0.25, 0.5, 0.75, 1.0]
     assert all(x["start_share"] == 0.0 for x in metrics)
     assert len(alerts) == 1 and alerts[0].step == 3 and "75%" in alerts[0].message
@@ -58,7 +50,7 @@ def test_template_share_climbing_past_the_threshold_alerts_once_with_its_step():
 def test_template_rise_over_the_start_and_the_chinese_pattern():
     m = monitor("template_phrases", threshold=1.0, max_rise=0.4)
     zh = "首先计算个位，其次进位，最后得到 4。"
-    _, alerts = run(m, [view(0, [[zh, "4", "4", "4"]]), view(1, [[zh, zh, zh, "4"]])])
+    _, alerts = run_monitor(m, [view(0, [[zh, "4", "4", "4"]]), view(1, [[zh, zh, zh, "4"]])])
     assert [a.step for a in alerts] == [1] and "started at 25%" in alerts[0].message
 
 
@@ -71,7 +63,7 @@ def test_length_drift_against_the_first_steps():
     m = monitor("length_drift", baseline_steps=2, max_ratio=2.0)
     lengths = [10.0, 12.0, 15.0, 30.0, 40.0, 11.0, 25.0]
     views = [view(s, [["a", "b"]], completion_lengths=torch.full((1, 2), n)) for s, n in enumerate(lengths)]
-    metrics, alerts = run(m, views)
+    metrics, alerts = run_monitor(m, views)
     assert "baseline" not in metrics[0] and metrics[2]["baseline"] == 11.0
     assert [a.step for a in alerts] == [3, 6], "raised on leaving the band, again only after coming back"
     assert "2.73x the first steps' 11.0" in alerts[0].message
@@ -87,7 +79,7 @@ def test_tool_errors_against_the_first_steps_and_silent_without_calls():
     m = monitor("tool_errors", baseline_steps=2, max_rise=0.2)
     counts = [(3, 0), (3, 1), (3, 3), (0, 0), (3, 0)]  # with the other episode's call: 0, 0.25, 0.75, 0, 0
     views = [view(s, [["a", "b"]], episodes=episodes(c, e)) for s, (c, e) in enumerate(counts)]
-    metrics, alerts = run(m, [view(99, [["a", "b"]]), *views])
+    metrics, alerts = run_monitor(m, [view(99, [["a", "b"]]), *views])
     assert metrics[0] == {} and metrics[4] == {"value": 0.0, "baseline": 0.125}  # no episodes: nothing measured
     assert metrics[3]["value"] == pytest.approx(0.75) and [a.step for a in alerts] == [2]
     assert "75% of tool calls failed" in alerts[0].message and "up from 12%" in alerts[0].message
@@ -96,7 +88,7 @@ def test_tool_errors_against_the_first_steps_and_silent_without_calls():
 def test_repetition_drift_flags_looping_text():
     m = monitor("repetition_drift", baseline_steps=1, ngram=2, max_rise=0.3)
     loop = "the answer is " * 6
-    metrics, alerts = run(m, [view(0, [["the sum is 4", "4"]]), view(1, [[loop, loop]])])
+    metrics, alerts = run_monitor(m, [view(0, [["the sum is 4", "4"]]), view(1, [[loop, loop]])])
     assert metrics[0]["value"] == 0.0 and metrics[1]["value"] > 0.6
     assert [a.step for a in alerts] == [1]
 
@@ -108,7 +100,7 @@ def test_reward_collapse_names_the_saturated_dimension():
     # then every dimension but brevity is saturated, and brevity differs in no group either: rewards tie
     flat = torch.tensor([[[1, 0, 3, 5]] * 4] * 2, dtype=torch.float32)
     views = [view(0, [["4"] * 4] * 2, varied), *(view(s, [["4"] * 4] * 2, flat) for s in (1, 2, 3))]
-    metrics, alerts = run(m, views)
+    metrics, alerts = run_monitor(m, views)
     assert metrics[0]["flat_groups"] == 0.0 and metrics[0]["saturated/correctness"] == 1.0
     assert metrics[1]["flat_groups"] == 1.0
     assert len(alerts) == 1 and alerts[0].step == 2
@@ -119,7 +111,7 @@ def test_reward_collapse_names_the_saturated_dimension():
 def test_reward_collapse_when_every_completion_scores_the_maximum():
     m = monitor("reward_collapse", patience=1, max_flat_share=1.0)
     top = torch.tensor([[[1, 1, 5, 5]] * 3], dtype=torch.float32)
-    metrics, alerts = run(m, [view(0, [["4"] * 3], top)])
+    metrics, alerts = run_monitor(m, [view(0, [["4"] * 3], top)])
     assert metrics[0]["at_max"] == 1.0 and "every completion scores the maximum" in alerts[0].message
 
 
@@ -228,7 +220,7 @@ def test_probes_record_group_scores_over_time():
                              for r, group in zip(records, completions, strict=True)])
 
     m = monitor("probes", every=2, num_generations=3, prompts=[{"prompt": "1+1=", "reference": "2"}])
-    metrics, _ = run(m, [view(s, [["4"]], judge_scores=judge_scores, generate=generate) for s in range(4)])
+    metrics, _ = run_monitor(m, [view(s, [["4"]], judge_scores=judge_scores, generate=generate) for s in range(4)])
     assert len(asked) == 2 and metrics[1] == {}
     assert metrics[0]["correctness"] == 0.0 and metrics[2]["correctness"] == 1.0
     assert metrics[2]["score"] > metrics[0]["score"]
