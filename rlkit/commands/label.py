@@ -40,7 +40,6 @@ from rlkit.core.errors import ConfigError
 
 USAGE = ("usage: rlkit label <labelling file> [labeller=NAME] [seed=0] (written by monitors=[label_sample] or `rlkit "
          "calibrate sample`); in a browser: rlkit label serve <labelling file> [port=8400] [api_key_env=NAME]")
-NAME_LIMIT = 80  # as the page's
 
 
 def _levels(dim: dict[str, Any]) -> list[str]:
@@ -194,26 +193,23 @@ def default_labeller() -> str:
     """The login name, as a labeller's name when ``labeller=`` is not given."""
     import getpass
 
+    from rlkit.evaluation.labelling import LABELLER_NAME_LIMIT
+
     try:
-        return getpass.getuser().strip()[:NAME_LIMIT] or "terminal"
+        return getpass.getuser().strip()[:LABELLER_NAME_LIMIT] or "terminal"
     except (KeyError, OSError):  # no login name in the environment nor the password database
         return "terminal"
 
 
 def _options(args: Sequence[str]) -> tuple[Path, str | None, int]:
-    files = [a for a in args if "=" not in a]
-    if len(files) != 1:
-        raise ConfigError(USAGE, "rlkit label")
-    options = dict(a.split("=", 1) for a in args if "=" in a)
-    for key in options:
-        if key not in ("labeller", "seed"):
-            raise ConfigError(f"unknown option; {USAGE}", f"rlkit label {key}")
-    if "seed" in options and not options["seed"].isdigit():
-        raise ConfigError(f"must be a whole number >= 0, got {options['seed']!r}", "rlkit label seed")
+    from rlkit.evaluation.labelling import LABELLER_NAME_LIMIT, file_and_options
+
+    path, options = file_and_options(args, ("labeller", "seed"), ("seed",), "rlkit label", USAGE)
     labeller = options["labeller"].strip() if "labeller" in options else None
-    if labeller is not None and not 1 <= len(labeller) <= NAME_LIMIT:
-        raise ConfigError(f"a name of 1 to {NAME_LIMIT} characters, to tell labellers apart", "rlkit label labeller")
-    return Path(files[0]), labeller, int(options.get("seed", 0))
+    if labeller is not None and not 1 <= len(labeller) <= LABELLER_NAME_LIMIT:
+        raise ConfigError(f"a name of 1 to {LABELLER_NAME_LIMIT} characters, to tell labellers apart",
+                          "rlkit label labeller")
+    return path, labeller, int(options.get("seed", 0))
 
 
 def cmd_label(args: Sequence[str]) -> int:

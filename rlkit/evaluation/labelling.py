@@ -42,11 +42,12 @@ from pathlib import Path
 from typing import Any
 
 from rlkit.core.atomic import atomic_write_text
-from rlkit.core.errors import DataError
+from rlkit.core.errors import ConfigError, DataError
 from rlkit.core.rubric import Rubric
 from rlkit.data.records import json_lines, prompt_text
 
 LABELLING_DIR = "labelling"
+LABELLER_NAME_LIMIT = 80  # characters of a labeller's name, on the page and in the terminal
 
 
 def dimension_info(rubric: Rubric) -> list[dict[str, Any]]:
@@ -197,3 +198,20 @@ def pending(line: dict[str, Any]) -> list[dict[str, Any]]:
 def labelled(lines: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """The lines with at least one level: only these are worth a judge's call in ``rlkit calibrate``."""
     return [line for line in lines if any(v is not None for v in (line.get("labels") or {}).values())]
+
+
+def file_and_options(args: Sequence[str], allowed: Sequence[str], whole_numbers: Sequence[str], command: str,
+                     usage: str) -> tuple[Path, dict[str, str]]:
+    """``rlkit label`` and ``rlkit label serve``'s command line: one labelling file and ``key=value`` options among
+    ``allowed``, those in ``whole_numbers`` digits only; anything else a ``ConfigError`` naming ``command key``."""
+    files = [a for a in args if "=" not in a]
+    if len(files) != 1:
+        raise ConfigError(usage, command)
+    options = dict(a.split("=", 1) for a in args if "=" in a)
+    for key in options:
+        if key not in allowed:
+            raise ConfigError(f"unknown option; {usage}", f"{command} {key}")
+    for key in whole_numbers:
+        if key in options and not options[key].isdigit():
+            raise ConfigError(f"must be a whole number >= 0, got {options[key]!r}", f"{command} {key}")
+    return Path(files[0]), options

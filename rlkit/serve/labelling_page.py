@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from rlkit.core.errors import ConfigError, DataError
-from rlkit.evaluation.labelling import is_group, read_labelling
+from rlkit.evaluation.labelling import LABELLER_NAME_LIMIT, file_and_options, is_group, read_labelling
 from rlkit.evaluation.labelling_answers import (
     AnswerError,
     StaleLineError,
@@ -97,14 +97,14 @@ def create_label_app(path: Path, token: str, seed: int = 0) -> Any:
     expected = f"Bearer {token}".encode()
 
     class Label(BaseModel):
-        labeller: str = Field(min_length=1, max_length=80)
+        labeller: str = Field(min_length=1, max_length=LABELLER_NAME_LIMIT)
         line: int
         key: str | None = None
         dimension: str
         level: int | None
 
     class Rank(BaseModel):
-        labeller: str = Field(min_length=1, max_length=80)
+        labeller: str = Field(min_length=1, max_length=LABELLER_NAME_LIMIT)
         line: int
         key: str | None = None
         order: list[list[int]] | None
@@ -184,20 +184,12 @@ def _bind(port: int) -> socket.socket:
 
 
 def _options(args: Sequence[str]) -> tuple[Path, int, dict[str, str]]:
-    files = [a for a in args if "=" not in a]
-    if len(files) != 1:
-        raise ConfigError(USAGE, "rlkit label serve")
-    options = dict(a.split("=", 1) for a in args if "=" in a)
-    for key in options:
-        if key not in ("port", "api_key_env", "seed"):
-            raise ConfigError(f"unknown option; {USAGE}", f"rlkit label serve {key}")
-    for key in ("port", "seed"):
-        if key in options and not options[key].isdigit():
-            raise ConfigError(f"must be a whole number >= 0, got {options[key]!r}", f"rlkit label serve {key}")
+    path, options = file_and_options(args, ("port", "api_key_env", "seed"), ("port", "seed"), "rlkit label serve",
+                                     USAGE)
     port = int(options.get("port", DEFAULT_PORT))
     if port > 65535:
         raise ConfigError("must be at most 65535", "rlkit label serve port")
-    return Path(files[0]), port, options
+    return path, port, options
 
 
 def cmd_label_serve(args: Sequence[str]) -> int:
