@@ -35,9 +35,9 @@ from rlkit.plugin import (
     load_rubric,
     nan_weighted_sum,
     normalize_scores,
-    read_records,
     resolve_path,
 )
+from rlkit_plugins.monitors.prompt_records import read_monitor_prompts
 
 if TYPE_CHECKING:
     import torch
@@ -91,13 +91,7 @@ class GoldJudge:
         if check is not None:
             check(self.gold_rubric or rubric)
         if self.params.prompts is not None and self.records is None:
-            path = resolve_path(self.params.prompts)
-            if not path.exists():
-                raise ConfigError(f"no prompts file {path}", f"{WHERE}.prompts")
-            records = read_records(path)
-            self.records = records[:self.params.limit] if self.params.limit else records
-            if not self.records:
-                raise ConfigError(f"{path} holds no records", f"{WHERE}.prompts")
+            self.records = read_monitor_prompts(self.params.prompts, self.params.limit, f"{WHERE}.prompts")
 
     def observe(self, step: int, view: MonitorView) -> dict[str, float]:
         if not due(step, self.params.every):

@@ -31,7 +31,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from rlkit.plugin import ConfigError, MonitorView, due, hookimpl, read_records, resolve_path
+from rlkit.plugin import ConfigError, MonitorView, due, hookimpl
+from rlkit_plugins.monitors.prompt_records import read_monitor_prompts
 
 WHERE = "monitors.self_internalisation.params"
 
@@ -61,14 +62,9 @@ class SelfInternalisation:
         """The prompts file read now, so a missing one or one without references fails before training."""
         if self.params.prompts is None or self.records is not None:
             return
-        path = resolve_path(self.params.prompts)
-        if not path.exists():
-            raise ConfigError(f"no prompts file {path}", f"{WHERE}.prompts")
-        records = [r for r in read_records(path) if r.get("reference") is not None]
-        self.records = records[:self.params.limit] if self.params.limit else records
-        if not self.records:
-            raise ConfigError(f"{path} holds no record with a `reference`: the gap measures the policy's move "
-                              "toward the references", f"{WHERE}.prompts")
+        self.records = read_monitor_prompts(
+            self.params.prompts, self.params.limit, f"{WHERE}.prompts", keep=lambda r: r.get("reference") is not None,
+            none_left="holds no record with a `reference`: the gap measures the policy's move toward the references")
 
     def observe(self, step: int, view: MonitorView) -> dict[str, float]:
         if not due(step, self.params.every):
