@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from rlkit.core.errors import (
         ConfigError,
         DataError,
+        EngineError,
         GeneratorError,
         JudgeError,
         PluginError,
@@ -93,6 +94,7 @@ if TYPE_CHECKING:
         approx_tokens,
         judge_spend,
         plan_judge,
+        read_cached_tokens,
         read_usage,
         sum_plans,
         sum_spend,
@@ -112,7 +114,9 @@ if TYPE_CHECKING:
     # --- generators: what a sampler is asked for and hands back; models by path ---------------------------------
     from rlkit.lm.constrained import JsonSchemaConstraint
     from rlkit.lm.decoding import decode_with_kv_cache, loop_can_decode
-    from rlkit.lm.joined_files import QWEN_CODER_JUDGE
+    from rlkit.lm.joined_files import QWEN_CODER_JUDGE, is_parts_ref, model_file
+    from rlkit.lm.judge_models import JUDGE_MODELS, JudgeModel, installed_judge_model
+    from rlkit.lm.llama_server import LlamaServer, LlamaServerSettings
     from rlkit.lm.logprobs import masked_nll
     from rlkit.lm.models import build_tiny_policy, check_model_directory, load_policy, locate_model
     from rlkit.lm.placement import Placement, input_device, plan_placement
@@ -182,6 +186,7 @@ __all__ = [
     "ConfigError",
     "ConflictWatch",
     "DataError",
+    "EngineError",
     "GeneratorError",
     "Dimension",
     "FailureWarning",
@@ -244,6 +249,13 @@ __all__ = [
     "load_rubric",
     "locate_model",
     "QWEN_CODER_JUDGE",
+    "JUDGE_MODELS",
+    "JudgeModel",
+    "installed_judge_model",
+    "is_parts_ref",
+    "model_file",
+    "LlamaServer",
+    "LlamaServerSettings",
     "make_view",
     "loop_can_decode",
     "masked_nll",
@@ -296,6 +308,7 @@ __all__ = [
     "judge_spend",
     "plan_judge",
     "rate_limiter",
+    "read_cached_tokens",
     "read_usage",
     "sum_plans",
     "sum_spend",

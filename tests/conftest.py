@@ -28,6 +28,22 @@ def _shared_warm_starts(tmp_path_factory):
         yield
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _installed_judge_model(tmp_path_factory):
+    """The judge model ``judge=llm`` asks by default, for every test: a tiny random GGUF written here
+    (``$RLKIT_JUDGE_MODEL``), so a test does not depend on whether this machine has the 1.1 GB qwen-judge extra (CI
+    does not). A test that needs a model judge's scores to mean something names ``backend: tiny`` or a served model;
+    tests of what happens with no judge installed unset it."""
+    from rlkit.lm.judge_models import JUDGE_MODEL_ENV
+    from rlkit.testing.gguf_files import write_tiny_gguf
+
+    path = tmp_path_factory.mktemp("judge-model") / "tiny-judge.gguf"
+    write_tiny_gguf(path, architecture="llama")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(JUDGE_MODEL_ENV, str(path))
+        yield path
+
+
 @pytest.fixture(autouse=True)
 def _clear_hydra():
     yield

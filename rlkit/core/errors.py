@@ -46,6 +46,10 @@ class UnscoredError(JudgeError):
     exit_code = 3
 
 
+class EngineError(RlkitError):
+    """An engine rlkit started (a llama.cpp judge server) could not start, or stopped for good mid-run."""
+
+
 class GeneratorError(RlkitError):
     """A generator could not sample: an inference engine stopped answering or refused a weight sync mid-run."""
 

@@ -14,6 +14,8 @@ logs what a step spent (:class:`StepSpend`):
 * ``judge/cache_hits``: answers taken from the response cache instead of asking;
 * ``judge/retries``: requests sent again: HTTP retries (timeout, 429, 5xx) and re-asks for unreadable answers;
 * ``judge/calls_without_usage``: calls whose tokens the backend could not report (left out of the token counts);
+* ``judge/tokens_cached``: of ``judge/tokens_in``, those the server took from its prompt cache instead of computing
+  (``usage.prompt_tokens_details.cached_tokens``; 0 where a backend does not report it);
 * ``judge/cost``: with a price per million tokens on the backend, the calls' cost.
 
 A judge that makes no calls (``rule``) has no ``spend``, and none of these figures is logged for it: an absent
@@ -60,6 +62,15 @@ def token_price(input_per_million: float | None, output_per_million: float | Non
     return TokenPrice(float(input_per_million or 0.0), float(output_per_million or 0.0))
 
 
+def read_cached_tokens(body: Any) -> int | None:
+    """``usage.prompt_tokens_details.cached_tokens`` of an OpenAI chat-completions body: the prompt tokens the server
+    took from its prompt cache (OpenAI, vLLM and llama.cpp's server report it); None when absent or malformed."""
+    usage = body.get("usage") if isinstance(body, dict) else None
+    details = usage.get("prompt_tokens_details") if isinstance(usage, dict) else None
+    value = details.get("cached_tokens") if isinstance(details, dict) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
 def read_usage(body: Any) -> tuple[int | None, int | None, str | None]:
     """``(prompt_tokens, completion_tokens, problem)`` from an OpenAI chat-completions response body: its ``usage``
     object holds both as non-negative integers. Absent or malformed gives ``(None, None, why)``: the answer itself is
@@ -90,13 +101,15 @@ class Spend:
     retries: int = 0
     calls_without_usage: int = 0
     cost: float | None = None
+    tokens_cached: int = 0
 
     def _combine(self, other: Spend, sign: int) -> Spend:
         cost = None if self.cost is None and other.cost is None else (self.cost or 0.0) + sign * (other.cost or 0.0)
         return Spend(self.calls + sign * other.calls, self.tokens_in + sign * other.tokens_in,
                      self.tokens_out + sign * other.tokens_out, self.latency_s + sign * other.latency_s,
                      self.cache_hits + sign * other.cache_hits, self.retries + sign * other.retries,
-                     self.calls_without_usage + sign * other.calls_without_usage, cost)
+                     self.calls_without_usage + sign * other.calls_without_usage, cost,
+                     self.tokens_cached + sign * other.tokens_cached)
 
     def __add__(self, other: Spend) -> Spend:
         return self._combine(other, 1)
@@ -109,7 +122,8 @@ class Spend:
         out = {"judge/calls": float(self.calls), "judge/tokens_in": float(self.tokens_in),
                "judge/tokens_out": float(self.tokens_out), "judge/latency_s": self.latency_s,
                "judge/cache_hits": float(self.cache_hits), "judge/retries": float(self.retries),
-               "judge/calls_without_usage": float(self.calls_without_usage)}
+               "judge/calls_without_usage": float(self.calls_without_usage),
+               "judge/tokens_cached": float(self.tokens_cached)}
         if self.cost is not None:
             out["judge/cost"] = self.cost
         return out
@@ -133,7 +147,7 @@ class SpendMeter:
         unknown = sum(a.tokens_in is None or a.tokens_out is None for a in answers)
         batch = Spend(calls=len(answers), tokens_in=tokens_in, tokens_out=tokens_out,
                       latency_s=sum(a.latency for a in answers), retries=sum(max(a.attempts - 1, 0) for a in answers),
-                      calls_without_usage=unknown)
+                      calls_without_usage=unknown, tokens_cached=sum(a.tokens_cached or 0 for a in answers))
         with self._lock:
             self._spend = self._spend + batch
 
@@ -270,7 +284,9 @@ def plural(count: int, word: str) -> str:
 
 def spend_line(spend: Spend) -> str:
     """One line for a summary: ``judge spend: 96 calls, 12,345 tokens in, 678 out, 4.2 s, 3 cache hits, ...``."""
-    parts = [f"{spend.calls:,} calls", f"{spend.tokens_in:,} tokens in", f"{spend.tokens_out:,} out",
+    parts = [f"{spend.calls:,} calls", f"{spend.tokens_in:,} tokens in"
+             + (f" ({spend.tokens_cached:,} from the server's prompt cache)" if spend.tokens_cached else ""),
+             f"{spend.tokens_out:,} out",
              f"{spend.latency_s:.1f} s of calls", f"{spend.cache_hits:,} cache hits", f"{spend.retries:,} retries"]
     if spend.calls_without_usage:
         parts.append(f"{spend.calls_without_usage:,} calls without usage")

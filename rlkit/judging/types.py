@@ -23,6 +23,7 @@ class Completion:
     tokens_in: int | None = None
     tokens_out: int | None = None
     level_probs: dict[str, dict[int, float]] | None = None
+    tokens_cached: int | None = None  # of tokens_in, those the server's prompt cache served (None: not reported)
 
 
 def render_chat(messages: Sequence[dict[str, str]], tokenizer: Any) -> str:

@@ -13,7 +13,7 @@ against your plugin exactly as it runs against rlkit's built-ins::
 """
 
 from rlkit.testing.audit_probe_contract import AuditProbeContract, example_audit_records, example_audit_rubric
-from rlkit.testing.config import plugin_names, validate_overrides
+from rlkit.testing.config import offline_judge, plugin_names, validate_overrides
 from rlkit.testing.contracts import (
     AdvantageEstimatorContract,
     AggregatorContract,
@@ -62,5 +62,6 @@ __all__ = [
     "fit_killed_at_first_checkpoint",
     "plugin_names",
     "run_monitor",
+    "offline_judge",
     "validate_overrides",
 ]

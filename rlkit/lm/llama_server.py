@@ -1,0 +1,241 @@
+"""llama.cpp's OpenAI-compatible server on a GGUF file, run by rlkit as a child process it starts, watches and stops.
+
+The server is the one the ``xllamacpp`` wheel builds in (llama.cpp's ``llama-server``, nothing compiled here: the
+``judge-server`` extra). It runs in a child Python process rather than in rlkit's own, for three reasons: a crash of
+the engine (an abort inside llama.cpp) must not take the run with it, its threads must not compete with the training
+loop's Python for the GIL, and a process can be restarted.
+
+The child (``python -m rlkit.lm.llama_server '<json settings>'``) binds port 0 on 127.0.0.1, so the system picks a
+free port and no two runs collide, prints ``{"url": ...}`` as its first stdout line, and then blocks reading its
+stdin. The parent holds the other end of that pipe: when rlkit closes it (:meth:`LlamaServer.stop`), or when rlkit's
+process ends in any way, SIGKILL included, the child reads end-of-file and exits, so no engine outlives the command.
+
+:class:`LlamaServer` is the parent's handle: :meth:`start` waits until ``GET /health`` answers 200 (the model is
+loaded), :meth:`ensure_running` restarts an engine that has died, once in the handle's life, and after that raises
+:class:`~rlkit.core.errors.EngineError`, one line with the engine's last log lines.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.request
+import weakref
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from rlkit.core.errors import EngineError
+
+READY_POLL_S = 0.1
+STOP_WAIT_S = 10.0
+
+
+@dataclass(frozen=True)
+class LlamaServerSettings:
+    """What the child is started with. ``context`` is each slot's context; llama.cpp splits ``n_ctx`` between the
+    slots, so the server gets ``context * slots``."""
+
+    model: str
+    slots: int = 2
+    context: int = 4096
+    threads: int = 2
+    alias: str = "judge"
+    prompt_cache: bool = True
+    """Reuse the KV of a slot's previous prompt for the part a new prompt shares with it (llama.cpp's
+    ``cache_prompt``), and keep recent prompts' KV in host memory (``--cache-ram``, ``prompt_cache_mib``)."""
+    prompt_cache_mib: int = 1024
+
+    def to_params(self):  # type: ignore[no-untyped-def]
+        """The ``xllamacpp.CommonParams`` these settings describe (in the child: the wheel is imported there only)."""
+        import xllamacpp
+
+        params = xllamacpp.CommonParams()
+        params.model.path = self.model
+        params.model_alias = self.alias
+        params.n_parallel = self.slots
+        params.n_ctx = self.context * self.slots
+        params.cpuparams.n_threads = params.cpuparams_batch.n_threads = self.threads
+        params.cont_batching = True  # the slots' requests decode in one batch (continuous batching)
+        params.cache_prompt = self.prompt_cache
+        params.cache_ram_mib = self.prompt_cache_mib if self.prompt_cache else 0
+        params.port, params.verbosity = 0, 0
+        return params
+
+
+def _child_main(argv: list[str]) -> int:
+    """The child: start the server, say where it listens, serve until stdin closes."""
+    settings = LlamaServerSettings(**json.loads(argv[0]))
+    import xllamacpp
+
+    try:
+        server = xllamacpp.Server(settings.to_params())
+    except Exception as exc:  # llama.cpp's reason is on stderr, which the parent keeps
+        print(json.dumps({"error": f"{type(exc).__name__}: {exc}"}), flush=True)
+        return 1
+    print(json.dumps({"url": server.listening_address.rstrip("/")}), flush=True)
+    sys.stdin.read()  # until the parent closes the pipe or dies
+    del server
+    return 0
+
+
+class LlamaServer:
+    """One llama.cpp engine rlkit started (see the module doc). ``where`` leads every error: the config key that
+    chose the engine."""
+
+    def __init__(self, settings: LlamaServerSettings, where: str, ready_timeout: float = 300.0) -> None:
+        self.settings = settings
+        self.where = where
+        self.ready_timeout = ready_timeout
+        self.restarts = 0
+        self.url: str | None = None
+        self._process: subprocess.Popen[str] | None = None
+        self._log: Path | None = None
+        self._lock = threading.Lock()
+        self._finalizer = weakref.finalize(self, _stop_process, None)
+
+    @property
+    def running(self) -> bool:
+        return self._process is not None and self._process.poll() is None
+
+    @property
+    def pid(self) -> int | None:
+        return self._process.pid if self._process is not None else None
+
+    def start(self) -> str:
+        """Start the engine if it is not running and wait until it answers; its base URL (no ``/v1``)."""
+        with self._lock:
+            if not self.running:
+                self._start()
+            assert self.url is not None
+            return self.url
+
+    def ensure_running(self) -> str:
+        """The base URL of a live engine: one that has died since it started is restarted, once in this handle's
+        life; a second death is an :class:`EngineError`."""
+        with self._lock:
+            if self._process is not None and not self.running:
+                code = self._process.returncode
+                if self.restarts >= 1:
+                    raise EngineError(f"the llama.cpp engine on {Path(self.settings.model).name} stopped again "
+                                      f"(exit {code}) after one restart; {self._tail()}", self.where)
+                self.restarts += 1
+                import warnings
+
+                warnings.warn(f"{self.where}: the llama.cpp engine stopped (exit {code}); restarting it once",
+                              UserWarning, stacklevel=2)
+                self._start()
+            elif self._process is None:
+                self._start()
+            assert self.url is not None
+            return self.url
+
+    def _start(self) -> None:
+        self._stop()
+        fd, log = tempfile.mkstemp(prefix="rlkit-llama-server.", suffix=".log")
+        self._log = Path(log)
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        with os.fdopen(fd, "w") as stderr:
+            self._process = subprocess.Popen(
+                [sys.executable, "-m", "rlkit.lm.llama_server", json.dumps(asdict(self.settings))],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr, text=True, env=env,
+                start_new_session=True)  # a Ctrl-C in the terminal reaches rlkit, which stops the engine in order
+        self._finalizer.detach()
+        self._finalizer = weakref.finalize(self, _stop_process, self._process)
+        atexit.register(self._finalizer)
+        first = self._first_line()
+        if "url" not in first:
+            self._stop()
+            reason = first.get("error") or "it exited before listening"
+            raise EngineError(f"the llama.cpp engine could not start on {self.settings.model} ({reason}); "
+                              f"{self._tail()}", self.where)
+        self.url = str(first["url"])
+        self._wait_healthy()
+
+    def _first_line(self) -> dict[str, str]:
+        assert self._process is not None and self._process.stdout is not None
+        line: list[str] = []
+        reader = threading.Thread(target=lambda: line.append(self._process.stdout.readline()), daemon=True)
+        reader.start()
+        reader.join(self.ready_timeout)
+        if not line or not line[0].strip():
+            return {}
+        try:
+            return json.loads(line[0])
+        except ValueError:
+            return {"error": line[0].strip()[:200]}
+
+    def _wait_healthy(self) -> None:
+        deadline = time.monotonic() + self.ready_timeout
+        while True:
+            try:
+                with urllib.request.urlopen(f"{self.url}/health", timeout=5) as answer:
+                    if answer.status == 200:
+                        return
+            except (urllib.error.URLError, OSError):
+                pass
+            if not self.running or time.monotonic() > deadline:
+                why = "it exited" if not self.running else f"no healthy answer within {self.ready_timeout:g} s"
+                self._stop()
+                raise EngineError(f"the llama.cpp engine did not become ready ({why}); {self._tail()}", self.where)
+            time.sleep(READY_POLL_S)
+
+    def _tail(self, lines: int = 3) -> str:
+        """The engine's last error lines, for a one-line message."""
+        try:
+            text = self._log.read_text(errors="replace") if self._log is not None else ""
+        except OSError:
+            text = ""
+        kept = [line.strip() for line in text.splitlines() if line.strip()]
+        errors = [line for line in kept if " E " in line or "error" in line.lower()] or kept
+        return "engine log: " + (" | ".join(errors[-lines:]) if errors else "(empty)")
+
+    def stop(self) -> None:
+        """Stop the engine (closing its stdin; terminating it if it does not exit) and wait for it."""
+        with self._lock:
+            self._stop()
+
+    def _stop(self) -> None:
+        if self._process is not None:
+            _stop_process(self._process)
+            self._process = None
+        self.url = None
+        if self._log is not None:
+            self._log.unlink(missing_ok=True)
+            self._log = None
+
+    def crash_for_test(self) -> None:
+        """Kill the engine as a crash would (SIGKILL), leaving the handle to notice it: what the restart tests do."""
+        if self._process is not None:
+            self._process.kill()
+            self._process.wait()
+
+
+def _stop_process(process: subprocess.Popen[str] | None) -> None:
+    if process is None:
+        return
+    if process.poll() is None:
+        try:
+            if process.stdin is not None:
+                process.stdin.close()
+            process.wait(STOP_WAIT_S)
+        except (OSError, subprocess.TimeoutExpired):
+            process.terminate()
+            try:
+                process.wait(STOP_WAIT_S)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+    for pipe in (process.stdin, process.stdout):
+        if pipe is not None and not pipe.closed:
+            pipe.close()
+
+
+if __name__ == "__main__":
+    sys.exit(_child_main(sys.argv[1:]))
