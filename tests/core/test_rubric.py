@@ -615,7 +615,7 @@ def test_the_llm_judge_renders_the_template_its_rubric_names(tmp_path: Path) -> 
             asked.extend(chat[0]["content"] for chat in prompts)
             return [Completion(text='{"format": 1, "brevity": 5}') for _ in prompts]
 
-    judge = load_registry().create("judge", "llm", {"backend": {"name": "hf", "params": {"model": None}}})
+    judge = load_registry().create("judge", "llm", {"backend": "tiny"})
     judge.backend.get = lambda: Recording()
     scores = judge.score(rlkit.Rollout(records=[{"prompt": "1+1="}], completions=[["2"]]), rubric)
     assert asked == ["MINE 1+1= -> 2"] and scores.tolist() == [[[1.0, 5.0]]]

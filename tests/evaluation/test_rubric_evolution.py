@@ -16,6 +16,7 @@ from rlkit.cli import main
 from rlkit.config.schemas import RubricEvolveConfig
 from rlkit.core.rubric import load_rubric, rubric_from_dict
 from rlkit.evaluation.rubric_evolution import RubricBuffer
+from rlkit.testing import offline_judge
 from rlkit.testing.canned_chat import CannedChatServer, score_each_dimension, scoring_request
 from rlkit_plugins.backends.openai import OpenAIBackend
 
@@ -240,7 +241,7 @@ def test_validate_refuses_evolve_without_a_judge_backend_in_one_line(capsys):
     assert main(["validate", "rubric=per_record", "judge=rule", "rubric.evolve.every=2"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("rlkit: error: rubric.evolve.every: judge=rule has no model backend")
-    assert main(["validate", "rubric=per_record", "judge=llm", "rubric.evolve.every=2"]) == 2
+    assert main(["validate", "rubric=per_record", *offline_judge("llm"), "rubric.evolve.every=2"]) == 2
     assert "rubric.evolve.every: judge=llm's backend is the offline tiny judge" in capsys.readouterr().err
     assert main(["validate", "rubric=per_record", "rubric.evolve.max_active=0"]) == 2
     assert "rubric.evolve.max_active" in capsys.readouterr().err

@@ -15,6 +15,7 @@ from rlkit.cli import main
 from rlkit.core.errors import RubricError
 from rlkit.core.rubric import load_rubric, rubric_from_dict
 from rlkit.evaluation.rubric_generation import parse_criteria
+from rlkit.testing import offline_judge
 from rlkit.testing.canned_chat import CannedChatServer
 
 CRITERIA = [
@@ -151,7 +152,7 @@ def test_generate_needs_a_reference_and_a_model(tmp_path, capsys):
     with CannedChatServer(lambda messages: canned()) as server:
         assert main(["rubric", "generate", f"data.path={data}", *_backend(server)]) == 2
     assert f"{data}:1: needs a \"reference\" answer" in capsys.readouterr().err
-    assert main(["rubric", "generate", f"data.path={data}", "judge=llm"]) == 2
+    assert main(["rubric", "generate", f"data.path={data}", *offline_judge("llm")]) == 2
     assert "judge.params.backend: the offline tiny judge cannot write rubrics" in capsys.readouterr().err
 
 

@@ -73,7 +73,7 @@ def test_the_judge_asks_for_reasons_and_keeps_them(tmp_path, monkeypatch):
 def test_reasons_need_a_model_and_room_to_write_them(tmp_path, monkeypatch):
     monkeypatch.setenv("RLKIT_CACHE", str(tmp_path))
     with pytest.raises(ConfigError, match="offline tiny judge was not trained to give reasons"):
-        load_registry().create("judge", "llm", {"reasons": True})
+        load_registry().create("judge", "llm", {"backend": "tiny", "reasons": True})
     judge = load_registry().create("judge", "llm", {"backend": {"name": "openai", "params": {
         "base_url": "http://127.0.0.1:9/v1"}}, "reasons": True})  # max_tokens 64 by default
     with pytest.raises(ConfigError, match=r"256 for 4\), the backend allows 64: raise judge.params.backend.params"

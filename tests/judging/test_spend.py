@@ -233,7 +233,9 @@ def test_local_and_served_counts_agree_on_the_same_model():
     with OpenAICompatibleServer() as server:
         served = _backend(server.url, max_tokens=8, temperature=0.0).complete(chats)
         counts = server.served_usage()
-    local = HFBackend(HFBackend.Params(max_new_tokens=8)).complete(chats)
+    from rlkit_plugins.backends.tiny import TinyBackend
+
+    local = TinyBackend(HFBackend.Params(max_new_tokens=8)).complete(chats)  # the tiny policy, as the server's
     assert counts["calls"] == 3 and counts["prompt_tokens"] == sum(a.tokens_in for a in served)
     assert counts["completion_tokens"] == sum(a.tokens_out for a in served)
     assert [(a.text, a.tokens_in, a.tokens_out) for a in local] == [(a.text, a.tokens_in, a.tokens_out) for a in served]

@@ -9,6 +9,7 @@ from rlkit.cli import main
 from rlkit.core.package_files import resolve_path
 from rlkit.core.rubric import load_rubric
 from rlkit.judging.tiny_judge import tiny_judge_caveats
+from rlkit.testing import offline_judge
 
 ARITHMETIC = load_rubric(resolve_path("pkg://rlkit.conf/rubrics/arithmetic.yaml"))
 
@@ -41,10 +42,10 @@ def test_validate_warns_through_a_composite_and_stays_quiet_on_the_default_task(
     data = tmp_path / "mine.jsonl"
     data.write_text("\n".join(json.dumps({"prompt": f"{a}+{b}=", "reference": str(a + b)})
                               for a, b in [(17, 25), (3, 4)]) + "\n")
-    assert main(["validate", "judge=ensemble", f"data.path={data}"]) == 0
+    assert main(["validate", *offline_judge("ensemble"), f"data.path={data}"]) == 0
     (line,) = _warnings(capsys.readouterr().err)
     assert "1 of 2 records are outside it (first: record 1, '17+25=')" in line
-    assert main(["validate", "judge=ensemble"]) == 0
+    assert main(["validate", *offline_judge("ensemble")]) == 0
     assert _warnings(capsys.readouterr().err) == []
     assert main(["validate", "judge=rule", f"data.path={data}"]) == 0
     assert _warnings(capsys.readouterr().err) == []

@@ -16,7 +16,7 @@ from rlkit import Rollout
 from rlkit.cli import main
 from rlkit.core.registry import load_registry
 from rlkit.core.rubric import load_rubric
-from rlkit.testing import JudgeContract
+from rlkit.testing import JudgeContract, offline_judge
 from rlkit_plugins.judges.rule import RuleJudge
 
 RULE_TEACHER = RuleJudge(RuleJudge.Params())  # what the offline judges distil
@@ -46,7 +46,8 @@ def _rollout() -> Rollout:
 
 
 def _judge(**params):
-    return load_registry().create("judge", "llm", params)
+    """The llm judge; on the offline tiny judge unless ``backend`` says otherwise."""
+    return load_registry().create("judge", "llm", {"backend": "tiny", **params})
 
 
 def test_offline_judge_scores_the_rubric_and_caches(cache_env):
@@ -107,7 +108,7 @@ def _rows(run_dir: Path) -> list[dict[str, str]]:
 
 def test_fit_with_the_offline_llm_judge(cache_env, tmp_path):
     run_dir = tmp_path / "run"
-    assert main(["fit", "judge=llm", "logger=csv", "trainer.max_steps=3", "batch_size=4", "num_generations=4",
+    assert main(["fit", *offline_judge("llm"), "logger=csv", "trainer.max_steps=3", "batch_size=4", "num_generations=4",
                  f"hydra.run.dir={run_dir}"]) == 0
     rows = _rows(run_dir)
     assert len(rows) == 3 and all(math.isfinite(float(r["loss"])) for r in rows)
@@ -140,7 +141,7 @@ class TestModelJudgesContract(JudgeContract):
         from rlkit.config import compose_config, validate_config
 
         registry = load_registry()
-        return validate_config(compose_config(registry, [f"judge={request.param}"]), registry).plugins["judge"]
+        return validate_config(compose_config(registry, offline_judge(request.param)), registry).plugins["judge"]
 
     @pytest.fixture
     def rubric(self):
@@ -155,7 +156,7 @@ def test_hybrid_sends_only_its_dimensions_to_the_llm(cache_env):
     from rlkit.config import compose_config, validate_config
 
     registry = load_registry()
-    judge = validate_config(compose_config(registry, ["judge=hybrid"]), registry).plugins["judge"]
+    judge = validate_config(compose_config(registry, offline_judge("hybrid")), registry).plugins["judge"]
     rubric = load_rubric(RUBRIC)
     assert judge.routing(rubric) == {"rule": [0, 3], "llm": [1, 2]}
     scores = judge.score(_rollout(), rubric)
@@ -167,14 +168,15 @@ def test_ensemble_logs_agreement_per_dimension(cache_env):
     from rlkit.config import compose_config, validate_config
 
     registry = load_registry()
-    judge = validate_config(compose_config(registry, ["judge=ensemble"]), registry).plugins["judge"]
+    judge = validate_config(compose_config(registry, offline_judge("ensemble")), registry).plugins["judge"]
     judge.score(_rollout(), load_rubric(RUBRIC))
     agreement = {k: v for k, v in judge.metrics().items() if k.startswith("judge/agreement/")}
     assert set(agreement) == {f"judge/agreement/{d}" for d in ("format", "correctness", "brevity", "repetition")}
     assert all(0.0 <= v <= 1.0 for v in agreement.values())
 
 
-@pytest.mark.parametrize("overrides", [["judge=hybrid"], ["judge=ensemble", "aggregator=lexicographic"]])
+@pytest.mark.parametrize("overrides", [offline_judge("hybrid"),
+                                       [*offline_judge("ensemble"), "aggregator=lexicographic"]])
 def test_fit_with_hybrid_and_ensemble_judges(cache_env, tmp_path, capsys, overrides):
     run_dir = tmp_path / "run"
     # model=tiny_random: the yardstick check needs the held-out reward to move in 4 steps, as it does from random
@@ -213,7 +215,7 @@ def test_cascade_escalates_only_undecided_groups(cache_env):
     from rlkit.config import compose_config, validate_config
 
     registry = load_registry()
-    judge = validate_config(compose_config(registry, ["judge=cascade"]), registry).plugins["judge"]
+    judge = validate_config(compose_config(registry, offline_judge("cascade")), registry).plugins["judge"]
     rubric = load_rubric(RUBRIC)
     rollout = Rollout(records=[{"prompt": "7+5=", "reference": "12"}, {"prompt": "3+4=", "reference": "7"}],
                       completions=[["12", "the answer is twelve"], ["x", "x"]])  # group 2: nothing to separate
@@ -307,14 +309,14 @@ def test_calibrate_with_expected_scoring_reports_both_ways_from_one_pass(cache_e
     both, and the written levels are what `scoring: sampled` gives (greedy answers are the same answers)."""
     from rlkit.cli import main
 
-    assert main(["calibrate", "judge=llm", "judge.params.scoring=expected", "logger=none",
+    assert main(["calibrate", *offline_judge("llm"), "judge.params.scoring=expected", "logger=none",
                  f"calibrate.output={tmp_path / 'expected'}"]) == 0
     out = capsys.readouterr().out
     assert "scored both ways" in out
     both = {line.split("│")[1].strip(): [c.strip() for c in line.split("│")[2:6]]
             for line in out.splitlines() if line.count("│") == 6 and line.split("│")[1].strip() in
             ("format", "correctness", "brevity", "repetition")}
-    assert main(["calibrate", "judge=llm", "judge.params.scoring=sampled", "logger=none",
+    assert main(["calibrate", *offline_judge("llm"), "judge.params.scoring=sampled", "logger=none",
                  f"calibrate.output={tmp_path / 'sampled'}"]) == 0
     sampled = json.loads((tmp_path / "sampled" / "calibration.json").read_text())["dimensions"]
     for name, (_, _, kappa, rho) in both.items():

