@@ -52,10 +52,15 @@ def records_file(tmp_path: Path) -> Path:
 # Validating judge=reward_api asks its server what it judges: tests/serve/test_serve.py validates it against a live one.
 # judge=grm names the folder rlkit train-grm saved: tests/grm/test_grm.py validates it with one it trained.
 NEEDS_SERVER = {("judge", "reward_api"), ("judge", "grm")}
+DEFINITIONS = "pkg://rlkit.conf/tasks/learner_definitions.jsonl"
 # A multi-turn environment renders its turns with a chat template, which the embedded policy's tokenizer lacks.
 NEEDS_MORE = {("environment", "tools"): ["model.chat_template=pkg://rlkit.templates/chat/tiny_tools.jinja"],
               # its chat options shape the synthetic task, which a data file replaces
-              ("experiment", "smollm2_arithmetic"): ["data.chat=false", "data.instruction=null"]}
+              ("experiment", "smollm2_arithmetic"): ["data.chat=false", "data.instruction=null"],
+              # its rule checks read the records' `forms`, which the shipped prompts have (its model judge, llama_cpp,
+              # takes the tiny GGUF that tests/conftest.py names as the installed judge model)
+              ("rubric", "learner_definition"): [f"data.path={DEFINITIONS}"],
+              ("experiment", "smollm2_definitions"): [f"data.path={DEFINITIONS}"]}
 
 @pytest.mark.parametrize(("group", "option"), [o for o in OPTIONS if o not in NEEDS_SERVER],
                          ids=[f"{g}={o}" for g, o in OPTIONS if (g, o) not in NEEDS_SERVER])
@@ -120,10 +125,9 @@ def test_bad_param_value_names_field(registry):
 
 def test_a_declared_key_needs_no_plus_and_an_undeclared_one_is_named_at_once(registry):
     # a param the llm judge declares but its YAML leaves out, and a Lightning argument, set as a user types them
-    cfg = compose_config(registry, ["judge=llm", "judge.params.backend.params.max_new_tokens=32",
-                                    "trainer.min_steps=1"])
+    cfg = compose_config(registry, ["judge=llm", "judge.params.backend.params.slots=4", "trainer.min_steps=1"])
     validated = validate_config(cfg, registry)
-    assert cfg.judge.params.backend.params.max_new_tokens == 32 and validated.cfg.trainer.min_steps == 1
+    assert cfg.judge.params.backend.params.slots == 4 and validated.cfg.trainer.min_steps == 1
     with pytest.raises(ConfigError, match=r"judge.params.*unknown key 'nope' for judge 'rule'; valid keys"):
         validate_config(compose_config(registry, ["judge.params.nope=1"]), registry)
     with pytest.raises(ConfigError, match=r"trainer.max_step: unknown key.*did you mean 'max_steps'\?"):

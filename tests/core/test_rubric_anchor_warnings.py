@@ -80,7 +80,7 @@ def test_shipped_rubrics():
     assert (arithmetic.unanchored_levels, arithmetic.dimensions_without_negative) == (5, 0)
     assert [(f.dimension, f.missing_levels) for f in arithmetic.findings] == [
         ("brevity", (2.0, 4.0)), ("repetition", (2.0, 3.0, 4.0))]
-    for name in ("calculator", "calculator_steps", "chat_arithmetic"):
+    for name in ("calculator", "calculator_steps", "chat_arithmetic", "learner_definition"):
         report = anchor_report(load_rubric(RUBRICS / f"{name}.yaml"))
         assert report.findings == () and report.skipped is None, name
         assert report.summary() == "rubric anchors: 0 levels without anchors, 0 dimensions without a negative example"
@@ -107,6 +107,7 @@ PINNED_HASH = "e85222d05a6504518b845fbe21a3e8569ee1c094bcb8982e1361084102ef856c"
 SHIPPED_HASHES = {"arithmetic": "f089cdf08376238f041c908fe2d888ba082b21eb71583a1a8d618f8339b47e20",
                   "calculator": "ea3cb5fcbfddb7b26e86f7fca175a8dd9d4111c93953b26fd3f67a1bed0c023e",
                   "chat_arithmetic": "d65b9eddb28bb1b8c9e08a72faf59973e6842656fff6d6c276b6a62f5ac6b65d",
+                  "learner_definition": "58c7352cce4cf2bf38cfaca96122744802ee4f1a5f7dba58a2aaa2e8932d7f5b",
                   "per_record": "bf73027fefd6b5f9dae89ae94224dcc079ab4d2dea5ff9d79412af34472661d5"}
 
 

@@ -137,6 +137,43 @@ def test_match_numeric_with_non_numeric_reference_is_an_error():
     assert "dimensions[0](d).checks[0]" in str(info.value)
 
 
+def test_sentences_count_ends_and_line_breaks():
+    texts = ["Brave means not afraid. The brave girl saved the dog!",   # 2
+             "Brave means not afraid.",                                 # 1
+             "Sure! Brave means not afraid. She was brave. Yes.",       # 4
+             'He said "go." Then he left.',                             # 2: closing quotes after the full stop
+             "Use it, e.g. a brave act. Fine",                          # 2: "e.g. a" ends nothing
+             "**Meaning:** not afraid\n\n**Example:** she is brave",     # 2: a line break ends one
+             "", "...", "   "]                                          # 0: no letter or digit
+    assert scores([{"type": "sentences", "min": 2, "max": 2}], texts) == [1, 0, 0, 1, 1, 1, 0, 0, 0]
+    assert scores([{"type": "sentences", "max": 1}], texts) == [0, 1, 0, 0, 0, 0, 1, 1, 1]
+    assert scores([{"type": "sentences", "min": 3}], texts) == [0, 0, 1, 0, 0, 0, 0, 0, 0]
+
+
+def test_match_contains_a_whole_word_of_the_field():
+    check = {"type": "match", "mode": "contains", "field": "forms"}
+    record = {"prompt": "p", "forms": ["forget", "forgot", "forgotten"]}
+    texts = ["I FORGOT my keys.", "Don't forget it", "unforgettable", "forgetful", "I remember."]
+    assert scores([check], texts, record) == [1.0, 1.0, 0.0, 0.0, 0.0]
+    assert scores([{**check, "case_sensitive": True}], texts[:2], record) == [0.0, 1.0]
+    assert scores([{"type": "match", "mode": "contains"}], ["a red car", "a redcar"], {"reference": "red car"}) == [
+        1.0, 0.0]  # a text is a phrase; the field defaults to reference
+    # with extract, only its group is searched: here the example, after the first sentence
+    example = {**check, "extract": r"(?s)(?:[.!?]\S*\s+|\n)(\S.*)"}
+    texts = ["To forget is to lose a memory. I forgot my keys.", "To forget is to lose a memory.",
+             "To forget is to lose a memory. I lost my keys.", "Forget: lose a memory\nI forgot it"]
+    assert scores([example], texts, record) == [1.0, 0.0, 0.0, 1.0]
+
+
+def test_match_contains_without_the_field_is_nan_and_a_bad_field_an_error():
+    [value] = scores([{"type": "match", "mode": "contains", "field": "forms"}], ["x"], {"prompt": "p"})
+    assert is_nan(value)
+    for bad in ([], [""], 7, ["ok", 3]):
+        with pytest.raises(JudgeError, match="'forms' of the prompt record must be a non-empty text") as info:
+            scores([{"type": "match", "mode": "contains", "field": "forms"}], ["x"], {"forms": bad})
+        assert "dimensions[0](d).checks[0]" in str(info.value)
+
+
 # --- mapping checks to a dimension's range ------------------------------------------------------
 
 
@@ -231,10 +268,16 @@ def test_dimension_for_another_judge_is_nan_and_not_checked():
         ({"type": "repetition", "n": 0}, ".checks[1].n", "integer >= 1"),
         ({"type": "repetition", "max_ratio": 1.5}, ".checks[1].max_ratio", "[0, 1]"),
         ({"type": "json", "required_keys": "a"}, ".checks[1].required_keys", "list"),
-        ({"type": "match", "mode": "fuzzy"}, ".checks[1].mode", "exact, numeric"),
+        ({"type": "match", "mode": "fuzzy"}, ".checks[1].mode", "exact, numeric, contains"),
         ({"type": "match", "mode": "numeric", "extract": r"\d+"}, ".checks[1].extract", "capture group"),
         ({"type": "match", "mode": "numeric", "extract": "(x"}, ".checks[1].extract", "invalid regex"),
         ({"type": "match", "tolerance": 0.1}, ".checks[1].tolerance", "mode: numeric"),
+        ({"type": "match", "mode": "contains", "tolerance": 0.1}, ".checks[1].tolerance", "only to mode: numeric"),
+        ({"type": "match", "extract": "(x)"}, ".checks[1].extract", "numeric or contains"),
+        ({"type": "match", "mode": "contains", "extract": "x"}, ".checks[1].extract", "capture group"),
+        ({"type": "sentences"}, ".checks[1]", "a sentences check needs min, max or both"),
+        ({"type": "sentences", "min": 3, "max": 2}, ".checks[1].min", "greater than max"),
+        ({"type": "sentences", "max": -1}, ".checks[1].max", ">= 0"),
         ({"type": "json", "weight": 0}, ".checks[1].weight", "> 0"),
     ],
 )
@@ -342,9 +385,18 @@ def _ref_check(c: dict[str, Any], text: str, rec: dict[str, Any], tok: int | Non
                 continue
             return float(not keys or isinstance(data, dict) and all(k in data for k in keys))
         return 0.0
+    if kind == "sentences":
+        count = len([p for p in re.split(rule.rf._SENTENCE_END.pattern, text) if re.search(r"\w", p)])
+        return float(c.get("min", 0) <= count <= c.get("max", math.inf))
     ref = rec.get(c.get("field", "reference"))
     if ref is None:
         return math.nan
+    if c.get("mode") == "contains":
+        found = re.search(c["extract"], text, 0 if cs else re.IGNORECASE) if "extract" in c else None
+        searched = text if "extract" not in c else (found.group(1) or "") if found else None
+        words = ref if isinstance(ref, list) else [ref]
+        return 0.0 if searched is None else float(any(
+            re.search(rf"(?<!\w){re.escape(w.strip())}(?!\w)", searched, 0 if cs else re.IGNORECASE) for w in words))
     if c.get("mode", "exact") == "exact":
         return float(fold(text.strip()) == fold(str(ref).strip()))
     if "extract" in c:
@@ -404,6 +456,10 @@ CHECKS = [
     {"type": "match", "case_sensitive": True},
     {"type": "match", "mode": "numeric", "field": "num", "extract": r"^\s*(-?\d+)"},
     {"type": "match", "mode": "numeric", "field": "num", "tolerance": 0.5, "weight": 0.1},
+    {"type": "match", "mode": "contains", "field": "forms", "weight": 0.6},
+    {"type": "match", "mode": "contains", "extract": r"(?s)(?:[.!?]\S*\s+|\n)(\S.*)"},
+    {"type": "sentences", "min": 2, "max": 3},
+    {"type": "sentences", "max": 1, "weight": 0.4},
 ]
 
 
@@ -419,8 +475,8 @@ def random_case(rng: random.Random, prompts: int, group: int) -> tuple[Any, Roll
         dim = {"name": f"d{i}", "checks": rng.sample(CHECKS, rng.randint(1, 6))}
         kind = {"type": "binary"} if rng.random() < 0.5 else {"range": rng.choice([[1, 5], [-3, 7.5]])}
         dims.append({**dim, **kind})
-    records = [{"reference": rng.choice(["42", "the", None]), "num": rng.choice(["42", 7, 3.5, None])}
-               for _ in range(prompts)]
+    records = [{"reference": rng.choice(["42", "the", None]), "num": rng.choice(["42", 7, 3.5, None]),
+                "forms": rng.choice([["the", "a b"], ["ß", "K"], "cat", None])} for _ in range(prompts)]
     texts = [[random_text(rng) for _ in range(group)] for _ in range(prompts)]
     for row in texts:
         row[-1] = row[0] if rng.random() < 0.3 else row[-1]  # duplicates are scored once

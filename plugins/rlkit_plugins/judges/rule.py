@@ -41,7 +41,7 @@ _VALUES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "n": ((lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 1), "an integer >= 1"),
     "max_ratio": ((lambda v: _num(v) and 0 <= v <= 1), "a number in [0, 1]"),
     "unit": ((lambda v: v in ("chars", "words", "tokens")), "one of chars, words, tokens"),
-    "mode": ((lambda v: v in ("exact", "numeric")), "one of exact, numeric"),
+    "mode": ((lambda v: v in ("exact", "numeric", "contains")), "one of exact, numeric, contains"),
     "max_len": ((lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 1), "an integer >= 1"),
     "cache": ((lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 1), "an integer >= 1"),
 }
@@ -54,6 +54,7 @@ _TYPES: dict[str, tuple[set[str], set[str]]] = {
     "json": (set(), {"required_keys"}),
     "match": (set(), {"field", "mode", "case_sensitive", "extract", "tolerance"}),
     "overlong": ({"max_len", "cache"}, {"unit"}),
+    "sentences": (set(), {"min", "max"}),
     "episode": ({"key"}, {"min", "max"}),  # a count a multi-turn environment reported (Episode.info)
 }
 
@@ -94,18 +95,16 @@ def _validate(check: dict[str, Any], where: str) -> str:
             raise RubricError(f"must be {_VALUES[key][1]}, got {value!r}", f"{where}.{key}")
     if kind == "keywords" and sum(k in check for k in ("any", "all", "none")) != 1:
         raise RubricError("a keywords check needs exactly one of any, all, none", where)
-    if kind == "length":
-        if "min" not in check and "max" not in check:
-            raise RubricError("a length check needs min, max or both", where)
-        if check.get("min", 0) > check.get("max", math.inf):
-            raise RubricError(f"min ({check['min']}) is greater than max ({check['max']})", f"{where}.min")
-    if kind == "episode" and "min" not in check and "max" not in check:
-        raise RubricError("an episode check needs min, max or both", where)
+    if kind in ("length", "sentences", "episode") and "min" not in check and "max" not in check:
+        raise RubricError(f"{'an' if kind == 'episode' else 'a'} {kind} check needs min, max or both", where)
+    if kind in ("length", "sentences") and check.get("min", 0) > check.get("max", math.inf):
+        raise RubricError(f"min ({check['min']}) is greater than max ({check['max']})", f"{where}.min")
     if kind == "overlong" and check["cache"] > check["max_len"]:
         raise RubricError(f"cache ({check['cache']}) is greater than max_len ({check['max_len']})", f"{where}.cache")
-    if kind == "match" and check.get("mode", "exact") == "exact":
-        for key in sorted({"extract", "tolerance"} & set(check)):
-            raise RubricError(f"{key} applies only to mode: numeric", f"{where}.{key}")
+    if kind == "match" and check.get("mode", "exact") != "numeric" and "tolerance" in check:
+        raise RubricError("tolerance applies only to mode: numeric", f"{where}.tolerance")
+    if kind == "match" and check.get("mode", "exact") == "exact" and "extract" in check:
+        raise RubricError("extract applies only to mode: numeric or contains", f"{where}.extract")
     return kind
 
 
@@ -127,10 +126,15 @@ def _build(kind: str, c: dict[str, Any], case_sensitive: bool, where: str) -> Ba
         return rf.overlong_check(c.get("unit", "tokens"), c["max_len"], c["cache"])
     if kind == "episode":
         return rf.episode_check(c["key"], c.get("min", -math.inf), c.get("max", math.inf))
+    if kind == "sentences":
+        return rf.sentences_check(c.get("min", 0), c.get("max", math.inf))
     extract = c.get("extract")
     pat = _regex(extract, cs, f"{where}.extract") if extract else None
     if pat is not None and pat.groups < 1:
-        raise RubricError("extract needs a capture group around the number", f"{where}.extract")
+        raise RubricError("extract needs a capture group (around the number, or the text to search)",
+                          f"{where}.extract")
+    if c.get("mode") == "contains":
+        return rf.contains_check(c.get("field", "reference"), cs, pat, where)
     return rf.match_check(c.get("field", "reference"), c.get("mode", "exact") == "numeric", cs, pat,
                           c.get("tolerance", 1e-6), where)
 

@@ -11,7 +11,7 @@ import math
 import operator
 import re
 from collections.abc import Callable
-from functools import cached_property
+from functools import cached_property, lru_cache
 from itertools import repeat
 from typing import TYPE_CHECKING, Any
 
@@ -26,6 +26,11 @@ _FENCE = re.compile(r"```json[ \t]*\n(.*?)```", re.DOTALL | re.IGNORECASE)
 _NUMBER = re.compile(r"(?:(?<!\w)-)?(?:\d+(?:,\d{3})*(?:\.\d+)?|\.\d+)(?:[eE][-+]?\d+)?")
 # `(\S)\1{k,}` / `(\S)\1{k}` / `(\S)\1+`: a run of k+1 equal non-space characters; numpy finds candidates.
 _CHAR_RUN = re.compile(r"\(\\S\)\\1(?:\{(\d+),?\}|(\+))")
+# Where a sentence ends: after . ! or ? (closing quotes or brackets may follow) where whitespace and then anything but
+# a lowercase ASCII letter follow ("e.g. a dog" does not end one), and at a line break (a heading or list item on a
+# line of its own is one).
+_SENTENCE_END = re.compile(r"(?<=[.!?])[\"'”’)\]]*\s+(?=[^\sa-z])|\n")
+_WORD = re.compile(r"\w")
 
 BatchCheck = Callable[["Batch"], "np.ndarray"]  # batch -> float64 [N] of 1.0 / 0.0 / NaN
 
@@ -165,6 +170,20 @@ def episode_check(key: str, lo: float, hi: float) -> BatchCheck:
     return run
 
 
+def sentence_count(text: str) -> int:
+    """Sentences in ``text``: the pieces between sentence ends (:data:`_SENTENCE_END`) that hold a letter or digit."""
+    return sum(_WORD.search(piece) is not None for piece in _SENTENCE_END.split(text))
+
+
+def sentences_check(lo: float, hi: float) -> BatchCheck:
+    """1.0 where lo <= the number of sentences <= hi."""
+    import numpy as np
+    def run(batch: Batch) -> np.ndarray:
+        counts = np.fromiter(map(sentence_count, batch.texts), dtype=np.float64, count=batch.size)
+        return ((lo <= counts) & (counts <= hi)).astype(np.float64)
+    return run
+
+
 def repetition(words: list[str], n: int) -> float:
     """1 - unique / total word n-grams; 0 when there are fewer than n words."""
     total = len(words) - n + 1
@@ -245,5 +264,46 @@ def match_check(field: str, numeric: bool, case_sensitive: bool, pat: re.Pattern
         found = map(pat.search, batch.texts) if pat is not None else repeat(None)
         return np.array([NAN if ref is None else 0.0 if (value := number(m, text)) is None else abs(value - ref) <= tol
                          for text, m, ref in zip(batch.texts, found, refs, strict=False)], dtype=np.float64)
+
+    return run
+
+
+@lru_cache(maxsize=4096)
+def _whole_words(texts: tuple[str, ...], flags: int) -> re.Pattern[str]:
+    """A pattern finding any of ``texts`` as a whole word or phrase (no word character on either side)."""
+    # longest first, so a phrase is tried before a word it starts with
+    return re.compile(r"(?<!\w)(?:" + "|".join(map(re.escape, sorted(texts, key=len, reverse=True))) + r")(?!\w)",
+                      flags)
+
+
+def contains_check(field: str, case_sensitive: bool, pat: re.Pattern[str] | None, where: str) -> BatchCheck:
+    """1.0 where the record's ``field`` (a text, or a list of texts: any of them) occurs in the completion as a whole
+    word or phrase, searched in ``pat``'s first group where given (0.0 where ``pat`` is not found); NaN without one."""
+    import numpy as np
+    flags = 0 if case_sensitive else re.IGNORECASE
+
+    def target(value: Any) -> re.Pattern[str] | None:
+        if value is None:
+            return None  # this prompt has nothing to look for
+        texts = value if isinstance(value, list) else [value]
+        if not texts or not all(isinstance(t, str) and t.strip() for t in texts):
+            raise JudgeError(f"field {field!r} of the prompt record must be a non-empty text or a non-empty list of "
+                             f"them, got {value!r}", where)
+        return _whole_words(tuple(sorted({t.strip() for t in texts})), flags)
+
+    def run(batch: Batch) -> np.ndarray:
+        targets: dict[int, re.Pattern[str] | None] = {}  # a group's completions share their record
+        out = np.empty(batch.size, dtype=np.float64)
+        for i, (text, rec) in enumerate(zip(batch.texts, batch.records, strict=True)):
+            if id(rec) not in targets:
+                targets[id(rec)] = target(rec.get(field))
+            found = targets[id(rec)]
+            if found is None:
+                out[i] = NAN
+                continue
+            part = pat.search(text) if pat is not None else None
+            searched = text if pat is None else (part.group(1) or "") if part else None
+            out[i] = 0.0 if searched is None else float(found.search(searched) is not None)
+        return out
 
     return run
