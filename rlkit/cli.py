@@ -21,6 +21,8 @@ commands:
               window; `rlkit calibrate sample <run dir> n=300`: a stratified set of a run's samples to label
   label       label and rank a labelling file in the terminal: `rlkit label <run dir>/labelling/step_0000050.jsonl`;
               in a browser, for the people who label (several at once): `rlkit label serve <file>`
+  compare     a blind side-by-side comparison of two runs' held-out answers, for people, in a browser:
+              `rlkit compare RUN` (its end against its start), `rlkit compare RUN_A RUN_B`; `rlkit compare report FILE`
   eval        golden-set evaluation of a checkpoint (eval.checkpoint=..., eval.prompts=...), per dimension
   fit         train the policy with the configured judge, aggregator and estimator (-m for sweeps)
   sft         supervised warm start on the records' demonstrations (rlkit fit objective=sft)
@@ -71,6 +73,7 @@ COMMANDS = {"plugins": "rlkit.commands.inspect:cmd_plugins", "validate": "rlkit.
             "data": "rlkit.commands.data:cmd_data", "serve": "rlkit.commands.judging:cmd_serve",
             "train-grm": "rlkit.commands.training:cmd_train_grm", "eval": "rlkit.commands.judging:cmd_eval",
             "report": "rlkit.commands.inspect:cmd_report", "label": "rlkit.commands.label:cmd_label",
+            "compare": "rlkit.commands.compare:cmd_compare",
             "rubric": "rlkit.cli:cmd_rubric_tools", "model": "rlkit.commands.model:cmd_model",
             "new": "rlkit.commands.scaffold:main", "doctor": "rlkit.commands.doctor:cmd_doctor"}
 

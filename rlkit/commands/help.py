@@ -69,6 +69,24 @@ HELP: dict[str, CommandHelp] = {
                    ("api_key_env=NAME", "the bearer token from this environment variable (as `rlkit serve`'s "
                                         "serve.api_key_env); default: a fresh random token each start"),
                    ("seed=N", "seeds the shuffled order of each group's completions (per labeller)"))),
+    "compare": CommandHelp(
+        "A blind side-by-side comparison for people: the held-out prompts with two runs' answers left and right, "
+        "in a random order per prompt, never saying which run wrote which; labellers (each with a name) choose left, "
+        "right or tie on a page on 127.0.0.1, saved at once. A side is a run's final answers (RUN), its answers "
+        "before training (RUN@start) or an answers JSONL ({prompt, completion} lines); one run alone: its end "
+        "against its start. Ctrl-C stops the page and prints the report: A's win rate over the untied prompts with "
+        "a 95% Wilson interval, ties, per labeller and dimension, and the labellers' agreement.",
+        "rlkit compare RUN_A [RUN_B] [out=FILE] [seed=0] [dimensions=NAME,...] [port=8400] [api_key_env=NAME] "
+        "[serve=true]", "rlkit compare outputs/2026-12-03/10-00-00", config=False,
+        arguments=(("out=FILE", "the comparison file (default <run A>/comparisons/<A>_vs_<B>.jsonl; its key beside "
+                                "it as <stem>.key.json); the same command again goes on with it"),
+                   ("seed=N", "seeds which answer of each prompt is on the left"),
+                   ("dimensions=NAME,...", "rubric dimensions to prefer on too (optional on the page)"),
+                   ("port=N", "the port on 127.0.0.1 (default 8400; 0: any free one)"),
+                   ("api_key_env=NAME", "the bearer token from this environment variable; default: a fresh one"),
+                   ("serve=false", "write the file and stop; serve it later: rlkit compare serve FILE"),
+                   ("serve FILE", "the page of a comparison file already written"),
+                   ("report FILE", "the report of a comparison file (printed, and <stem>.report.json)"))),
     "report": CommandHelp("(Re)build a run's report (plots and report.md); several runs: their golden-set results "
                           "side by side.", "rlkit report <run dir> [<run dir> ... [output=comparison.md]]",
                           "rlkit report outputs/2026-12-03/10-00-00", config=False),

@@ -72,29 +72,63 @@ def page_item(number: int, line: dict[str, Any], labeller: str, seed: int) -> di
     return item
 
 
-def _token(options: dict[str, str]) -> str:
+def page_token(options: dict[str, str], command: str = "rlkit label serve") -> str:
+    """The page's bearer token: from ``api_key_env``'s variable, else a fresh random one."""
     name = options.get("api_key_env")
     if not name:
         return secrets.token_urlsafe(18)
     token = os.environ.get(name, "")
     if not token:
         raise ConfigError(f"the environment variable {name} is unset or empty; export it with the token",
-                          "rlkit label serve api_key_env")
+                          f"{command} api_key_env")
     return token
+
+
+def guard_api(app: Any, token: str, command: str, what: str) -> None:
+    """``/api/*`` of a page's ``app`` behind ``Authorization: Bearer <token>`` (401 without it), and its errors as
+    ``{"detail": "<one line>"}``: 422 for a malformed request or an ``AnswerError``, 409 for a stale line or
+    ``what`` (the file) unreadable now."""
+    from fastapi import Request
+    from fastapi.exceptions import RequestValidationError
+    from fastapi.responses import JSONResponse
+
+    app.state.token = token
+    expected = f"Bearer {token}".encode()
+
+    def error(status: int, detail: str) -> JSONResponse:
+        return JSONResponse({"detail": detail}, status_code=status)
+
+    @app.middleware("http")
+    async def need_token(request: Request, call_next: Any) -> Any:
+        if request.url.path.startswith("/api/"):
+            given = request.headers.get("authorization", "").encode()
+            if not hmac.compare_digest(given, expected):  # constant time: no timing oracle
+                return error(401, "missing or wrong bearer token (Authorization: Bearer <token>); open the URL "
+                                  f"`{command}` printed, with its #token=")
+        return await call_next(request)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        first = exc.errors()[0] if exc.errors() else {"loc": (), "msg": "invalid request"}
+        where = ".".join(str(p) for p in first.get("loc", ()) if p != "body") or "body"
+        return error(422, f"{where}: {first.get('msg')}")
+
+    @app.exception_handler(DataError)
+    async def bad_answer(request: Request, exc: DataError) -> JSONResponse:
+        status = 422 if isinstance(exc, AnswerError) else 409
+        return error(status, str(exc) if isinstance(exc, AnswerError | StaleLineError) else
+                     f"{what} cannot be read now: {exc}")
 
 
 def create_label_app(path: Path, token: str, seed: int = 0) -> Any:
     """The labelling page's app for ``path`` (checked readable first)."""
-    from fastapi import FastAPI, Request
-    from fastapi.exceptions import RequestValidationError
-    from fastapi.responses import HTMLResponse, JSONResponse
+    from fastapi import FastAPI
+    from fastapi.responses import HTMLResponse
     from pydantic import BaseModel, Field
 
     read_labelling(path)
     page_html = (Path(__file__).parent / "labelling_page.html").read_text(encoding="utf-8")
     app = FastAPI(title="rlkit labelling page", docs_url=None, redoc_url=None, openapi_url=None)
-    app.state.token = token
-    expected = f"Bearer {token}".encode()
 
     class Label(BaseModel):
         labeller: str = Field(min_length=1, max_length=LABELLER_NAME_LIMIT)
@@ -109,29 +143,7 @@ def create_label_app(path: Path, token: str, seed: int = 0) -> Any:
         key: str | None = None
         order: list[list[int]] | None
 
-    def error(status: int, detail: str) -> JSONResponse:
-        return JSONResponse({"detail": detail}, status_code=status)
-
-    @app.middleware("http")
-    async def need_token(request: Request, call_next: Any) -> Any:
-        if request.url.path.startswith("/api/"):
-            given = request.headers.get("authorization", "").encode()
-            if not hmac.compare_digest(given, expected):  # constant time: no timing oracle
-                return error(401, "missing or wrong bearer token (Authorization: Bearer <token>); open the URL "
-                                  "`rlkit label serve` printed, with its #token=")
-        return await call_next(request)
-
-    @app.exception_handler(RequestValidationError)
-    async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
-        first = exc.errors()[0] if exc.errors() else {"loc": (), "msg": "invalid request"}
-        where = ".".join(str(p) for p in first.get("loc", ()) if p != "body") or "body"
-        return error(422, f"{where}: {first.get('msg')}")
-
-    @app.exception_handler(DataError)
-    async def bad_answer(request: Request, exc: DataError) -> JSONResponse:
-        status = 422 if isinstance(exc, AnswerError) else 409
-        return error(status, str(exc) if isinstance(exc, AnswerError | StaleLineError) else
-                     f"the labelling file cannot be read now: {exc}")
+    guard_api(app, token, "rlkit label serve", "the labelling file")
 
     @app.get("/", response_class=HTMLResponse)
     def page() -> str:
@@ -170,7 +182,8 @@ def create_label_app(path: Path, token: str, seed: int = 0) -> Any:
     return app
 
 
-def _bind(port: int) -> socket.socket:
+def bind_loopback(port: int, command: str = "rlkit label serve") -> socket.socket:
+    """A listening socket on loopback ``port`` (0: any free one); a port in use is one error line."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
@@ -179,7 +192,7 @@ def _bind(port: int) -> socket.socket:
     except OSError as exc:
         sock.close()
         raise ConfigError(f"cannot listen on {HOST}:{port} ({exc.strerror or exc}); pick another port=, or 0 for any "
-                          "free one", "rlkit label serve port") from None
+                          "free one", f"{command} port") from None
     return sock
 
 
@@ -194,18 +207,24 @@ def _options(args: Sequence[str]) -> tuple[Path, int, dict[str, str]]:
 
 def cmd_label_serve(args: Sequence[str]) -> int:
     """Serve the page until Ctrl-C; the URL to open (with its token) is the first line printed."""
-    import uvicorn
-
     path, port, options = _options(args)
     lines = read_labelling(path)  # a wrong file is one error line now, not a page that fails later
-    app = create_label_app(path, _token(options), int(options.get("seed", 0)))
-    sock = _bind(port)
+    app = create_label_app(path, page_token(options), int(options.get("seed", 0)))
+    sock = bind_loopback(port)
     bound = sock.getsockname()[1]
     groups = sum(is_group(line) for line in lines)
     print(f"labelling page for {path} ({len(lines) - groups} completions, {groups} groups to rank): "
           f"open http://{HOST}:{bound}/#token={app.state.token}", flush=True)
     print(f"from another machine: ssh -N -L {bound}:127.0.0.1:{bound} <this host>, then open the same URL there; "
           "Ctrl-C stops (every answer is already saved)", flush=True)
+    serve_until_stopped(app, sock)
+    return 0
+
+
+def serve_until_stopped(app: Any, sock: socket.socket) -> None:
+    """Serve ``app`` on ``sock`` until Ctrl-C, then close the socket."""
+    import uvicorn
+
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=5))
     # stopping the page is what Ctrl-C is for: Python's own handler under uvicorn (as `rlkit serve` does), so the
     # command line's interrupt guard does not report it as an interrupted command (exit 130)
@@ -219,4 +238,3 @@ def cmd_label_serve(args: Sequence[str]) -> int:
         if previous is not None:
             signal.signal(signal.SIGINT, previous)
         sock.close()
-    return 0

@@ -15,6 +15,7 @@ from rlkit.core.errors import ConfigError, RlkitError
 from rlkit.judging.spend import judge_spend, spend_line
 from rlkit.lm.logprobs import ImportanceCorrection
 from rlkit.reward.debias import LengthFormatDebias
+from rlkit.runs.heldout_answers import write_heldout_answers
 from rlkit.runs.history import METRICS_FILE, MetricsHistory
 from rlkit.runs.lightning import StreamingCheckpointIO, quiet_lightning
 from rlkit.runs.loggers import finish_logger, make_logger
@@ -237,6 +238,8 @@ def _fit(validated: ValidatedConfig, run_dir: Path, guard: Any) -> dict[str, Any
         module.monitors = monitor_host(validated, run_dir)
         trainer.validate(module, datamodule=datamodule, verbose=False)
         start = dict(module.heldout)
+        if trainer.is_global_zero:  # for `rlkit compare RUN@start RUN`: every process answered the whole split
+            write_heldout_answers(run_dir, "start", module.heldout_answers)
         module.history = MetricsHistory(run_dir / METRICS_FILE) if trainer.is_global_zero else None
         record_heldout(module.history, 0, start)
         guard.phase = "training"
@@ -249,6 +252,8 @@ def _fit(validated: ValidatedConfig, run_dir: Path, guard: Any) -> dict[str, Any
         replicas = check_replicas_agree(module.policy, module.device)
         trainer.validate(module, datamodule=datamodule, verbose=False)
         end = dict(module.heldout)
+        if trainer.is_global_zero:
+            write_heldout_answers(run_dir, "end", module.heldout_answers)
         record_heldout(module.history, trainer.global_step, end)
         if trainer.is_global_zero and not guard.requested:  # after a Ctrl-C: `rlkit report RUN` builds it later
             end_of_run_report(run_dir, logger)

@@ -29,6 +29,7 @@ from rlkit.reward.pipeline import (
     aggregate_rewards,
     check_judge_output,
 )
+from rlkit.runs.heldout_answers import answer_rows
 from rlkit.runs.history import MetricsHistory
 from rlkit.train.callbacks import RolloutSnapshot
 from rlkit.train.checkpoint_state import load_run_state, save_run_state
@@ -113,6 +114,8 @@ class RubricRLModule(L.LightningModule):
         self.heldout: dict[str, float] = {}
         self._val_raw: list[torch.Tensor] = []
         self._val_rewards: list[torch.Tensor] = []
+        self._val_answers: list[tuple[dict[str, Any], str]] = []
+        self.heldout_answers: list[dict[str, Any]] = []  # the last evaluation's answers (rlkit.runs.heldout_answers)
         # (epoch, prompts trained on in it): where the data sampler resumes from a checkpoint
         self._data_position = (0, 0)
         self._rng_to_restore: dict[str, Any] | None = None
@@ -327,7 +330,7 @@ class RubricRLModule(L.LightningModule):
     # --- held-out evaluation -------------------------------------------------------------------
 
     def on_validation_epoch_start(self) -> None:
-        self._val_raw, self._val_rewards = [], []
+        self._val_raw, self._val_rewards, self._val_answers = [], [], []
 
     def validation_step(self, records: list[dict[str, Any]], batch_idx: int) -> None:
         sampled = self.sample(self.generation_request(records, greedy=True))
@@ -345,6 +348,7 @@ class RubricRLModule(L.LightningModule):
             batch = self.score(records, sampled, 0, scheduler=copy.deepcopy(self._initial_scheduler), heldout=True)
         self._val_raw.append(batch.raw_scores[:, 0])
         self._val_rewards.append(batch.rewards[:, 0])
+        self._val_answers += [(record, texts[0]) for record, texts in zip(records, sampled.texts, strict=True)]
 
     @property
     def heldout_rubric(self) -> Rubric:
@@ -356,6 +360,8 @@ class RubricRLModule(L.LightningModule):
         names = self.heldout_rubric.dimension_names
         dims = {name: float(nan_mean_std(raw[:, i], dim=0)[0]) for i, name in enumerate(names)}
         self.heldout = {"reward": float(nan_mean_std(rewards, dim=0)[0]), **dims}
+        self.heldout_answers = answer_rows([r for r, _ in self._val_answers], [t for _, t in self._val_answers],
+                                           rewards.tolist(), raw.tolist(), names, self.global_step)
         self.log("heldout/reward", self.heldout["reward"], batch_size=len(rewards))
         for name, value in dims.items():
             self.log(f"heldout/{name}", value, batch_size=len(rewards))

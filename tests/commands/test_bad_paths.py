@@ -51,6 +51,8 @@ CASES = [
      "ckpt_path: no such file"),
     ("new", lambda p: ["new", "plugin", "short", "--kind", "judge", "--dir", f"{p['afile']}/pkg"], "--dir: cannot"),
     ("label", lambda p: ["label", f"{p['missing']}.jsonl"], "no such labelling file"),
+    ("compare", lambda p: ["compare", str(p["missing"])], "no such run directory"),
+    ("compare", lambda p: ["compare", "report", f"{p['missing']}.jsonl"], "no such comparison file"),
     ("calibrate", lambda p: ["calibrate", "sample", str(p["missing"])], "no such run directory"),
     ("rubric", lambda p: ["rubric", "generate", f"data.path={p['missing']}.jsonl"], "no such data file"),
     ("model", lambda p: ["model", "import", f"{p['missing']}.gguf"], "no such GGUF file"),

@@ -38,7 +38,7 @@ def test_each_config_command_names_its_own_block(capsys, command, expected):
         assert text in out, text
 
 
-@pytest.mark.parametrize("command", [("plugins",), ("train-grm",), ("label",), ("report",), ("data",),
+@pytest.mark.parametrize("command", [("plugins",), ("train-grm",), ("label",), ("compare",), ("report",), ("data",),
                                      ("data", "pairs"), ("model",), ("model", "path"), ("new",), ("rubric",),
                                      ("rubric", "diff"), ("rubric", "generate")])
 def test_every_command_answers_help_with_its_own_usage_and_runs_nothing(capsys, tmp_path, monkeypatch, command):

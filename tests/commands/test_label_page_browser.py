@@ -4,40 +4,12 @@ and ``rlkit calibrate`` reads it."""
 
 from __future__ import annotations
 
-import shutil
-from pathlib import Path
-
 import pytest
 
 from rlkit.cli import main
 from rlkit.evaluation.labelling import read_labelling
 
-CHROMIUM = Path("/usr/bin/chromium")
-# a fresh profile and nothing reaching out: the machine may be offline
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
-
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture
-def browser_page(tmp_path):
-    """A Playwright page in a fresh Chromium profile."""
-    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is in rlkit[dev]: pip install -e .[dev]")
-    if not CHROMIUM.is_file():
-        if shutil.which("apt-get") is None:
-            pytest.skip("no /usr/bin/chromium and no apt-get to install it (.ci/run installs Debian's chromium)")
-        pytest.fail("no /usr/bin/chromium: `apt-get install -y chromium` (as .ci/run does)")
-    with sync_api.sync_playwright() as playwright:
-        context = playwright.chromium.launch_persistent_context(
-            str(tmp_path / "profile"), executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS,
-            viewport={"width": 1280, "height": 900})
-        try:
-            page = context.new_page()
-            page.set_default_timeout(20_000)
-            yield page
-        finally:
-            context.close()
 
 
 def test_label_three_completions_and_rank_a_group_in_the_browser(labelling, serve_page, browser_page, tmp_path,
