@@ -1,11 +1,18 @@
-"""How fast the rule judge scores: completions per second on a 5-dimension rubric (the shipped arithmetic
-rubric plus a keyword dimension), with unique 200-character completions, in batches as the loop sends them.
+"""How fast a judge scores, in completions per second.
 
-Usage::
+The rule judge (the default): a 5-dimension rubric (the shipped arithmetic rubric plus a keyword dimension), unique
+200-character completions, in batches as the loop sends them; the goal is 50,000 completions/s::
 
     python benchmarks/judge_throughput.py [--completions 50000] [--group 8] [--repeats 3]
 
-The goal is 50,000 completions/s.
+A real model judge (``--engine``): the ``llm`` judge on the ``llama_cpp`` backend (the best judge installed, a
+llama.cpp engine rlkit starts) scoring SmolLM2's real replies to the chat sums (``conf/calibration/
+chat_arithmetic_labels.jsonl``) on the ``chat_arithmetic`` rubric, for each number of engine slots and with the
+engine's prompt cache on and off. For each setting: rlkit's path (``judge.score`` on a fresh response cache: render,
+ask concurrently up to the slots, parse) against the limit, the same chats sent straight to the same warm engine by
+as many threads as it has slots; and the share of prompt tokens the engine's cache served::
+
+    python benchmarks/judge_throughput.py --engine [--completions 16] [--slots 1 2] [--repeats 1]
 """
 
 from __future__ import annotations
@@ -30,6 +37,81 @@ def unique_completions(n: int, length: int = 200, seed: int = 0) -> list[str]:
     return out
 
 
+def engine_throughput(args: argparse.Namespace) -> int:
+    """The --engine table (see the module doc)."""
+    import json
+    import urllib.request
+    from concurrent.futures import ThreadPoolExecutor
+    from pathlib import Path
+
+    from rlkit.core.registry import load_registry
+    from rlkit.core.types import Rollout
+    from rlkit.judging.tiny_judge import shipped_rubric
+
+    labels = Path(__file__).resolve().parents[1] / "conf" / "calibration" / "chat_arithmetic_labels.jsonl"
+    rows = [json.loads(line) for line in labels.read_text().splitlines() if line.strip()][:args.completions]
+    rubric = shipped_rubric("chat_arithmetic")
+    rollout = Rollout(records=[{"prompt": r["prompt"], "reference": r["reference"]} for r in rows],
+                      completions=[[r["completion"]] for r in rows])
+    registry = load_registry()
+    print(f"llm judge on llama_cpp, rubric chat_arithmetic ({len(rubric.dimensions)} dimensions), {len(rows)} "
+          f"SmolLM2 replies, {args.threads} engine threads, {args.repeats} repeat(s); completions/s")
+    print("| slots | prompt cache | rlkit (judge.score) | engine driven directly | rlkit / direct | prompt tokens "
+          "from cache | s per completion |")
+    print("|---|---|---|---|---|---|---|")
+    for slots in args.slots:
+        for cache in (True, False):
+            judge = registry.create("judge", "llm", {"backend": {"name": "llama_cpp", "params": {
+                "slots": slots, "threads": args.threads, "prompt_cache": cache}}})
+            judge.check_rubric(rubric)
+            backend = judge.backend.get()
+            sent: list[tuple[list, dict | None]] = []
+            complete = backend.complete
+
+            def recording(chats, schema=None, level_probs=False, complete=complete, sent=sent):
+                sent.extend((chat, schema) for chat in chats)
+                return complete(chats, schema=schema, level_probs=level_probs)
+
+            backend.complete = recording
+            try:
+                judge.score(Rollout(records=rollout.records[:1], completions=rollout.completions[:1]), rubric)
+                ours, direct, cached_share = [], [], []
+                for _ in range(args.repeats):
+                    judge.cache.clear()
+                    before = judge.spend()
+                    start = time.perf_counter()
+                    judge.score(rollout, rubric)
+                    ours.append(len(rows) / (time.perf_counter() - start))
+                    spent = judge.spend() - before
+                    cached_share.append(spent.tokens_cached / max(spent.tokens_in, 1))
+                    asked = sent[-len(rows):]
+                    url = f"{backend.server.url}/v1/chat/completions"
+
+                    def post(item, url=url, max_tokens=backend.params.max_tokens, cache=cache):
+                        chat, schema = item
+                        body = {"model": "judge", "messages": chat, "max_tokens": max_tokens,
+                                "temperature": 0.0, "cache_prompt": cache}
+                        if schema is not None:
+                            body["response_format"] = {"type": "json_schema", "json_schema": {
+                                "name": "rubric_scores", "schema": schema, "strict": True}}
+                        request = urllib.request.Request(url, data=json.dumps(body).encode(),
+                                                         headers={"Content-Type": "application/json"})
+                        with urllib.request.urlopen(request, timeout=600) as reply:
+                            return json.loads(reply.read())
+
+                    start = time.perf_counter()
+                    with ThreadPoolExecutor(slots) as pool:
+                        list(pool.map(post, asked))
+                    direct.append(len(rows) / (time.perf_counter() - start))
+            finally:
+                backend.complete = complete
+                backend.close()
+            a, b = statistics.median(ours), statistics.median(direct)
+            print(f"| {slots} | {'on' if cache else 'off'} | {a:.3f} | {b:.3f} | {a / b:.0%} | "
+                  f"{statistics.median(cached_share):.0%} | {1 / a:.1f} |", flush=True)
+    return 0
+
+
 def main() -> int:
     from rlkit.core.registry import load_registry
     from rlkit.core.rubric import rubric_from_dict
@@ -41,7 +123,14 @@ def main() -> int:
     parser.add_argument("--completions", type=int, default=50_000)
     parser.add_argument("--group", type=int, default=8)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--engine", action="store_true", help="the llm judge on a llama.cpp engine (module doc)")
+    parser.add_argument("--slots", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
+    if args.engine:
+        if args.completions == 50_000:
+            args.completions = 16
+        return engine_throughput(args)
 
     base = shipped_rubric("arithmetic")
     spec = base.model_dump(mode="json", exclude_none=True) if hasattr(base, "model_dump") else None
