@@ -104,6 +104,16 @@ def show_warning(message: Warning | str, category: type[Warning], filename: str,
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        return _guarded(argv)
+    finally:
+        if "rlkit.lm.llama_server" in sys.modules:  # only if a command started an engine: no import otherwise
+            from rlkit.lm.llama_server import stop_engines
+
+            stop_engines()
+
+
+def _guarded(argv: Sequence[str] | None) -> int:
     from rlkit.core.interrupt import EXIT_CODE, InterruptGuard, RunInterrupted
 
     try:

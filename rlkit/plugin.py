@@ -71,6 +71,7 @@ if TYPE_CHECKING:
     )
     from rlkit.judging.members import (
         check_member_judge,
+        close_judges,
         last_reasons,
         member_model_folders,
         member_record_fields,
@@ -230,6 +231,7 @@ __all__ = [
     "build_tiny_policy",
     "calibrate",
     "check_member_judge",
+    "close_judges",
     "check_model_directory",
     "chosen_template",
     "chosen_win_share",

@@ -77,6 +77,13 @@ class JudgeBackend:
             return None
         return "rlkit-offline-judge" if self.offline else str(self.configured.params.model)
 
+    def close(self) -> None:
+        """Close the backend and any offline one built for it (a backend that runs an engine stops it)."""
+        for backend in (self.configured, *self._offline.values()):
+            close = getattr(backend, "close", None)
+            if callable(close):
+                close()
+
     def get(self, variant: Hashable | None = None) -> Any:
         if not self.offline:
             return self.configured

@@ -63,6 +63,15 @@ def member_model_folders(members: Iterable[Any]) -> list[Path]:
 Reasons = list[list[dict[str, str]]]  # [B][G] dimension -> the judge's one-line reason
 
 
+def close_judges(judges: Iterable[Any]) -> None:
+    """Close each judge that can be closed (a model judge stops the engine its backend runs): a composite's
+    ``close``."""
+    for judge in judges:
+        close = getattr(judge, "close", None)
+        if callable(close):
+            close()
+
+
 def last_reasons(judge: Any) -> Reasons | None:
     """A judge's reasons for its last ``score`` call (its optional ``reasons()``), or None."""
     found = getattr(judge, "reasons", None)

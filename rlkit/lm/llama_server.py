@@ -35,6 +35,16 @@ from rlkit.core.errors import EngineError
 
 READY_POLL_S = 0.1
 STOP_WAIT_S = 10.0
+_RUNNING: weakref.WeakSet[LlamaServer] = weakref.WeakSet()  # every engine started in this process and not stopped
+
+
+def stop_engines() -> int:
+    """Stop every engine this process started that is still running; how many. ``rlkit``'s entry point calls it when a
+    command ends, so an engine never outlives the command that started it, whoever forgot to close its judge."""
+    running = list(_RUNNING)
+    for server in running:
+        server.stop()
+    return len(running)
 
 
 @dataclass(frozen=True)
@@ -149,6 +159,7 @@ class LlamaServer:
         self._finalizer.detach()
         self._finalizer = weakref.finalize(self, _stop_process, self._process)
         atexit.register(self._finalizer)
+        _RUNNING.add(self)
         first = self._first_line()
         if "url" not in first:
             self._stop()
@@ -202,6 +213,7 @@ class LlamaServer:
             self._stop()
 
     def _stop(self) -> None:
+        _RUNNING.discard(self)
         if self._process is not None:
             _stop_process(self._process)
             self._process = None

@@ -259,6 +259,9 @@ def _fit(validated: ValidatedConfig, run_dir: Path, guard: Any) -> dict[str, Any
             end_of_run_report(run_dir, logger)
     finally:
         finish_logger(logger)
+        close_judge = getattr(validated.plugins.get("judge"), "close", None)
+        if callable(close_judge):  # a model judge's engine stops with the run, not with the process (multirun)
+            close_judge()
         if module is not None:
             module.generator.close()
             close = getattr(validated.plugins.get("environment"), "close", None)

@@ -184,3 +184,17 @@ def test_the_environment_names_the_judge_model(monkeypatch, tmp_path, tiny_gguf)
     monkeypatch.setenv(judge_models.JUDGE_MODEL_ENV, str(tmp_path / "gone.gguf"))
     with pytest.raises(ConfigError, match=r"\$RLKIT_JUDGE_MODEL names .*gone.gguf, which is not there"):
         REGISTRY.create("judge_backend", "llama_cpp", {})
+
+
+def test_an_engine_left_running_is_stopped_when_the_command_ends(tiny_gguf):
+    from rlkit.lm.llama_server import stop_engines
+
+    judge = REGISTRY.create("judge", "llm", {"backend": {"name": "llama_cpp", "params": {
+        "model": str(tiny_gguf), "max_tokens": 8, "threads": 1}}})
+    judge.backend.get().complete(_chats(1))
+    assert len(_engine_children()) == 1
+    assert stop_engines() == 1  # what rlkit's entry point runs last, whatever the command forgot to close
+    assert _engine_children() == [] and stop_engines() == 0
+    judge.backend.get().complete(_chats(1))  # a judge whose engine was stopped starts it again when asked
+    judge.close()
+    assert _engine_children() == []

@@ -25,6 +25,7 @@ from rlkit.plugin import (
     Rubric,
     Spend,
     check_member_judge,
+    close_judges,
     hookimpl,
     judge_spend,
     last_reasons,
@@ -107,6 +108,10 @@ class CascadeJudge:
         """Each group's one-line reasons from the stage whose scores it kept: the expensive judge's for the groups
         it was asked about, the cheap judge's (where it gives any) for the rest."""
         return self._reasons
+
+    def close(self) -> None:
+        """Close every member (a model judge stops the engine its backend runs)."""
+        close_judges(self.stages)
 
     def metrics(self) -> dict[str, float]:
         merged: dict[str, float] = {}

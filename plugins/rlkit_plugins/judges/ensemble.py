@@ -26,6 +26,7 @@ from rlkit.plugin import (
     Rubric,
     Spend,
     check_member_judge,
+    close_judges,
     hookimpl,
     judge_spend,
     last_reasons,
@@ -91,6 +92,10 @@ class EnsembleJudge:
     def reasons(self) -> list[list[dict[str, str]]] | None:
         """The members' one-line reasons per dimension, each labelled with its member where several give one."""
         return self._reasons
+
+    def close(self) -> None:
+        """Close every member (a model judge stops the engine its backend runs)."""
+        close_judges(self.members)
 
     def metrics(self) -> dict[str, float]:
         merged: dict[str, float] = {}

@@ -23,6 +23,7 @@ from rlkit.plugin import (
     Rubric,
     Spend,
     check_member_judge,
+    close_judges,
     hookimpl,
     judge_spend,
     last_reasons,
@@ -104,6 +105,10 @@ class HybridJudge:
     def reasons(self) -> list[list[dict[str, str]]] | None:
         """The one-line reasons of the members that give them, each for the dimensions routed to it."""
         return self._reasons
+
+    def close(self) -> None:
+        """Close every member (a model judge stops the engine its backend runs)."""
+        close_judges(self.judges.values())
 
     def metrics(self) -> dict[str, float]:
         merged: dict[str, float] = {}

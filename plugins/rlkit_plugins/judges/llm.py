@@ -322,6 +322,10 @@ class LLMJudge:
         (a dimension the judge gave none for is absent), or None when ``reasons`` is off."""
         return self._last_reasons
 
+    def close(self) -> None:
+        """Close the backend: a ``llama_cpp`` backend stops its engine (a later ``score`` starts it again)."""
+        self.backend.close()
+
     def metrics(self) -> dict[str, float]:
         """The last ``score`` call's parse-failure rate, retries, requests, cache hit rate and latency."""
         return dict(self._last)

@@ -383,6 +383,10 @@ class RankingJudge:
         folder = self.backend.model_folder
         return [folder] if folder is not None else []
 
+    def close(self) -> None:
+        """Close the backend (a ``llama_cpp`` backend stops its engine)."""
+        self.backend.close()
+
     def metrics(self) -> dict[str, float]:
         """The last ``score`` call's parse-failure, incomplete and cycle counts, agreement between
         repetitions (Kendall τ, swap consistency), mean confidence, rank gaps, cache hit rate and latency (and, with
