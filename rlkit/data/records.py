@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import random
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -164,6 +164,25 @@ def json_lines(path: Path) -> Iterator[tuple[int, Any]]:
         if isinstance(value, _Problem):
             raise DataError(str(value), f"{path}:{line_no}")
         yield line_no, value
+
+
+def checked_json_lines(path: str | Path, problem: Callable[[Any], str | None], empty: str,
+                       missing: str | None = None) -> list[Any]:
+    """Every line of a JSONL file rlkit wrote for people or commands (labels, comparisons, answers), each checked by
+    ``problem`` (why the line is bad, or None): the first bad line is a ``DataError`` naming ``file:line``, a file
+    without lines one saying ``empty``, and with ``missing`` an absent file one saying that."""
+    path = Path(path)
+    if missing is not None and not path.is_file():
+        raise DataError(missing, str(path))
+    lines = []
+    for number, line in json_lines(path):
+        why = problem(line)
+        if why:
+            raise DataError(why, f"{path}:{number}")
+        lines.append(line)
+    if not lines:
+        raise DataError(empty, str(path))
+    return lines
 
 
 def read_jsonl(path: str | Path, *, need_completions: bool = False) -> list[dict[str, Any]]:

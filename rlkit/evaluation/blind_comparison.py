@@ -29,7 +29,7 @@ from typing import Any
 
 from rlkit.core.atomic import atomic_write_text
 from rlkit.core.errors import DataError
-from rlkit.data.records import json_lines, prompt_text
+from rlkit.data.records import checked_json_lines, prompt_text
 from rlkit.evaluation.labelling import write_lines
 from rlkit.evaluation.labelling_answers import AnswerError, StaleLineError, file_lock
 from rlkit.runs.heldout_answers import WHEN, read_answers, read_heldout_answers
@@ -189,18 +189,7 @@ def _line_problem(line: Any) -> str | None:
 
 def read_comparison(path: str | Path) -> list[dict[str, Any]]:
     """The lines of a comparison file; the first bad one is a ``DataError`` naming its line."""
-    path = Path(path)
-    if not path.is_file():
-        raise DataError("no such comparison file", str(path))
-    lines = []
-    for number, line in json_lines(path):
-        problem = _line_problem(line)
-        if problem:
-            raise DataError(problem, f"{path}:{number}")
-        lines.append(line)
-    if not lines:
-        raise DataError("the file holds no items to compare", str(path))
-    return lines
+    return checked_json_lines(path, _line_problem, "the file holds no items to compare", "no such comparison file")
 
 
 def read_key(path: str | Path, lines: Sequence[dict[str, Any]]) -> dict[str, Any]:

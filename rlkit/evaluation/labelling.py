@@ -42,9 +42,9 @@ from pathlib import Path
 from typing import Any
 
 from rlkit.core.atomic import atomic_write_text
-from rlkit.core.errors import ConfigError, DataError
+from rlkit.core.errors import ConfigError
 from rlkit.core.rubric import Rubric
-from rlkit.data.records import json_lines, prompt_text
+from rlkit.data.records import checked_json_lines, prompt_text
 
 LABELLING_DIR = "labelling"
 LABELLER_NAME_LIMIT = 80  # characters of a labeller's name, on the page and in the terminal
@@ -171,18 +171,7 @@ def level_problem(dim: dict[str, Any] | None, value: Any) -> str | None:
 
 def read_labelling(path: str | Path) -> list[dict[str, Any]]:
     """The lines of a labelling file; the first bad one is a ``DataError`` naming its line."""
-    path = Path(path)
-    if not path.is_file():
-        raise DataError("no such labelling file", str(path))
-    lines: list[dict[str, Any]] = []
-    for number, line in json_lines(path):
-        problem = _check_line(line)
-        if problem:
-            raise DataError(problem, f"{path}:{number}")
-        lines.append(line)
-    if not lines:
-        raise DataError("the file holds no lines to label", str(path))
-    return lines
+    return checked_json_lines(path, _check_line, "the file holds no lines to label", "no such labelling file")
 
 
 def pending(line: dict[str, Any]) -> list[dict[str, Any]]:

@@ -18,7 +18,7 @@ from typing import Any
 
 from rlkit.core.atomic import atomic_write_text
 from rlkit.core.errors import DataError
-from rlkit.data.records import json_lines
+from rlkit.data.records import checked_json_lines
 
 HELDOUT_DIR = "heldout"
 WHEN = ("start", "end")
@@ -64,16 +64,7 @@ def _problem(row: Any) -> str | None:
 
 def read_answers(path: str | Path) -> list[dict[str, Any]]:
     """The answer lines of one file (``prompt`` and ``completion`` each); a bad line is a ``DataError`` naming it."""
-    path = Path(path)
-    rows = []
-    for number, row in json_lines(path):
-        problem = _problem(row)
-        if problem:
-            raise DataError(problem, f"{path}:{number}")
-        rows.append(row)
-    if not rows:
-        raise DataError("the file holds no answers", str(path))
-    return rows
+    return checked_json_lines(path, _problem, "the file holds no answers")
 
 
 def read_heldout_answers(run_dir: str | Path, when: str) -> list[dict[str, Any]]:
