@@ -46,6 +46,7 @@ def engine_throughput(args: argparse.Namespace) -> int:
 
     from rlkit.core.registry import load_registry
     from rlkit.core.types import Rollout
+    from rlkit.judging.cache import ResponseCache
     from rlkit.judging.tiny_judge import shipped_rubric
 
     labels = Path(__file__).resolve().parents[1] / "conf" / "calibration" / "chat_arithmetic_labels.jsonl"
@@ -77,7 +78,7 @@ def engine_throughput(args: argparse.Namespace) -> int:
                 judge.score(Rollout(records=rollout.records[:1], completions=rollout.completions[:1]), rubric)
                 ours, direct, cached_share = [], [], []
                 for _ in range(args.repeats):
-                    judge.cache.clear()
+                    judge.cache = ResponseCache()  # every completion asked again, none answered from rlkit's cache
                     before = judge.spend()
                     start = time.perf_counter()
                     judge.score(rollout, rubric)
