@@ -31,7 +31,7 @@ from rlkit.core.atomic import atomic_write_text
 from rlkit.core.errors import DataError
 from rlkit.data.records import checked_json_lines, prompt_text
 from rlkit.evaluation.labelling import write_lines
-from rlkit.evaluation.labelling_answers import AnswerError, StaleLineError, file_lock
+from rlkit.evaluation.labelling_answers import AnswerError, update_line
 from rlkit.runs.heldout_answers import WHEN, read_answers, read_heldout_answers
 
 CHOICES = ("left", "right", "tie")
@@ -229,18 +229,10 @@ def apply_preference(line: dict[str, Any], labeller: str, what: str, choice: str
 
 def save_preference(path: Path, number: int, key: str | None, apply: Callable[[dict[str, Any]], None]
                     ) -> dict[str, Any]:
-    """Under the file's lock: read the file, ``apply(line)`` to line ``number`` (1-based), write it back; the line."""
-    with file_lock(path):
-        lines = read_comparison(path)
-        if not 1 <= number <= len(lines):
-            raise AnswerError(f"no item {number}; the file has {len(lines)}", "item")
-        line = lines[number - 1]
-        if key is not None and line_key(line) != key:
-            raise StaleLineError("item changed since the page read it (was the file rebuilt?); reload the page",
-                                 f"{path}:{number}")
-        apply(line)
-        write_lines(path, lines)
-        return line
+    """Under the file's lock: read the comparison file, ``apply(line)`` to item ``number`` (1-based), write it back;
+    the line."""
+    return update_line(path, number, key, apply, read=read_comparison, keyed=line_key, noun="item",
+                       replaced="rebuilt")
 
 
 def progress(lines: Sequence[dict[str, Any]], labeller: str) -> dict[str, int]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -97,19 +97,29 @@ def apply_ranking(line: dict[str, Any], tiers: list[list[int]] | None, labeller:
         del line["ranked_by"]
 
 
-def save_answer(path: Path, number: int, key: str | None, apply: Any) -> dict[str, Any]:
-    """Under the file's lock: read the file, ``apply(line)`` to line ``number`` (1-based), write it back; the line."""
+def update_line(path: Path, number: int, key: str | None, apply: Callable[[dict[str, Any]], None], *,
+                read: Callable[[Path], list[dict[str, Any]]], keyed: Callable[[dict[str, Any]], str],
+                noun: str, replaced: str) -> dict[str, Any]:
+    """Under the file's lock: ``read`` the file, ``apply(line)`` to its ``noun`` ``number`` (1-based), write it back;
+    the line. A ``key`` that is not ``keyed(line)`` means the file was ``replaced`` under the page."""
     with file_lock(path):
-        lines = read_labelling(path)
+        lines = read(path)
         if not 1 <= number <= len(lines):
-            raise AnswerError(f"no line {number}; the file has {len(lines)}", "line")
+            raise AnswerError(f"no {noun} {number}; the file has {len(lines)}", noun)
         line = lines[number - 1]
-        if key is not None and line_key(line) != key:
-            raise StaleLineError("line changed since the page read it (was the file replaced?); reload the page",
+        if key is not None and keyed(line) != key:
+            raise StaleLineError(f"{noun} changed since the page read it (was the file {replaced}?); reload the page",
                                  f"{path}:{number}")
         apply(line)
         write_lines(path, lines)
         return line
+
+
+def save_answer(path: Path, number: int, key: str | None, apply: Any) -> dict[str, Any]:
+    """Under the file's lock: read the labelling file, ``apply(line)`` to line ``number`` (1-based), write it back;
+    the line."""
+    return update_line(path, number, key, apply, read=read_labelling, keyed=line_key, noun="line",
+                       replaced="replaced")
 
 
 def answered(line: dict[str, Any], labeller: str | None) -> dict[str, Any]:

@@ -10,8 +10,8 @@ free port and no two runs collide, prints ``{"url": ...}`` as its first stdout l
 stdin. The parent holds the other end of that pipe: when rlkit closes it (:meth:`LlamaServer.stop`), or when rlkit's
 process ends in any way, SIGKILL included, the child reads end-of-file and exits, so no engine outlives the command.
 
-:class:`LlamaServer` is the parent's handle: :meth:`start` waits until ``GET /health`` answers 200 (the model is
-loaded), :meth:`ensure_running` restarts an engine that has died, once in the handle's life, and after that raises
+:class:`LlamaServer` is the parent's handle: :meth:`ensure_running` starts the engine and waits until ``GET /health``
+answers 200 (the model is loaded), restarts an engine that has died, once in the handle's life, and after that raises
 :class:`~rlkit.core.errors.EngineError`, one line with the engine's last log lines.
 """
 
@@ -117,14 +117,6 @@ class LlamaServer:
     @property
     def pid(self) -> int | None:
         return self._process.pid if self._process is not None else None
-
-    def start(self) -> str:
-        """Start the engine if it is not running and wait until it answers; its base URL (no ``/v1``)."""
-        with self._lock:
-            if not self.running:
-                self._start()
-            assert self.url is not None
-            return self.url
 
     def ensure_running(self) -> str:
         """The base URL of a live engine: one that has died since it started is restarted, once in this handle's
