@@ -83,28 +83,26 @@ def varied_rollout(tokenizer: Any, prompts: int, group: int, lengths: torch.Tens
 
 
 def bench_module(policy: Any, tokenizer: Any, loss_type: str, max_len: int, group: int) -> Any:
-    """A ``RubricRLModule`` around ``policy`` with a frozen reference, its Lightning hooks swapped for plain
-    torch so ``completion_update`` runs without a Trainer; the caller sets ``settings.length_buckets``."""
+    """The ``UpdateContext`` a training step hands ``completion_update``, around ``policy`` with a frozen reference
+    and a plain-torch optimiser port, so it runs without a Trainer; the caller sets ``settings.length_buckets``."""
     from rlkit.core.registry import load_registry
     from rlkit.lm.reference import FrozenCopyReference
-    from rlkit.train.module import RewardParts, RubricRLModule, TrainingSettings
+    from rlkit.train.settings import RewardParts, TrainingSettings
+    from rlkit.train.updates import OptimizerPort, UpdateContext
 
     objective = load_registry().create("objective", "policy_gradient", {"beta": 0.04, "loss_type": loss_type})
     settings = TrainingSettings(num_generations=group, max_completion_length=max_len, temperature=1.0,
                                 lr=0.0, weight_decay=0.0, warmup_steps=0, gradient_clip_val=1.0)
     parts = RewardParts(judge=None, judge_name="none", aggregator=None, estimator=None, scheduler=None,
                         objective=objective)
-    module = RubricRLModule(policy, tokenizer, rubric=None, parts=parts, settings=settings,
-                            reference=FrozenCopyReference(policy), generator=_NoGenerator())
     opt = _TimedAdamW(policy.parameters(), lr=0.0)  # lr 0: the weights stay put, every repeat is the same work
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: 1.0)
-    module.optimizers = lambda: opt
-    module.lr_schedulers = lambda: sched
-    module.manual_backward = lambda loss: loss.backward()
-    module.clip_gradients = lambda o, gradient_clip_val, gradient_clip_algorithm: (
-        torch.nn.utils.clip_grad_norm_(policy.parameters(), gradient_clip_val))
-    module.bench_opt = opt
-    return module
+    port = OptimizerPort(opt, sched, lambda loss: loss.backward(),
+                         lambda o, value: torch.nn.utils.clip_grad_norm_(policy.parameters(), value))
+    context = UpdateContext(policy, FrozenCopyReference(policy), _NoGenerator(), settings, parts, port,
+                            torch.device("cpu"), 0)
+    context.bench_opt = opt
+    return context
 
 
 def equal_row_buckets(lengths: torch.Tensor, num_buckets: int, *, width: int = 0,

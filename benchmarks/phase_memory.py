@@ -111,6 +111,7 @@ def install() -> PhasePeaks:
     import rlkit.train.module as module
     import rlkit.train.updates as updates
     from rlkit.lm.reference import AdapterOffReference, FrozenCopyReference
+    from rlkit.train.step_rewards import RewardPipeline
     from rlkit_plugins.generators.hf import HFGenerator
     from rlkit_plugins.objectives.group_dpo import GroupDpoObjective
     from rlkit_plugins.objectives.policy_gradient import PolicyGradientObjective
@@ -121,7 +122,7 @@ def install() -> PhasePeaks:
     tracker.wrap(lightning.Trainer, "save_checkpoint", "checkpoint save")
     tracker.wrap(mod, "training_step", "step (other)")
     tracker.wrap(HFGenerator, "generate", "generation")
-    tracker.wrap(mod, "score", "judging")
+    tracker.wrap(RewardPipeline, "judge", "judging")
     for ref in (FrozenCopyReference, AdapterOffReference):
         tracker.wrap(ref, "log_probs", "reference log-probs")
     # updates.sequence_log_probs is the policy's own pass (the reference's goes through rlkit.lm.reference's name)

@@ -95,11 +95,12 @@ def trace_trainer_phases() -> None:
     """Mark the step, its generation and its judging (timed in ``RubricRLModule.training_step`` for the CSV log's
     ``time/*`` columns, which have no trace of their own), and the generator's waits on the engine."""
     from rlkit.train.module import RubricRLModule
+    from rlkit.train.step_rewards import RewardPipeline
     from rlkit_plugins.generators.openai_server import OpenAIServerGenerator, PendingBatch
 
     _traced(RubricRLModule, "training_step", "step", step_field=True)
     _traced(RubricRLModule, "rollout", "generation")
-    _traced(RubricRLModule, "score", "judge")
+    _traced(RewardPipeline, "judge", "judge")
     _traced(PendingBatch, "collect", "wait: rollout answers")
     _traced(OpenAIServerGenerator, "_send", "wait: server loads weights")
     _traced(OpenAIServerGenerator, "_save", "save weights")

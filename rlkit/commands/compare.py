@@ -1,11 +1,11 @@
 """``rlkit compare RUN_A [RUN_B]``: a blind side-by-side comparison of two runs' answers, for people.
 
-Each side is a run's held-out answers (``RUN``: after training, ``RUN@start``: before it; ``rlkit fit`` writes both
-under ``<run dir>/heldout/``) or a JSONL file of ``{prompt, completion}`` lines. One run alone compares its final
-policy with its start. The answers are paired by prompt, each pair's left and right drawn at random (``seed=``),
-written to a comparison file with its key beside it (``rlkit.evaluation.blind_comparison``), and served as a page
-for several labellers (``rlkit.serve.comparison_page``) until Ctrl-C; then the report. Running the same command again
-goes on with the same file and its answers.
+Each side is a run's held-out answers (``RUN``: after training, ``RUN@start``: before it; ``rlkit fit`` writes every
+evaluation's to ``<run dir>/heldout_samples.jsonl``) or a JSONL file of ``{prompt, completion}`` lines. One run
+alone compares its final policy with its start. The answers are paired by prompt, each pair's left and right drawn
+at random (``seed=``), written to a comparison file with its key beside it (``rlkit.evaluation.blind_comparison``),
+and served as a page for several labellers (``rlkit.serve.comparison_page``) until Ctrl-C; then the report. Running
+the same command again goes on with the same file and its answers.
 
 ``rlkit compare serve FILE``: the page of a comparison file already built. ``rlkit compare report FILE``: A's win
 rate with its 95% interval, per labeller and dimension, and the labellers' agreement
@@ -140,15 +140,22 @@ def report(path: Path, *, required: bool = True) -> int:
     return 0
 
 
-def serve(path: Path, options: dict[str, str]) -> int:
+def _bind(options: dict[str, str]) -> Any:
+    """The page's listening socket, bound before anything is read or built: a port in use is one line at once."""
+    from rlkit.serve.labelling_page import DEFAULT_PORT, bind_loopback
+
+    return bind_loopback(int(options.get("port", DEFAULT_PORT)), COMMAND)
+
+
+def serve(path: Path, options: dict[str, str], sock: Any = None) -> int:
     """The page of ``path`` until Ctrl-C; the URL to open (with its token) is the first line printed."""
     from rlkit.evaluation.blind_comparison import read_comparison
     from rlkit.serve.comparison_page import create_compare_app
-    from rlkit.serve.labelling_page import DEFAULT_PORT, HOST, bind_loopback, page_token, serve_until_stopped
+    from rlkit.serve.labelling_page import HOST, page_token, serve_until_stopped
 
+    sock = sock if sock is not None else _bind(options)
     lines = read_comparison(path)
     app = create_compare_app(path, page_token(options, COMMAND))
-    sock = bind_loopback(int(options.get("port", DEFAULT_PORT)), COMMAND)
     bound = sock.getsockname()[1]
     print(f"blind comparison page for {path} ({len(lines)} prompts): "
           f"open http://{HOST}:{bound}/#token={app.state.token}", flush=True)
@@ -168,6 +175,7 @@ def cmd_compare(args: Sequence[str]) -> int:
     sides, options = _parse(args, BUILD_OPTIONS, COMMAND)
     if not 1 <= len(sides) <= 2:
         raise ConfigError(USAGE, COMMAND)
+    sock = _bind(options) if options.get("serve", "true") == "true" else None  # before the runs are read
     out, pairing = build(sides[0], sides[1] if len(sides) == 2 else None, options)
     key = pairing.key
     print(f"{len(pairing.lines)} prompts to compare blind (A: {key['A']}, B: {key['B']}"
@@ -176,4 +184,4 @@ def cmd_compare(args: Sequence[str]) -> int:
     if options.get("serve", "true") == "false":
         print(f"the page: rlkit compare serve {out}", flush=True)
         return 0
-    return serve(out, options)
+    return serve(out, options, sock)

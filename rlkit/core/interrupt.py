@@ -5,8 +5,15 @@ own whose phases say what a Ctrl-C does (``rlkit.train.interrupt``):
 
 * During start-up (nothing trained yet) the first Ctrl-C stops at once.
 * During training the first one lets the current step finish, saves a checkpoint, the policy and the summary, and
-  prints the resume command; during the end of the run it skips the report and still writes the policy and summary.
+  prints the resume command; the end-of-run held-out evaluation is skipped unless ``eval_on_interrupt`` asks for it.
+  During the end of the run it stops the held-out evaluation at its next batch, skips the report and still writes
+  the policy and summary.
 * A second Ctrl-C stops at once.
+
+SIGTERM (a SLURM preemption, a Kubernetes eviction, ``timeout``) is answered as a Ctrl-C is, in every phase, and the
+command then exits with 143 (128 + SIGTERM) instead of 130, so a scheduler's script can tell a preemption from a
+person. During ``rlkit fit`` Lightning adds its own SIGTERM handler in front of this one; it stops the loop after the
+step, which ``rlkit fit`` then treats as the end of training (``rlkit.train.fit``).
 
 Stopping at once raises :class:`RunInterrupted`, a ``BaseException`` but not a ``KeyboardInterrupt``, for three
 reasons. Lightning answers a ``KeyboardInterrupt`` inside ``fit`` or ``validate`` with its own message and
@@ -27,10 +34,16 @@ from typing import Any, Literal
 
 Phase = Literal["startup", "training", "finishing"]
 EXIT_CODE = 130  # 128 + SIGINT, the shell's convention
+TERM_EXIT_CODE = 143  # 128 + SIGTERM
+SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 class RunInterrupted(BaseException):  # noqa: N818 (a Ctrl-C, not an error)
-    """Ctrl-C that stops the command at once; its message is the one line said."""
+    """Ctrl-C (or SIGTERM) that stops the command; its message is the one line said, ``exit_code`` the status."""
+
+    def __init__(self, message: str = "", exit_code: int = EXIT_CODE) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
 
 
 class InterruptGuard:
@@ -43,9 +56,22 @@ class InterruptGuard:
         self.startup_message = startup_message
         self.requested = False
         self.stopped = False
+        self.signum: int | None = None  # the signal that asked first
         self._phase: Phase = "startup"
-        self._previous: Any = None
+        self._previous: dict[int, Any] = {}
         self._installed = False
+
+    @property
+    def terminated(self) -> bool:
+        """Whether SIGTERM, not a Ctrl-C, asked the command to stop."""
+        return self.signum == signal.SIGTERM
+
+    @property
+    def exit_code(self) -> int:
+        return TERM_EXIT_CODE if self.terminated else EXIT_CODE
+
+    def _said(self, message: str) -> str:
+        return message.replace("interrupted", "terminated (SIGTERM)", 1) if self.terminated else message
 
     @property
     def phase(self) -> Phase:
@@ -54,7 +80,7 @@ class InterruptGuard:
     @phase.setter
     def phase(self, phase: Phase) -> None:
         if self._phase == "startup" and self.stopped:  # a start-up Ctrl-C that a __del__ swallowed
-            raise RunInterrupted(self.startup_message)
+            raise RunInterrupted(self._said(self.startup_message), self.exit_code)
         self._phase = phase
 
     def __enter__(self) -> InterruptGuard:
@@ -64,31 +90,38 @@ class InterruptGuard:
             return self
         outer = getattr(signal.getsignal(signal.SIGINT), "__self__", None)
         if isinstance(outer, InterruptGuard) and outer.stopped:
-            raise RunInterrupted(outer.startup_message)  # the outer guard's Ctrl-C was swallowed on the way here
-        self._previous = signal.signal(signal.SIGINT, self._handle)
+            # the outer guard's Ctrl-C was swallowed on the way here
+            raise RunInterrupted(outer._said(outer.startup_message), outer.exit_code)
+        for signum in SIGNALS:
+            if signal.getsignal(signum) is not signal.SIG_IGN:  # a process told to ignore one keeps ignoring it
+                self._previous[signum] = signal.signal(signum, self._handle)
         self._installed = True
         return self
 
     def __exit__(self, *exc: object) -> None:
         if self._installed:
-            signal.signal(signal.SIGINT, self._previous)
-            self._installed = False
+            for signum, previous in self._previous.items():
+                signal.signal(signum, previous)
+            self._previous, self._installed = {}, False
 
     def _handle(self, signum: int, frame: Any) -> None:
+        if self.signum is None:
+            self.signum = signum
         if self._phase == "startup":
             self.stopped = True
-            raise RunInterrupted(self.startup_message)
+            raise RunInterrupted(self._said(self.startup_message), self.exit_code)
         if self.requested:
             self.stopped = True
             raise RunInterrupted("interrupted again: stopped at once; the last saved checkpoint, if any, is in the "
-                                 "run folder's checkpoints/")
+                                 "run folder's checkpoints/", self.exit_code)
         self.requested = True
+        what, again = ("SIGTERM", "a second signal") if signum == signal.SIGTERM else ("interrupt", "Ctrl-C again")
         if self._phase == "training":
-            say("interrupt: finishing this step, then saving a checkpoint, the policy and the summary "
-                "(Ctrl-C again to stop at once)")
+            say(f"{what}: finishing this step, then saving a checkpoint, the policy and the summary "
+                f"({again} to stop at once)")
         else:
-            say("interrupt: writing the policy and the summary, skipping the run report (Ctrl-C again to stop at "
-                "once)")
+            say(f"{what}: stopping the held-out evaluation, writing the policy and the summary, skipping the run "
+                f"report ({again} to stop at once)")
 
 
 def say(line: str) -> None:

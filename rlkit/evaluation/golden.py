@@ -363,6 +363,7 @@ def load_checkpoint(checkpoint: str | None, validated: Any) -> tuple[Any, Any, s
     """(policy, tokenizer, key, step) for ``eval.checkpoint``: a policy folder in Hugging Face format, a Lightning
     ``.ckpt`` of this config's model (its policy weights loaded into it), or None for ``model.name_or_path``."""
     from rlkit.config.validate import read_chat_format
+    from rlkit.lm.adapters import load_weights
     from rlkit.lm.models import apply_lora, load_policy, resolve_policy_path
     from rlkit.lm.warm_start import starting_policy
 
@@ -375,9 +376,12 @@ def load_checkpoint(checkpoint: str | None, validated: Any) -> tuple[Any, Any, s
         return policy, tokenizer, str(path), None
     path = Path(checkpoint).expanduser().resolve()
     if path.is_dir():
-        if not (path / "config.json").is_file():
-            raise ConfigError("not a policy folder (no config.json) nor a Lightning .ckpt", f"eval.checkpoint ({path})")
-        policy, tokenizer = load_policy(path, model.dtype)
+        from rlkit.lm.adapters import is_adapter_folder
+
+        if not (path / "config.json").is_file() and not is_adapter_folder(path):
+            raise ConfigError("not a policy folder (no config.json nor adapter_config.json) nor a Lightning .ckpt",
+                              f"eval.checkpoint ({path})")
+        policy, tokenizer = load_policy(path, model.dtype)  # a LoRA adapter folder: merged into its base
         return policy, tokenizer, str(path), None
     if not path.is_file():
         raise ConfigError("no such file or folder", f"eval.checkpoint ({path})")
@@ -390,11 +394,16 @@ def load_checkpoint(checkpoint: str | None, validated: Any) -> tuple[Any, Any, s
     if not weights:
         raise ConfigError("the checkpoint holds no policy weights (state_dict['policy.*'])",
                           f"eval.checkpoint ({path})")
-    policy, tokenizer = load_policy(resolve_policy_path(model.name_or_path), model.dtype)
+    # under LoRA the checkpoint holds the adapter alone: its base is the policy the run started from, warm start
+    # included (for a full fine-tune every weight comes from the checkpoint)
+    base = starting_policy(model, validated.data, run_heldout_records(validated.data),
+                           max_new_tokens=validated.run.max_completion_length, chat_format=read_chat_format(model)) \
+        if model.lora.enabled else resolve_policy_path(model.name_or_path)
+    policy, tokenizer = load_policy(base, model.dtype)
     if model.lora.enabled:
         policy = apply_lora(policy, model.lora)
-    try:
-        policy.load_state_dict(weights, strict=True)
+    try:  # a LoRA checkpoint holds the adapter alone; its frozen base is model.name_or_path's
+        load_weights(policy, weights)
     except RuntimeError as exc:
         raise ConfigError(f"its policy does not fit model.name_or_path / model.lora: {str(exc).splitlines()[0]}",
                           f"eval.checkpoint ({path})") from None
@@ -447,12 +456,13 @@ class GoldenSetCallback(L.Callback):
         self.output = self.run_dir / "eval" / "results.jsonl"
         self.last: GoldenResult | None = None
 
-    def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_end(self, trainer: Any, pl_module: L.LightningModule, outputs: Any, batch: Any,
+                           batch_idx: int) -> None:
         step = trainer.global_step  # after the update: the policy evaluated is the one trained for `step` steps
         if step % self.options.every == 0:
             self.run(trainer, pl_module, step)
 
-    def run(self, trainer: Any, pl_module: Any, step: int) -> None:
+    def run(self, trainer: Any, pl_module: L.LightningModule, step: int) -> None:
         """Evaluate now and log; other ranks do nothing (generation here is local, no collective is involved)."""
         if not trainer.is_global_zero:
             return

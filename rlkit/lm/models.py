@@ -19,7 +19,7 @@ from importlib.metadata import version
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rlkit.core.errors import ConfigError
+from rlkit.core.errors import ConfigError, no_such
 from rlkit.core.package_files import PACKAGE_SCHEME
 from rlkit.lm.gguf import is_gguf
 
@@ -190,7 +190,7 @@ def check_model_directory(name_or_path: str | Path) -> Path:
     where = f"model.name_or_path ({name_or_path})"
     path = Path(name_or_path).expanduser()
     if not path.is_dir():
-        raise ConfigError("no such model directory", where)
+        raise ConfigError(no_such(path, "model directory", directory=True), where)
     if not (path / "config.json").is_file():
         raise ConfigError("not a Hugging Face model directory (no config.json)", where)
     check_weights_files(path, where)
@@ -247,6 +247,10 @@ def locate_model(name_or_path: str | Path) -> Path:
 
         return import_gguf(ref, where=f"model.name_or_path ({ref})")
     if _looks_like_path(ref):
+        from rlkit.lm.adapters import is_adapter_folder, merged_adapter
+
+        if is_adapter_folder(ref):  # a LoRA run's policy/ (model.lora.save=adapter): its merge, built once
+            return merged_adapter(ref, where=f"model.name_or_path ({ref})")
         return check_model_directory(ref)
     from huggingface_hub import snapshot_download
     from huggingface_hub.errors import HFValidationError, LocalEntryNotFoundError
@@ -332,7 +336,8 @@ def apply_lora(model: Any, lora: Any) -> Any:
 
 
 def save_policy(model: Any, tokenizer: Any, folder: Path, lora_save: str = "merged") -> Path:
-    """Save the trained policy in Hugging Face format: the full (LoRA-merged) model, or only the adapter."""
+    """Save the trained policy in Hugging Face format: the full (LoRA-merged) model, or only the adapter (which
+    every loader by path merges on use: ``rlkit.lm.adapters``)."""
     from peft import PeftModel
     from transformers.utils import logging as hf_logging
 
@@ -349,4 +354,8 @@ def save_policy(model: Any, tokenizer: Any, folder: Path, lora_save: str = "merg
     finally:
         if bars:
             hf_logging.enable_progress_bar()
+    if isinstance(model, PeftModel):
+        from rlkit.lm.adapters import pin_adapter_base
+
+        pin_adapter_base(Path(folder))
     return folder

@@ -148,28 +148,56 @@ class RunningMeans:
 NO_SIGNAL_STEPS = 3  # steps in a row without a gradient from the rewards before a run is told it learns nothing
 
 
+ALIKE_TOLERANCE = 1e-6  # a dimension's std over a step below this: every completion got the same score
+
+
 class SignalWatch:
     """Says, at the step it starts, when a run trains on less than it seems to: a dimension that no completion of a
-    step could be scored on (a weighted reward is then made of the other dimensions in silence), and ``patience``
+    step could be scored on (a weighted reward is then made of the other dimensions in silence), ``patience``
     steps in a row without a learning signal (every group's advantages zero, or no preference pair formed: the
-    update moves nothing). Counts both over the run for the end-of-run summary.
+    update moves nothing), and, once, a judge (``judge``: its config name) that gave every completion of a step the
+    same score on every dimension (a model that is not a judge answers this way: every reply its lowest level).
+    Counts each over the run for the end-of-run summary.
 
     It reads a step's metrics: ``rewards/<dimension>/unscored`` (share of completions not scored),
-    ``advantages/frac_zero_groups`` or ``pairs/used``.
+    ``rewards/<dimension>/mean`` and ``/std`` (over the step's completions), ``advantages/frac_zero_groups`` or
+    ``pairs/used`` (a step without either, a demonstrations step, sampled nothing to tell apart).
     """
 
-    def __init__(self, dimensions: list[str], patience: int = NO_SIGNAL_STEPS) -> None:
-        self.dimensions, self.patience = list(dimensions), patience
+    def __init__(self, dimensions: list[str], patience: int = NO_SIGNAL_STEPS, judge: str | None = None) -> None:
+        self.dimensions, self.patience, self.judge = list(dimensions), patience, judge
         self.steps = 0
         self.unscored_steps = dict.fromkeys(self.dimensions, 0)
         self.no_signal_steps = 0
+        self.alike_steps = 0
         self._streak = 0
         self._unscored_now: set[str] = set()
+
+    def _all_alike(self, metrics: dict[str, float]) -> dict[str, float] | None:
+        """Each dimension's one score when the judge scored every completion of the step alike on all of them."""
+        if "advantages/frac_zero_groups" not in metrics and "pairs/used" not in metrics:
+            return None
+        levels = {}
+        for name in self.dimensions:
+            mean, std = metrics.get(f"rewards/{name}/mean"), metrics.get(f"rewards/{name}/std")
+            if mean is None or std is None or math.isnan(mean) or not std <= ALIKE_TOLERANCE:
+                return None  # told completions apart, or scored none of them (said above)
+            levels[name] = mean
+        return levels or None
 
     def update(self, step: int, metrics: dict[str, float]) -> list[str]:
         """What this step starts, as messages to show the user (none in a healthy step)."""
         self.steps += 1
         messages = []
+        alike = self._all_alike(metrics)
+        if alike is not None:
+            self.alike_steps += 1
+            if self.alike_steps == 1:
+                judge = f"judge={self.judge}" if self.judge else "the judge"
+                scores = ", ".join(f"{name} {value:g}" for name, value in alike.items())
+                messages.append(f"step {step}: {judge} gave every completion the same score on every dimension "
+                                f"({scores}), so the rewards tell no completion from another; if it goes on, the "
+                                "judge cannot tell them apart (check it on labelled completions: rlkit calibrate)")
         for name in self.dimensions:
             if metrics.get(f"rewards/{name}/unscored") == 1.0:
                 self.unscored_steps[name] += 1
@@ -199,6 +227,10 @@ class SignalWatch:
                          "completions scored alike")
         lines += [f"dimension {name} was scored on no completion in {n} of {self.steps} steps"
                   for name, n in self.unscored_steps.items() if n]
+        if self.alike_steps:
+            judge = f"judge={self.judge}" if self.judge else "the judge"
+            lines.append(f"{judge} gave every completion the same score on every dimension in {self.alike_steps} of "
+                         f"{self.steps} steps")
         return lines
 
 

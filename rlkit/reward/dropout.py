@@ -16,8 +16,6 @@ import json
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from rlkit.core.errors import PluginError
-
 if TYPE_CHECKING:
     import torch
 
@@ -98,27 +96,31 @@ def dropped_share(kept: torch.Tensor, scores: torch.Tensor, weights: torch.Tenso
     return float((candidates & ~kept.to(candidates.device)).sum()) / total if total else 0.0
 
 
-def with_rubric_dropout(batch: RewardBatch, aggregator: Any, p: float, seed: int, step: int) -> RewardBatch:
-    """``batch`` with its rewards aggregated again over each group's kept dimensions.
-
-    The batch keeps the judge's full scores (per-dimension metrics, monitors and samples report what the judge said,
-    not the draw); the rewards, ``extras["rubric_kept"]`` ``[B, D]`` and ``extras["rubric_dropped_share"]`` carry
-    the dropout. The weights were set by the scheduler on the full scores, so its state does not follow the draws."""
+def dropout_view(batch: RewardBatch, p: float, seed: int, step: int) -> tuple[RewardBatch, dict[str, Any]]:
+    """What the aggregator sees of ``batch`` under rubric dropout (each group's dropped dimensions unscored), and the
+    extras the trained batch carries: ``rubric_kept`` ``[B, D]`` and ``rubric_dropped_share``."""
     import torch
 
-    if p == 0.0:
-        return batch
     scores, kept = rubric_dropout(batch.scores, batch.weights, p, seed, step)
     mask = kept.to(batch.raw_scores.device).unsqueeze(1)
     raw = torch.where(mask, batch.raw_scores, torch.full_like(batch.raw_scores, float("nan")))
-    rewards = aggregator.aggregate(replace(batch, raw_scores=raw, scores=scores, rewards=None))
-    if not isinstance(rewards, torch.Tensor) or rewards.shape != scores.shape[:2]:
-        got = tuple(rewards.shape) if isinstance(rewards, torch.Tensor) else type(rewards).__name__
-        raise PluginError(f"returned rewards of shape {got}, expected {list(scores.shape[:2])}", "aggregator")
-    extras = {**batch.extras, "rubric_kept": kept.cpu(),
-              "rubric_dropped_share": dropped_share(kept, batch.scores, batch.weights)}
-    return replace(batch.with_rewards(rewards.to(torch.float32)), extras=extras)
+    extras = {"rubric_kept": kept.cpu(), "rubric_dropped_share": dropped_share(kept, batch.scores, batch.weights)}
+    return replace(batch, raw_scores=raw, scores=scores, rewards=None), extras
+
+
+def with_rubric_dropout(batch: RewardBatch, aggregator: Any, p: float, seed: int, step: int) -> RewardBatch:
+    """``batch`` with its rewards aggregated over each group's kept dimensions (:func:`dropout_view`).
+
+    The batch keeps the judge's full scores (per-dimension metrics, monitors and samples report what the judge said,
+    not the draw); the rewards and the extras carry the dropout. The weights were set by the scheduler on the full
+    scores, so its state does not follow the draws."""
+    from rlkit.reward.pipeline import aggregated
+
+    if p == 0.0:
+        return batch
+    view, extras = dropout_view(batch, p, seed, step)
+    return replace(batch.with_rewards(aggregated(view, aggregator)), extras={**batch.extras, **extras})
 
 
 __all__ = ["CRITERIA_DROPOUT_FIELD", "dropout_generator", "dropout_seed", "dropped_share", "rubric_dropout",
-           "usable_dimensions", "with_criteria_dropout", "with_rubric_dropout"]
+           "dropout_view", "usable_dimensions", "with_criteria_dropout", "with_rubric_dropout"]

@@ -91,14 +91,11 @@ def apply_conditions(raw: torch.Tensor, rubric: Rubric) -> torch.Tensor:
     return out
 
 
-def aggregate_rewards(raw: torch.Tensor, rubric: Rubric, scheduler: Any, aggregator: Any,
-                      step: int = 0, normalization: str = "range") -> RewardBatch:
-    """Judge scores → the RewardBatch every estimator and preference constructor receives.
-
-    Conditions are applied and scores normalised here, once (``range``: each dimension's rubric range
-    mapped to [0, 1]; ``quantile``: then each dimension's quantile within the batch); the weight scheduler
-    then sets the weights from the normalised scores, and the aggregator forms the reward ``[B, G]``.
-    """
+def weighed_scores(raw: torch.Tensor, rubric: Rubric, scheduler: Any, step: int = 0,
+                   normalization: str = "range") -> RewardBatch:
+    """Judge scores → a RewardBatch without rewards yet: conditions applied and scores normalised here, once
+    (``range``: each dimension's rubric range mapped to [0, 1]; ``quantile``: then each dimension's quantile within
+    the batch), and the weight scheduler's weights set from the normalised scores."""
     import torch
     if normalization not in SCORE_NORMALIZATIONS:
         raise ValueError(f"normalization must be one of {SCORE_NORMALIZATIONS}, got {normalization!r}")
@@ -107,12 +104,26 @@ def aggregate_rewards(raw: torch.Tensor, rubric: Rubric, scheduler: Any, aggrega
     if normalization == "quantile":
         scores = quantile_normalize(scores)
     weights = torch.as_tensor(scheduler.weights(step, scores, rubric), dtype=torch.float32)
-    batch = RewardBatch(rubric=rubric, raw_scores=masked, scores=scores, weights=weights)
+    return RewardBatch(rubric=rubric, raw_scores=masked, scores=scores, weights=weights)
+
+
+def aggregated(batch: RewardBatch, aggregator: Any) -> torch.Tensor:
+    """The aggregator's rewards ``[B, G]`` of ``batch``, checked for shape."""
+    import torch
     rewards = aggregator.aggregate(batch)
-    if not isinstance(rewards, torch.Tensor) or rewards.shape != scores.shape[:2]:
+    expected = batch.scores.shape[:2]
+    if not isinstance(rewards, torch.Tensor) or rewards.shape != expected:
         got = tuple(rewards.shape) if isinstance(rewards, torch.Tensor) else type(rewards).__name__
-        raise PluginError(f"returned rewards of shape {got}, expected {list(scores.shape[:2])}", "aggregator")
-    return batch.with_rewards(rewards.to(torch.float32))
+        raise PluginError(f"returned rewards of shape {got}, expected {list(expected)}", "aggregator")
+    return rewards.to(torch.float32)
+
+
+def aggregate_rewards(raw: torch.Tensor, rubric: Rubric, scheduler: Any, aggregator: Any,
+                      step: int = 0, normalization: str = "range") -> RewardBatch:
+    """Judge scores → the RewardBatch every estimator and preference constructor receives
+    (:func:`weighed_scores`, then the aggregator forms the reward ``[B, G]``)."""
+    batch = weighed_scores(raw, rubric, scheduler, step, normalization)
+    return batch.with_rewards(aggregated(batch, aggregator))
 
 
 def with_group_confidence(batch: RewardBatch, confidence: torch.Tensor | None, judge: str) -> RewardBatch:

@@ -36,13 +36,6 @@ class MetricsHistory:
             fh.write(line + "\n")
 
 
-def record_step(module: Any, step: int, metrics: Mapping[str, float]) -> None:
-    """Called from ``rlkit.train.step_metrics.log_step_metrics``: append on rank 0 when the run keeps a history."""
-    history = getattr(module, "history", None)
-    if history is not None and module.trainer.is_global_zero:
-        history.append(step, metrics)
-
-
 def read_history(path: str | Path) -> list[tuple[int, dict[str, float]]]:
     """``(step, metrics)`` in step order, the lines of one step merged (a later value wins: a resumed run's).
 

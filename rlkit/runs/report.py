@@ -14,9 +14,10 @@ from pathlib import Path
 from typing import Any
 
 from rlkit.core.atomic import atomic_write_text
-from rlkit.core.errors import DataError
-from rlkit.data.records import json_lines
+from rlkit.core.errors import DataError, no_such
+from rlkit.data.records import json_lines, prompt_text
 from rlkit.judging.spend import spend_section, spend_table
+from rlkit.runs import heldout_answers as answers
 from rlkit.runs.history import METRICS_FILE, SUMMARY_FILE, read_history, read_result_rows
 from rlkit.runs.triage import STAGES, Triage, read_samples, triage
 
@@ -28,6 +29,7 @@ MONITORS_FILE = "monitors.json"  # likewise
 AGREEMENT_FILE = "calibration/windows.json"
 SAMPLES_FILE = "samples.jsonl"   # written every log_samples.every steps (rlkit.train.callbacks.SampleLogger)
 REASONS_SHOWN = 6                # the judge's reasons on this many completions: the least and most rewarded
+ANSWER_CHARS = 160               # a held-out answer shown before/after is cut here
 MAX_SUMMARY_CHARS = 400
 
 History = list[tuple[int, dict[str, float]]]
@@ -339,6 +341,41 @@ def alerts_table(alerts: list[dict[str, Any]]) -> tuple[list[str], list[list[Any
                      for a in alerts]
 
 
+def _cut(text: Any) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= ANSWER_CHARS else text[:ANSWER_CHARS - 1] + "…"
+
+
+def before_after_table(pairs: Sequence[answers.BeforeAfter]) -> tuple[list[str], list[list[Any]]]:
+    columns = ["dimension", "prompt", "before", "score before", "after", "score after"]
+    return columns, [[p.dimension, prompt_text(p.prompt), p.before["completion"],
+                      p.before["scores"][p.dimension], p.after["completion"], p.after["scores"][p.dimension]]
+                     for p in pairs]
+
+
+def before_after_section(evaluations: Sequence[answers.HeldoutEvaluation],
+                         pairs: Sequence[answers.BeforeAfter]) -> list[str]:
+    """What the model said to held-out prompts at the first and the last evaluation, on the dimensions that moved;
+    nothing for a run that kept no answers."""
+    if not evaluations:
+        return []
+    first, last = evaluations[0].step, evaluations[-1].step
+    lines = ["", "## What the model said, before and after", ""]
+    if len(evaluations) == 1:
+        return lines + [f"`{answers.SAMPLES_FILE}` holds only the evaluation at step {first}."]
+    lines.append(f"Greedy answers to held-out prompts at step {first} and step {last} (all {len(evaluations)} "
+                 f"evaluations in `{answers.SAMPLES_FILE}`): for each dimension whose held-out mean moved, the "
+                 f"prompts whose score on it moved most (up to {answers.PAIRS_PER_DIMENSION}).")
+    if not pairs:
+        return lines + ["", "No dimension's held-out mean moved."]
+    columns, rows = before_after_table(pairs)
+    lines += ["", "| " + " | ".join(columns) + " |", "|---|---|---|--:|---|--:|"]
+    for dimension, prompt, before, score_before, after, score_after in rows:
+        lines.append(f"| {_md(dimension)} | {_md(_cut(prompt))} | {_md(_cut(before))} | {_num(score_before)} | "
+                     f"{_md(_cut(after))} | {_num(score_after)} |")
+    return lines
+
+
 def triage_table(triaged: Triage) -> tuple[list[str], list[list[Any]]]:
     columns = ["stage", "severity", "step", "signal", "metric", "evidence", "what to try"]
     return columns, [[f.stage, f.severity, f.step, f.name.replace("_", " "), f.metric, f.evidence, f.advice]
@@ -367,7 +404,7 @@ def triage_section(triaged: Triage) -> list[str]:
 def render_markdown(run_dir: Path, history: History, dims: list[str], alerts: list[dict[str, Any]],
                     summaries: dict[str, Any], pngs: dict[str, str], agreement: dict[str, Any] | None = None,
                     reasons: tuple[int, list[dict[str, Any]]] | None = None,
-                    triaged: Triage | None = None) -> str:
+                    triaged: Triage | None = None, before_after: Sequence[str] = ()) -> str:
     steps = series(history, "reward/mean")[0] or [s for s, _ in history]  # training steps, not eval-only lines
     lines = [f"# Run report: `{_md(run_dir.name)}`", "",
              f"{len(steps)} training steps logged ({steps[0]}–{steps[-1]}), from `{METRICS_FILE}`; "
@@ -380,6 +417,7 @@ def render_markdown(run_dir: Path, history: History, dims: list[str], alerts: li
     lines += ["| " + " | ".join(columns) + " |", "|---|" + "--:|" * (len(columns) - 1)]
     for row in rows:
         lines.append(f"| {_md(row[0])} | " + " | ".join(_num(v) for v in row[1:]) + " |")
+    lines += before_after  # the held-out answers before and after, beside the held-out columns
     members = prefixed_keys(history, "judge/agreement/")
     if members:  # an ensemble's members: how alike they scored each dimension
         lines += ["", "## Judge members' agreement", "",
@@ -450,7 +488,7 @@ def write_report(run_dir: str | Path) -> RunReport:
     """Read the run's history, alerts and monitor summaries; write ``report/report.md`` and its PNGs."""
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
-        raise DataError("no such run directory", str(run_dir))
+        raise DataError(no_such(run_dir, "run directory", directory=True), str(run_dir))
     history = read_history(run_dir / METRICS_FILE)
     alerts = read_alerts(run_dir / ALERTS_FILE)
     summaries = read_json_object(run_dir / MONITORS_FILE)  # {monitor key: summary}
@@ -481,8 +519,13 @@ def write_report(run_dir: str | Path) -> RunReport:
                                                    r.get("reasons")] for r in reasons[1]])
     triaged = triage(history, alerts, read_samples(run_dir / SAMPLES_FILE), agreement)
     report.tables["report/triage"] = triage_table(triaged)
+    evaluations = answers.run_evaluations(run_dir)
+    pairs = answers.before_after(evaluations[0].rows, evaluations[-1].rows) if len(evaluations) > 1 else []
+    if pairs:
+        report.tables["report/heldout_before_after"] = before_after_table(pairs)
     atomic_write_text(report.markdown,
-                      render_markdown(run_dir, history, dims, alerts, summaries, pngs, agreement, reasons, triaged))
+                      render_markdown(run_dir, history, dims, alerts, summaries, pngs, agreement, reasons, triaged,
+                                      before_after_section(evaluations, pairs)))
     return report
 
 
@@ -648,7 +691,7 @@ def write_comparison(run_dirs: Sequence[str | Path], output: str | Path | None =
     dirs = [Path(d) for d in run_dirs]
     for d in dirs:
         if not d.is_dir():
-            raise DataError("no such run directory", str(d))
+            raise DataError(no_such(d, "run directory", directory=True), str(d))
     names = [d.name for d in dirs]
     # two runs of the same name in different folders: name them by their last two path parts
     labels = ["/".join(d.resolve().parts[-2:]) if names.count(d.name) > 1 else d.name for d in dirs]

@@ -16,6 +16,8 @@ from rlkit.core.rubric import Rubric
 from rlkit.data.records import prompt_text
 from rlkit.lm.sampling import render_prompt
 
+RECORD_KEY = "record"  # in a samples.jsonl row: the prompt record's fields besides its prompt
+
 
 @dataclass
 class RolloutSnapshot:
@@ -46,6 +48,12 @@ def _number(value: float) -> float | None:
     return None if math.isnan(value) else round(value, 6)
 
 
+def sampled(snapshot: RolloutSnapshot, limit: int) -> list[tuple[int, int]]:
+    """(prompt, completion) indices of the logged rows: the first completion of every prompt, then the second, …"""
+    b, g = snapshot.rewards.shape
+    return [(i, j) for j in range(g) for i in range(b)][:limit]
+
+
 def sample_rows(snapshot: RolloutSnapshot, rubric: Rubric, limit: int,
                 render: Callable[[Any], str] | None = None) -> tuple[list[str], list[list[Any]]]:
     """Columns and up to ``limit`` rows: the first completion of every prompt, then the second, … ``render`` shows a
@@ -59,32 +67,29 @@ def sample_rows(snapshot: RolloutSnapshot, rubric: Rubric, limit: int,
     columns += [f"{rubric.dimensions[i].name}/steps" for i in step_dims]
     if snapshot.reasons is not None:
         columns.append("reasons")
-    b, g = snapshot.rewards.shape
     rows = []
-    for j in range(g):
-        for i in range(b):
-            if len(rows) == limit:
-                return columns, rows
-            prompt = snapshot.records[i]["prompt"]
-            shown = render(prompt) if render is not None else prompt if isinstance(prompt, str) else prompt_text(prompt)
-            row = [snapshot.step, shown,
-                   snapshot.completions[i][j], _number(float(snapshot.rewards[i, j])),
-                   _number(float(snapshot.advantages[i, j])), *(_number(float(v)) for v in snapshot.raw_scores[i, j])]
-            if snapshot.episodes is not None:
-                episode = snapshot.episodes[i][j]
-                row.insert(3, conversation_text(episode.messages[episode.first_turn:]))
-            for k in step_dims:  # each turn's score in turn order, space-separated (a W&B cell holds text)
-                row.append(" ".join(f"{float(v):g}" for v in snapshot.step_scores[i, j, :, k]
-                                    if not math.isnan(float(v))))
-            if snapshot.reasons is not None:  # one text cell: "correctness: 12 is not 7; brevity: short"
-                row.append("; ".join(f"{name}: {why}" for name, why in snapshot.reasons[i][j].items()))
-            rows.append(row)
+    for i, j in sampled(snapshot, limit):
+        prompt = snapshot.records[i]["prompt"]
+        shown = render(prompt) if render is not None else prompt if isinstance(prompt, str) else prompt_text(prompt)
+        row = [snapshot.step, shown,
+               snapshot.completions[i][j], _number(float(snapshot.rewards[i, j])),
+               _number(float(snapshot.advantages[i, j])), *(_number(float(v)) for v in snapshot.raw_scores[i, j])]
+        if snapshot.episodes is not None:
+            episode = snapshot.episodes[i][j]
+            row.insert(3, conversation_text(episode.messages[episode.first_turn:]))
+        for k in step_dims:  # each turn's score in turn order, space-separated (a W&B cell holds text)
+            row.append(" ".join(f"{float(v):g}" for v in snapshot.step_scores[i, j, :, k]
+                                if not math.isnan(float(v))))
+        if snapshot.reasons is not None:  # one text cell: "correctness: 12 is not 7; brevity: short"
+            row.append("; ".join(f"{name}: {why}" for name, why in snapshot.reasons[i][j].items()))
+        rows.append(row)
     return columns, rows
 
 
 class SampleLogger(L.Callback):
     """Every ``every`` steps: sample prompts, completions and per-dimension scores to ``samples.jsonl``
-    in the run directory, and as a ``samples`` table to every logger that takes tables (W&B)."""
+    in the run directory (each row with its prompt record's other fields under ``record``), and as a ``samples``
+    table to every logger that takes tables (W&B)."""
 
     def __init__(self, every: int, limit: int, path: Path, rubric: Rubric) -> None:
         self.every, self.limit, self.path, self.rubric = every, limit, path, rubric
@@ -97,8 +102,12 @@ class SampleLogger(L.Callback):
         tokenizer = pl_module.tokenizer
         columns, rows = sample_rows(snapshot, self.rubric, self.limit, lambda p: render_prompt(p, tokenizer))
         with self.path.open("a", encoding="utf-8") as fh:
-            for row in rows:
-                fh.write(json.dumps(dict(zip(columns, row, strict=True)), ensure_ascii=False) + "\n")
+            for row, (i, _) in zip(rows, sampled(snapshot, self.limit), strict=True):
+                line = dict(zip(columns, row, strict=True))
+                # the record's other fields (``reference``, a check's ``field:``), which a judge reads: `rlkit
+                # calibrate sample` carries them into the labelling file so `rlkit calibrate` can score its lines
+                line[RECORD_KEY] = {k: v for k, v in snapshot.records[i].items() if k != "prompt"}
+                fh.write(json.dumps(line, ensure_ascii=False, default=str) + "\n")
         for logger in trainer.loggers:
             if hasattr(logger, "log_table"):
                 logger.log_table(key="samples", columns=columns, data=rows, step=trainer.global_step)

@@ -14,8 +14,8 @@ which on a task where most groups are informative doubles the generations to rep
 A filtering step reads its prompts itself, from its own position in the sampler's order (every sample of each epoch,
 on into the next), so the checkpointed position counts every prompt drawn; the loader still paces the steps.
 
-Everything here but :func:`informative_rollout` (the loop of rounds, which asks the module to sample and judge) is a
-pure function of tensors; the LightningModule calls them in order.
+Everything here but :func:`informative_rollout` (the loop of rounds, which samples and judges through the functions
+and the reward pipeline it is handed) is a pure function of tensors.
 """
 
 from __future__ import annotations
@@ -180,7 +180,7 @@ class SamplingRound:
 
     records: list[dict[str, Any]]
     sampled: SampledBatch
-    judged: Any  # rlkit.train.step_judging.Judged: the judge's raw scores with what aggregation needs
+    judged: Any  # rlkit.train.step_rewards.Judged: the judge's raw scores with what aggregation needs
     keep: torch.Tensor  # bool [B]
 
 
@@ -209,43 +209,44 @@ def sampling_metrics(rounds: list[SamplingRound], wanted: int) -> dict[str, floa
             "sampling/informative_frac": min(kept, wanted) / wanted}
 
 
-def informative_rollout(module: Any, step: int, wanted: int) -> tuple[list[dict[str, Any]], SampledBatch, Any,
-                                                                     dict[str, float]]:
-    """Dynamic sampling for ``module`` (the run's ``RubricRLModule``): ``wanted`` prompts read at the sampling
-    position, then more while fewer than ``wanted`` groups are informative and ``max_rounds`` allows. Returns the
-    prompts, completions and judged scores of the informative groups kept, and the ``sampling/`` metrics."""
-    settings, datamodule = module.settings.sampling, getattr(module.trainer, "datamodule", None)
+def informative_rollout(step: int, wanted: int, *, datamodule: Any, position: Any, rewards: Any,
+                        rollout: Callable[[list[dict[str, Any]], tuple[int, int]], SampledBatch],
+                        sample_more: Callable[[list[dict[str, Any]], int], SampledBatch],
+                        pad_id: int, device: torch.device | None = None,
+                        ) -> tuple[list[dict[str, Any]], SampledBatch, Any, dict[str, float]]:
+    """Dynamic sampling's step: ``wanted`` prompts read at the sampling position (``position``: the run's
+    ``rlkit.train.run_position.RunPosition``), then more while fewer than ``wanted`` groups are informative and
+    ``max_rounds`` allows. ``rollout(records, ahead_from)`` samples the first round (requested ahead where the
+    generator does); ``sample_more(records, first_row)`` an extra round, never requested ahead (which prompts a step
+    adds is known only now); ``rewards``: the run's ``rlkit.train.step_rewards.RewardPipeline``. Returns the prompts,
+    completions and judged scores of the informative groups kept, and the ``sampling/`` metrics."""
+    settings = rewards.settings.sampling
     if not callable(getattr(datamodule, "read", None)):
         raise ConfigError("filtering groups needs a data module that reads its order ahead (rlkit's own)",
                           "sampling.filter")
-    position = module._sampling_position or module._data_position
+    from rlkit.train.distributed import Spread
+
+    spread = Spread.current()
+    at = position.next_sampling
     rounds: list[SamplingRound] = []
     drawn = kept = 0
     while True:
         count = wanted if not rounds else extra_round_size(wanted - kept, kept, drawn, wanted)
-        records, position = datamodule.read(*position, count)
-        if not rounds:
-            sampled = module.rollout(records, ahead_from=position)
-        else:  # never requested ahead: which prompts a step adds is known only now
-            request = module.generation_request(records, step=step, first_row=drawn)
-            sampled = module.sample(request)
-        judged = module.judge(records, sampled)
+        records, at = datamodule.read(*at, count)
+        sampled = rollout(records, at) if not rounds else sample_more(records, drawn)
+        judged = rewards.judge(records, sampled, step, device)
         # The filter sees rewards from copies of the stateful parts; the kept groups' batch advances them once.
-        batch = module.reward_batch(judged, step, copy.deepcopy(module.parts.scheduler),
-                                  debias=copy.deepcopy(module.parts.debias))
-        trial = batch.rewards
-        if settings.truncated != "keep":
-            trial = module.shaped_rewards(trial, module.spread.gather(sampled.truncated.float(), module.device))
+        truncated = spread.gather(sampled.truncated.float(), device)
+        batch = rewards.batch(judged, step, copy.deepcopy(rewards.parts.scheduler),
+                              debias=copy.deepcopy(rewards.parts.debias), truncated=truncated)
         weighted = batch.scores[..., batch.weights != 0]  # a dimension of weight 0 moves no advantage
         rounds.append(SamplingRound(records, sampled, judged,
-                                    informative_groups(trial.cpu(), settings, weighted.cpu())))
+                                    informative_groups(batch.rewards.cpu(), settings, weighted.cpu())))
         drawn, kept = drawn + len(records), kept + int(rounds[-1].keep.sum())
         if kept >= wanted or len(rounds) > settings.max_rounds:
             break
-    module._sampling_position = position
+    position.sampling = at
     picked = pick_informative(rounds, wanted)
-    tokenizer = module.tokenizer
-    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     sampled = concat_sampled([select_groups(rounds[i].sampled, groups) for i, groups in picked], pad_id)
     judged = type(rounds[0].judged).cat([rounds[i].judged.groups(groups) for i, groups in picked])
     records = [rounds[i].records[int(g)] for i, groups in picked for g in groups]

@@ -9,20 +9,23 @@ from typing import Any
 
 import lightning as L
 from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from rlkit.config import ValidatedConfig
 from rlkit.core.errors import ConfigError, RlkitError
 from rlkit.judging.spend import judge_spend, spend_line
 from rlkit.lm.logprobs import ImportanceCorrection
 from rlkit.reward.debias import LengthFormatDebias
-from rlkit.runs.heldout_answers import write_heldout_answers
+from rlkit.runs.heldout_answers import carry_heldout_samples
 from rlkit.runs.history import METRICS_FILE, MetricsHistory
 from rlkit.runs.lightning import StreamingCheckpointIO, quiet_lightning
 from rlkit.runs.loggers import finish_logger, make_logger
 from rlkit.train.callbacks import SampleLogger
 from rlkit.train.dynamic_sampling import SamplingSettings
-from rlkit.train.module import RewardParts, RubricRLModule, TrainingSettings
+from rlkit.train.module import RubricRLModule
 from rlkit.train.monitoring import monitor_host, summary_lines
+from rlkit.train.settings import RewardParts, TrainingSettings
+from rlkit.train.threads import SharedCoresWarning, ThreadChoice, default_torch_threads
 
 
 def settings_from(validated: ValidatedConfig) -> TrainingSettings:
@@ -32,7 +35,7 @@ def settings_from(validated: ValidatedConfig) -> TrainingSettings:
         temperature=run.temperature, lr=optim.lr, weight_decay=optim.weight_decay, warmup_steps=optim.warmup_steps,
         gradient_clip_val=optim.gradient_clip_val, gradient_accumulation_steps=optim.gradient_accumulation_steps,
         length_buckets=optim.length_buckets, seed=run.seed,
-        rubric_dropout=validated.rubric_dropout,
+        rubric_dropout=validated.rubric_dropout, max_nonfinite=optim.max_nonfinite,
         is_correction=None if run.is_correction is None else ImportanceCorrection(**run.is_correction.model_dump()),
         sampling=SamplingSettings(**run.sampling.model_dump()),
     )
@@ -98,7 +101,8 @@ def build_trainer(validated: ValidatedConfig, run_dir: Path,
     return trainer, logger
 
 
-def build_module(validated: ValidatedConfig, heldout: Sequence[dict[str, Any]] = ()) -> RubricRLModule:
+def build_module(validated: ValidatedConfig, heldout: Sequence[dict[str, Any]] = (), monitors: Any = None,
+                 ) -> RubricRLModule:
     """The policy (LoRA-wrapped if asked; warm-started without the ``heldout`` prompts when
     ``model.warm_start.steps`` asks), its reference, the reward parts and the generator, in one module."""
     from rlkit.config.validate import read_chat_format
@@ -131,7 +135,7 @@ def build_module(validated: ValidatedConfig, heldout: Sequence[dict[str, Any]] =
                         debias=build_debias(validated), heldout=validated.heldout_scoring())
     return RubricRLModule(policy, tokenizer, validated.reward_rubric, parts, settings_from(validated), reference,
                           judged_rubric=validated.rubric, generator=validated.plugins.get("generator"),
-                          environment=validated.plugins.get("environment"))
+                          environment=validated.plugins.get("environment"), monitors=monitors)
 
 
 def with_resume_hint(exc: RlkitError, run_dir: Path) -> RlkitError:
@@ -146,6 +150,21 @@ def with_resume_hint(exc: RlkitError, run_dir: Path) -> RlkitError:
     except RlkitError:
         return exc
     return type(exc)(f"{exc.message}; the run's last checkpoint (step {step}) resumes it: ckpt_path={last}", exc.where)
+
+
+def carry_earlier_answers(ckpt_path: str, run_dir: Path) -> None:
+    """A resumed run's ``heldout_samples.jsonl`` starts with the earlier run's evaluations up to the checkpoint's
+    step, so one file holds the whole run; a file that cannot be carried is said in one line and training goes on."""
+    from rlkit.config.checkpoints import read_checkpoint_metadata
+    from rlkit.core.package_files import resolve_path
+
+    checkpoint = resolve_path(ckpt_path)
+    try:
+        step = int(read_checkpoint_metadata(checkpoint).get("global_step") or 0)
+        carry_heldout_samples(checkpoint, run_dir, step)
+    except RlkitError as exc:
+        print(f"rlkit: warning: the earlier run's held-out answers are not carried into this run's: {exc}",
+              file=sys.stderr)
 
 
 def record_heldout(history: MetricsHistory | None, step: int, heldout: dict[str, float]) -> None:
@@ -193,6 +212,16 @@ def run_caveats(validated: ValidatedConfig, heldout: Sequence[dict[str, Any]]) -
     return out
 
 
+def set_torch_threads(configured: int | None) -> ThreadChoice:
+    """Set torch's intra-op threads to ``torch_threads``, or where it is null to the cores other jobs leave
+    (``rlkit.train.threads``; its ``reason`` is the line to say when that is fewer than torch's default)."""
+    import torch
+
+    choice = ThreadChoice(configured, None) if configured else default_torch_threads(torch.get_num_threads())
+    torch.set_num_threads(choice.threads)
+    return choice
+
+
 def fit(validated: ValidatedConfig, run_dir: Path) -> dict[str, Any]:
     """Train, evaluate the held-out split before and after, and return the summary. Ctrl-C finishes what was
     trained (``rlkit.core.interrupt``); the summary's ``interrupted`` then says at which step and where to resume."""
@@ -203,8 +232,6 @@ def fit(validated: ValidatedConfig, run_dir: Path) -> dict[str, Any]:
 
 
 def _fit(validated: ValidatedConfig, run_dir: Path, guard: Any) -> dict[str, Any]:
-    import torch
-
     from rlkit.lm.models import save_policy
     from rlkit.train.datamodule import PromptDataModule
 
@@ -214,16 +241,15 @@ def _fit(validated: ValidatedConfig, run_dir: Path, guard: Any) -> dict[str, Any
 
         print(f"rlkit: {require_passed_audit(validated.rubric, validated.judge_config)}", file=sys.stderr)
     quiet_lightning()
-    if run.torch_threads:
-        torch.set_num_threads(run.torch_threads)
+    threads = set_torch_threads(run.torch_threads)  # said below, once the trainer knows which process speaks
     L.seed_everything(run.seed, workers=True, verbose=False)
-    from rlkit.train.interrupt import StopOnInterrupt
+    from rlkit.train.interrupt import EndEvaluationStopped, StopOnInterrupt
 
     # its own name: ModelCheckpoint also saves last.ckpt when the loop stops, at the epoch's end, and would version
     # its file beside ours (last-v1.ckpt)
     stop = StopOnInterrupt(guard, run_dir / "checkpoints" / "interrupted.ckpt")
     # first: a trainer setting Lightning refuses fails fast
-    trainer, logger = build_trainer(validated, run_dir, [stop])
+    trainer, logger = build_trainer(validated, run_dir, [stop, SharedCoresWarning(threads.threads)])
     module = None
     try:
         datamodule = PromptDataModule(validated.data, batch_size=run.batch_size, seed=run.seed,
@@ -232,29 +258,46 @@ def _fit(validated: ValidatedConfig, run_dir: Path, guard: Any) -> dict[str, Any
         datamodule.setup()
         caveats = run_caveats(validated, datamodule.heldout_records)
         if trainer.is_global_zero:
+            if threads.reason is not None:
+                print(f"rlkit: {threads.reason}", file=sys.stderr)
             for line in caveats.values():
                 print(f"rlkit: warning: {line}", file=sys.stderr)
-        module = build_module(validated, datamodule.heldout_records)
-        module.monitors = monitor_host(validated, run_dir)
+        module = build_module(validated, datamodule.heldout_records, monitors=monitor_host(validated, run_dir))
+        if trainer.is_global_zero and run.ckpt_path is not None:  # before the start evaluation: the earlier run's first
+            carry_earlier_answers(run.ckpt_path, run_dir)
+        # set before the start evaluation: each evaluation's answers go beside it (heldout_samples.jsonl); every
+        # process answered the whole split, one writes
+        module.history = MetricsHistory(run_dir / METRICS_FILE) if trainer.is_global_zero else None
         trainer.validate(module, datamodule=datamodule, verbose=False)
         start = dict(module.heldout)
-        if trainer.is_global_zero:  # for `rlkit compare RUN@start RUN`: every process answered the whole split
-            write_heldout_answers(run_dir, "start", module.heldout_answers)
-        module.history = MetricsHistory(run_dir / METRICS_FILE) if trainer.is_global_zero else None
         record_heldout(module.history, 0, start)
         guard.phase = "training"
         try:
             trainer.fit(module, datamodule=datamodule, ckpt_path=run.ckpt_path)
         except RlkitError as exc:  # e.g. an engine that stopped answering: say where the run can go on from
             raise with_resume_hint(exc, run_dir) from None
+        except SIGTERMException:
+            # Lightning's own SIGTERM handler ends the loop after the step, as StopOnInterrupt does after saving
+            # its checkpoint there: the run finishes as after a Ctrl-C (rlkit.core.interrupt)
+            if not guard.requested:
+                raise
         guard.phase = "finishing"
         monitors = module.monitors.summary() if module.monitors is not None else {}  # writes monitors.json
         replicas = check_replicas_agree(module.policy, module.device)
-        trainer.validate(module, datamodule=datamodule, verbose=False)
-        end = dict(module.heldout)
-        if trainer.is_global_zero:
-            write_heldout_answers(run_dir, "end", module.heldout_answers)
-        record_heldout(module.history, trainer.global_step, end)
+        end = {key: float("nan") for key in start}  # not evaluated: JSON null, "—" in tables
+        # after a Ctrl-C the held-out evaluation (minutes on a real model) runs only where asked
+        if guard.requested and not run.eval_on_interrupt and trainer.is_global_zero:
+            print("rlkit: interrupt: the end-of-run held-out evaluation is skipped (eval_on_interrupt=true runs it)",
+                  file=sys.stderr)
+        if not guard.requested or run.eval_on_interrupt:
+            stop.stops_evaluation = not guard.requested  # a Ctrl-C from now on stops it; one before asked for it
+            try:
+                trainer.validate(module, datamodule=datamodule, verbose=False)
+            except EndEvaluationStopped:  # a Ctrl-C during it: the policy and the summary come next
+                pass
+            else:
+                end = dict(module.heldout)
+                record_heldout(module.history, trainer.global_step, end)
         if trainer.is_global_zero and not guard.requested:  # after a Ctrl-C: `rlkit report RUN` builds it later
             end_of_run_report(run_dir, logger)
     finally:
@@ -276,8 +319,10 @@ def _fit(validated: ValidatedConfig, run_dir: Path, guard: Any) -> dict[str, Any
             "monitors": monitors, "alerts": module.monitors.alerts if module.monitors is not None else [],
             "judge_spend": judge_spend(validated.plugins.get("judge")),
             "signal": module.signal_watch.summary_lines(), "caveats": caveats,  # whole run: held-out scoring included
-            "interrupted": ({"step": stop.saved_at, "checkpoint": str(stop.checkpoint)} if stop.saved_at is not None
-                            else {"step": trainer.global_step, "checkpoint": None} if guard.requested else None)}
+            "interrupted": ({"step": stop.saved_at, "checkpoint": str(stop.checkpoint), "exit_code": guard.exit_code}
+                            if stop.saved_at is not None else
+                            {"step": trainer.global_step, "checkpoint": None, "exit_code": guard.exit_code}
+                            if guard.requested else None)}
 
 
 def diagnostics_table(diagnostics: Any, dimensions: list[str]) -> Any:
@@ -296,6 +341,8 @@ def diagnostics_table(diagnostics: Any, dimensions: list[str]) -> Any:
 
 
 def print_summary(summary: dict[str, Any], validated: ValidatedConfig) -> None:
+    import math
+
     from rich.console import Console
     from rich.table import Table
 
@@ -313,7 +360,7 @@ def print_summary(summary: dict[str, Any], validated: ValidatedConfig) -> None:
         table.add_column(column, justify="left" if column == "dimension" else "right")
     for key in [*rubric.dimension_names, "reward"]:
         a, b = summary["start"][key], summary["end"][key]
-        table.add_row(key, f"{a:.3f}", f"{b:.3f}", f"{b - a:+.3f}")
+        table.add_row(key, f"{a:.3f}", *((f"{b:.3f}", f"{b - a:+.3f}") if math.isfinite(b) else ("—", "—")))
     console = Console(highlight=False, width=None if sys.stdout.isatty() else 120)
     console.print(table)
     diagnostics = summary.get("diagnostics")
@@ -343,6 +390,8 @@ def print_summary(summary: dict[str, Any], validated: ValidatedConfig) -> None:
     for line in summary.get("signal") or []:  # said last, beside the figure it qualifies
         console.print(f"warning: {line}", markup=False)
     which = f" ({validated.plugin_names['heldout_aggregator']} yardstick)" if yardstick else ""
+    final = summary["end"]["reward"]
     console.print(f"final {'training-prompt' if on_training_prompts else 'held-out'} mean normalised reward{which}: "
-                  f"{summary['end']['reward']:.4f}")
+                  + (f"{final:.4f}" if math.isfinite(final) else
+                     "not evaluated (interrupted; eval_on_interrupt=true evaluates it, `rlkit eval` the policy)"))
     console.print(f"policy saved to {summary['policy_dir']}")

@@ -98,40 +98,53 @@ def summary_lines(summaries: dict[str, dict[str, Any]], alerts: Sequence[Alert])
 # --- glue to the training module -------------------------------------------------------------------
 
 
-def step_view(module: Any, step: int, records: Sequence[dict[str, Any]], sampled: Any, batch: Any,
+@dataclass
+class MonitorSources:
+    """What a monitor's view of a training step calls back into: the judge (``rewards``: the run's
+    ``rlkit.train.step_rewards.RewardPipeline``), the run's sampling (``sample``: a ``GenerationRequest`` played out
+    as training plays it), and the policy and reference for log-probs."""
+
+    rewards: Any
+    sample: Callable[[Any], Any]
+    policy: Any
+    reference: Any
+    tokenizer: Any
+    settings: Any  # rlkit.train.settings.TrainingSettings
+    device: torch.device
+
+
+def step_view(sources: MonitorSources, step: int, records: Sequence[dict[str, Any]], sampled: Any, batch: Any,
               metrics: Mapping[str, float] | None = None) -> MonitorView:
-    """The view of one training step of ``RubricRLModule``: this process's rows, the judge and the generator, and the
-    step's ``metrics`` gathered so far (global over processes)."""
+    """The view of one training step: this process's rows, the judge and the generator, and the step's ``metrics``
+    gathered so far (global over processes)."""
     from rlkit.core.types import Rollout
     from rlkit.lm.sampling import GenerationRequest
     from rlkit.reward.diagnostics import saturated_groups
-    from rlkit.reward.pipeline import check_judge_output
+    from rlkit.train.distributed import Spread
 
-    spread, rubric = module.spread, module.rubric
+    spread, rubric, s = Spread.current(), sources.rewards.rubric, sources.settings
     scores = spread.local(batch.scores).cpu()
     g = len(sampled.texts[0])
 
     def judge_scores(recs: Sequence[dict[str, Any]], completions: Sequence[Sequence[str]]) -> torch.Tensor:
         rollout = Rollout(records=list(recs), completions=[list(c) for c in completions])
         with torch.random.fork_rng(devices=[]):  # a sampling judge must not shift the training's draws
-            raw = module.parts.judge.score(rollout, module.judged_rubric)
-        return check_judge_output(raw, rollout, rubric, module.parts.judge_name).cpu()
+            return sources.rewards.judge_scores(rollout).cpu()
 
     def generate(recs: Sequence[dict[str, Any]], num_generations: int) -> list[list[str]]:
-        s = module.settings
         # fixed seeds per record: a generator that honours them samples the same noise at every measurement
         request = GenerationRequest(list(recs), num_generations, s.max_completion_length, s.temperature,
                                     False, [s.seed * 7_919 + i for i in range(len(recs))])
-        devices = [module.device] if module.device.type == "cuda" else []
+        devices = [sources.device] if sources.device.type == "cuda" else []
         with torch.random.fork_rng(devices=devices):
-            out = module.sample(request)  # played out by the run's environment, as training samples
+            out = sources.sample(request)  # played out by the run's environment, as training samples
         return [list(group) for group in out.texts]
 
     def log_probs(recs: Sequence[dict[str, Any]], completions: Sequence[Sequence[str]]) -> tuple[torch.Tensor, Any]:
         from rlkit.lm.reference import mean_log_probs_of_texts
 
-        return mean_log_probs_of_texts(module.policy, module.reference, module.tokenizer, recs, completions,
-                                       module.settings.max_completion_length)
+        return mean_log_probs_of_texts(sources.policy, sources.reference, sources.tokenizer, recs, completions,
+                                       s.max_completion_length)
 
     return MonitorView(step=step, records=records, texts=sampled.texts, raw_scores=spread.local(batch.raw_scores).cpu(),
                        scores=scores, rewards=spread.local(batch.rewards).cpu(), rubric=rubric,
@@ -151,4 +164,4 @@ def monitor_host(validated: Any, run_dir: Path) -> MonitorHost | None:
     return MonitorHost(monitors, run_dir, writer=lambda: Spread.current().rank == 0)
 
 
-__all__ = ["MonitorHost", "monitor_host", "step_view", "summary_lines"]
+__all__ = ["MonitorHost", "MonitorSources", "monitor_host", "step_view", "summary_lines"]

@@ -87,7 +87,7 @@ class RubricEvolution(L.Callback):
             raise ConfigError("evolving criteria run on one process for now: each process would grow its own "
                               "buffer from its own prompts", "rubric.evolve.every")
         # the judge asks each training record's current rubric; held-out and golden-set scores keep the records' own
-        pl_module.record_rubrics = self.buffer.overlay
+        pl_module.rewards.record_rubrics = self.buffer.overlay
 
     def _score(self, record: dict[str, Any], completions: Any, rubric: Rubric) -> Any:
         return self.judge.score(Rollout(records=[record], completions=[list(completions)]), rubric)[0]

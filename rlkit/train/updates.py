@@ -11,18 +11,23 @@ Two passes, by what the objective learns from (its ``signal``):
 Under DDP each process holds its own rows; losses are scaled by ``world_size`` because DDP averages gradients, and
 metrics are summed over processes (:class:`rlkit.train.distributed.Spread`).
 
-:func:`advantage_step`, :func:`demonstration_step` and :func:`pair_step` are one training step of each signal: what
-the objective learns from is formed over the global batch, then the passes above update on this process's rows.
+:class:`AdvantageUpdate`, :class:`DemonstrationUpdate` and :class:`PairUpdate` are one training step of each signal
+(``UPDATES``, by the objective's ``signal``): what the objective learns from is formed over the global batch, then the
+passes above update on this process's rows. They read the policy and its optimiser through an
+:class:`UpdateContext`, never the LightningModule.
 """
 
 from __future__ import annotations
 
+import math
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
+from rlkit.core.errors import TrainingError
 from rlkit.core.objective import CompletionLossInputs, PairLossInputs, PairTargets
 from rlkit.core.timeline import span
 from rlkit.core.types import PreferencePairs, RewardBatch
@@ -36,7 +41,37 @@ from rlkit.lm.sampling import (
 )
 from rlkit.reward.diagnostics import distinct_values_per_group
 from rlkit.reward.pipeline import confidence_scaled
+from rlkit.train.distributed import Spread
 from rlkit.train.episodes import episode_means, token_advantages
+from rlkit.train.settings import RewardParts, TrainingSettings
+
+
+@dataclass
+class OptimizerPort:
+    """The part of Lightning's manual optimisation an update uses: the optimiser, its learning-rate schedule, the
+    backward pass (``manual_backward``: precision and DDP handled) and gradient clipping by norm."""
+
+    optimizer: Any
+    lr_scheduler: Any
+    backward: Callable[[torch.Tensor], None]
+    clip_gradients: Callable[[Any, float], None]
+
+
+@dataclass
+class UpdateContext:
+    """What one step's update reads: the policy and what moves with it (the generator's weights, the reference),
+    the loop's settings, the reward parts (objective, estimator, preference constructor), where the step runs and
+    the optimiser port."""
+
+    policy: Any
+    reference: Any
+    generator: Any
+    settings: TrainingSettings
+    parts: RewardParts
+    port: OptimizerPort
+    device: torch.device
+    step: int
+    spread: Spread = field(default_factory=Spread.current)
 
 
 def outside_inference(t: torch.Tensor | None) -> torch.Tensor | None:
@@ -51,32 +86,71 @@ def _grad_norm(policy: Any) -> float:
     return float(torch.linalg.vector_norm(torch.stack(norms))) if norms else 0.0
 
 
-def optimizer_step(module: Any, opt: Any) -> float:
+def optimizer_step(ctx: UpdateContext, opt: Any, loss: torch.Tensor) -> tuple[float, bool]:
     """Clip (when configured), step, and bring the generator and the reference up to the new weights; returns the
-    gradient norm before clipping."""
-    s = module.settings
+    gradient norm before clipping and whether the update was made.
+
+    A loss or gradient that is not finite (on any process) skips the update: one such step would poison AdamW's
+    moments for good. The optimiser is still stepped with no gradients, which changes no parameter and no state
+    (AdamW skips parameters without one) but counts the step, so the step count, the learning-rate schedule and the
+    data stay where an uninterrupted run has them."""
+    s = ctx.settings
     with span("trainer", "optimizer step"):
-        grad_norm = _grad_norm(module.policy)
-        if s.gradient_clip_val:
-            module.clip_gradients(opt, gradient_clip_val=s.gradient_clip_val, gradient_clip_algorithm="norm")
+        grad_norm = _grad_norm(ctx.policy)
+        bad = float(not (math.isfinite(grad_norm) and bool(torch.isfinite(loss).all())))
+        finite = ctx.spread.sum(bad, ctx.device) == 0  # every process decides alike
+        if finite:
+            if s.gradient_clip_val:
+                ctx.port.clip_gradients(opt, s.gradient_clip_val)
+        else:
+            opt.zero_grad(set_to_none=True)
         opt.step()
     with span("trainer", "weight sync"):
-        module.generator.sync_weights(module.policy)
-    if module.reference is not None:
-        module.reference.on_optimizer_step(module.policy)
-    return grad_norm
+        ctx.generator.sync_weights(ctx.policy)  # unchanged weights after a skip: the engine's version still counts
+    if ctx.reference is not None and finite:
+        ctx.reference.on_optimizer_step(ctx.policy)
+    return grad_norm, finite
 
 
-def row_chunks(module: Any, sampled: SampledBatch) -> list[torch.Tensor]:
+class NonFiniteWatch:
+    """Counts steps in a row whose update was skipped for a non-finite loss or gradient (``train/skipped_nonfinite``
+    in the step's metrics): each one is said, and ``limit`` in a row stop the run (``optim.max_nonfinite``; 0: never).
+    """
+
+    def __init__(self, limit: int = 3) -> None:
+        self.limit, self.in_a_row, self.total = limit, 0, 0
+        self.last_cause = ""
+
+    def update(self, step: int, metrics: dict[str, float]) -> str | None:
+        """The message this step calls for, if any."""
+        if not metrics.get("train/skipped_nonfinite"):
+            self.in_a_row = 0
+            return None
+        self.in_a_row, self.total = self.in_a_row + 1, self.total + 1
+        self.last_cause = (f"the loss or gradient was not finite (loss {metrics.get('loss', float('nan')):g}, "
+                           f"gradient norm {metrics.get('grad_norm', float('nan')):g})")
+        return f"step {step}: {self.last_cause}: the update was skipped, the weights and optimiser state are unchanged"
+
+    @property
+    def exhausted(self) -> bool:
+        return bool(self.limit) and self.in_a_row >= self.limit
+
+    def error(self, step: int) -> TrainingError:
+        return TrainingError(f"{self.last_cause} in {self.in_a_row} steps in a row, up to step {step}: stopped. "
+                             "Look for a judge or plugin that returns inf or NaN (the steps' rewards/* metrics), or "
+                             "overflow in half precision (trainer.precision=32-true)", "optim.max_nonfinite")
+
+
+def row_chunks(ctx: UpdateContext, sampled: SampledBatch) -> list[torch.Tensor]:
     """The step's passes: rows sorted by completion length, then split where it saves the most padding, each pass
     cut to its own longest completion (sequence_log_probs). Accumulation bounds a pass's rows (its memory); losses
     are sums over rows, so any split gives the same gradient."""
-    s = module.settings
+    s = ctx.settings
     n_rows = sampled.completion_mask.shape[0]
     # One process may merge passes that save under 5% of the positions; DDP processes must make as many.
     return length_buckets(sampled.completion_spans, max(s.gradient_accumulation_steps, s.length_buckets),
                           width=sampled.prompt_length, max_rows=-(-n_rows // max(s.gradient_accumulation_steps, 1)),
-                          slack=None if module.spread.world_size > 1 else 0.05)
+                          slack=None if ctx.spread.world_size > 1 else 0.05)
 
 
 def rows_of(sampled: SampledBatch, chunks: list[torch.Tensor], log_probs: Any, device: Any) -> torch.Tensor:
@@ -87,37 +161,37 @@ def rows_of(sampled: SampledBatch, chunks: list[torch.Tensor], log_probs: Any, d
     return out
 
 
-def sampling_and_reference_log_probs(module: Any, sampled: SampledBatch) -> tuple[torch.Tensor, torch.Tensor]:
+def sampling_and_reference_log_probs(ctx: UpdateContext, sampled: SampledBatch) -> tuple[torch.Tensor, torch.Tensor]:
     """The completions' log-probs under the policy as it sampled them (no update yet this step) and under the
     reference, no grad: what a KL-penalised reward needs before the advantages are formed."""
-    chunks, device = row_chunks(module, sampled), module.device
-    request = getattr(module.reference, "request", None)
+    chunks, device = row_chunks(ctx, sampled), ctx.device
+    request = getattr(ctx.reference, "request", None)
     with span("trainer", "log-prob passes"), torch.inference_mode():
-        logp = rows_of(sampled, chunks, lambda sub: sequence_log_probs(module.policy, sub), device)
+        logp = rows_of(sampled, chunks, lambda sub: sequence_log_probs(ctx.policy, sub), device)
         ref = request(sampled).result().to(device) if callable(request) else \
-            rows_of(sampled, chunks, lambda sub: module.reference.log_probs(module.policy, sub), device)
+            rows_of(sampled, chunks, lambda sub: ctx.reference.log_probs(ctx.policy, sub), device)
     return outside_inference(logp), outside_inference(ref)
 
 
-def objective_reference(module: Any, objective: Any) -> Any:
+def objective_reference(ctx: UpdateContext, objective: Any) -> Any:
     """The reference the objective's update reads: None where the objective uses none, even when the run keeps one
     for a monitor (``reads_reference``), so the update never pays a pass for it."""
-    return module.reference if objective.reference_use is not None else None
+    return ctx.reference if objective.reference_use is not None else None
 
 
-def completion_update(module: Any, objective: Any, sampled: SampledBatch, advantages: torch.Tensor,
+def completion_update(ctx: UpdateContext, objective: Any, sampled: SampledBatch, advantages: torch.Tensor,
                       group_size: int, known: tuple[torch.Tensor, torch.Tensor] | None = None,
                       ) -> tuple[torch.Tensor, dict[str, float], float]:
     """``num_iterations`` optimiser steps on this process's completions (``advantages`` ``[n]``, groups of
     ``group_size`` consecutive rows), each accumulated over micro-batches; ``known``: the sampling policy's and the
     reference's log-probs when the step already made them. Returns the last iteration's loss over the global batch,
     its token-weighted metrics and the time the no-grad log-prob passes (old policy, reference) finished."""
-    s, spread, device = module.settings, module.spread, module.device
-    opt, sched = module.optimizers(), module.lr_schedulers()
+    s, spread, device = ctx.settings, ctx.spread, ctx.device
+    opt, sched = ctx.port.optimizer, ctx.port.lr_scheduler
     mask = sampled.completion_mask.float()
     if objective.mask_truncated_completions:
         mask = mask * (~sampled.truncated).float().unsqueeze(1)
-    chunks = row_chunks(module, sampled)
+    chunks = row_chunks(ctx, sampled)
 
     def all_rows(log_probs: Any) -> torch.Tensor:
         return rows_of(sampled, chunks, log_probs, device)
@@ -128,7 +202,7 @@ def completion_update(module: Any, objective: Any, sampled: SampledBatch, advant
     engine = sampled.engine_logprobs if s.is_correction is not None else None
     # A reference scored elsewhere (model.reference=engine) is asked now and read after the policy's first pass,
     # which it overlaps.
-    reference = objective_reference(module, objective)
+    reference = objective_reference(ctx, objective)
     request = getattr(reference, "request", None)
     ref_pending = request(sampled) if callable(request) and known is None else None
     wants_old = objective.num_iterations > 1 and (objective.needs_old_logprobs or engine is not None)
@@ -136,8 +210,8 @@ def completion_update(module: Any, objective: Any, sampled: SampledBatch, advant
         if known is not None:  # made before the advantages (a KL-penalised reward): the same passes
             old_logp, ref_logp = (known[0] if wants_old else None), known[1]
         else:
-            old_logp = all_rows(lambda sub: sequence_log_probs(module.policy, sub)) if wants_old else None
-            ref_logp = all_rows(lambda sub: reference.log_probs(module.policy, sub)) \
+            old_logp = all_rows(lambda sub: sequence_log_probs(ctx.policy, sub)) if wants_old else None
+            ref_logp = all_rows(lambda sub: reference.log_probs(ctx.policy, sub)) \
                 if reference is not None and ref_pending is None else None
     old_logp, ref_logp = outside_inference(old_logp), outside_inference(ref_logp)
     t_logprob = time.perf_counter()
@@ -157,9 +231,10 @@ def completion_update(module: Any, objective: Any, sampled: SampledBatch, advant
     quantile = float(getattr(objective, "top_entropy_quantile", 1.0))
     if quantile < 1.0:
         with span("trainer", "entropy pass"), torch.inference_mode():
-            sampling_entropy = all_rows(lambda sub: sequence_log_probs_and_entropy(module.policy, sub)[1])
+            sampling_entropy = all_rows(lambda sub: sequence_log_probs_and_entropy(ctx.policy, sub)[1])
         entropy_mask = outside_inference(high_entropy_mask(sampling_entropy, mask, quantile, spread, device))
     entropy_sum = torch.zeros((), device=device)
+    skipped = False
     for iteration in range(objective.num_iterations):
         opt.zero_grad()
         loss = torch.zeros((), device=device)
@@ -168,11 +243,11 @@ def completion_update(module: Any, objective: Any, sampled: SampledBatch, advant
             entropy = None
             with span("trainer", "policy forward"):
                 if iteration == 0 or needs_entropy:
-                    logp, entropy = sequence_log_probs_and_entropy(module.policy, sampled.rows(rows), needs_entropy)
+                    logp, entropy = sequence_log_probs_and_entropy(ctx.policy, sampled.rows(rows), needs_entropy)
                     if iteration == 0:
                         entropy_sum = entropy_sum + torch.where(mask[rows] > 0, entropy.detach(), 0.0).sum()
                 else:
-                    logp = sequence_log_probs(module.policy, sampled.rows(rows))
+                    logp = sequence_log_probs(ctx.policy, sampled.rows(rows))
             if ref_pending is not None:
                 with span("trainer", "reference wait"):
                     ref_logp, ref_pending = ref_pending.result().to(device), None
@@ -189,12 +264,13 @@ def completion_update(module: Any, objective: Any, sampled: SampledBatch, advant
                     max_completion_length=s.max_completion_length, sampling_weights=weights,
                     entropy=entropy if needs_entropy else None, group_tokens=group_tokens[rows],
                     num_groups=num_groups, entropy_mask=None if entropy_mask is None else entropy_mask[rows]))
-                module.manual_backward(part * spread.world_size)
+                ctx.port.backward(part * spread.world_size)
             loss = loss + part.detach()
             share = mask[rows].sum() / max(num_tokens, 1.0)
             for key, value in part_metrics.items():
                 weighted[key] = weighted.get(key, 0.0) + value * share
-        grad_norm = optimizer_step(module, opt)
+        grad_norm, updated = optimizer_step(ctx, opt, loss)
+        skipped = skipped or not updated
     sched.step()
     # the engine correction's token sums over the step's (global) token count, reduced with the rest in one call
     rollout = {} if engine is None else {
@@ -205,6 +281,7 @@ def completion_update(module: Any, objective: Any, sampled: SampledBatch, advant
                             device)
     loss_value = summed.pop("loss")
     summed["grad_norm"] = grad_norm  # the same on every process once DDP has averaged the gradients
+    summed["train/skipped_nonfinite"] = float(skipped)
     return torch.as_tensor(loss_value), summed, t_logprob
 
 
@@ -246,13 +323,13 @@ def local_targets(targets: PairTargets, global_prompts: int, spread: Any) -> Pai
     return PairTargets(pairs, targets.labels[keep], targets.weights[keep])
 
 
-def pair_update(module: Any, objective: Any, sampled: SampledBatch, targets: PairTargets,
+def pair_update(ctx: UpdateContext, objective: Any, sampled: SampledBatch, targets: PairTargets,
                 ) -> tuple[torch.Tensor, dict[str, float], float]:
     """``num_iterations`` optimiser steps on this process's pairs, each accumulated over micro-batches. Under DDP
     the loss is normalised by the weight of every process's pairs, so the averaged gradient is the single-process
     one. Returns the loss, its pair-weighted metrics and when the reference pass finished."""
-    s, spread, device = module.settings, module.spread, module.device
-    opt, sched = module.optimizers(), module.lr_schedulers()
+    s, spread, device = ctx.settings, ctx.spread, ctx.device
+    opt, sched = ctx.port.optimizer, ctx.port.lr_scheduler
     g = s.num_generations
     pairs = targets.pairs
     n = len(pairs)
@@ -262,7 +339,7 @@ def pair_update(module: Any, objective: Any, sampled: SampledBatch, targets: Pai
         # parameters without a gradient are skipped by the optimiser, momentum included.
         opt.zero_grad(set_to_none=True)
         opt.step()
-        module.generator.sync_weights(module.policy)
+        ctx.generator.sync_weights(ctx.policy)
         sched.step()
         return torch.zeros((), device=device), {"loss/preference": 0.0}, time.perf_counter()
     chosen_rows = (pairs.prompt_index * g + pairs.chosen).to(device)
@@ -278,7 +355,7 @@ def pair_update(module: Any, objective: Any, sampled: SampledBatch, targets: Pai
         return sums[inverse], lengths[inverse]
 
     # a reference scored elsewhere (model.reference=engine): the whole batch in one answer, asked when it was read
-    reference = objective_reference(module, objective)
+    reference = objective_reference(ctx, objective)
     request = getattr(reference, "request", None)
     scored = request(sampled).result().to(device) if callable(request) else None
     refs: list[tuple[torch.Tensor, torch.Tensor] | None] = []
@@ -291,20 +368,21 @@ def pair_update(module: Any, objective: Any, sampled: SampledBatch, targets: Pai
             if scored is not None:
                 sums, _ = sequence_logp_sums(scored[both], sampled.completion_mask[both])
             else:
-                sums, _ = logp_sums(lambda sub: reference.log_probs(module.policy, sub), both)
+                sums, _ = logp_sums(lambda sub: reference.log_probs(ctx.policy, sub), both)
             refs.append((sums[:len(both) // 2], sums[len(both) // 2:]))
     refs = [None if r is None else (outside_inference(r[0]), outside_inference(r[1])) for r in refs]
     logprob_at = time.perf_counter()
+    skipped = False
     for _ in range(objective.num_iterations):
         opt.zero_grad()
         loss = torch.zeros((), device=device)
         weighted: dict[str, float] = {}
         for rows, ref in zip(chunks, refs, strict=True):
             if rows.start == rows.stop:
-                module.manual_backward(_zero_loss(module.policy, device))
+                ctx.port.backward(_zero_loss(ctx.policy, device))
                 continue
             both = torch.cat([chosen_rows[rows], rejected_rows[rows]])
-            sums, lengths = logp_sums(lambda sub: sequence_log_probs(module.policy, sub), both)
+            sums, lengths = logp_sums(lambda sub: sequence_log_probs(ctx.policy, sub), both)
             half = len(both) // 2
             part, part_metrics = objective.loss(PairLossInputs(
                 chosen_logp=sums[:half], rejected_logp=sums[half:], ref_chosen_logp=None if ref is None else ref[0],
@@ -313,16 +391,18 @@ def pair_update(module: Any, objective: Any, sampled: SampledBatch, targets: Pai
             # micro-batch losses are weighted means; scaling by their weight share sums them to the whole
             share = float(weights[rows].sum()) / total if total > 0 else 0.0
             # DDP averages gradients over processes: × world_size makes that average the sum of the shares
-            module.manual_backward(part * share * spread.world_size)
+            ctx.port.backward(part * share * spread.world_size)
             loss = loss + part.detach() * share
             for key, value in part_metrics.items():
                 if key != "pairs":
                     weighted[key] = weighted.get(key, 0.0) + float(value) * (rows.stop - rows.start) / n_all
-        grad_norm = optimizer_step(module, opt)
+        grad_norm, updated = optimizer_step(ctx, opt, loss)
+        skipped = skipped or not updated
     sched.step()
     weighted["loss/preference"] = float(loss)
     summed = spread.sum_all(weighted, device)
     summed["grad_norm"] = grad_norm  # the same on every process once DDP has averaged the gradients
+    summed["train/skipped_nonfinite"] = float(skipped)
     return torch.as_tensor(summed["loss/preference"]), summed, logprob_at
 
 
@@ -349,56 +429,80 @@ def advantage_metrics(advantages: torch.Tensor) -> dict[str, float]:
     }
 
 
-def advantage_step(module: Any, sampled: SampledBatch, batch: RewardBatch) -> StepOutcome:
+class AdvantageUpdate:
     """An objective that learns from advantages: the estimator's (scaled by the judge's group confidence),
     then the objective's updates on this process's completions."""
-    objective, known, penalty_metrics = module.parts.objective, None, {}
-    if getattr(objective, "kl_in_reward", False):
-        # the reward the advantages are formed from is the judge's less the completion's KL to the reference
-        known = sampling_and_reference_log_probs(module, sampled)
-        penalty = module.spread.gather(objective.reward_penalty(*known, sampled.completion_mask.float()),
-                                       module.device).reshape(batch.rewards.shape).to(batch.rewards)
-        batch = batch.with_rewards(batch.rewards - penalty)
-        penalty_metrics = {"kl_reward/penalty": float(penalty.mean()), "kl_reward/reward": float(
-            torch.nanmean(batch.rewards))}
-    advantages = confidence_scaled(module.parts.estimator.advantages(batch), batch)  # the global batch's
-    local = module.spread.local(advantages)
-    if advantages.dim() == 3:  # one per policy turn (rlkit.train.episodes): each turn's tokens get its own
-        flat = token_advantages(local.reshape(-1, local.shape[-1]), sampled.turn_spans,
-                                sampled.completion_mask.shape[1])
-        advantages = episode_means(advantages, batch.extras.get("num_turns"))
-        local = module.spread.local(advantages)
-    else:
-        flat = local.reshape(-1)
-    decided = time.perf_counter()
-    loss, metrics, logprob_at = completion_update(module, objective, sampled, flat.to(module.device), local.shape[1],
-                                                  known)
-    metrics.update(advantage_metrics(advantages))
-    metrics.update(penalty_metrics)
-    return StepOutcome(loss, metrics, local, decided, logprob_at)
 
-def demonstration_step(module: Any, sampled: SampledBatch, batch: RewardBatch) -> StepOutcome:
+    def __call__(self, ctx: UpdateContext, sampled: SampledBatch, batch: RewardBatch,
+                 truncated: torch.Tensor) -> StepOutcome:
+        objective, known, penalty_metrics = ctx.parts.objective, None, {}
+        if getattr(objective, "kl_in_reward", False):
+            # the reward the advantages are formed from is the judge's less the completion's KL to the reference
+            known = sampling_and_reference_log_probs(ctx, sampled)
+            penalty = ctx.spread.gather(objective.reward_penalty(*known, sampled.completion_mask.float()),
+                                        ctx.device).reshape(batch.rewards.shape).to(batch.rewards)
+            batch = batch.with_rewards(batch.rewards - penalty)
+            penalty_metrics = {"kl_reward/penalty": float(penalty.mean()), "kl_reward/reward": float(
+                torch.nanmean(batch.rewards))}
+        advantages = confidence_scaled(ctx.parts.estimator.advantages(batch), batch)  # the global batch's
+        local = ctx.spread.local(advantages)
+        if advantages.dim() == 3:  # one per policy turn (rlkit.train.episodes): each turn's tokens get its own
+            flat = token_advantages(local.reshape(-1, local.shape[-1]), sampled.turn_spans,
+                                    sampled.completion_mask.shape[1])
+            advantages = episode_means(advantages, batch.extras.get("num_turns"))
+            local = ctx.spread.local(advantages)
+        else:
+            flat = local.reshape(-1)
+        decided = time.perf_counter()
+        loss, metrics, logprob_at = completion_update(ctx, objective, sampled, flat.to(ctx.device), local.shape[1],
+                                                      known)
+        metrics.update(advantage_metrics(advantages))
+        metrics.update(penalty_metrics)
+        return StepOutcome(loss, metrics, local, decided, logprob_at)
+
+
+class DemonstrationUpdate:
     """An objective that learns from demonstrations: no advantages to form (the objective's loss gets zeros);
     the judge's scores of the demonstrations are still logged."""
-    local = torch.zeros(module.spread.local(batch.rewards).shape)
-    decided = time.perf_counter()
-    loss, metrics, logprob_at = completion_update(module, module.parts.objective, sampled,
-                                                  local.reshape(-1).to(module.device), local.shape[1])
-    return StepOutcome(loss, metrics, local, decided, logprob_at)
 
-def pair_step(module: Any, sampled: SampledBatch, batch: RewardBatch, truncated: torch.Tensor) -> StepOutcome:
+    def __call__(self, ctx: UpdateContext, sampled: SampledBatch, batch: RewardBatch,
+                 truncated: torch.Tensor) -> StepOutcome:
+        local = torch.zeros(ctx.spread.local(batch.rewards).shape)
+        decided = time.perf_counter()
+        loss, metrics, logprob_at = completion_update(ctx, ctx.parts.objective, sampled,
+                                                      local.reshape(-1).to(ctx.device), local.shape[1])
+        return StepOutcome(loss, metrics, local, decided, logprob_at)
+
+
+class PairUpdate:
     """An objective that learns from preference pairs: the objective picks them with the constructor over the
     global batch (``truncated``: ``bool [B*G]``, every process's rows), then updates on this process's. The
     snapshot's "advantage" is each completion's net preference count (times chosen minus times rejected)."""
-    objective = module.parts.objective
-    targets, pair_metrics = objective.pair_targets(batch, truncated, constructor=module.parts.constructor,
-                                                   aggregator=module.parts.aggregator, step=module.global_step)
-    decided = time.perf_counter()
-    loss, metrics, logprob_at = pair_update(module, objective, sampled,
-                                            local_targets(targets, batch.shape[0], module.spread))
-    pairs = targets.pairs
-    net = torch.zeros(batch.shape[:2])
-    net.index_put_((pairs.prompt_index, pairs.chosen), torch.ones(len(pairs)), accumulate=True)
-    net.index_put_((pairs.prompt_index, pairs.rejected), -torch.ones(len(pairs)), accumulate=True)
-    metrics.update(pair_metrics)
-    return StepOutcome(loss, metrics, module.spread.local(net), decided, logprob_at)
+
+    def __call__(self, ctx: UpdateContext, sampled: SampledBatch, batch: RewardBatch,
+                 truncated: torch.Tensor) -> StepOutcome:
+        objective = ctx.parts.objective
+        targets, pair_metrics = objective.pair_targets(batch, truncated, constructor=ctx.parts.constructor,
+                                                       aggregator=ctx.parts.aggregator, step=ctx.step)
+        decided = time.perf_counter()
+        loss, metrics, logprob_at = pair_update(ctx, objective, sampled,
+                                                local_targets(targets, batch.shape[0], ctx.spread))
+        pairs = targets.pairs
+        net = torch.zeros(batch.shape[:2])
+        net.index_put_((pairs.prompt_index, pairs.chosen), torch.ones(len(pairs)), accumulate=True)
+        net.index_put_((pairs.prompt_index, pairs.rejected), -torch.ones(len(pairs)), accumulate=True)
+        metrics.update(pair_metrics)
+        return StepOutcome(loss, metrics, ctx.spread.local(net), decided, logprob_at)
+
+
+# what each objective signal's step is: the LightningModule looks the objective's signal up here
+UPDATES: dict[str, Callable[[], Any]] = {"advantages": AdvantageUpdate, "pairs": PairUpdate,
+                                         "demonstrations": DemonstrationUpdate}
+
+
+def update_for(signal: str) -> Any:
+    """The update of an objective whose signal is ``signal``."""
+    try:
+        return UPDATES[signal]()
+    except KeyError:
+        raise ValueError(f"an objective's signal must be one of {sorted(UPDATES)}, got {signal!r}") from None

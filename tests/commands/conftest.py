@@ -123,14 +123,15 @@ PROMPTS = [(f"{a}+{b}=", str(a + b)) for a, b in [(2, 2), (3, 4), (5, 5), (6, 7)
 def write_run(root: Path, name: str, start: list[str], end: list[str], prompts=PROMPTS) -> Path:
     """A run folder holding only what `rlkit compare` reads: held-out answers before and after, written by the
     writer `rlkit fit` uses (``rlkit.runs.heldout_answers``)."""
-    from rlkit.runs.heldout_answers import answer_rows, write_heldout_answers
+    from rlkit.runs.heldout_answers import answer_rows, append_heldout_samples
 
     run = root / "outputs" / name
+    run.mkdir(parents=True, exist_ok=True)
     records = [{"prompt": p, "reference": r} for p, r in prompts]
     dims = ["correctness", "brevity"]
-    for when, texts, step in (("start", start, 0), ("end", end, 4)):
+    for texts, step in ((start, 0), (end, 4)):
         scores = [[float(text == r), 5.0] for text, (_, r) in zip(texts, prompts, strict=True)]
-        write_heldout_answers(run, when, answer_rows(records, texts, [s[0] for s in scores], scores, dims, step))
+        append_heldout_samples(run, answer_rows(records, texts, [s[0] for s in scores], scores, dims, step))
     return run
 
 

@@ -235,8 +235,8 @@ def test_the_same_command_again_goes_on_with_the_file_and_its_answers(two_runs, 
 
 def _bad_line_run(root: Path, a: Path) -> Path:
     run = Path(shutil.copytree(a, root / "broken"))
-    end = run / "heldout" / "end.jsonl"
-    end.write_text(end.read_text().splitlines()[0] + '\n{"prompt": "3+4=", "completion": \n')
+    answers = run / "heldout_samples.jsonl"
+    answers.write_text(answers.read_text().splitlines()[0] + '\n{"prompt": "3+4=", "completion": \n')
     return run
 
 
@@ -253,8 +253,8 @@ def _comparison_with(root: Path, line: str, key: bool = True) -> Path:
 BAD = [
     ("missing run", lambda r, a, b: ["compare", str(r / "missing")], "missing: no such run directory"),
     ("no answers", lambda r, a, b: ["compare", str((r / "empty").mkdir() or r / "empty"), str(b)],
-     "empty: no held-out answers (heldout/end.jsonl)"),
-    ("bad answer line", lambda r, a, b: ["compare", str(_bad_line_run(r, a)), str(b)], "heldout/end.jsonl:2: "),
+     "empty: no held-out answers (heldout_samples.jsonl)"),
+    ("bad answer line", lambda r, a, b: ["compare", str(_bad_line_run(r, a)), str(b)], "heldout_samples.jsonl:2: "),
     ("no completion", lambda r, a, b: ["compare", str(a), str(_file(r, '{"prompt": "2+2="}'))],
      'answers.jsonl:1: missing "completion"'),
     ("nothing in common", lambda r, a, b: ["compare", str(a), str(_file(r, '{"prompt": "8+8=", "completion": "16"}'))],

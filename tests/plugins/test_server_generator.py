@@ -571,6 +571,27 @@ _AHEAD = ["generator=openai_server", "generator.params.sync=disk", "generator.pa
 
 
 @pytest.mark.slow
+def test_judging_while_the_next_step_samples_gives_the_synchronous_rewards(tmp_path):
+    # max_lag 1: step t+1's rollout is requested before step t judges, so the engine samples it while the judge
+    # works; each step's reward must still come from that step's own completions. At lr 0 the policy never moves,
+    # so the lagged run samples exactly what the synchronous one does (seeded per prompt and step), and any reward
+    # taken from the wrong step's completions would show as a difference.
+    runs = {}
+    for lag in (0, 1):
+        with OpenAICompatibleServer(max_batch_rows=1) as live:
+            assert main(["fit", *_AHEAD, f"generator.params.base_url={live.url}", f"generator.params.max_lag={lag}",
+                         "optim.lr=0", "trainer.max_steps=4", f"hydra.run.dir={tmp_path / str(lag)}"]) == 0
+        runs[lag] = _metrics(tmp_path / str(lag))
+    assert [r["rollout/requested_ahead"] for r in runs[1]] == [0.0, 1.0, 1.0, 1.0]
+    keys = [k for k in runs[0][0] if k.startswith("rewards/") and k.endswith("/mean")] + ["reward/mean"]
+    assert len(keys) > 1
+    for key in keys:
+        assert [r[key] for r in runs[1]] == [r[key] for r in runs[0]], key
+    rewards = [r["reward/mean"] for r in runs[0]]
+    assert len(set(rewards)) > 1, "steps sampled different prompts, so a mix-up of steps would change the rewards"
+
+
+@pytest.mark.slow
 def test_max_lag_one_requests_the_next_step_ahead_and_resumes_exactly(tmp_path):
     # One run of 4 steps, against one of 2 steps resumed to 4: the rollout requested ahead at step 2 travels in the
     # checkpoint, so the resumed steps train on the same rollouts, with the same lags, as the uninterrupted ones.

@@ -98,3 +98,22 @@ def test_signal_watch_says_no_learning_signal_after_patience_steps_in_a_row():
     assert pairs.update(0, {"pairs/used": 0.0}) and pairs.summary_lines()[0].startswith(
         "no learning signal in 1 of 1 steps (the rewards trained nothing)")
     assert SignalWatch(["format"]).summary_lines() == [], "nothing to say about a healthy run"
+
+
+def test_signal_watch_names_a_judge_that_scores_every_completion_alike_once():
+    watch = SignalWatch(["format", "correctness"], judge="llm")
+    alike = {"rewards/format/mean": 0.0, "rewards/format/std": 0.0, "rewards/correctness/mean": 1.0,
+             "rewards/correctness/std": 0.0, "advantages/frac_zero_groups": 1.0}
+    told_apart = {**alike, "rewards/correctness/std": 0.5, "advantages/frac_zero_groups": 0.5}
+    assert watch.update(0, told_apart) == [], "one dimension that tells completions apart is a signal"
+    (said,) = watch.update(1, alike)
+    assert said.startswith("step 1: judge=llm gave every completion the same score on every dimension "
+                           "(format 0, correctness 1)")
+    assert watch.update(2, alike) == [], "warned once"
+    assert "judge=llm gave every completion the same score on every dimension in 2 of 3 steps" in \
+        watch.summary_lines()
+    # a step that sampled nothing to tell apart (an objective that learns from demonstrations) is not the judge's
+    demonstrations = {k: v for k, v in alike.items() if not k.startswith("advantages/")}
+    assert SignalWatch(["format", "correctness"], judge="llm").update(0, demonstrations) == []
+    unscored = {**alike, "rewards/format/mean": nan}  # said by the unscored-dimension warning instead
+    assert SignalWatch(["format", "correctness"]).update(0, unscored) == []

@@ -220,11 +220,11 @@ def test_dropped_groups_are_refilled_to_a_batch_of_informative_groups():
                        "sampling/informative_frac": 1.0}
     assert sampled.input_ids.shape[0] == 4 * G and len(sampled.texts) == 4
     assert sampled.texts[2] == ["2.1.0", "2.1.1", "2.1.2", "2.1.3"], "round 2's second group"
-    batch = module.reward_batch(judged, 0)
+    batch = module.rewards.batch(judged, 0)
     assert (batch.rewards.amax(dim=1) > batch.rewards.amin(dim=1)).all(), "every group trained on is informative"
     # what a length-weighted estimator (advantage=opo) reads: the kept completions' token counts
     assert torch.equal(batch.extras["completion_lengths"], sampled.completion_token_counts.view(4, G).float())
-    assert module._sampling_position == (0, 11), "the data position counts every prompt drawn"
+    assert module.position.sampling == (0, 11), "the data position counts every prompt drawn"
     seeds = [s for request in generator.requests for s in request.seeds]
     assert len(set(seeds)) == len(seeds) == 11, "each round's prompts get their own sampling noise"
 
@@ -281,7 +281,7 @@ def test_rollouts_requested_ahead_fall_back_to_sampling_now_after_a_step_drew_ex
     assert [r["prompt"] for r in generator.requests[1].records] == ["p1.0", "p1.1"], "requested ahead for step 1"
     module._trainer.global_step = 1
     records, sampled, _, metrics = _step(module, 1)  # step 1 starts at batch 2: not what was asked
-    assert not module._requested_ahead and module.rollouts.misses == 2
+    assert not module.requested_ahead and module.rollouts.misses == 2
     assert [r["prompt"] for r in records] == ["p2.0", "p3.0"] and sampled.texts[0][0].startswith("4.")
     module._trainer.global_step = 2
     _step(module, 2)  # step 1 drew an extra batch too; what it asked ahead for is dropped
@@ -295,7 +295,7 @@ def test_rollouts_requested_ahead_are_used_when_no_extra_prompts_were_drawn():
     _step(module, 0)
     module._trainer.global_step = 1
     records, sampled, _, _ = _step(module, 1)
-    assert module._requested_ahead and [r["prompt"] for r in records] == ["p1.0", "p1.1"]
+    assert module.requested_ahead and [r["prompt"] for r in records] == ["p1.0", "p1.1"]
     assert sampled.texts[0][0].startswith("2."), "the rollout requested during step 0"
 
 

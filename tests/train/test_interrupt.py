@@ -1,4 +1,5 @@
-"""Ctrl-C during ``rlkit fit`` (issue 40): one line and exit 130, never a traceback; mid-run it finishes the step,
+"""Ctrl-C during ``rlkit fit`` (issue 40), and SIGTERM as a preemption sends it (issue 52, exit 143): one line and
+exit 130, never a traceback; mid-run it finishes the step,
 saves a checkpoint, the policy and the summary and prints the command that resumes, which continues exactly; during
 the end of the run it still writes the policy and the summary; a second Ctrl-C stops at once."""
 
@@ -61,16 +62,30 @@ def _rewards(run_dir: Path) -> dict[int, float]:
     return {r["step"]: r["metrics"]["reward/mean"] for r in rows if "reward/mean" in r.get("metrics", {})}
 
 
-def test_ctrl_c_mid_run_saves_what_was_trained_and_the_printed_command_resumes_exactly(tmp_path):
+@pytest.fixture(scope="module")
+def straight_run(tmp_path_factory):
+    """The uninterrupted 6-step run the resumed ones are compared with."""
+    straight = tmp_path_factory.mktemp("straight")
+    subprocess.run([*RLKIT, "fit", *QUICK, "trainer.max_steps=6", f"hydra.run.dir={straight}"], check=True,
+                   capture_output=True)
+    return straight
+
+
+@pytest.mark.parametrize(("signum", "code", "said", "line_start"), [
+    (signal.SIGINT, 130, "rlkit: interrupt: finishing this step", "rlkit: interrupted after step"),
+    # a preemption (SLURM, Kubernetes, `timeout`): the same finish, its own exit status
+    (signal.SIGTERM, 143, "rlkit: SIGTERM: finishing this step", "rlkit: terminated (SIGTERM) after step")])
+def test_a_signal_mid_run_saves_what_was_trained_and_the_printed_command_resumes_exactly(
+        tmp_path, straight_run, signum, code, said, line_start):
     run = tmp_path / "run"
     proc = _start(run, "trainer.max_steps=6")
     _wait_for(lambda: len(_trained_steps(run)) >= 2, proc)
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(signum)
     out, err = proc.communicate(timeout=240)
-    assert proc.returncode == 130, err[-2000:]
+    assert proc.returncode == code, err[-2000:]
     assert "Traceback" not in err and "KeyboardInterrupt" not in err
-    assert "rlkit: interrupt: finishing this step" in err
-    line = next(x for x in err.splitlines() if x.startswith("rlkit: interrupted after step"))
+    assert said in err
+    line = next(x for x in err.splitlines() if x.startswith(line_start))
     summary = json.loads((run / "summary.json").read_text())
     stopped = summary["interrupted"]["step"]
     assert 2 <= stopped < 6 and summary["steps"] == stopped
@@ -80,14 +95,23 @@ def test_ctrl_c_mid_run_saves_what_was_trained_and_the_printed_command_resumes_e
     # the printed command, run as printed (into a folder of its own), continues where the run stopped
     command = shlex.split(line.split("resume with: ", 1)[1])
     assert command[:2] == ["rlkit", "fit"]
-    resumed, straight = tmp_path / "resumed", tmp_path / "straight"
+    resumed = tmp_path / "resumed"
     subprocess.run([*RLKIT, *command[1:], f"hydra.run.dir={resumed}"], check=True, capture_output=True,
                    preexec_fn=_interruptible)
-    subprocess.run([*RLKIT, "fit", *QUICK, "trainer.max_steps=6", f"hydra.run.dir={straight}"], check=True,
-                   capture_output=True)
     after = _rewards(resumed)
     assert sorted(after) == list(range(stopped, 6))
-    assert after == {step: reward for step, reward in _rewards(straight).items() if step >= stopped}
+    assert after == {step: reward for step, reward in _rewards(straight_run).items() if step >= stopped}
+
+
+def test_sigterm_during_start_up_stops_at_once_with_its_own_status(tmp_path):
+    early = tmp_path / "early"
+    proc = _start(early, "trainer.max_steps=200")
+    _wait_for(early.is_dir, proc)  # Hydra made the run folder: the job has begun, no step has trained
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=240)
+    assert proc.returncode == 143 and "Traceback" not in err, err[-2000:]
+    assert err.strip().splitlines()[-1].startswith("rlkit: terminated (SIGTERM)")
+    assert _trained_steps(early) == []
 
 
 def test_ctrl_c_during_start_up_stops_at_once(tmp_path):
@@ -142,7 +166,8 @@ def test_ctrl_c_while_the_run_finishes_still_writes_the_policy_and_the_summary(t
     assert "skipping the run report" in err and "Traceback" not in err
     assert f"rlkit report {run} builds it" in err
     assert (run / "policy" / "config.json").is_file()
-    assert json.loads((run / "summary.json").read_text())["interrupted"] == {"step": 2, "checkpoint": None}
+    assert json.loads((run / "summary.json").read_text())["interrupted"] == {"step": 2, "checkpoint": None,
+                                                                          "exit_code": 130}
     assert not (run / "report").exists()
     assert signal.getsignal(signal.SIGINT) is ctrl_c_reaches_this_process, "the handler is put back"
 
@@ -193,3 +218,76 @@ def test_a_command_whose_ctrl_c_was_swallowed_still_exits_130(monkeypatch, capsy
     assert main(["plugins"]) == 130
     assert capsys.readouterr().err.strip().splitlines()[-1] == "rlkit: interrupted"
     assert signal.getsignal(signal.SIGINT) is ctrl_c_reaches_this_process
+
+
+def _ctrl_c_in_step(monkeypatch, step: int) -> list[int]:
+    """Send one real SIGINT at the start of training step ``step``; return the list every held-out batch's global
+    step is appended to."""
+    from rlkit.train.module import RubricRLModule
+
+    training_step, validation_step = RubricRLModule.training_step, RubricRLModule.validation_step
+    evaluated: list[int] = []
+
+    def interrupted_in_step(self, *args, **kwargs):
+        if self.trainer.global_step == step:
+            os.kill(os.getpid(), signal.SIGINT)
+        return training_step(self, *args, **kwargs)
+
+    def counted(self, *args, **kwargs):
+        evaluated.append(self.trainer.global_step)
+        return validation_step(self, *args, **kwargs)
+
+    monkeypatch.setattr(RubricRLModule, "training_step", interrupted_in_step)
+    monkeypatch.setattr(RubricRLModule, "validation_step", counted)
+    return evaluated
+
+
+def test_ctrl_c_mid_run_skips_the_end_of_run_evaluation_unless_asked(tmp_path, monkeypatch, capsys,
+                                                                     ctrl_c_reaches_this_process):
+    evaluated = _ctrl_c_in_step(monkeypatch, 1)
+    run = tmp_path / "run"
+    with pytest.raises(SystemExit) as exited:
+        main(["fit", *QUICK, "trainer.max_steps=50", f"hydra.run.dir={run}"])
+    assert exited.value.code == 130
+    out, err = capsys.readouterr()
+    assert "end-of-run held-out evaluation is skipped (eval_on_interrupt=true runs it)" in err
+    assert "not evaluated" in out and (run / "policy").is_dir()
+    assert set(evaluated) == {0}, "only the start was evaluated"
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["interrupted"]["step"] == 2 and set(summary["end"].values()) == {None}
+    assert all(v is not None for v in summary["start"].values())
+
+    evaluated.clear()
+    asked = tmp_path / "asked"
+    with pytest.raises(SystemExit):
+        main(["fit", *QUICK, "trainer.max_steps=50", "eval_on_interrupt=true", f"hydra.run.dir={asked}"])
+    assert set(evaluated) == {0, 2}
+    assert None not in json.loads((asked / "summary.json").read_text())["end"].values()
+
+
+def test_ctrl_c_during_the_end_of_run_evaluation_stops_it_at_the_next_batch(tmp_path, monkeypatch, capsys,
+                                                                            ctrl_c_reaches_this_process):
+    from rlkit.train.module import RubricRLModule
+
+    validation_step = RubricRLModule.validation_step
+    evaluated: list[int] = []
+
+    def interrupted_at_the_end(self, *args, **kwargs):
+        evaluated.append(self.trainer.global_step)
+        if self.trainer.global_step == 2 and len([s for s in evaluated if s == 2]) == 1:
+            os.kill(os.getpid(), signal.SIGINT)
+        return validation_step(self, *args, **kwargs)
+
+    monkeypatch.setattr(RubricRLModule, "validation_step", interrupted_at_the_end)
+    run = tmp_path / "run"
+    with pytest.raises(SystemExit) as exited:  # 64 held-out prompts, evaluated 32 at a time: 2 batches
+        main(["fit", *QUICK, "model=tiny_random", "data.num_prompts=512", "trainer.max_steps=2",
+              f"hydra.run.dir={run}"])
+    assert exited.value.code == 130
+    err = capsys.readouterr().err
+    assert "stopping the held-out evaluation" in err and "Traceback" not in err
+    assert evaluated == [0, 0, 2], "the end's second batch is not sampled"
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["interrupted"] == {"step": 2, "checkpoint": None, "exit_code": 130}
+    assert set(summary["end"].values()) == {None}
+    assert (run / "policy" / "config.json").is_file()
