@@ -15,6 +15,7 @@ USAGE = """rlkit <command> [--debug] [key=value ...]
 
 commands:
   plugins     list every registered plugin by kind, with the distribution that provides it
+  config-reference  every config key with its type, default and rule, then every plugin's params (Markdown)
   validate    compose the config and check every part (plugins, params, rubric, data, model path)
   score       score prompt/completion records (data.path=...) with the configured judge
   calibrate   agreement of the configured judge with human labels (calibrate.labels=...), per dimension and step
@@ -68,6 +69,7 @@ def cmd_rubric_tools(args: Sequence[str]) -> int:
 # Each command's function as "module:name", imported only when that command runs: the config layer imports torch
 # (1.7 s), which `rlkit --help` and a mistyped command word should not wait for.
 COMMANDS = {"plugins": "rlkit.commands.inspect:cmd_plugins", "validate": "rlkit.commands.inspect:cmd_validate",
+            "config-reference": "rlkit.commands.inspect:cmd_config_reference",
             "score": "rlkit.commands.judging:cmd_score", "calibrate": "rlkit.commands.judging:cmd_calibrate",
             "fit": "rlkit.commands.training:cmd_fit", "sft": "rlkit.commands.training:cmd_sft",
             "data": "rlkit.commands.data:cmd_data", "serve": "rlkit.commands.judging:cmd_serve",
@@ -120,11 +122,11 @@ def _guarded(argv: Sequence[str] | None) -> int:
         with InterruptGuard() as guard:  # Ctrl-C anywhere (composing a config, scoring, ...): one line, exit 130
             code = _main(argv)
         if guard.stopped:  # the Ctrl-C's exception was swallowed on the way (a __del__ ignores it): still say it
-            raise RunInterrupted(guard.startup_message)
+            raise RunInterrupted(guard.startup_message, guard.exit_code)
         return code
     except (RunInterrupted, KeyboardInterrupt) as exc:
         print(f"rlkit: {exc or 'interrupted'}", file=sys.stderr, flush=True)
-        return EXIT_CODE
+        return getattr(exc, "exit_code", EXIT_CODE)
     except BrokenPipeError:
         # `rlkit plugins | head`: the reader has gone; say nothing more (Python's own recipe: stdout to devnull so
         # the interpreter's final flush does not raise again) and exit as a process killed by SIGPIPE would

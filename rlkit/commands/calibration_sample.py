@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+from rlkit.commands.common import run_registry
 from rlkit.core.errors import ConfigError
 
 USAGE = ("usage: rlkit calibrate sample <run dir> [n=300] [seed=0] [step_bins=4] [reward_bins=4] "
@@ -28,11 +29,14 @@ def cmd_calibrate_sample(args: Sequence[str]) -> int:
               f"rank them with: rlkit label {path} (or on a page: rlkit label serve {path})")
         return 0
     options = sample_options(given)
-    path, drawn = build_calibration_set(Path(positional[0]), options)
+    # the run's judge, built as its config names it, says which record fields the lines must carry for it
+    path, drawn = build_calibration_set(Path(positional[0]), options, run_registry())
     per_window: dict[int, int] = {}
     for (window, _), taken in drawn.strata.items():
         per_window[window] = per_window.get(window, 0) + taken
     windows = ", ".join(f"from step {w}: {n}" for w, n in sorted(per_window.items()))
     print(f"wrote {len(drawn.lines)} of {drawn.available} distinct completions to {path} ({len(drawn.strata)} strata "
           f"of step window x reward slice; {windows}); label them with: rlkit label {path}")
+    for note in drawn.notes:
+        print(f"note: {note}")
     return 0

@@ -74,15 +74,21 @@ def run_hydra(command: str, config_name: str, overrides: Sequence[str], body) ->
                 raise
             print(f"rlkit: error: {exc}", file=sys.stderr)
             sys.exit(exc.exit_code)
-        except (RunInterrupted, KeyboardInterrupt) as exc:  # Ctrl-C: one line, never a traceback
+        except (RunInterrupted, KeyboardInterrupt) as exc:  # Ctrl-C or SIGTERM: one line, never a traceback
             print(f"rlkit: {exc or 'interrupted'}", file=sys.stderr, flush=True)
-            sys.exit(EXIT_CODE)
+            sys.exit(getattr(exc, "exit_code", EXIT_CODE))
 
     argv = sys.argv
     # Hydra's parser takes its flags (-m, --cfg job, -cd DIR, ...) with their values before the overrides; the search
     # path joins a user's own hydra.searchpath to the plugins' (a relaunched rank has it already).
     args = parse_hydra_args(overrides)
     refuse_shadowed_options(args)  # -cd stays Hydra's flag: its folder is checked here
+    if "--cfg" in args.flags and not relaunched:
+        # nothing was validated (--cfg prints, runs nothing), and Hydra answers a config it cannot compose (a YAML
+        # of a -cd folder that does not parse) with a traceback: composed here first, a failure is one line
+        from rlkit.config import compose_config
+
+        compose_config(run_registry(), list(overrides), config_name=config_name)
     search = [] if relaunched else search_path_override(run_registry(), args.searchpath)
     # argv[0] stays this program: Lightning's DDP launcher starts the other ranks with it and these arguments.
     # keys validation composed as `++key=` (declared by a schema, absent from the YAML) go to Hydra the same way

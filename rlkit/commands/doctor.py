@@ -12,7 +12,7 @@ USAGE = "usage: rlkit doctor <run dir>"
 
 
 def cmd_doctor(args: Sequence[str]) -> int:
-    from rlkit.core.errors import ConfigError, DataError
+    from rlkit.core.errors import ConfigError, DataError, no_such
     from rlkit.runs.history import METRICS_FILE, SUMMARY_FILE, read_history
     from rlkit.runs.report import (
         AGREEMENT_FILE,
@@ -28,7 +28,7 @@ def cmd_doctor(args: Sequence[str]) -> int:
         raise ConfigError(USAGE, "rlkit doctor")
     run_dir = Path(args[0])
     if not run_dir.is_dir():
-        raise DataError("no such run directory", str(run_dir))
+        raise DataError(no_such(run_dir, "run directory", directory=True), str(run_dir))
     history = read_history(run_dir / METRICS_FILE)
     alerts = read_alerts(run_dir / ALERTS_FILE)
     samples = read_samples(run_dir / SAMPLES_FILE)

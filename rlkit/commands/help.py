@@ -43,6 +43,11 @@ HELP: dict[str, CommandHelp] = {
                                 "the audit fails.", "rlkit rubric audit [--fail-under X] [overrides]",
                                 "rlkit rubric audit audit.records=records.jsonl --fail-under 0.7", block="audit",
                                 arguments=(("--fail-under X", "the trust score in [0, 1] below which it fails"),)),
+    "config-reference": CommandHelp("Print the config reference as Markdown: every key of conf/fit.yaml with its "
+                                    "type, default and rule, then every registered plugin's params (the docs "
+                                    "site's Config reference page, built from the same schemas).",
+                                    "rlkit config-reference", "rlkit config-reference > config-reference.md",
+                                    config=False),
     "plugins": CommandHelp("List every registered plugin by kind, with the distribution that provides it.",
                            "rlkit plugins [--kind KIND]", "rlkit plugins --kind judge", config=False,
                            arguments=(("--kind KIND", "only that kind (judge, aggregator, ...)"),)),
@@ -133,8 +138,11 @@ def command_help(name: str) -> str | None:
         lines += ["", f"its own keys ({entry.block}.*):", *_fields(schema, f"{entry.block}.")]
     if name in ("fit", "sft", "validate"):
         lines += ["", "top-level keys (key=value) and blocks (block.key=value):", *_fields(RunConfig, "")]
-    lines += ["", "Every key, with its default and constraint: docs/config-reference.md. Overrides are Hydra's.",
-              "", f"example: {entry.example}"]
+    if entry.config:  # the reference page is generated on build, never in a clone: the command that prints it
+        lines += ["", "Every key, with its default and constraint: rlkit config-reference. Overrides are Hydra's."]
+    elif "[overrides]" in entry.usage:  # train-grm: its own conf/train_grm.yaml, not the run's keys
+        lines += ["", "Overrides are Hydra's."]
+    lines += ["", f"example: {entry.example}"]
     return "\n".join(lines)
 
 

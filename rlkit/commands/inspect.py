@@ -1,4 +1,4 @@
-"""Commands that look without training: ``plugins``, ``validate``, ``report``, ``rubric``."""
+"""Commands that look without training: ``plugins``, ``config-reference``, ``validate``, ``report``, ``rubric``."""
 
 from __future__ import annotations
 
@@ -71,6 +71,19 @@ def plugin_summary(factory: Any) -> str:
         doc = inspect.getdoc(module) if module is not None else None
     # plain text: reST's ``literal`` marks are noise in a listing
     return (doc or "").strip().split("\n")[0].replace("``", "")
+
+
+def cmd_config_reference(args: Sequence[str]) -> int:
+    """Print the config reference (Markdown): every key of ``conf/fit.yaml`` with its type, default and rule, then
+    every registered plugin's params, the page the docs site builds from the same schemas. Every ``--help`` points
+    here, because the page itself is generated on build and is not in a clone."""
+    from rlkit.config.reference import config_reference_markdown
+    from rlkit.core.errors import ConfigError
+
+    if args:
+        raise ConfigError(f"takes no arguments, got {' '.join(args)}", "rlkit config-reference")
+    print(config_reference_markdown(run_registry()), end="")
+    return 0
 
 
 def cmd_validate(overrides: Sequence[str]) -> int:

@@ -52,11 +52,16 @@ def cmd_score(overrides: Sequence[str]) -> int:
     for column in ("dimension", "mean", "std", "min", "max", "scored", "unscored"):
         table.add_column(column, justify="left" if column == "dimension" else "right")
     rows = dimension_table(result)
+    absent = _not_applicable(validated, rows)
+    rows = [row for row in rows if row["name"] not in absent]
     for row in rows:
         table.add_row(row["name"], fmt(row["mean"]), fmt(row["std"]), fmt(row["min"]), fmt(row["max"]),
                       str(row["scored"]), str(row["unscored"]))
     console = rich_console()
     console.print(table)
+    if absent:
+        console.print(f"not applicable: {', '.join(absent)} (judge {validated.plugin_names['judge']} has nothing to "
+                      "score there on these records; weight 0, not part of the reward)", markup=False)
     from rlkit.evaluation.redundancy import REDUNDANT_RHO, redundant_pairs
 
     for pair in redundant_pairs(result.raw_scores, result.dimension_names):
@@ -69,6 +74,17 @@ def cmd_score(overrides: Sequence[str]) -> int:
         console.print(f"wrote {sharded.lines} scored completions to {options.output}{resumed}", markup=False)
     _refuse_unscored(rows[:-1], len(result.rewards), validated)  # the last row is the reward's
     return 0
+
+
+def _not_applicable(validated: Any, rows: list[dict[str, Any]]) -> list[str]:
+    """Dimensions the judge says it has nothing to score on these records (its ``not_applicable``), of weight 0 and
+    scored on none of the completions: not applicable, so neither a NaN row nor exit status 3."""
+    names = getattr(validated.plugins.get("judge"), "not_applicable", None)
+    if not callable(names):
+        return []
+    weights = dict(zip(validated.rubric.dimension_names, validated.rubric.initial_weights(), strict=True))
+    unscored = {row["name"] for row in rows if row["scored"] == 0}
+    return [n for n in names(validated.records or [], validated.rubric) if n in unscored and weights.get(n) == 0]
 
 
 def _refuse_unscored(rows: list[dict[str, Any]], completions: int, validated: Any) -> None:
@@ -104,6 +120,7 @@ def cmd_calibrate(overrides: Sequence[str]) -> int:
         calibrate,
         calibrate_by_window,
         calibrate_options,
+        dropped_labels,
         judge_records,
         log_calibration,
         log_windows,
@@ -146,6 +163,8 @@ def cmd_calibrate(overrides: Sequence[str]) -> int:
                            batch_size=int(cfg.score.batch_size))
     report = calibrate(labelled, scored.raw_scores, rubric, options.threshold, judge=judge,
                        labels_path=str(options.labels))
+    fields = getattr(validated.plugins.get("judge"), "record_fields", None)
+    report.dropped = dropped_labels(labelled, report, fields(rubric) if callable(fields) else ())
     table = Table(title=f"judge {judge} vs human labels — {rubric.name} v{rubric.version} ({rubric.short_hash}), "
                         f"{report.total} completions")
     for column in ("dimension", "n", "κ", "ρ", "bias", "flagged"):
@@ -164,9 +183,11 @@ def cmd_calibrate(overrides: Sequence[str]) -> int:
         written = calibrate(labelled, torch.tensor([detail["written"] for detail in details]), rubric,
                             options.threshold, judge=judge, labels_path=str(options.labels))
         _print_both_scorings(console, report, written)
-    if report.flagged:
-        console.print(f"flagged (κ or ρ below {report.threshold:g}, or undefined): {', '.join(report.flagged)} "
-                      "— its anchors need rewriting")
+    for line in report.dropped:
+        console.print(f"labels left out: {line}", markup=False)
+    for row in report.rows:
+        if row.flagged:
+            console.print(f"flagged {row.name}: {row.advice(report.threshold)}", markup=False)
     between = labeller_agreement(labelled, rubric, scored.raw_scores)
     if between:
         _print_labellers(console, between)

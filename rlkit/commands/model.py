@@ -44,13 +44,14 @@ def cmd_model(args: Sequence[str]) -> int:
               file=sys.stderr)
         return 2
     from rlkit.config.outputs import check_writable
+    from rlkit.core.errors import no_such
     from rlkit.lm.gguf import import_gguf
     from rlkit.lm.joined_files import model_file
 
     file = model_file(options.file)
     if options.tool == "path":
         if not file.is_file():
-            print(f"rlkit: error: {options.file}: no such file", file=sys.stderr)
+            print(f"rlkit: error: {options.file}: {no_such(file, 'file')}", file=sys.stderr)
             return 2
         print(file)
         return 0

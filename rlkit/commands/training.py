@@ -28,7 +28,7 @@ def _fit_job(cfg, run_dir: Path) -> float:
     if summary.get("interrupted"):
         from rlkit.core.interrupt import RunInterrupted
 
-        raise RunInterrupted(interrupted_line(summary["interrupted"], run_dir))
+        raise RunInterrupted(interrupted_line(summary["interrupted"], run_dir), summary["interrupted"]["exit_code"])
     return summary["end"]["reward"]
 
 
@@ -39,15 +39,17 @@ def interrupted_line(interrupted: dict, run_dir: Path) -> str:
     from hydra.core.hydra_config import HydraConfig
 
     step, checkpoint = interrupted["step"], interrupted["checkpoint"]
+    # SIGTERM's exit status (rlkit.core.interrupt): a preemption, said as such
+    what = "terminated (SIGTERM)" if interrupted.get("exit_code") == 143 else "interrupted"
     if checkpoint is None:  # after the last step: only the report was left out
-        return (f"interrupted after training ({step} steps): policy in {run_dir / 'policy'} and summary written, the "
+        return (f"{what} after training ({step} steps): policy in {run_dir / 'policy'} and summary written, the "
                 f"run report skipped (rlkit report {run_dir} builds it)")
     try:
         overrides = [o for o in HydraConfig.get().overrides.task if not o.lstrip("+").startswith("ckpt_path=")]
     except ValueError:  # not inside a Hydra job
         overrides = []
     command = shlex.join(["rlkit", "fit", *overrides, f"ckpt_path={checkpoint}"])
-    return (f"interrupted after step {step}; run folder {run_dir}, trained policy in {run_dir / 'policy'}; "
+    return (f"{what} after step {step}; run folder {run_dir}, trained policy in {run_dir / 'policy'}; "
             f"resume with: {command}")
 
 
@@ -60,7 +62,7 @@ def cmd_fit(overrides: Sequence[str]) -> int:
     if checked_here and args.multirun:
         validate_sweep(overrides)  # every job's config, before the first one trains
     elif checked_here:
-        # Fail in milliseconds with one line, before Hydra sets up a run directory.
+        # Fail with one line before Hydra sets up a run directory or anything heavy is built (about a second).
         validated = validated_config(overrides)
         if validated.run.audit.require:  # fit() checks again: a sweep's jobs and programmatic calls come there
             from rlkit.evaluation.audit_report import judge_config, require_passed_audit
@@ -138,7 +140,7 @@ def cmd_train_grm(overrides: Sequence[str]) -> int:
         from rlkit.config import compose_config
         from rlkit.grm.training import check_grm_config
 
-        # Fail in milliseconds with one line, before Hydra sets up a run directory.
+        # Fail with one line before Hydra sets up a run directory or anything heavy is built (about a second).
         registry = run_registry()
         check_grm_config(compose_config(registry, list(overrides), config_name="train_grm"), registry)
     return run_hydra("train-grm", "train_grm", overrides, _train_grm_job)

@@ -12,7 +12,7 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from rlkit.config.schemas import register_run_defaults
-from rlkit.core.errors import ConfigError, PluginError, did_you_mean
+from rlkit.core.errors import ConfigError, PluginError, did_you_mean, yaml_syntax_error
 from rlkit.core.package_files import resolve_path
 from rlkit.core.registry import KINDS_BY_GROUP, Registry
 
@@ -120,7 +120,9 @@ def parse_hydra_args(args: Sequence[str]) -> HydraArgs:
 
     parser.error = refuse  # type: ignore[method-assign]
     try:
-        ns = parser.parse_args([a for a in args if a not in ("-h", "--help")])
+        # intermixed: `-m seed=1,2 -cd DIR experiment=mine` is one list of overrides, as a user means it (argparse
+        # alone ends the overrides at the first flag and calls the rest unrecognised)
+        ns = parser.parse_intermixed_args([a for a in args if a not in ("-h", "--help")])
     except argparse.ArgumentError as exc:
         raise ConfigError(str(exc), "command line") from None
     flags: list[str] = []
@@ -137,13 +139,43 @@ def parse_hydra_args(args: Sequence[str]) -> HydraArgs:
             overrides.append(override)
     if ns.config_dir is not None and not Path(ns.config_dir).is_dir():
         raise ConfigError(f"{ns.config_dir} is not a folder", "--config-dir")
+    _refuse_conflicting_modes(ns)
     shows = ns.cfg is not None or ns.info is not None or any(
         getattr(ns, key, False) for key in ("hydra_help", "version", "shell_completion"))
     return HydraArgs(flags, overrides, ns.config_dir, ns.config_name, bool(ns.multirun), tuple(searchpath),
                      bool(shows))
 
 
-def _search_roots(registry: Registry) -> list[Path]:
+def _refuse_conflicting_modes(ns: object) -> None:
+    """Hydra does one thing per command (run, sweep, print the config, show info) and says so with a traceback
+    when given two; said here as one line naming the flags, as Hydra's own check counts them."""
+    modes = [flag for flag, given in (("--run", getattr(ns, "run", False)),
+                                      ("-m/--multirun", getattr(ns, "multirun", False)),
+                                      ("--cfg", getattr(ns, "cfg", None) is not None),
+                                      ("--info", getattr(ns, "info", None) is not None),
+                                      ("--shell-completion", getattr(ns, "shell_completion", False))) if given]
+    if len(modes) > 1:
+        raise ConfigError(f"{' and '.join(modes)} cannot be given together: a command runs, sweeps, prints its "
+                          "config or shows info, one of them (--cfg job without -m prints a job's config)",
+                          "command line")
+    if getattr(ns, "resolve", False) and getattr(ns, "cfg", None) is None:
+        raise ConfigError("--resolve goes with --cfg (job, hydra or all): it resolves the config --cfg prints",
+                          "command line")
+
+
+def _search_roots(registry: Registry, cfg: DictConfig | None = None) -> list[Path]:
+    """Where Hydra looked for group YAMLs, in its order: the search path recorded in ``cfg`` (a user's ``-cd``
+    folder and ``hydra.searchpath`` entries included) when there is one, else rlkit's and the plugins' folders."""
+    roots = []
+    for source in _config_sources(cfg):
+        scheme, path = source.get("schema"), source.get("path")
+        with contextlib.suppress(Exception):
+            if scheme == "file" and path:
+                roots.append(Path(path))
+            elif scheme == "pkg" and path and path != "hydra.conf":
+                roots.append(Path(str(importlib.resources.files(path))))
+    if roots:
+        return roots
     roots = [Path(str(importlib.resources.files(CONFIG_MODULE)))]
     for entry in plugin_search_paths(registry):
         with contextlib.suppress(Exception):
@@ -151,20 +183,41 @@ def _search_roots(registry: Registry) -> list[Path]:
     return roots
 
 
-def config_source(registry: Registry, group: str, option: str | None) -> str:
-    """The YAML file that provided ``group=option``, for error messages."""
+def _config_sources(cfg: DictConfig | None) -> list:
+    """``hydra.runtime.config_sources`` of a composed config; inside ``@hydra.main`` the hydra node lives in
+    HydraConfig, not in ``cfg``."""
+    from omegaconf import OmegaConf
+
+    if cfg is None:
+        return []
+    sources = OmegaConf.select(cfg, "hydra.runtime.config_sources", default=None)
+    if sources is None:
+        from hydra.core.hydra_config import HydraConfig
+
+        sources = HydraConfig.get().runtime.config_sources if HydraConfig.initialized() else []
+    return list(sources or [])
+
+
+def config_source(registry: Registry, group: str, option: str | None, cfg: DictConfig | None = None) -> str:
+    """The YAML file that provided ``group=option``, for error messages; with the composed ``cfg``, a file of the
+    user's own folder (``-cd``) is found too."""
     if option:
-        for root in _search_roots(registry):
+        for root in _search_roots(registry, cfg):
             candidate = root / group / f"{option}.yaml"
             if candidate.is_file():
                 return str(candidate)
     return f"config group {group!r}"
 
 
-def group_options(registry: Registry, group: str) -> list[str]:
-    """Every YAML option of a config group across rlkit's and the plugins' search paths."""
+def group_options(registry: Registry, group: str, user: Sequence[str] = ()) -> list[str]:
+    """Every YAML option of a config group across rlkit's and the plugins' search paths, and the ``user``'s own
+    entries (``-cd``, ``hydra.searchpath``)."""
     options: set[str] = set()
-    for root in _search_roots(registry):
+    roots = _search_roots(registry)
+    for entry in user:
+        with contextlib.suppress(Exception):
+            roots.append(resolve_path(entry.rstrip("/")))
+    for root in roots:
         options.update(p.stem for p in (root / group).glob("*.yaml"))
     return sorted(options)
 
@@ -180,27 +233,34 @@ _NOT_IN_STRUCT = re.compile(r"Could not override '([^']+)'.\s*To append to your 
 
 
 @contextlib.contextmanager
-def _translated_hydra_errors(registry: Registry) -> Iterator[None]:
+def _translated_hydra_errors(registry: Registry, user: Sequence[str] = ()) -> Iterator[None]:
+    import yaml
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
     try:
         yield
+    except yaml.YAMLError as exc:  # a group YAML of a user's folder (-cd) that does not parse: Hydra lets it through
+        message, where = yaml_syntax_error(exc)
+        raise ConfigError(message, where) from None
     except (HydraException, OmegaConfBaseException) as exc:
         match = _MISSING_OPTION.search(str(exc))
         if match:
             group, option = match.groups()
             kind = KINDS_BY_GROUP.get(group)
             if kind is not None:
+                # a user's folder adds options of its own (judge/strict_rule.yaml): named beside the plugins
+                mine = sorted(set(group_options(registry, group, user)) - set(group_options(registry, group)))
                 raise PluginError(
                     f"unknown {kind.key.replace('_', ' ')} {option!r}; available {kind.label}: "
                     f"{registry.available(kind.key)}"
-                    f"{did_you_mean(option, [e.name for e in registry.entries(kind.key)])}"
+                    + (f"; in your config folder: {', '.join(mine)}" if mine else "")
+                    + did_you_mean(option, [*(e.name for e in registry.entries(kind.key)), *mine])
                 ) from None
+            options = group_options(registry, group, user)
             raise ConfigError(
-                f"no option {option!r} in config group {group!r}; available: "
-                f"{', '.join(group_options(registry, group)) or 'none'}"
-                f"{did_you_mean(option, group_options(registry, group))}"
+                f"no option {option!r} in config group {group!r}; available: {', '.join(options) or 'none'}"
+                f"{did_you_mean(option, options)}"
             ) from None
         text = str(exc)
         override = _NOT_IN_STRUCT.search(text)
@@ -265,7 +325,7 @@ def compose_config(registry: Registry, overrides: list[str] | None = None,
     while True:
         GlobalHydra.instance().clear()
         try:
-            with _translated_hydra_errors(registry), initialize_config_module(
+            with _translated_hydra_errors(registry, args.user_searchpath), initialize_config_module(
                 CONFIG_MODULE, version_base=HYDRA_VERSION_BASE
             ):
                 return compose(args.config_name or config_name,

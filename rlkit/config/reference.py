@@ -157,7 +157,8 @@ def config_reference_markdown(registry: Registry | None = None) -> str:
 
         registry = load_registry()
     out = ["# Config reference", "",
-           "Generated from `rlkit/config/schemas.py` and each plugin's `Params` when the docs are built: these are "
+           "Generated from `rlkit/config/schemas.py` and each plugin's `Params` when the docs are built (and printed "
+           "by `rlkit config-reference`): these are "
            "exactly the keys and rules `rlkit validate` checks. Set any key on the command line "
            "(`rlkit fit batch_size=4 optim.lr=1e-4`), in an experiment preset, or in a YAML of the group.", ""]
     out += _model_section(RunConfig, "", "Top-level keys")

@@ -16,9 +16,30 @@ from pydantic import Field
 # A description that would say "see below" is a sign the key needs one here: the reference page is built from these.
 
 
+# Bounds far above any real run, so that a slipped key (`batch_size=99999999999999999999999`) is named by
+# `rlkit validate` instead of failing deep inside a run. DeepSeekMath's GRPO (Shao et al. 2024, sec. 4.2) sampled
+# 64 outputs a question with a training batch size of 1024; these allow 64x and 16x that.
+MAX_BATCH_SIZE = 65_536
+MAX_NUM_GENERATIONS = 1_024
+# Lightning's seed_everything (and numpy) take a seed in [0, 2**32 - 1] and raise on any other.
+MAX_SEED = 2**32 - 1
+# torch.set_num_threads takes a C int; no machine gives one process more cores than this.
+MAX_TORCH_THREADS = 1_024
+_INT64_MAX = 2**63 - 1  # what torch tensors, itertools.islice and the C libraries below rlkit can hold
+
+
 class _Schema(pydantic.BaseModel):
     # strict: `torch_threads=true` is not 1, and `batch_size="8"` is a typo worth naming (Hydra already types values)
     model_config = pydantic.ConfigDict(extra="forbid", strict=True)
+
+    @pydantic.field_validator("*", mode="after")
+    @classmethod
+    def _fits_64_bits(cls, value: Any) -> Any:
+        # Python ints have no limit but nothing they reach does: a count past 2**63 passed validation once and
+        # failed inside a run (itertools.islice), so every integer key of every block is held to 64 bits here.
+        if type(value) is int and not -_INT64_MAX - 1 <= value <= _INT64_MAX:
+            raise ValueError(f"must fit in 64 bits (at most {_INT64_MAX}), got {value}")
+        return value
 
 
 def _finite(**kwargs: Any) -> Any:
@@ -36,8 +57,9 @@ class LoraConfig(_Schema):
     dropout: float = Field(default=0.0, ge=0, lt=1, description="Dropout on the LoRA branch.")
     target_modules: str | list[str] = Field(default="all-linear", description="Modules that get adapters.")
     save: Literal["merged", "adapter"] = Field(
-        default="merged", description="What `policy/` holds: a merged plain model, or the adapter alone "
-                                      "(load it with peft's `PeftModel.from_pretrained` on the base).")
+        default="adapter", description="What `policy/` holds: the adapter alone (a few MB; every command that "
+                                       "loads a model by path merges it into its base, once, in the rlkit cache), "
+                                       "or a merged plain model that stands without its base.")
 
     @property
     def enabled(self) -> bool:
@@ -180,6 +202,10 @@ class OptimConfig(_Schema):
     warmup_steps: int = Field(default=0, ge=0, description="Linear learning-rate warm-up steps.")
     gradient_clip_val: float | None = _finite(default=1.0, gt=0,
                                               description="Clip the gradient norm to this; null: no clipping.")
+    max_nonfinite: int = Field(
+        default=3, ge=0, description="A step whose loss or gradient is not finite skips its update (no weight or "
+                                     "optimiser-state change, logged as train/skipped_nonfinite); this many such "
+                                     "steps in a row stop the run with a checkpoint (exit 4). 0: never stop.")
     gradient_accumulation_steps: int = Field(
         default=1, ge=1, description="Each step's batch_size × num_generations completions go through the log-prob "
                                      "passes and backward in this many micro-batches, then one optimiser step: the "
@@ -392,11 +418,14 @@ class RunConfig(_Schema):
     """The top-level keys of ``conf/fit.yaml`` (plugin groups, ``model``, ``data``, ``rubric``, ``trainer`` and
     ``logger`` are checked by their own schemas)."""
 
-    seed: int = Field(default=42, description="Seeds Python, NumPy and torch (Lightning's seed_everything).")
-    batch_size: int = Field(default=8, ge=1, description="Prompts per optimisation step (TRL's name).")
+    seed: int = Field(default=42, ge=0, le=MAX_SEED,
+                      description="Seeds Python, NumPy and torch (Lightning's seed_everything).")
+    batch_size: int = Field(default=8, ge=1, le=MAX_BATCH_SIZE,
+                            description="Prompts per optimisation step (TRL's name).")
     num_generations: int = Field(
-        default=8, ge=1, description="Completions per prompt (a group). At least 2 whenever the estimator, "
-                                     "objective or aggregator compares completions within their group.")
+        default=8, ge=1, le=MAX_NUM_GENERATIONS,
+        description="Completions per prompt (a group). At least 2 whenever the estimator, objective or aggregator "
+                    "compares completions within their group.")
     max_completion_length: int = Field(default=16, ge=1, description="New tokens per completion at most.")
     temperature: float = _finite(default=1.0, gt=0, description="Sampling temperature of training rollouts.")
     score_normalization: Literal["range", "quantile"] = Field(
@@ -414,8 +443,14 @@ class RunConfig(_Schema):
     heldout_weights: str = Field(default="constant", min_length=1,
                                  description="The weight scheduler of those held-out scores.")
     torch_threads: int | None = Field(
-        default=None, ge=1, description="Intra-op threads for torch; null: torch's default. On a shared machine 1 can "
-                                        "be many times faster for small models.")
+        default=None, ge=1, le=MAX_TORCH_THREADS,
+        description="Intra-op threads for torch; null: the cores other jobs leave free at start-up (this process's "
+                    "CPUs minus the 1-minute load average that is not its own, at least 1, at most torch's default; "
+                    "rlkit/train/threads.py), torch's default where OMP_NUM_THREADS is set. On a shared machine "
+                    "fewer threads can be many times faster.")
+    eval_on_interrupt: bool = Field(
+        default=False, description="After a Ctrl-C, still evaluate the held-out split at the end (minutes on a real "
+                                   "model); false: the summary's end column is left empty.")
     checkpoint_every: int = Field(default=20, ge=1, description="Steps between Lightning checkpoints "
                                                                 "(run_dir/checkpoints/last.ckpt is kept).")
     heldout_every: int | None = Field(

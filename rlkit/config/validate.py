@@ -13,6 +13,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from rlkit.config.checkpoints import check_checkpoint
 from rlkit.config.compose import config_source
+from rlkit.config.machine import check_machine
 from rlkit.config.schemas import (
     GROUP_SCHEMAS,
     PASS_THROUGH_KEYS,
@@ -46,7 +47,7 @@ def _choice(cfg: DictConfig, group: str) -> str | None:
 
 def _where(registry: Registry, cfg: DictConfig, group: str, field_name: str = "") -> str:
     key = f"{group}.{field_name}" if field_name else group
-    return f"{key} ({config_source(registry, group, _choice(cfg, group))})"
+    return f"{key} ({config_source(registry, group, _choice(cfg, group), cfg)})"
 
 
 _BOUNDS = {"greater_than_equal": (">=", "ge"), "greater_than": (">", "gt"), "less_than_equal": ("<=", "le"),
@@ -335,6 +336,27 @@ def _has_chat_template(model: ModelConfig) -> bool | None:
         return None
 
 
+def _check_instruct_on_plain_prompts(result: ValidatedConfig, records: list[dict[str, Any]] | None) -> None:
+    """A hint when a model with a chat template (an instruct model) is to be trained on plain-text prompts: it answers
+    its chat turns, not raw text, and a full fine-tune of it costs far more than a LoRA adapter."""
+    model, data = result.model, result.data
+    if model.name_or_path is None or _has_chat_template(model) is not True:
+        return
+    if data.path is None:
+        if data.chat:
+            return
+        fix = "data.chat=true gives it the task as chat turns"
+    elif records and all(isinstance(r.get("prompt"), str) for r in records):
+        fix = f"write {data.path}'s prompts as chat messages (TRL's conversational format) to give it chat turns"
+    else:
+        return
+    lora = "" if model.lora.enabled else (", and model.lora.r=16 trains a LoRA adapter instead of every weight "
+                                          "(far less memory and disk)")
+    # experiment=smollm2_arithmetic is the shipped example: data.chat=true and LoRA on an instruct model
+    warnings.warn(f"{model.name_or_path} carries a chat template (an instruct model) but is trained on plain "
+                  f"prompts: {fix}{lora}; experiment=smollm2_arithmetic shows both", stacklevel=2)
+
+
 def read_chat_format(model: ModelConfig) -> tuple[str | None, dict[str, Any] | None]:
     """``model.chat_template``'s text and ``model.response_template``'s dict (None where unset), read and checked."""
     import yaml
@@ -569,7 +591,7 @@ def validate_monitors(registry: Registry, cfg: Any, rubric: Rubric) -> dict[str,
     built: dict[str, Any] = {}
     for key, entry in container.items():
         name = entry.get("name") if isinstance(entry, dict) else None
-        where = f"monitors.{key} ({config_source(registry, 'monitors', name or str(key))})"
+        where = f"monitors.{key} ({config_source(registry, 'monitors', name or str(key), cfg)})"
         if not isinstance(entry, dict) or not isinstance(name, str) or not name:
             raise ConfigError("must be a mapping with `name` and `params`", where)
         extra = sorted(set(entry) - {"name", "params"})
@@ -651,6 +673,7 @@ def validate_config(cfg: DictConfig, registry: Registry, *, read_data: bool = Tr
     if (lr_warning := check_learning_rate(parts["model"], run.optim.lr)) is not None:
         warnings.warn(lr_warning, stacklevel=2)
     _check_environment(result)
+    check_machine(cfg, result.model)  # the accelerator, devices and memory this machine has (rlkit.config.machine)
     _check_rubric_evolution(result)
     data: Any = parts["data"]
     if data.path is not None:
@@ -669,8 +692,10 @@ def validate_config(cfg: DictConfig, registry: Registry, *, read_data: bool = Tr
     _check_demonstrations(result, data)
     _check_record_fields(result, data)
     records = _run_records(result, data)
+    _check_records(result, records)
     _check_judge_scope(result, records)
     _check_judge_is_not_the_policy(result)
+    _check_instruct_on_plain_prompts(result, records)
     _check_prompt_sampler(run, result, records)
     return result
 
@@ -734,6 +759,21 @@ def _check_record_fields(result: ValidatedConfig, data: DataConfig) -> None:
             warnings.warn(f"{data.path}: {len(lacking)} of {len(records)} records have no {used.field!r} field "
                           f"(first: record {lacking[0]}); dimension {used.dimension} ({used.where}) is not scored "
                           "on their completions", stacklevel=3)
+
+
+def _check_records(result: ValidatedConfig, records: list[dict[str, Any]] | None) -> None:
+    """The judge's ``check_records``: what scoring these records would refuse (each record's own rubric under
+    ``rubric=per_record``) is refused here, as ``fit`` would refuse it, before any model is loaded."""
+    check = getattr(result.plugins.get("judge"), "check_records", None)
+    if not callable(check) or not records:
+        return
+    try:
+        check(records, result.rubric)
+    except RlkitError as exc:
+        if result.data.path is None or not str(exc.where or "").startswith("record "):
+            raise
+        # a rubric given inline in a record: name the data file the record is in
+        raise type(exc)(exc.message, f"{result.data.path}: {exc.where}") from None
 
 
 def _check_judge_scope(result: ValidatedConfig, records: list[dict[str, Any]] | None) -> None:

@@ -54,6 +54,13 @@ class GeneratorError(RlkitError):
     """A generator could not sample: an inference engine stopped answering or refused a weight sync mid-run."""
 
 
+class TrainingError(RlkitError):
+    """Training cannot go on from what it computes: the loss or gradient was not finite step after step. Exit status 4
+    tells it from bad input (2) and unusable scores (3) in scripts."""
+
+    exit_code = 4
+
+
 def did_you_mean(given: object, choices: Iterable[str]) -> str:
     """``"; did you mean 'weight'?"`` when ``given`` is close to one of ``choices`` (a typo, a case slip), else ``""``:
     the suffix every "unknown key" and "unknown name" message ends with."""
@@ -65,3 +72,31 @@ def did_you_mean(given: object, choices: Iterable[str]) -> str:
     by_lower = {c.lower(): c for c in options}
     close = difflib.get_close_matches(given.lower(), list(by_lower), n=1, cutoff=0.75)
     return f"; did you mean {by_lower[close[0]]!r}?" if close and by_lower[close[0]] != given else ""
+
+
+def yaml_syntax_error(exc: Exception, path: object = None) -> tuple[str, str]:
+    """(message, where) for a YAML file that does not parse: where is ``file:line:column`` of the problem (PyYAML's
+    marks count from 0; editors from 1), the file taken from the mark when the parser was reading one."""
+    mark = getattr(exc, "problem_mark", None)
+    problem = getattr(exc, "problem", None) or " ".join(str(exc).split())
+    name = getattr(mark, "name", None)
+    source = str(path) if path is not None else name if name and not name.startswith("<") else "a config YAML"
+    where = f"{source}:{mark.line + 1}:{mark.column + 1}" if mark is not None else source
+    context, context_mark = getattr(exc, "context", None), getattr(exc, "context_mark", None)
+    detail = f" ({context} at line {context_mark.line + 1})" if context and context_mark is not None else ""
+    return f"YAML syntax error: {problem}{detail}", where
+
+
+def no_such(path: object, what: str, *, directory: bool = False) -> str:
+    """What to say of ``path`` when it is not the ``what`` (``rubric file``, ``run directory``) a command expected:
+    ``no such rubric file``, or, when it is there but the other kind, ``is a directory, expected a rubric file``
+    (``is a file, expected a run directory``): "no such file" said of a folder that exists sends a user looking for
+    a typo that is not there."""
+    from pathlib import Path
+
+    there = Path(str(path)).expanduser()
+    if directory and there.is_file():
+        return f"is a file, expected a {what}"
+    if not directory and there.is_dir():
+        return f"is a directory, expected a {what}"
+    return f"no such {what}"

@@ -14,7 +14,7 @@ import pydantic
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from rlkit.core.errors import RlkitError, RubricError, did_you_mean
+from rlkit.core.errors import RlkitError, RubricError, did_you_mean, no_such, yaml_syntax_error
 
 MAX_DIMENSIONS_BEFORE_WARNING = 7
 
@@ -24,6 +24,8 @@ MAX_DIMENSIONS_BEFORE_WARNING = 7
 # the paper's text: verify before quoting them as the paper's).
 CriterionCategory = Literal["essential", "important", "optional", "pitfall"]
 CATEGORY_WEIGHTS: dict[str, float] = {"essential": 1.0, "important": 0.7, "optional": 0.3, "pitfall": 0.8}
+# How many criteria `rlkit rubric generate` asks a judge for (RaR's 7-20), and the most an evolving buffer holds. A
+# per-prompt rubric written by hand may have any number (one or more): the bounds are on what a model writes.
 MIN_CRITERIA, MAX_CRITERIA = 7, 20
 
 
@@ -93,6 +95,14 @@ class Dimension(_Strict):
     # `step`: scored on each policy turn of a multi-turn episode (step scores [B, G, T]; the episode's score is their
     # mean); `episode` (default): scored once on the episode. Left out of the hash when `episode`.
     scope: Literal["episode", "step"] = "episode"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _category_weight(cls, value: Any) -> Any:
+        # a criterion's weight defaults to its category's (CATEGORY_WEIGHTS); a `weight:` written down wins
+        if isinstance(value, dict) and "weight" not in value and value.get("category") in CATEGORY_WEIGHTS:
+            return {**value, "weight": CATEGORY_WEIGHTS[value["category"]]}
+        return value
 
     @field_validator("weight")
     @classmethod
@@ -316,9 +326,6 @@ def rubric_from_dict(data: Any, source: str = "<rubric>", *, verify_changelog: b
     if verify_changelog:  # off only for tools that inspect a stale changelog (`rlkit rubric hash/diff`)
         check_changelog(rubric, source)
     criteria = rubric.is_criteria_rubric
-    if criteria and not MIN_CRITERIA <= len(rubric.dimensions) <= MAX_CRITERIA:
-        raise RubricError(f"a per-prompt rubric has {MIN_CRITERIA}–{MAX_CRITERIA} criteria, got "
-                          f"{len(rubric.dimensions)}", f"{source}: dimensions")
     # criteria are single yes/no checks, not the judgement calls the warning is about
     if not criteria and len(rubric.dimensions) > MAX_DIMENSIONS_BEFORE_WARNING:
         warnings.warn(
@@ -444,7 +451,7 @@ def load_rubric(path: str | Path, *, verify_changelog: bool = True) -> Rubric:
     """Read and validate a rubric YAML file."""
     path = Path(path)
     if not path.is_file():
-        raise RubricError("no such rubric file", str(path))
+        raise RubricError(no_such(path, "rubric file"), str(path))
     try:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:
@@ -452,8 +459,5 @@ def load_rubric(path: str | Path, *, verify_changelog: bool = True) -> Rubric:
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        problem = getattr(exc, "problem", None) or str(exc)
-        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
-        raise RubricError(f"YAML syntax error: {problem}", where) from None
+        raise RubricError(*yaml_syntax_error(exc, path)) from None
     return rubric_from_dict(data, str(path), verify_changelog=verify_changelog)

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from rlkit.core.errors import DataError
+from rlkit.core.errors import DataError, no_such
 
 T = TypeVar("T")
 
@@ -39,7 +39,7 @@ def read_jsonl_records(path: str | Path, parse: Callable[[Any, int], T | str]) -
     """
     path = Path(path)
     if not path.is_file():
-        raise DataError("no such data file", str(path))
+        raise DataError(no_such(path, "data file"), str(path))
     records: list[T] = []
     rejects: list[Reject] = []
     with path.open("rb") as fh:

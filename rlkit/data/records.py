@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rlkit.core.errors import DataError
+from rlkit.core.errors import DataError, no_such
 
 if TYPE_CHECKING:
     from rlkit.core.types import Rollout
@@ -148,7 +148,9 @@ def _jsonl_lines(path: Path) -> Iterable[tuple[int, Any]]:
             if not text.strip():
                 continue
             try:
-                yield line_no, json.loads(text)
+                # without its line ending: a line cut short fails at the newline, which json counts as column 1
+                # of the next line, so the column said would be 1 for every unfinished line
+                yield line_no, json.loads(text.rstrip("\r\n"))
             except json.JSONDecodeError as exc:
                 yield line_no, _Problem(f"invalid JSON ({exc.msg} at column {exc.colno})")
 
@@ -167,13 +169,14 @@ def json_lines(path: Path) -> Iterator[tuple[int, Any]]:
 
 
 def checked_json_lines(path: str | Path, problem: Callable[[Any], str | None], empty: str,
-                       missing: str | None = None) -> list[Any]:
+                       what: str | None = None) -> list[Any]:
     """Every line of a JSONL file rlkit wrote for people or commands (labels, comparisons, answers), each checked by
     ``problem`` (why the line is bad, or None): the first bad line is a ``DataError`` naming ``file:line``, a file
-    without lines one saying ``empty``, and with ``missing`` an absent file one saying that."""
+    without lines one saying ``empty``, and with ``what`` (``labelling file``) an absent file, or a folder, one
+    saying which."""
     path = Path(path)
-    if missing is not None and not path.is_file():
-        raise DataError(missing, str(path))
+    if what is not None and not path.is_file():
+        raise DataError(no_such(path, what), str(path))
     lines = []
     for number, line in json_lines(path):
         why = problem(line)

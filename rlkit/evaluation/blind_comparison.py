@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from rlkit.core.atomic import atomic_write_text
-from rlkit.core.errors import DataError
+from rlkit.core.errors import DataError, no_such
 from rlkit.data.records import checked_json_lines, prompt_text
 from rlkit.evaluation.labelling import write_lines
 from rlkit.evaluation.labelling_answers import AnswerError, update_line
@@ -64,7 +64,7 @@ def parse_side(spec: str) -> Side:
         raise DataError(f"after @ comes start or end (the run's answers before or after training), got {when!r}",
                         spec)
     if not at and whole.suffix == ".jsonl":
-        raise DataError("no such answers file", spec)
+        raise DataError(no_such(whole, "answers file"), spec)
     return Side(spec, Path(path), when or "end")
 
 
@@ -189,7 +189,7 @@ def _line_problem(line: Any) -> str | None:
 
 def read_comparison(path: str | Path) -> list[dict[str, Any]]:
     """The lines of a comparison file; the first bad one is a ``DataError`` naming its line."""
-    return checked_json_lines(path, _line_problem, "the file holds no items to compare", "no such comparison file")
+    return checked_json_lines(path, _line_problem, "the file holds no items to compare", "comparison file")
 
 
 def read_key(path: str | Path, lines: Sequence[dict[str, Any]]) -> dict[str, Any]:

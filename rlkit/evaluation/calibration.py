@@ -14,7 +14,10 @@ Metric conventions (each checked against scikit-learn / scipy in ``tests/evaluat
 * ``mean_bias``: mean of ``judge − human`` on the raw judge scores (positive: the judge is lenient).
 * ``confusion_matrix``: ``[k, k]`` counts, rows the human level, columns the rounded judge level.
 
-A dimension is *flagged* when κ or ρ is below the threshold, or either is undefined (NaN).
+A dimension is *flagged* when κ or ρ is below the threshold, or either is undefined (NaN). The report says why it
+is undefined (no pairs; one level only among the labels or the judge's scores, where κ and ρ cannot be measured, not
+a low agreement) and gives advice that fits the judge: a dimension the rule judge scores is fixed in its check, which
+reads no anchors; a model judge's, in its anchors.
 """
 
 from __future__ import annotations
@@ -278,6 +281,26 @@ class DimensionAgreement:
     bias: float
     confusion: np.ndarray  # [k, k]: rows human level low..high, columns rounded judge level
     flagged: bool
+    undefined: str | None = None  # why κ or ρ is undefined: no pairs, one pair, one level only on a side
+    by_rule: bool = False  # scored by the rule judge's checks, which read no anchors
+
+    def advice(self, threshold: float) -> str:
+        """Why the dimension is flagged and what fits the judge to do about it ('' when it is not flagged)."""
+        if not self.flagged:
+            return ""
+        fix = ("fix its check (`checks:` in the rubric; the rule judge reads no anchors)" if self.by_rule
+               else "its anchors need rewriting")
+        if self.undefined is None:
+            return f"κ {_num(self.kappa)}, ρ {_num(self.spearman)} below {threshold:g}: {fix}"
+        if self.undefined.startswith("every human label"):
+            return (f"not measurable, which is not low agreement: {self.undefined} (one level only); label lines "
+                    "at its other levels")
+        if self.undefined.startswith("the judge gave"):
+            return f"ρ undefined: {self.undefined} (one level only), telling none of them apart: {fix}"
+        if self.n == 0 and not self.missing_score:
+            return "not measurable: no line is labelled on it"
+        dropped = f" ({self.missing_score} labels dropped: see labels left out)" if self.missing_score else ""
+        return f"not measurable: {self.undefined}{dropped}"
 
     @property
     def levels(self) -> list[int]:
@@ -292,6 +315,7 @@ class CalibrationReport:
     rubric: dict[str, str] = field(default_factory=dict)  # name, version, hash
     judge: str | None = None
     labels_path: str | None = None
+    dropped: list[str] = field(default_factory=list)  # why labelled lines were left out (dropped_labels)
 
     @property
     def flagged(self) -> list[str]:
@@ -323,16 +347,50 @@ def calibrate(labels_records: Sequence[dict[str, Any]], judge_scores: Any, rubri
         kappa = quadratic_weighted_kappa(human, judged, low, high)
         rho = spearman(human, judged)
         flagged = math.isnan(kappa) or math.isnan(rho) or kappa < threshold or rho < threshold
+        undefined = undefined_reason(human, judged) if math.isnan(kappa) or math.isnan(rho) else None
         rows.append(DimensionAgreement(
             name=dim.name, type=dim.type, low=low, high=high,
             n=int((labelled & ~np.isnan(judged)).sum()),
             missing_label=int((~labelled).sum()),
             missing_score=int((labelled & np.isnan(judged)).sum()),
             kappa=kappa, spearman=rho, bias=mean_bias(human, judged),
-            confusion=confusion_matrix(human, judged, low, high), flagged=flagged,
+            confusion=confusion_matrix(human, judged, low, high), flagged=flagged, undefined=undefined,
+            by_rule=dim.judge == "rule" or (dim.judge is None and judge == "rule"),
         ))
     return CalibrationReport(rows=rows, threshold=float(threshold), total=len(labels_records),
                              rubric=rubric.identity(), judge=judge, labels_path=labels_path)
+
+
+def undefined_reason(human: Any, judge: Any) -> str:
+    """Why κ or ρ of these labels and scores is undefined: no pairs, one pair, or one level only on a side."""
+    h, j = _pairs(human, judge)
+    if h.size == 0:
+        return "no line has both a human label and a judge score"
+    if h.size == 1:
+        return "one line only has both a human label and a judge score"
+    if (h == h[0]).all():
+        return f"every human label is {h[0]:g}"
+    if (j == j[0]).all():
+        return f"the judge gave every line {j[0]:g}"
+    return "a constant side"
+
+
+def dropped_labels(records: Sequence[dict[str, Any]], report: CalibrationReport,
+                   fields: Sequence[Any] = ()) -> list[str]:
+    """One line per dimension whose labels were left out because the judge did not score their lines: how many, and
+    which record field (a judge's ``record_fields``, e.g. ``reference``) those lines lack."""
+    lines = []
+    for row in report.rows:
+        if not row.missing_score:
+            continue
+        labelled = [r for r in records if (r.get("labels") or {}).get(row.name) is not None]
+        lacking = [f"{sum(r.get(f.field) is None for r in labelled)} of them have no {f.field!r} field, which "
+                   f"{row.name} is scored from ({f.where})"
+                   for f in fields if f.dimension == row.name and any(r.get(f.field) is None for r in labelled)]
+        why = "; ".join(lacking) if lacking else "see the judge's warnings above"
+        lines.append(f"{row.name}: {row.missing_score} of {row.missing_score + row.n} labels dropped, the judge left "
+                     f"their lines unscored: {why}")
+    return lines
 
 
 def calibration_metrics(report: CalibrationReport, prefix: str = "calibration/") -> dict[str, float]:
@@ -455,9 +513,12 @@ def render_markdown(report: CalibrationReport, png_names: Sequence[str] | None =
                      f"{row.missing_score} | {_num(row.kappa)} | {_num(row.spearman)} | {_num(row.bias)} | "
                      f"{'**yes**' if row.flagged else 'no'} |")
     lines.append("")
+    if report.dropped:
+        lines += ["**Labels left out:**", "", *(f"- {_md(line)}" for line in report.dropped), ""]
     if report.flagged:
-        lines.append(f"**Flagged** (κ or ρ below {report.threshold:g}, or undefined): "
-                     f"{', '.join(_md(n) for n in report.flagged)} — its anchors need rewriting.")
+        lines += [f"**Flagged** (κ or ρ below {report.threshold:g}, or undefined): "
+                  f"{', '.join(_md(n) for n in report.flagged)}", ""]
+        lines += [f"- {_md(row.name)}: {_md(row.advice(report.threshold))}" for row in report.rows if row.flagged]
     else:
         lines.append(f"**Flagged:** none — every dimension reaches κ and ρ ≥ {report.threshold:g}.")
     lines += ["", "## Confusion matrices", "", "Rows: the human level; columns: the judge's score rounded to a level."]

@@ -4,7 +4,8 @@ Written by the ``label_sample`` monitor (every N steps of ``rlkit fit``, the run
 calibrate sample`` (a stratified set from a run's ``samples.jsonl``); filled in by ``rlkit label``; read by ``rlkit
 calibrate`` as its labels file. One JSON object per line:
 
-* ``prompt``, ``completion``, ``reference`` (optional): what is labelled;
+* ``prompt``, ``completion``, ``reference`` (optional): what is labelled; the prompt record's other fields (a
+  ``match`` check's ``field:``) where ``rlkit calibrate sample`` found them, for the judge of ``rlkit calibrate``;
 * ``step``: the training step that sampled the completion; ``window``: the first step of the step window it is
   reported under (the monitor's measurement step; a step bin for ``calibrate sample``);
 * ``dimensions``: the rubric's dimensions as the labeller needs them: ``name``, ``description``, ``type``,
@@ -64,13 +65,24 @@ def _number(x: Any) -> float | None:
     return None if math.isnan(value) else round(value, 6)
 
 
+# the keys of a labelling line itself: a prompt record's field of the same name is not copied into it
+LINE_KEYS = frozenset({"prompt", "completion", "completions", "step", "window", "rubric", "judge", "reward", "rewards",
+                       "dimensions", "labels", "skipped", "labellers", "labelled_by", "ranking", "rankings",
+                       "ranked_by"})
+
+
 def labelling_line(*, prompt: Any, completion: str, rubric: Rubric, step: int, window: int,
-                   judge: dict[str, Any] | None = None, reward: Any = None, reference: Any = None) -> dict[str, Any]:
-    """One line of a labelling file, every label still null."""
+                   judge: dict[str, Any] | None = None, reward: Any = None, reference: Any = None,
+                   record: dict[str, Any] | None = None) -> dict[str, Any]:
+    """One line of a labelling file, every label still null. ``record``: the prompt record's other fields
+    (``reference``, a check's ``field:``), kept on the line for the judge of ``rlkit calibrate``."""
     line: dict[str, Any] = {"prompt": prompt if isinstance(prompt, str) else prompt_text(prompt),
                             "completion": completion}
+    if reference is None and record:
+        reference = record.get("reference")
     if reference is not None:
         line["reference"] = reference
+    line.update({k: v for k, v in (record or {}).items() if k not in LINE_KEYS and k != "reference"})
     line.update({"step": int(step), "window": int(window), "rubric": rubric.identity(),
                  "judge": {k: _number(v) for k, v in (judge or {}).items()}, "reward": _number(reward),
                  "dimensions": dimension_info(rubric), "labels": {d.name: None for d in rubric.dimensions}})
@@ -171,7 +183,7 @@ def level_problem(dim: dict[str, Any] | None, value: Any) -> str | None:
 
 def read_labelling(path: str | Path) -> list[dict[str, Any]]:
     """The lines of a labelling file; the first bad one is a ``DataError`` naming its line."""
-    return checked_json_lines(path, _check_line, "the file holds no lines to label", "no such labelling file")
+    return checked_json_lines(path, _check_line, "the file holds no lines to label", "labelling file")
 
 
 def pending(line: dict[str, Any]) -> list[dict[str, Any]]:

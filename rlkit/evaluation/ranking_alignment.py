@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from rlkit.core.errors import DataError
+from rlkit.core.errors import DataError, no_such
 from rlkit.core.stats import json_number, kendall_tau_b
 from rlkit.data.records import json_lines
 from rlkit.evaluation.audit_checks import Estimate, bootstrap, bootstrap_statistic, resample_indices
@@ -120,7 +120,7 @@ def ranked_groups(path: Path) -> list[dict[str, Any]]:
     found = []
     for file in labels_files(path):
         if not file.is_file():
-            raise DataError("no such labels file", str(file))
+            raise DataError(no_such(file, "labels file"), str(file))
         for number, line in json_lines(file):
             if not (isinstance(line, dict) and is_group(line) and line.get("ranking") is not None):
                 continue

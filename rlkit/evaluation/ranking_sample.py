@@ -15,9 +15,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rlkit.core.errors import DataError
+from rlkit.core.errors import DataError, no_such
 from rlkit.core.rubric import Rubric
-from rlkit.evaluation.calibration_sample import SAMPLES_FILE, read_samples, run_rubric, whole_number_options
+from rlkit.evaluation.calibration_sample import (
+    RECORD_KEY,
+    SAMPLES_FILE,
+    attach_records,
+    read_samples,
+    run_rubric,
+    saved_config,
+    whole_number_options,
+)
 from rlkit.evaluation.labelling import LABELLING_DIR, group_line, write_lines
 
 SET_NAME = "ranking_set.jsonl"
@@ -68,16 +76,19 @@ def draw_groups(rows: list[dict[str, Any]], rubric: Rubric, options: GroupOption
     for window, key in sorted(picked):
         members = groups[key]
         lines.append(group_line(prompt=members[0]["prompt"], completions=[r["completion"] for r in members],
-                                rubric=rubric, step=key[0], window=window, rewards=[r.get("reward") for r in members]))
+                                rubric=rubric, step=key[0], window=window, rewards=[r.get("reward") for r in members],
+                                reference=(members[0].get(RECORD_KEY) or {}).get("reference")))
     return lines
 
 
 def build_ranking_set(run_dir: Path, options: GroupOptions) -> tuple[Path, list[dict[str, Any]]]:
     """Read the run's samples and rubric, draw the groups, write them; return where and what."""
     if not run_dir.is_dir():
-        raise DataError("no such run directory", str(run_dir))
+        raise DataError(no_such(run_dir, "run directory", directory=True), str(run_dir))
     rubric = run_rubric(run_dir, options.rubric)
-    lines = draw_groups(read_samples(run_dir / SAMPLES_FILE, rubric), rubric, options)
+    rows = read_samples(run_dir / SAMPLES_FILE, rubric)
+    attach_records(rows, saved_config(run_dir))  # the reference a labeller and a ranking judge read
+    lines = draw_groups(rows, rubric, options)
     if not lines:
         raise DataError("no prompt has two distinct completions logged at one step: nothing to rank (raise "
                         "run.log_samples.rows to log every completion of a group)", str(run_dir / SAMPLES_FILE))

@@ -26,7 +26,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from rlkit.config import LoraConfig, check_block, resolve_path
 from rlkit.config.checkpoints import read_checkpoint_metadata
-from rlkit.core.errors import ConfigError, DataError
+from rlkit.core.errors import ConfigError, DataError, no_such
 from rlkit.data.pairs import ListwiseRecord, PreferencePair, listwise_to_pairs, read_preference_records
 from rlkit.data.records import prompt_text
 from rlkit.grm.metrics import PairOutcome, pair_accuracy
@@ -130,7 +130,7 @@ def check_grm_config(cfg: DictConfig, registry: Any) -> GrmTrainConfig:
 
 def _read(path: str, where: str) -> list[ListwiseRecord | PreferencePair]:
     if not Path(path).is_file():
-        raise DataError("no such data file", f"{where} ({path})")
+        raise DataError(no_such(path, "data file"), f"{where} ({path})")
     records, rejects = read_preference_records(path)
     if rejects:
         shown = "; ".join(f"line {r.line}: {r.reason}" for r in rejects[:5])

@@ -20,7 +20,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from rlkit.config import ValidatedConfig, compose_config, validate_config
 from rlkit.config.validate import is_group_relative
-from rlkit.core.errors import ConfigError, DataError
+from rlkit.core.errors import ConfigError, DataError, no_such
 from rlkit.core.registry import load_registry
 from rlkit.core.rubric import Rubric
 from rlkit.core.types import Rollout
@@ -68,7 +68,7 @@ def load_validated(config: DictConfig | str | Path | None = None, overrides: Seq
     else:
         path = Path(config).expanduser()
         if not path.is_file():
-            raise ConfigError("no such config file", str(path))
+            raise ConfigError(no_such(path, "config file"), str(path))
         try:
             loaded = OmegaConf.load(path)
         except Exception as exc:  # yaml's and OmegaConf's errors both say what is wrong; one line of it

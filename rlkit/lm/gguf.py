@@ -15,7 +15,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from rlkit.core.errors import ConfigError
+from rlkit.core.errors import ConfigError, no_such
 
 GGUF_SUFFIX = ".gguf"
 GGUF_MAGIC = b"GGUF"
@@ -55,7 +55,7 @@ def check_file(path: str | Path, where: str | None = None) -> Path:
     path = Path(path).expanduser()
     where = where or str(path)
     if not path.is_file():
-        raise ConfigError("no such GGUF file", where)
+        raise ConfigError(no_such(path, "GGUF file"), where)
     with path.open("rb") as handle:
         magic = handle.read(4)
     if magic != GGUF_MAGIC:

@@ -61,7 +61,7 @@ CASES = [
 
 
 def test_every_command_is_walked():
-    assert {c for c, _, _ in CASES} == set(COMMANDS) - {"plugins"}  # `plugins` reads no path
+    assert {c for c, _, _ in CASES} == set(COMMANDS) - {"plugins", "config-reference"}  # these read no path
 
 
 @pytest.mark.parametrize(("command", "argv", "expected"), CASES, ids=[f"{c}-{i}" for i, (c, _, _) in enumerate(CASES)])
@@ -75,3 +75,32 @@ def test_a_bad_path_is_one_line_and_exit_2(capsys, paths, command, argv, expecte
     assert expected in lines[0], lines[0]
     assert not (paths["run"] / "policy").exists() and not (paths["run"] / "checkpoints").exists()
     assert paths["afile"].read_text() == "x"
+
+
+# A path that is there but the other kind: "no such file" of a folder that exists sends a user hunting a typo.
+KIND_CASES = [
+    (lambda p: ["rubric", "hash", str(p["folder"])], "is a directory, expected a rubric file"),
+    (lambda p: ["validate", f"rubric.path={p['folder']}"], "is a directory, expected a rubric file"),
+    (lambda p: ["label", str(p["folder"])], "is a directory, expected a labelling file"),
+    (lambda p: ["compare", "report", str(p["folder"])], "is a directory, expected a comparison file"),
+    (lambda p: ["data", "pairs", f"in={p['folder']}", "out=pairs.jsonl"], "is a directory, expected a data file"),
+    (lambda p: ["model", "import", str(p["folder"])], "is a directory, expected a GGUF file"),
+    (lambda p: ["model", "path", str(p["folder"])], "is a directory, expected a file"),
+    (lambda p: ["train-grm", f"grm.data.train={p['folder']}", f"hydra.run.dir={p['run']}"],
+     "is a directory, expected a data file"),
+    (lambda p: ["report", str(p["records"])], "is a file, expected a run directory"),
+    (lambda p: ["doctor", str(p["records"])], "is a file, expected a run directory"),
+    (lambda p: ["calibrate", "sample", str(p["records"])], "is a file, expected a run directory"),
+    (lambda p: ["validate", f"model.name_or_path={p['records']}"], "is a file, expected a model directory"),
+]
+
+
+@pytest.mark.parametrize(("argv", "expected"), KIND_CASES, ids=[" ".join(a(
+    {"folder": "DIR", "records": "FILE", "run": "RUN"})[:2]) for a, _ in KIND_CASES])
+def test_a_folder_for_a_file_or_a_file_for_a_folder_is_named_as_such(capsys, paths, argv, expected):
+    paths["folder"] = paths["records"].parent / "a_folder"
+    paths["folder"].mkdir()
+    code = main(argv(paths))
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and err.startswith("rlkit: error: "), err
+    assert expected in err and "no such" not in err, err

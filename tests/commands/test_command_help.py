@@ -64,3 +64,29 @@ def test_a_closed_pipe_ends_the_output_without_a_traceback():
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=120) == 141, err
     assert "Traceback" not in err and "BrokenPipe" not in err
+
+
+@pytest.mark.parametrize("command", [("fit",), ("validate",), ("score",), ("rubric", "audit")])
+def test_a_config_commands_help_names_the_command_that_prints_every_key(capsys, command):
+    """docs/config-reference.md is generated on build and never in a clone: --help names what prints it."""
+    out = _help(capsys, *command)
+    assert "Every key, with its default and constraint: rlkit config-reference." in out
+    assert "docs/config-reference.md" not in out
+
+
+@pytest.mark.parametrize("command", [("doctor",), ("report",), ("plugins",), ("label",), ("compare",)])
+def test_a_command_that_takes_no_overrides_does_not_mention_them(capsys, command):
+    out = _help(capsys, *command)
+    assert "Overrides" not in out and "overrides" not in out and "config-reference" not in out, out
+
+
+def test_config_reference_prints_the_page_the_docs_site_builds(capsys):
+    from rlkit.commands.common import run_registry
+    from rlkit.config.reference import config_reference_markdown
+
+    assert main(["config-reference"]) == 0
+    out = capsys.readouterr().out
+    assert out == config_reference_markdown(run_registry())
+    assert out.startswith("# Config reference\n") and "| `batch_size` | int | `8` | >= 1, <= 65536 |" in out
+    assert main(["config-reference", "extra"]) == 2
+    assert capsys.readouterr().err == "rlkit: error: rlkit config-reference: takes no arguments, got extra\n"

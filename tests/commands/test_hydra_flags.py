@@ -102,6 +102,44 @@ def test_a_flag_hydra_does_not_take_is_one_line(capsys, myconf, args, expected):
     assert code == 2 and err.startswith(expected) and err.count("\n") == 1, err
 
 
+@pytest.mark.parametrize("args, expected", [
+    (["-m", "seed=1,2", "--cfg", "job"], "rlkit: error: command line: -m/--multirun and --cfg cannot be given "
+                                         "together"),
+    (["--info", "searchpath", "--cfg", "job"], "rlkit: error: command line: --cfg and --info cannot be given together"),
+    (["--resolve"], "rlkit: error: command line: --resolve goes with --cfg"),
+])
+def test_two_of_hydras_modes_at_once_are_one_line(capsys, myconf, args, expected):
+    """Hydra itself answers these with a 20-line ValueError traceback."""
+    code, out, err = _run(capsys, "fit", *args)
+    assert code == 2 and err.startswith(expected) and err.count("\n") == 1, err
+    assert not (myconf.parent / "multirun").exists() and not (myconf.parent / "outputs").exists()
+
+
+BROKEN = "name: rule\nparams: [case_sensitive\n  other: 1\n"  # a flow sequence never closed
+
+
+@pytest.mark.parametrize("command", [["validate"], ["fit"], ["fit", "--cfg", "job"], ["fit", "-m", "seed=1,2"],
+                                     ["score"]])
+def test_a_yaml_syntax_error_in_a_users_folder_is_one_line_naming_file_line_and_column(capsys, myconf, command):
+    (myconf / "judge").mkdir()
+    (myconf / "judge" / "mine.yaml").write_text(BROKEN)
+    code, out, err = _run(capsys, command[0], *command[1:], "-cd", str(myconf), "judge=mine")
+    assert code == 2 and err.count("\n") == 1 and "Traceback" not in err, err
+    assert f"{myconf / 'judge' / 'mine.yaml'}:3:8: YAML syntax error: expected ',' or ']', but got ':'" in err, err
+    assert not (myconf.parent / "outputs").exists() and not (myconf.parent / "multirun").exists()
+
+
+def test_an_error_in_a_users_own_group_yaml_names_that_file(capsys, myconf):
+    """A mistake in judge/mine.yaml of a -cd folder once said `(config group 'judge')`, not which file."""
+    (myconf / "judge").mkdir()
+    (myconf / "judge" / "mine.yaml").write_text("name: rule\nparams:\n  case_sensitiv: true\n")
+    code, out, err = _run(capsys, "validate", "-cd", str(myconf), "judge=mine")
+    assert code == 2 and err.startswith(f"rlkit: error: judge.params ({myconf / 'judge' / 'mine.yaml'}): unknown key "
+                                        "'case_sensitiv'"), err
+    code, out, err = _run(capsys, "validate", "-cd", str(myconf), "judge=mien")
+    assert code == 2 and "; in your config folder: mine; did you mean 'mine'?" in err, err
+
+
 @pytest.mark.parametrize("sweep, expected", [
     ("optim.lr=1e-4,-1", "rlkit: error: job 1 of 2 (optim.lr=-1): optim.lr: must be >= 0.0, got -1"),
     ("judge=rule,rul", "rlkit: error: job 1 of 2 (judge=rul): unknown judge 'rul'; available judges:"),

@@ -64,6 +64,29 @@ def test_validate_rejects_each_bad_run_value_naming_key_and_rule(capsys, overrid
     assert line.startswith(f"rlkit: error: {expected}"), line
 
 
+@pytest.mark.parametrize(("override", "expected"), [
+    # each once passed validation and failed inside the run (islice, Lightning's seed_everything, torch)
+    ("batch_size=99999999999999999999999", "batch_size: must be <= 65536, got 99999999999999999999999"),
+    ("num_generations=100000", "num_generations: must be <= 1024, got 100000"),
+    ("seed=-1", "seed: must be >= 0, got -1"),
+    ("seed=4294967296", "seed: must be <= 4294967295"),
+    ("torch_threads=99999999999999999999999", "torch_threads: must be <= 1024"),
+    ("checkpoint_every=99999999999999999999999", "checkpoint_every: must fit in 64 bits"),
+    ("score.batch_size=99999999999999999999999", "score.batch_size: must fit in 64 bits"),
+])
+def test_a_count_too_large_for_the_run_is_named_by_validate(capsys, override, expected):
+    line = _one_error_line(main(["validate", override]), capsys.readouterr().err)
+    assert line.startswith(f"rlkit: error: {expected}"), line
+
+
+def test_fit_stops_at_an_oversized_batch_before_the_run_starts(capsys, tmp_path):
+    run = tmp_path / "run"
+    line = _one_error_line(main(["fit", "batch_size=99999999999999999999999", f"hydra.run.dir={run}"]),
+                           capsys.readouterr().err)
+    assert line.startswith("rlkit: error: batch_size: must be <= 65536"), line
+    assert not run.exists()
+
+
 def test_bad_run_values_fail_in_milliseconds(registry):
     cfg = compose_config(registry, ["batch_size=0"])
     start = time.perf_counter()

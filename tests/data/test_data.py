@@ -267,6 +267,18 @@ def test_arithmetic_zero_prompts() -> None:
     assert arithmetic_task(0, seed=0) == []
 
 
+@pytest.mark.parametrize(("bad", "expected"), [
+    ('{"prompt": "2+2=", "reference": "4"', "Expecting ',' delimiter at column 36"),  # cut short: just past its end
+    ('{"prompt": "2+2=" "reference": "4"}', "Expecting ',' delimiter at column 19"),  # the second key's quote
+    ('{"prompt": "é+ü=", "reference" "4"}', "Expecting ':' delimiter at column 32"),  # characters, not bytes
+])
+def test_invalid_json_names_the_column_within_its_line(tmp_path, bad, expected):
+    """The column counts from 1 within the bad line, wherever it sits in the file: a line cut short once said
+    column 1 (json counted the line's newline as the start of a next line)."""
+    path = write_lines(tmp_path, [GOOD, bad, GOOD])
+    assert error_for(path) == f"{path}:2: invalid JSON ({expected})"
+
+
 def test_json_lines_names_the_first_bad_line_and_skips_blank_ones(tmp_path):
     from rlkit.data.records import json_lines
 

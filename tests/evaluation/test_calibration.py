@@ -195,7 +195,12 @@ def test_write_report(tmp_path, rubric):
     md = (tmp_path / "out" / "calibration.md").read_text()
     for dim in DIMS:
         assert f"| {dim} |" in md and f"### {dim}" in md
-    assert "its anchors need rewriting" in md and "brevity" in md.split("**Flagged**")[1].splitlines()[0]
+    assert "brevity" in md.split("**Flagged**")[1].splitlines()[0]
+    # the rule judge scores by its checks: the advice is the check, never the anchors it does not read
+    assert "- brevity: κ " in md and "fix its check" in md and "anchors need rewriting" not in md
+    # every human said correct: undefined because one level only, which is not low agreement
+    assert "- correctness: not measurable, which is not low agreement: every human label is 1 (one level only)" in md
+    assert "anchors need rewriting" in render_markdown(calibrate(records, scores, rubric, judge="llm"))
     pngs = sorted(p.name for p in paths if p.suffix == ".png")
     assert pngs == sorted(f"confusion_{d}.png" for d in DIMS)
     for name in pngs:
@@ -360,8 +365,24 @@ def test_cli_flagged_dimension_in_report(tmp_path, capsys):
     assert main(["calibrate", f"calibrate.labels={labels}", f"calibrate.output={out}", "judge=rule",
                  "logger=none"]) == 0
     flagged_line = next(ln for ln in (out / "calibration.md").read_text().splitlines() if ln.startswith("**Flagged**"))
-    assert "format" in flagged_line and "its anchors need rewriting" in flagged_line
-    assert "format" in capsys.readouterr().out
+    assert "format" in flagged_line
+    assert "- format: κ -1.000, ρ -1.000 below 0.6: fix its check" in (out / "calibration.md").read_text()
+    assert "flagged format: κ -1.000, ρ -1.000 below 0.6: fix its check" in capsys.readouterr().out
+
+
+def test_cli_says_why_labels_were_dropped(tmp_path, capsys):
+    # lines without the `reference` the rule judge's correctness check reads: their correctness labels cannot count
+    lines = [{k: v for k, v in _record({"format": 1, "correctness": c}, text).items() if k != "reference"}
+             for c, text in [(1, "12"), (0, "13"), (1, "12")]]
+    out = tmp_path / "cal"
+    assert main(["calibrate", f"calibrate.labels={_write(tmp_path, lines)}", f"calibrate.output={out}",
+                 "judge=rule", "logger=none"]) == 0
+    printed = " ".join(capsys.readouterr().out.split())  # the console wraps long lines
+    assert "labels left out: correctness: 3 of 3 labels dropped, the judge left their lines unscored: 3 of them " \
+           "have no 'reference' field, which correctness is scored from" in printed
+    md = (out / "calibration.md").read_text()
+    assert "**Labels left out:**" in md and "- correctness: not measurable: no line has both a human label and a " \
+           "judge score (3 labels dropped: see labels left out)" in md
 
 
 def test_cli_bad_labels_file(tmp_path, capsys):

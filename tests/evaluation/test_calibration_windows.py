@@ -110,6 +110,38 @@ def test_calibrate_sample_names_a_bad_samples_line(tmp_path, capsys):
     assert "no samples.jsonl: the run logged no samples" in capsys.readouterr().err
 
 
+def _save_config(run: Path, data: str = "") -> None:
+    (run / ".hydra" / "config.yaml").write_text("rubric:\n  path: pkg://rlkit.conf/rubrics/arithmetic.yaml\n"
+                                                "judge:\n  name: rule\n  params: {}\n" + data)
+
+
+def test_calibrate_sample_finds_the_records_of_samples_logged_without_them(tmp_path, capsys):
+    # samples.jsonl of an earlier rlkit: no `record`; the run's data file has each prompt's reference
+    run = fake_run(tmp_path, steps=2, per_step=4)
+    data = tmp_path / "data.jsonl"
+    data.write_text("".join(json.dumps({"prompt": f"{k}+{s}=", "reference": str(k + s), "source": "mine"}) + "\n"
+                            for s in range(2) for k in range(4)))
+    _save_config(run, f"data:\n  path: {data}\n  task: null\n")
+    assert main(["calibrate", "sample", str(run), "n=8"]) == 0
+    lines = read_labelling(run / "labelling" / "calibration_set.jsonl")
+    assert len(lines) == 8
+    for line in lines:
+        a, b = (int(x) for x in line["prompt"].rstrip("=").split("+"))
+        assert line["reference"] == str(a + b) and line["source"] == "mine"
+        assert line["rubric"]["name"] == "arithmetic"  # the line's own keys are never a record's
+
+
+def test_calibrate_sample_refuses_when_no_line_has_what_the_judge_reads(tmp_path, capsys):
+    run = fake_run(tmp_path)  # no `record` in its samples, and its data file is gone
+    _save_config(run, f"data:\n  path: {tmp_path / 'gone.jsonl'}\n  task: null\n")
+    assert main(["calibrate", "sample", str(run)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    assert f"{run / 'samples.jsonl'}: no sample carries 'reference', which the run's judge scores dimension " \
+           "correctness from" in err[0] and "gone.jsonl is not there" in err[0]
+    assert not (run / "labelling").exists()
+
+
 # --- end to end on a short fit ----------------------------------------------------------------------------------
 
 
@@ -156,3 +188,48 @@ def test_live_labels_to_calibrate_by_window_to_the_run_report(tmp_path, monkeypa
         by_step = {row["step"]: row for row in csv.DictReader(fh) if row.get("calibration/window/correctness/kappa")}
     assert set(by_step) == {"0", "1"}
     assert float(by_step["1"]["calibration/window/correctness/kappa"]) == pytest.approx(expected[1])
+
+
+def _careful_human(line: dict) -> int:
+    """What a person reading the sum decides: the answer starts with the right number (no reference needed)."""
+    import re
+
+    a, b = (int(x) for x in line["prompt"].rstrip("=").split("+"))
+    first = re.match(r"\s*(-?\d+)", line["completion"])
+    return int(first is not None and int(first.group(1)) == a + b)
+
+
+@pytest.mark.slow
+def test_label_then_calibrate_from_a_finished_default_run(tmp_path, monkeypatch, capsys):
+    """The loop of docs/labelling-page.md after a run: calibrate sample → labels saved as the page saves them →
+    `rlkit calibrate` measures correctness, which the rule judge scores against each line's `reference`."""
+    from rlkit.evaluation.labelling_answers import apply_label, line_key, save_answer
+
+    monkeypatch.setenv("RLKIT_CACHE", str(tmp_path / "cache"))
+    monkeypatch.chdir(tmp_path)
+    run = tmp_path / "run"
+    assert main(["fit", "logger=csv", "trainer.max_steps=3", "batch_size=4", "num_generations=4",
+                 "max_completion_length=8", "data.num_prompts=32", "log_samples.every=1",
+                 f"hydra.run.dir={run}"]) == 0, capsys.readouterr().err
+    first = json.loads((run / "samples.jsonl").read_text().splitlines()[0])
+    assert first["record"]["reference"] == str(sum(int(x) for x in first["prompt"].rstrip("=").split("+")))
+    assert main(["calibrate", "sample", str(run), "n=12"]) == 0
+    path = run / "labelling" / "calibration_set.jsonl"
+    lines = read_labelling(path)
+    assert len(lines) == 12 and all(line["reference"] for line in lines)
+    human = []
+    for number, line in enumerate(lines, 1):
+        level = _careful_human(line)
+        human.append(level)
+        save_answer(path, number, line_key(line), lambda fresh, level=level: apply_label(fresh, "correctness", level,
+                                                                                            "ann"))
+    assert read_labelling(path)[0]["labelled_by"] == {"correctness": "ann"}
+    judge = [line["judge"]["correctness"] for line in lines]
+    assert len(set(human)) == 2 and len(set(judge)) == 2, (human, judge)  # κ has two levels to measure
+    capsys.readouterr()
+    assert main(["calibrate", f"calibrate.labels={path}", "logger=none"]) == 0
+    out = capsys.readouterr().out
+    assert "labels left out" not in out
+    row = json.loads((run / "calibration" / "calibration.json").read_text())["dimensions"]["correctness"]
+    assert row["n"] == 12 and row["kappa"] == pytest.approx(quadratic_weighted_kappa(human, judge, 0, 1))
+    assert row["kappa"] == 1.0  # the rule's check reads the reference as the careful human reads the sum

@@ -247,14 +247,16 @@ def test_validate_refuses_evolve_without_a_judge_backend_in_one_line(capsys):
     assert "rubric.evolve.max_active" in capsys.readouterr().err
 
 
-def test_validate_refuses_evolve_on_a_rubric_that_is_not_per_record(capsys):
+def test_validate_refuses_evolve_on_a_rubric_that_is_not_per_record(capsys, records, tmp_path):
+    data = tmp_path / "records.jsonl"  # per_record needs records naming their own rubrics (validate loads each)
+    data.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
     with CannedChatServer(lambda messages: "{}") as server:
         backend = ["judge=llm", "judge.params.backend.name=openai",
                    f"++judge.params.backend.params={{base_url: '{server.url}', model: canned}}"]
         assert main(["validate", *backend, "rubric.evolve.every=2"]) == 2
         assert "rubric.evolve.every: evolving criteria join each record's own rubric: use rubric=per_record" \
             in capsys.readouterr().err
-        assert main(["validate", *backend, "rubric=per_record", "rubric.evolve.every=2"]) == 0
+        assert main(["validate", *backend, "rubric=per_record", f"data.path={data}", "rubric.evolve.every=2"]) == 0
         # the estimate counts the rounds' criteria-writing calls too: 60 steps / 2 × 8 prompts
         assert "rubric.evolve: 30 rounds × 8 prompts (one call each, best against worst completion) = 240 calls" \
             in capsys.readouterr().out

@@ -67,8 +67,8 @@ def test_a_criteria_rubric_validates_its_shape():
     dims = [{"name": f"c{i}", "type": "binary", "category": "essential"} for i in range(7)]
     rubric = rubric_from_dict({"name": "r", "version": "1", "dimensions": dims})
     assert rubric.is_criteria_rubric
-    with pytest.raises(RubricError, match="a per-prompt rubric has 7–20 criteria, got 3"):
-        rubric_from_dict({"name": "r", "version": "1", "dimensions": dims[:3]})
+    # the 7-20 bound is on what a judge writes (parse_criteria); a rubric written by hand may have any number
+    assert len(rubric_from_dict({"name": "r", "version": "1", "dimensions": dims[:3]}).dimensions) == 3
     with pytest.raises(RubricError, match="type must be binary"):
         rubric_from_dict({"name": "r", "version": "1", "dimensions": [
             *dims[:6], {"name": "s", "range": [1, 5], "category": "optional"}]})
@@ -208,7 +208,8 @@ def test_per_record_without_a_rubric_or_with_a_stale_one_is_one_clear_error(tmp_
     data = tmp_path / "in.jsonl"
     data.write_text(json.dumps({"prompt": "2+2?", "completion": "4"}) + "\n", encoding="utf-8")
     assert main(["score", "rubric=per_record", "judge=rule", f"data.path={data}"]) == 2
-    assert "record 0 (prompt '2+2?'): rubric: rubric=per_record needs each record's own rubric" \
+    # checked with the records, before any scoring: the data file and the record's line are named
+    assert f"{data}: record 1 (prompt '2+2?'): rubric: rubric=per_record needs each record's own rubric" \
         in capsys.readouterr().err
     own = _criteria_rubric(tmp_path)
     data.write_text(json.dumps({"prompt": "2+2?", "completion": "4", "rubric": str(own),

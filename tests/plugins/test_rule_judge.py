@@ -6,6 +6,8 @@ import json
 import math
 import random
 import re
+import string
+import unicodedata
 from typing import Any
 
 import pytest
@@ -168,7 +170,7 @@ def test_match_contains_a_whole_word_of_the_field():
 def test_match_contains_without_the_field_is_nan_and_a_bad_field_an_error():
     [value] = scores([{"type": "match", "mode": "contains", "field": "forms"}], ["x"], {"prompt": "p"})
     assert is_nan(value)
-    for bad in ([], [""], 7, ["ok", 3]):
+    for bad in ([], [""], {"a": 1}, [True], ["ok", None]):
         with pytest.raises(JudgeError, match="'forms' of the prompt record must be a non-empty text") as info:
             scores([{"type": "match", "mode": "contains", "field": "forms"}], ["x"], {"forms": bad})
         assert "dimensions[0](d).checks[0]" in str(info.value)
@@ -273,7 +275,8 @@ def test_dimension_for_another_judge_is_nan_and_not_checked():
         ({"type": "match", "mode": "numeric", "extract": "(x"}, ".checks[1].extract", "invalid regex"),
         ({"type": "match", "tolerance": 0.1}, ".checks[1].tolerance", "mode: numeric"),
         ({"type": "match", "mode": "contains", "tolerance": 0.1}, ".checks[1].tolerance", "only to mode: numeric"),
-        ({"type": "match", "extract": "(x)"}, ".checks[1].extract", "numeric or contains"),
+        ({"type": "match", "extract": "x"}, ".checks[1].extract", "capture group"),
+        ({"type": "keywords", "any": {"column": "k"}}, ".checks[1].any", "or {field: NAME}"),
         ({"type": "match", "mode": "contains", "extract": "x"}, ".checks[1].extract", "capture group"),
         ({"type": "sentences"}, ".checks[1]", "a sentences check needs min, max or both"),
         ({"type": "sentences", "min": 3, "max": 2}, ".checks[1].min", "greater than max"),
@@ -366,7 +369,10 @@ def _ref_check(c: dict[str, Any], text: str, rec: dict[str, Any], tok: int | Non
         return float(found != c.get("absent", False))
     if kind == "keywords":
         mode = next(k for k in ("any", "all", "none") if k in c)
-        hits = [fold(w) in fold(text) for w in c[mode]]
+        words = rec.get(c[mode]["field"]) if isinstance(c[mode], dict) else c[mode]
+        if words is None:
+            return math.nan
+        hits = [fold(w) in fold(text) for w in (words if isinstance(words, list) else [words])]
         return float(any(hits) if mode == "any" else all(hits) if mode == "all" else not any(hits))
     if kind == "length":
         unit = c.get("unit", "chars")
@@ -391,21 +397,33 @@ def _ref_check(c: dict[str, Any], text: str, rec: dict[str, Any], tok: int | Non
     ref = rec.get(c.get("field", "reference"))
     if ref is None:
         return math.nan
-    if c.get("mode") == "contains":
-        found = re.search(c["extract"], text, 0 if cs else re.IGNORECASE) if "extract" in c else None
-        searched = text if "extract" not in c else (found.group(1) or "") if found else None
-        words = ref if isinstance(ref, list) else [ref]
-        return 0.0 if searched is None else float(any(
-            re.search(rf"(?<!\w){re.escape(w.strip())}(?!\w)", searched, 0 if cs else re.IGNORECASE) for w in words))
-    if c.get("mode", "exact") == "exact":
-        return float(fold(text.strip()) == fold(str(ref).strip()))
+    refs = [str(r) for r in (ref if isinstance(ref, list) else [ref])]
+    found = re.search(c["extract"], text, 0 if cs else re.IGNORECASE) if "extract" in c else None
+    searched = text if "extract" not in c else (found.group(1) or "") if found else None
+    if searched is None:
+        return 0.0
+    if c.get("mode", "exact") != "numeric":
+        # the graders' normalisation, written out: punctuation to spaces, case, articles (kept where a reference
+        # is nothing but one), whitespace
+        def norm(s: str, articles: bool) -> str:
+            s = "".join(" " if unicodedata.category(ch).startswith("P") or ch in string.punctuation + "´" else ch
+                        for ch in unicodedata.normalize("NFC", s))
+            s = s if cs else s.casefold()
+            s = s if articles else re.sub(r"\b(?:a|an|the)\b", " ", s, flags=re.IGNORECASE)
+            return " ".join(s.split())
+        hits = []
+        for r in refs:
+            articles = norm(r, False) == ""
+            a, b = norm(searched, articles), norm(r, articles)
+            hits.append(a == b if c.get("mode", "exact") == "exact" else f" {b} " in f" {a} ")
+        return float(any(hits))
     if "extract" in c:
-        found = re.search(c["extract"], text, 0 if cs else re.IGNORECASE)
-        value = _ref_number(found.group(1) or "") if found else None
+        value = _ref_number(searched)
     else:
         numbers = rule.rf._NUMBER.findall(text)
         value = _ref_number(numbers[-1]) if numbers else None
-    return 0.0 if value is None else float(abs(value - _ref_number(str(ref))) <= c.get("tolerance", 1e-6))
+    return 0.0 if value is None else float(any(abs(value - _ref_number(r)) <= c.get("tolerance", 1e-6)
+                                               for r in refs))
 
 
 def reference_scores(rubric: Any, rollout: Rollout, case_sensitive: bool = False) -> torch.Tensor:
@@ -434,7 +452,8 @@ PIECES = ["", " ", "\t", "\n", "\r\n", "\x1c", "\x85", "\u3000", "\xa0", "a", "A
           "\x00\x00\x00\x00", "@@@@", "@`@`", "[{[{", "ßßßß", "ẞßẞß", "KKkk", "\u212aKkk", "ſſSs", "İİİİ", "iIİı",
           "ΣΣσς", "😀😀😀😀", "日本日本", "bbbbbbbbbbbbb", "the", "The", "THE", "cat", "a b a b", "please",
           '{"a": 1, "b": 2}', "[1, 2]", '```json\n{"a": 1}\n```', "**bold**", "# Title", "- item", "```json", "42",
-          "PLEASE", "Thanks", "-7", "1,234.5", "10-20", "answer: 42", "x" * 300]
+          "PLEASE", "Thanks", "-7", "1,234.5", "10-20", "answer: 42", "x" * 300, "It is the cat.", "«A»", "is b",
+          "SS."]
 CHECKS = [
     {"type": "regex", "pattern": r"(\S)\1{3,}", "absent": True},
     {"type": "regex", "pattern": r"(\S)\1{3,}", "case_sensitive": True},
@@ -454,6 +473,11 @@ CHECKS = [
     {"type": "repetition", "max_ratio": 0},
     {"type": "json", "required_keys": ["a"]},
     {"type": "match", "case_sensitive": True},
+    {"type": "match", "weight": 0.8},
+    {"type": "match", "extract": r"is (\w+)", "weight": 0.3},
+    {"type": "match", "mode": "contains", "field": "forms", "extract": r"^(.{0,12})"},
+    {"type": "keywords", "all": {"field": "forms"}},
+    {"type": "keywords", "none": {"field": "forms"}, "case_sensitive": True, "weight": 0.4},
     {"type": "match", "mode": "numeric", "field": "num", "extract": r"^\s*(-?\d+)"},
     {"type": "match", "mode": "numeric", "field": "num", "tolerance": 0.5, "weight": 0.1},
     {"type": "match", "mode": "contains", "field": "forms", "weight": 0.6},
@@ -475,7 +499,8 @@ def random_case(rng: random.Random, prompts: int, group: int) -> tuple[Any, Roll
         dim = {"name": f"d{i}", "checks": rng.sample(CHECKS, rng.randint(1, 6))}
         kind = {"type": "binary"} if rng.random() < 0.5 else {"range": rng.choice([[1, 5], [-3, 7.5]])}
         dims.append({**dim, **kind})
-    records = [{"reference": rng.choice(["42", "the", None]), "num": rng.choice(["42", 7, 3.5, None]),
+    records = [{"reference": rng.choice(["42", "the", None, "A", ["The cat", "b"], "ẞ."]),
+                "num": rng.choice(["42", 7, 3.5, None]),
                 "forms": rng.choice([["the", "a b"], ["ß", "K"], "cat", None])} for _ in range(prompts)]
     texts = [[random_text(rng) for _ in range(group)] for _ in range(prompts)]
     for row in texts:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from rlkit.plugin import (
@@ -72,6 +72,28 @@ class RecordRubrics:
                               f"file hashes to {rubric.short_hash}); regenerate the records or drop rubric_hash",
                               rubric.source or where)
         return rubric
+
+
+def check_record_rubrics(records: Sequence[dict[str, Any]], rubrics: RecordRubrics,
+                         check: Callable[[Rubric], Any] | None = None) -> None:
+    """Load every record's own rubric (and pass it to the judge's ``check``), raising the first ``RubricError``
+    scoring would meet: ``rlkit validate`` finds what ``fit`` would, before any model is loaded."""
+    for i, record in enumerate(records, 1):
+        own = rubrics.of(record, i)
+        if check is not None:
+            check(own)
+
+
+# the frame's category dimensions and the criterion category each summarises
+_CATEGORY_OF = {"essential": "essential", "important": "important", "optional": "optional",
+                "pitfalls_avoided": "pitfall"}
+
+
+def absent_categories(records: Sequence[dict[str, Any]], frame: Rubric, rubrics: RecordRubrics) -> list[str]:
+    """The frame's category dimensions with nothing to score on any of ``records``: no record's rubric has a
+    criterion of that category (hand-written rubrics without pitfalls, say). They are not applicable, not unscored."""
+    present = {d.category for i, record in enumerate(records, 1) for d in rubrics.of(record, i).dimensions}
+    return [d.name for d in frame.dimensions if d.name in _CATEGORY_OF and _CATEGORY_OF[d.name] not in present]
 
 
 def summarise(met: torch.Tensor, rubric: Rubric, frame: Rubric) -> torch.Tensor:

@@ -7,14 +7,20 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from itertools import repeat
 from typing import TYPE_CHECKING, Any
 
 from rlkit.plugin import JudgeError, RecordField, Rollout, Rubric, RubricError, hookimpl
 from rlkit_plugins.judges import rule_features as rf
-from rlkit_plugins.judges.per_record import RecordRubrics, check_frame, score_per_record
+from rlkit_plugins.judges.per_record import (
+    RecordRubrics,
+    absent_categories,
+    check_frame,
+    check_record_rubrics,
+    score_per_record,
+)
 from rlkit_plugins.judges.rule_features import Batch, BatchCheck
 
 if TYPE_CHECKING:
@@ -31,11 +37,14 @@ def _num(v: Any) -> bool:
 _STR = (lambda v: isinstance(v, str) and v != ""), "a non-empty string"
 _STRS = (lambda v: isinstance(v, list) and bool(v) and all(isinstance(s, str) and s for s in v),
          "a non-empty list of non-empty strings")
+# keywords' any / all / none: the words, or where in the record to read them
+_WORDS = (lambda v: _STRS[0](v) or (isinstance(v, dict) and set(v) == {"field"} and _STR[0](v["field"])),
+          "a non-empty list of non-empty strings, or {field: NAME} to read them from the record")
 _BOOL = (lambda v: isinstance(v, bool)), "true or false"
 _NONNEG = (lambda v: _num(v) and v >= 0), "a number >= 0"
 _VALUES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "pattern": _STR, "extract": _STR, "field": _STR, "key": _STR, "absent": _BOOL, "case_sensitive": _BOOL,
-    "any": _STRS, "all": _STRS, "none": _STRS, "required_keys": _STRS,
+    "any": _WORDS, "all": _WORDS, "none": _WORDS, "required_keys": _STRS,
     "min": _NONNEG, "max": _NONNEG, "tolerance": _NONNEG,
     "weight": ((lambda v: _num(v) and v > 0), "a number > 0"),
     "n": ((lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 1), "an integer >= 1"),
@@ -103,8 +112,6 @@ def _validate(check: dict[str, Any], where: str) -> str:
         raise RubricError(f"cache ({check['cache']}) is greater than max_len ({check['max_len']})", f"{where}.cache")
     if kind == "match" and check.get("mode", "exact") != "numeric" and "tolerance" in check:
         raise RubricError("tolerance applies only to mode: numeric", f"{where}.tolerance")
-    if kind == "match" and check.get("mode", "exact") == "exact" and "extract" in check:
-        raise RubricError("extract applies only to mode: numeric or contains", f"{where}.extract")
     return kind
 
 
@@ -115,6 +122,8 @@ def _build(kind: str, c: dict[str, Any], case_sensitive: bool, where: str) -> Ba
         return rf.regex_check(_regex(c["pattern"], cs, f"{where}.pattern"), c.get("absent", False))
     if kind == "keywords":
         mode = next(k for k in ("any", "all", "none") if k in c)
+        if isinstance(c[mode], dict):
+            return rf.record_keywords_check(mode, c[mode]["field"], cs, where)
         return rf.keywords_check(mode, [w if cs else w.casefold() for w in c[mode]], cs)
     if kind == "length":
         return rf.length_check(c.get("unit", "chars"), c.get("min", 0), c.get("max", math.inf))
@@ -131,12 +140,10 @@ def _build(kind: str, c: dict[str, Any], case_sensitive: bool, where: str) -> Ba
     extract = c.get("extract")
     pat = _regex(extract, cs, f"{where}.extract") if extract else None
     if pat is not None and pat.groups < 1:
-        raise RubricError("extract needs a capture group (around the number, or the text to search)",
+        raise RubricError("extract needs a capture group (around the number, or the text to compare)",
                           f"{where}.extract")
-    if c.get("mode") == "contains":
-        return rf.contains_check(c.get("field", "reference"), cs, pat, where)
-    return rf.match_check(c.get("field", "reference"), c.get("mode", "exact") == "numeric", cs, pat,
-                          c.get("tolerance", 1e-6), where)
+    return rf.match_check(c.get("field", "reference"), c.get("mode", "exact"), cs, pat, c.get("tolerance", 1e-6),
+                          where)
 
 
 class RuleJudge:
@@ -180,19 +187,28 @@ class RuleJudge:
     def check_rubric(self, rubric: Rubric) -> None:
         """Raise RubricError for any dimension this judge should score but cannot."""
         if rubric.per_record:
-            check_frame(rubric, "rule")  # each record's own criteria are checked when it is first scored
+            check_frame(rubric, "rule")  # each record's own criteria: check_records, and as each is scored
             return
         self._plan(rubric)
 
     def record_fields(self, rubric: Rubric) -> list[RecordField]:
-        """The record field each ``match`` check compares with (``reference`` unless it names another)."""
+        """The record field each ``match`` check compares with (``reference`` unless it names another), and each
+        ``keywords`` check reads its words from (``any: {field: NAME}``)."""
         if rubric.per_record:
             return []  # each record carries its own criteria, checked as it is scored
         source = rubric.source or "<rubric>"
-        return [RecordField(check.get("field", "reference"), dim.name,
-                            f"{source}: dimension {dim.name}, checks[{j}] (match)")
+        return [RecordField(name, dim.name, f"{source}: dimension {dim.name}, checks[{j}] ({check.get('type')})")
                 for dim in rubric.dimensions if dim.judge in (None, "rule")
-                for j, check in enumerate(dim.checks or []) if check.get("type") == "match"]
+                for j, check in enumerate(dim.checks or []) if (name := _record_field(check)) is not None]
+
+    def check_records(self, records: Sequence[dict[str, Any]], rubric: Rubric) -> None:
+        """With a per_record rubric: every record's own rubric loads and its checks are valid, as scoring would find."""
+        if rubric.per_record:
+            check_record_rubrics(records, self._record_rubrics, self._plan)
+
+    def not_applicable(self, records: Sequence[dict[str, Any]], rubric: Rubric) -> list[str]:
+        """With a per_record rubric: the frame's category dimensions no record's rubric has a criterion for."""
+        return absent_categories(records, rubric, self._record_rubrics) if rubric.per_record else []
 
     def score(self, rollout: Rollout, rubric: Rubric) -> torch.Tensor:
         """Raw scores float32 [B, G, D] in each dimension's range; NaN where no check applies."""
@@ -228,6 +244,16 @@ class RuleJudge:
         batch = Batch(texts, records, tokens, infos)
         columns = np.stack([_score_dimension(dim, batch) for dim in plan], axis=1)
         return torch.from_numpy(columns[np.asarray(index, dtype=np.int64)]).reshape(b_size, g_size, d_size)
+
+
+def _record_field(check: dict[str, Any]) -> str | None:
+    """The record field a check reads, if any."""
+    if check.get("type") == "match":
+        return str(check.get("field", "reference"))
+    if check.get("type") == "keywords":
+        words = next((check[k] for k in ("any", "all", "none") if k in check), None)
+        return str(words["field"]) if isinstance(words, dict) and "field" in words else None
+    return None
 
 
 def _score_dimension(dim: _DimPlan | None, batch: Batch) -> np.ndarray:

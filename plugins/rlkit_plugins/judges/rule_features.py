@@ -10,8 +10,11 @@ import json
 import math
 import operator
 import re
+import string
+import sys
+import unicodedata
 from collections.abc import Callable
-from functools import cached_property, lru_cache
+from functools import cache, cached_property
 from itertools import repeat
 from typing import TYPE_CHECKING, Any
 
@@ -229,81 +232,155 @@ def _to_float(text: str) -> float | None:
     return value if math.isfinite(value) else None
 
 
-def match_check(field: str, numeric: bool, case_sensitive: bool, pat: re.Pattern[str] | None, tol: float,
+# Answers are compared as the SQuAD and TriviaQA graders compare them (`normalize_answer` in SQuAD v1.1's
+# evaluate-v1.1.py and in github.com/mandarjoshi90/triviaqa, evaluation/triviaqa_evaluation.py): lower-cased,
+# punctuation out, the articles a/an/the dropped, whitespace collapsed. As TriviaQA does, punctuation becomes a space
+# ("New-York" reads "new york"), and `_` and its ‘ ’ ´ count; beyond both, every Unicode punctuation mark does
+# (“Paris”, «Paris», 。), and the text is NFC-normalised first so "Kraków" typed either way compares equal.
+_ARTICLES = re.compile(r"\b(?:a|an|the)\b", re.IGNORECASE)
+
+
+@cache
+def _punctuation() -> re.Pattern[str]:
+    """ASCII punctuation and every Unicode punctuation mark (built on first use: it reads all of Unicode, ~0.2 s)."""
+    marks = set(string.punctuation + "´") | {chr(c) for c in range(sys.maxunicode + 1)
+                                       if unicodedata.category(chr(c)).startswith("P")}
+    return re.compile("[" + re.escape("".join(sorted(marks))) + "]")
+
+
+def normalise_answer(text: str, case_sensitive: bool = False, articles: bool = False) -> str:
+    """``text`` as graders compare answers: case-folded (unless ``case_sensitive``), punctuation replaced by spaces,
+    the articles a/an/the dropped (kept with ``articles``), whitespace collapsed: "The capital is Warsaw." ->
+    "capital is warsaw"."""
+    text = _punctuation().sub(" ", unicodedata.normalize("NFC", text))
+    if not case_sensitive:
+        text = text.casefold()
+    if not articles:
+        text = _ARTICLES.sub(" ", text)
+    return " ".join(text.split())
+
+
+def _is_reference(value: Any) -> bool:
+    return (isinstance(value, str) and value.strip() != "") or (isinstance(value, int | float)
+                                                                 and not isinstance(value, bool))
+
+
+def _references(value: Any, field: str, where: str) -> list[str] | None:
+    """A record's reference(s) as texts: a text or number, or a non-empty list of them; None without one."""
+    if value is None:
+        return None  # this prompt has nothing to compare against
+    values = value if isinstance(value, list) else [value]
+    if not values or not all(map(_is_reference, values)):
+        raise JudgeError(f"field {field!r} of the prompt record must be a non-empty text (or number) or a non-empty "
+                         f"list of them, got {value!r}", where)
+    return [str(v) for v in values]
+
+
+class _Answers:
+    """One record's references, normalised once; the completion is normalised the same way. A reference that is
+    nothing but an article (a multiple-choice "A") is compared with articles kept on both sides."""
+
+    def __init__(self, refs: list[str], case_sensitive: bool) -> None:
+        self.case_sensitive = case_sensitive
+        self.plain = [r for r in (normalise_answer(x, case_sensitive) for x in refs) if r]
+        self.kept = [normalise_answer(x, case_sensitive, articles=True) for x in refs
+                     if not normalise_answer(x, case_sensitive)]
+
+    def _forms(self, text: str) -> list[tuple[str, list[str]]]:
+        out = [(normalise_answer(text, self.case_sensitive), self.plain)] if self.plain else []
+        if self.kept:
+            out.append((normalise_answer(text, self.case_sensitive, articles=True), self.kept))
+        return out
+
+    def equals(self, text: str) -> bool:
+        return any(norm in refs for norm, refs in self._forms(text))
+
+    def within(self, text: str) -> bool:
+        """Whether a reference occurs in the text as whole words (normalised, so word-bounded by spaces)."""
+        return any(f" {ref} " in f" {norm} " for norm, refs in self._forms(text) for ref in refs if ref)
+
+
+def _searched(pat: re.Pattern[str] | None, text: str) -> str | None:
+    """The part of ``text`` a check compares: ``pat``'s first group (None where it is not found), else all of it."""
+    if pat is None:
+        return text
+    found = pat.search(text)
+    return (found.group(1) or "") if found else None
+
+
+def match_check(field: str, mode: str, case_sensitive: bool, pat: re.Pattern[str] | None, tol: float,
                 where: str) -> BatchCheck:
-    """Compare the text with the record's ``field``: exactly, or its number within ``tol``; NaN without one."""
+    """Compare the completion (or ``pat``'s first group in it) with the record's ``field``, a reference or a list of
+    them, any of which counts: ``exact`` equal once both are normalised (:func:`normalise_answer`), ``contains`` the
+    normalised reference as whole words of the normalised completion, ``numeric`` the completion's number (the
+    last one, or the extracted one) within ``tol``. 0.0 where ``pat`` finds nothing; NaN without a reference."""
     import numpy as np
-    fold: Callable[[str], str] = (lambda s: s) if case_sensitive else str.casefold
 
     def target(ref: Any) -> Any:
-        if ref is None:
-            return None  # this prompt has nothing to compare against
-        if not numeric:
-            return fold(str(ref).strip())
-        value = None if isinstance(ref, bool) else _to_float(str(ref))
-        if value is None:
+        refs = _references(ref, field, where)
+        if refs is None or mode != "numeric":
+            return refs if refs is None else _Answers(refs, case_sensitive)
+        values = [_to_float(r) for r in refs]
+        if any(v is None for v in values):
             raise JudgeError(f"field {field!r} of the prompt record is not a number: {ref!r}", where)
-        return value
+        return values
 
-    def number(found: re.Match[str] | None, text: str) -> float | None:
+    def number(text: str) -> float | None:
         if pat is not None:
-            return _to_float(found.group(1) or "") if found else None
+            return _to_float(text)
         numbers = _NUMBER.findall(text)
         return _to_float(numbers[-1]) if numbers else None
 
+    def one(text: str, ref: Any) -> float:
+        if ref is None:
+            return NAN
+        part = _searched(pat, text)
+        if part is None:
+            return 0.0
+        if mode == "numeric":
+            value = number(part)
+            return 0.0 if value is None else float(any(abs(value - r) <= tol for r in ref))
+        return float(ref.equals(part) if mode == "exact" else ref.within(part))
+
     def run(batch: Batch) -> np.ndarray:
-        keys = list(map(id, batch.records))
         targets: dict[int, Any] = {}  # a group's completions share their record: one target per record
-        for key, rec in zip(keys, batch.records, strict=True):
-            if key not in targets:
-                targets[key] = target(rec.get(field))
-        refs = [targets[key] for key in keys]
-        if not numeric:
-            return np.array([NAN if ref is None else fold(text.strip()) == ref
-                             for text, ref in zip(batch.texts, refs, strict=True)], dtype=np.float64)
-        found = map(pat.search, batch.texts) if pat is not None else repeat(None)
-        return np.array([NAN if ref is None else 0.0 if (value := number(m, text)) is None else abs(value - ref) <= tol
-                         for text, m, ref in zip(batch.texts, found, refs, strict=False)], dtype=np.float64)
+        for rec in batch.records:
+            if id(rec) not in targets:
+                targets[id(rec)] = target(rec.get(field))
+        return np.array([one(text, targets[id(rec)]) for text, rec in zip(batch.texts, batch.records, strict=True)],
+                        dtype=np.float64)
 
     return run
 
 
-@lru_cache(maxsize=4096)
-def _whole_words(texts: tuple[str, ...], flags: int) -> re.Pattern[str]:
-    """A pattern finding any of ``texts`` as a whole word or phrase (no word character on either side)."""
-    # longest first, so a phrase is tried before a word it starts with
-    return re.compile(r"(?<!\w)(?:" + "|".join(map(re.escape, sorted(texts, key=len, reverse=True))) + r")(?!\w)",
-                      flags)
-
-
-def contains_check(field: str, case_sensitive: bool, pat: re.Pattern[str] | None, where: str) -> BatchCheck:
-    """1.0 where the record's ``field`` (a text, or a list of texts: any of them) occurs in the completion as a whole
-    word or phrase, searched in ``pat``'s first group where given (0.0 where ``pat`` is not found); NaN without one."""
+def record_keywords_check(mode: str, field: str, case_sensitive: bool, where: str) -> BatchCheck:
+    """``keywords_check`` with the words read from each record's ``field`` (a text or a list of texts); NaN for a
+    record without it."""
     import numpy as np
-    flags = 0 if case_sensitive else re.IGNORECASE
 
-    def target(value: Any) -> re.Pattern[str] | None:
+    def words(value: Any) -> list[str] | None:
         if value is None:
-            return None  # this prompt has nothing to look for
-        texts = value if isinstance(value, list) else [value]
-        if not texts or not all(isinstance(t, str) and t.strip() for t in texts):
+            return None
+        items = value if isinstance(value, list) else [value]
+        if not items or not all(isinstance(w, str) and w for w in items):
             raise JudgeError(f"field {field!r} of the prompt record must be a non-empty text or a non-empty list of "
                              f"them, got {value!r}", where)
-        return _whole_words(tuple(sorted({t.strip() for t in texts})), flags)
+        return items if case_sensitive else [w.casefold() for w in items]
+
+    def one(text: str, found: list[str] | None) -> float:
+        if found is None:
+            return NAN
+        hits = [w in text for w in found]
+        out = all(hits) if mode == "all" else any(hits)
+        return float(not out if mode == "none" else out)
 
     def run(batch: Batch) -> np.ndarray:
-        targets: dict[int, re.Pattern[str] | None] = {}  # a group's completions share their record
-        out = np.empty(batch.size, dtype=np.float64)
-        for i, (text, rec) in enumerate(zip(batch.texts, batch.records, strict=True)):
+        targets: dict[int, list[str] | None] = {}
+        for rec in batch.records:
             if id(rec) not in targets:
-                targets[id(rec)] = target(rec.get(field))
-            found = targets[id(rec)]
-            if found is None:
-                out[i] = NAN
-                continue
-            part = pat.search(text) if pat is not None else None
-            searched = text if pat is None else (part.group(1) or "") if part else None
-            out[i] = 0.0 if searched is None else float(found.search(searched) is not None)
-        return out
+                targets[id(rec)] = words(rec.get(field))
+        texts = batch.texts if case_sensitive else batch.folded
+        return np.array([one(text, targets[id(rec)]) for text, rec in zip(texts, batch.records, strict=True)],
+                        dtype=np.float64)
 
     return run
