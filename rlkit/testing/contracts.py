@@ -300,6 +300,12 @@ class JudgeBackendContract:
     def test_has_close(self, backend: Any) -> None:
         assert callable(getattr(backend, "close", None))
 
+    def test_expected_by_default_only_with_level_probabilities(self, backend: Any) -> None:
+        # the llm judge's `scoring: auto` trusts this flag to mean every structured answer carries them
+        if getattr(backend, "expected_by_default", False):
+            assert getattr(backend, "structured_outputs", False) and getattr(backend, "level_probs_outputs", False), \
+                "expected_by_default needs structured_outputs and level_probs_outputs"
+
 
 def example_prompts() -> list[dict[str, Any]]:
     """Three prompt records of different lengths, one a chat: requests for generator suites."""

@@ -1,5 +1,5 @@
-"""``judge.params.show_reference``: the record's reference reaches a model judge's prompt only when asked, and the
-reference-leak check counts only what the template itself does not show."""
+"""``judge.params.show_reference``: the record's reference reaches a model judge's prompt unless hidden on request,
+and the reference-leak check counts only what the template itself does not show."""
 
 from __future__ import annotations
 
@@ -25,11 +25,12 @@ def _ask(tmp_path, monkeypatch, prompt: str, **params) -> tuple[list[str], dict[
     return [m[0]["content"] for m in server.requests], judge.metrics()
 
 
-def test_the_reference_is_shown_only_when_asked(tmp_path, monkeypatch):
-    (hidden,), _ = _ask(tmp_path / "a", monkeypatch, "64*64=")
+def test_the_reference_is_shown_unless_hidden_on_request(tmp_path, monkeypatch):
+    (hidden,), _ = _ask(tmp_path / "a", monkeypatch, "64*64=", show_reference=False)
     assert "REFERENCE ANSWER" not in hidden and "4096" in hidden.split("RESPONSE:")[1]
     assert "4096" not in hidden.split("RESPONSE:")[0]
-    (shown,), metrics = _ask(tmp_path / "b", monkeypatch, "64*64=", show_reference=True)
+    # the default (auto): reference-guided grading whenever the record has a reference, on every backend
+    (shown,), metrics = _ask(tmp_path / "b", monkeypatch, "64*64=")
     assert "REFERENCE ANSWER" in shown and "4096" in shown.split("RESPONSE:")[0]
     assert metrics["judge/reference_leaks"] == 0.0, "shown on purpose is not a leak"
 

@@ -15,7 +15,8 @@ death is one :class:`~rlkit.plugin.EngineError` line with the engine's last log 
   (``judge/rubric_scores.jinja``), so llama.cpp's prompt cache serves that prefix from the KV of a slot's previous
   request; the answers' ``usage.prompt_tokens_details.cached_tokens`` count it (``judge/tokens_cached``).
 * Everything on the wire is the ``openai`` backend's (structured outputs through ``response_format``, level
-  probabilities from ``top_logprobs``, retries, usage), pointed at the engine.
+  probabilities from ``top_logprobs``, retries, usage), pointed at the engine. Since the engine always returns the
+  probabilities, the backend declares ``expected_by_default``: the ``llm`` judge's ``scoring: auto`` scores by them.
 """
 
 from __future__ import annotations
@@ -46,6 +47,10 @@ INSTALL_ENGINE = "pip install 'rlkit[judge-server]'"
 
 class LlamaCppBackend:
     """A GGUF judge served by a llama.cpp engine that this backend starts and stops."""
+
+    # The engine is rlkit's own and always returns top_logprobs, so the llm judge's `scoring: auto` weighs each level
+    # by its probability here (G-Eval's way): unlike a user's server, nothing can be missing or billed.
+    expected_by_default = True
 
     @dataclass
     class Params:

