@@ -36,7 +36,8 @@ Rankings (:func:`parse_ranking`), tried in this order:
    only blocks that contain a double quote, so ``[A] > [B]`` is not mistaken for JSON.
 2. The last ``[[...]]`` whose contents name a label, read by steps 3-4 (``[[A]]`` alone means A first).
 3. Chains of labels joined by ``>``, ``>>``/``≫`` (strength 2.0), ``=``/``≈``/``~`` (a tie, strength
-   0.0). Labels are matched case-insensitively and may be written ``Response A``, ``(A)``, ``[A]`` or
+   0.0), or written worst first with ``<``, ``<<``/``≪`` (read reversed: ``B < C < A`` is ``A > C > B``).
+   Labels are matched case-insensitively and may be written ``Response A``, ``(A)``, ``[A]`` or
    ``**A**``. If some chain names every label, the last such chain is the answer (method ``"chain"``).
    Else if one chain names a label, it is the answer. Else the chains are pairwise statements (method
    ``"pairwise"``): every stated "x above y" (each pair of tiers within a statement) is collected once,
@@ -45,11 +46,23 @@ Rankings (:func:`parse_ranking`), tried in this order:
    ``cycles_broken`` counts the stated pairs that this order contradicts (so ``A > B, B > C, C > A``
    gives ``A > B > C`` and ``cycles_broken=1``). Commas, newlines and prose separate statements here.
 4. Only when no chain exists: a comma-separated list of labels and nothing else (``A, C, B``) is an order
-   best first (method ``"comma"``); the list naming the most labels wins, the last one on a tie.
+   best first (method ``"comma"``); the list naming the most labels wins, the last one on a tie. The list must
+   stand alone on its line, after at most a heading that ends with a colon (``Ranking: A, C, B``), so prose such
+   as "A is better than C, C is better than B" is not read as the order ``C, C``.
 5. Only when nothing above matched: a score per label, ``A: 8/10, B: 6/10`` or ``Response A: 2`` (a
    colon, a number, an optional ``/ max``), as judges asked to rank often answer; labels are ordered by
    score, higher first, equal scores tied, strength 1.0 per gap (method ``"scores"``). At least two
    labels must be scored; a label scored twice keeps its last score.
+
+Direction. A list (comma or JSON) has no direction of its own and is read best first, unless what introduces
+it, its line up to the list and the line before when that one ends with a colon (a heading), says worst first
+("worst first", "from worst to best", "ascending", "lowest to highest", a JSON key ``worst_to_best``): then it
+is read reversed and must name every label. A worst-first phrase elsewhere in the answer, a heading saying both
+directions, or a chain whose comparators contradict its heading (``Worst first: B > C > A``) make the answer
+ambiguous; so do a chain mixing ``>`` and ``<`` between labels (``A > B < C``, when it is the chain the answer
+would be read from), a ``[[A]]`` verdict introduced by "worst", and per-label numbers that are exactly the ranks
+1..n (ranks or scores? ``A: 1, B: 2, C: 3`` reads either way). An ambiguous answer is refused: it comes back
+with ``method="none"``, a parse failure, and never as a guessed order.
 
 Labels not mentioned are appended as one last tier (in ``labels`` order, strength 1.0) and make
 ``complete`` false; so does a label written twice (its first place is kept). With nothing readable the
@@ -406,14 +419,75 @@ _PREFIX = r"(?:response|answer|assistant|output|candidate|model|option|completio
 # The look-behind lets a token start only at the start of a word run, which keeps matching linear on
 # text such as "a-a-a-...".
 _TOKEN = rf"(?<![\w.\-])[\*\"'`]{{0,3}}(?:{_PREFIX}[ \t_\-]{{1,3}})?[\(\[]?\w+(?:[.\-]\w+)*[\)\]]?[\*\"'`]{{0,3}}"
-_COMPARATOR = r">>|\u226b|>|==|=|\u2248|~"
-_STRENGTH = {">>": 2.0, "\u226b": 2.0, ">": 1.0, "==": 0.0, "=": 0.0, "\u2248": 0.0, "~": 0.0}
+_COMPARATOR = r">>|\u226b|>|<<|\u226a|<|==|=|\u2248|~"
+_STRENGTH = {">>": 2.0, "\u226b": 2.0, ">": 1.0, "<<": 2.0, "\u226a": 2.0, "<": 1.0,
+             "==": 0.0, "=": 0.0, "\u2248": 0.0, "~": 0.0}
+# +1: the left label is the better one; -1: the worse one (a chain written worst first); a tie has none
+_DIRECTION = {">>": 1, "\u226b": 1, ">": 1, "<<": -1, "\u226a": -1, "<": -1}
 _CHAIN_RE = re.compile(rf"{_TOKEN}(?:\s*(?:{_COMPARATOR})\s*{_TOKEN})+", re.I)
 _SPLIT_RE = re.compile(rf"\s*({_COMPARATOR})\s*")
 _COMMA_RE = re.compile(rf"{_TOKEN}(?:\s*,\s*{_TOKEN})+", re.I)
 _BRACKETS_RE = re.compile(r"\[\[([^\[\]\n]{1,300})\]\]")
 _PREFIX_RE = re.compile(rf"^{_PREFIX}[ \t_\-]+", re.I)
 _RANKING_KEYS = {"ranking", "rankings", "order", "rank", "ranked", "finalranking", "result"}
+_GAP = r"[\s_\-]{0,3}"
+# Phrases that say which end of an order comes first. Word edges are letters only, so a JSON key such as
+# "ranking_worst_to_best" counts.
+_WORST_FIRST_RE = re.compile(
+    rf"(?<![a-z])(?:(?:worst|weakest|lowest|least|bottom){_GAP}(?:first|to{_GAP}(?:best|strongest|highest|most|top))"
+    rf"|from{_GAP}(?:the{_GAP})?(?:worst|weakest|lowest)|ascending|increasing{_GAP}order)(?![a-z])", re.I)
+_BEST_FIRST_RE = re.compile(
+    rf"(?<![a-z])(?:(?:best|strongest|highest|most|top){_GAP}(?:first|to{_GAP}(?:worst|weakest|lowest|least|bottom))"
+    rf"|from{_GAP}(?:the{_GAP})?(?:best|strongest|highest)|descending|decreasing{_GAP}order)(?![a-z])", re.I)
+_WORST_RE = re.compile(r"(?<![a-z])(?:worst|weakest|least|lowest|bottom)(?![a-z])", re.I)
+
+
+class _Ambiguous(Exception):
+    """An answer that reads more than one way: refused (method "none"), never guessed."""
+
+
+def _introduction(text: str, start: int) -> str:
+    """What introduces the order that starts at ``start``: its line up to there, and the line before it when that
+    one is a heading (ends with a colon)."""
+    line_start = text.rfind("\n", 0, start) + 1
+    intro = text[line_start:start]
+    end = line_start - 1
+    while end > 0:
+        begin = text.rfind("\n", 0, end) + 1
+        line = text[begin:end]
+        if line.strip():
+            if line.strip().rstrip("*_` ").endswith(":"):
+                intro = line + "\n" + intro
+            break
+        end = begin - 1
+    return intro
+
+
+def _list_direction(intro: str, whole: str) -> int:
+    """+1 when a list introduced by ``intro`` is best first, -1 worst first; raises :class:`_Ambiguous` when its
+    introduction says both, or says nothing while the answer says worst first elsewhere."""
+    worst, best = _WORST_FIRST_RE.search(intro), _BEST_FIRST_RE.search(intro)
+    if worst and best:
+        raise _Ambiguous
+    if worst:
+        return -1
+    if best:
+        return 1
+    if _WORST_FIRST_RE.search(whole):
+        raise _Ambiguous  # said somewhere, about this list or not: no way to tell
+    return 1
+
+
+def _oriented(raw_tiers: list[list[str]], strengths: list[float], direction: int, labels: _Labels,
+              ) -> _Statement:
+    """A list read in ``direction``; worst first it is reversed and must name every label (where the unnamed
+    would go is not said)."""
+    if direction < 0:
+        raw_tiers, strengths = raw_tiers[::-1], strengths[::-1]
+    statement = _statement(raw_tiers, strengths, labels)
+    if direction < 0 and statement.known != set(labels.labels):
+        raise _Ambiguous
+    return statement
 
 
 class _Labels:
@@ -444,6 +518,7 @@ class _Statement:
     strengths: list[float]
     unknown: list[str]
     duplicated: bool
+    ambiguous: bool = False  # comparators pointing both ways, or against the chain's heading
 
     @property
     def known(self) -> set[str]:
@@ -480,9 +555,24 @@ def _statement(raw_tiers: list[list[str]], strengths: list[float], labels: _Labe
     return _Statement(tiers, kept_strengths, unknown, duplicated)
 
 
-def _chain(text: str, labels: _Labels) -> _Statement:
+def _chain(text: str, labels: _Labels, intro: str = "") -> _Statement:
     parts = _SPLIT_RE.split(text.strip())
     tokens, seps = parts[0::2], parts[1::2]
+    # The direction is read only between labels, so markup such as "<think>" after a label states nothing.
+    stated: set[int] = set()
+    between: set[int] = set()
+    seen = labels.resolve(tokens[0])[0] is not None
+    for sep, token in zip(seps, tokens[1:], strict=True):
+        if _DIRECTION.get(sep):
+            between.add(_DIRECTION[sep])
+        if labels.resolve(token)[0] is not None:
+            if seen:
+                stated |= between if len(between) < 2 else {1, -1}
+            seen, between = True, set()
+    direction = next(iter(stated)) if len(stated) == 1 else 0
+    worst, best = _WORST_FIRST_RE.search(intro), _BEST_FIRST_RE.search(intro)
+    ambiguous = len(stated) > 1 or (direction > 0 and bool(worst) and not best) or \
+        (direction < 0 and bool(best) and not worst)
     raw_tiers: list[list[str]] = [[tokens[0]]]
     strengths: list[float] = []
     for sep, token in zip(seps, tokens[1:], strict=True):
@@ -492,7 +582,11 @@ def _chain(text: str, labels: _Labels) -> _Statement:
         else:
             raw_tiers.append([token])
             strengths.append(strength)
-    return _statement(raw_tiers, strengths, labels)
+    if direction < 0:
+        raw_tiers, strengths = raw_tiers[::-1], strengths[::-1]
+    statement = _statement(raw_tiers, strengths, labels)
+    statement.ambiguous = ambiguous
+    return statement
 
 
 def _merge_unknown(statements: list[_Statement]) -> list[str]:
@@ -543,27 +637,44 @@ def _copeland(statements: list[_Statement], labels: _Labels) -> RankingParse:
                    duplicated=False)
 
 
-def _from_chains(text: str, labels: _Labels) -> RankingParse | None:
-    statements = [s for s in (_chain(m.group(0), labels) for m in _CHAIN_RE.finditer(text)) if s.known]
+def _from_chains(text: str, labels: _Labels, intro: str = "") -> RankingParse | None:
+    """``intro``: what introduces ``text`` when it is part of a larger answer (a ``[[...]]`` verdict, a JSON key)."""
+    statements = [s for s in (_chain(m.group(0), labels, intro + _introduction(text, m.start()))
+                              for m in _CHAIN_RE.finditer(text)) if s.known]
     if not statements:
         return None
     everyone = set(labels.labels)
     full = [s for s in statements if s.known == everyone]
     if full:
+        if full[-1].ambiguous:
+            raise _Ambiguous
         return _finish(full[-1], labels, "chain")
+    if any(s.ambiguous for s in statements):
+        raise _Ambiguous
     if len(statements) == 1:
         return _finish(statements[0], labels, "chain")
     return _copeland(statements, labels)
 
 
-def _from_commas(text: str, labels: _Labels) -> RankingParse | None:
+def _stands_alone(text: str, m: re.Match[str]) -> bool:
+    """Whether a list is all its line holds, after at most a heading ending with a colon (and list markup)."""
+    line_start = text.rfind("\n", 0, m.start()) + 1
+    line_end = text.find("\n", m.end())
+    before = text[line_start:m.start()].strip(" \t*_`#>-")
+    after = text[m.end():len(text) if line_end == -1 else line_end].strip(" \t*_`.!")
+    return not after and (not before or before.endswith(":"))
+
+
+def _from_commas(text: str, labels: _Labels, intro: str = "", whole: str | None = None) -> RankingParse | None:
+    """``intro`` and ``whole``: what introduces ``text`` and the whole answer, when ``text`` is part of one."""
     best: _Statement | None = None
     for m in _COMMA_RE.finditer(text):
         tokens = m.group(0).split(",")
         # Every item must be a label: a prose list such as "A, B, and C" or "tone, length" is not an order.
-        if any(labels.resolve(t)[0] is None for t in tokens):
+        if any(labels.resolve(t)[0] is None for t in tokens) or not _stands_alone(text, m):
             continue
-        s = _statement([[t] for t in tokens], [1.0] * (len(tokens) - 1), labels)
+        direction = _list_direction(intro + _introduction(text, m.start()), text if whole is None else whole)
+        s = _oriented([[t] for t in tokens], [1.0] * (len(tokens) - 1), direction, labels)
         if best is None or len(s.known) >= len(best.known):
             best = s
     return _finish(best, labels, "comma") if best is not None else None
@@ -575,6 +686,7 @@ _LABEL_SCORE_RE = re.compile(rf"({_TOKEN})\s*:\s*(-?\d+(?:\.\d+)?)(?:\s*(?:/|out
 def _from_label_scores(text: str, labels: _Labels) -> RankingParse | None:
     scored: dict[str, float] = {}
     unknown: list[str] = []
+    out_of = False
     for m in _LABEL_SCORE_RE.finditer(text):
         label, cleaned = labels.resolve(m.group(1))
         if label is None:
@@ -583,30 +695,37 @@ def _from_label_scores(text: str, labels: _Labels) -> RankingParse | None:
             continue
         scored.pop(label, None)  # re-insert so the last score counts and the order stays stable
         scored[label] = float(m.group(2))
+        out_of = out_of or m.end() > m.end(2)  # a denominator: scores, not places
     if len(scored) < 2:
         return None
+    if not out_of and sorted(scored.values()) == [float(r) for r in range(1, len(scored) + 1)]:
+        raise _Ambiguous  # 1 = best place or 1 = lowest score: "A: 1, B: 2, C: 3" reads both ways
     values = sorted(set(scored.values()), reverse=True)
     tiers = [[label for label in labels.labels if scored.get(label) == v] for v in values]
     return _finish(_Statement(tiers, [1.0] * (len(tiers) - 1), unknown, False), labels, "scores")
 
 
-def _ranking_list(obj: Any) -> list[Any] | str | None:
+def _ranking_list(obj: Any) -> tuple[list[Any] | str | None, str]:
+    """The ranking a JSON value holds, and its key (which may say the direction: ``worst_to_best``)."""
     if isinstance(obj, list):
-        return obj
+        return obj, ""
     if isinstance(obj, dict):
         for key, value in obj.items():
-            if isinstance(key, str) and _norm(key) in _RANKING_KEYS and isinstance(value, list | str):
-                return value
-    return None
+            if not isinstance(key, str) or not isinstance(value, list | str):
+                continue
+            if _norm(key) in _RANKING_KEYS or _WORST_FIRST_RE.search(key) or _BEST_FIRST_RE.search(key):
+                return value, key
+    return None, ""
 
 
 def _from_json(text: str, labels: _Labels) -> RankingParse | None:
     for candidates in (_json_candidates(text, "[", "]", need_quote=True),
                        _json_candidates(text, "{", "}", need_quote=True)):
         for obj in candidates:
-            items = _ranking_list(obj)
+            items, key = _ranking_list(obj)
             if isinstance(items, str):
-                parsed = _from_chains(items, labels) or _from_commas(items, labels)
+                intro = f"{key}: " if key else ""
+                parsed = _from_chains(items, labels, intro) or _from_commas(items, labels, intro, text)
                 if parsed is not None:
                     return RankingParse(parsed.order, parsed.strengths, "json", parsed.complete,
                                         parsed.cycles_broken, parsed.unknown)
@@ -623,9 +742,10 @@ def _from_json(text: str, labels: _Labels) -> RankingParse | None:
                     tier = []
                 if tier:
                     raw_tiers.append(tier)
-            s = _statement(raw_tiers, [1.0] * max(len(raw_tiers) - 1, 0), labels)
-            if s.known:
-                return _finish(s, labels, "json")
+            gaps = [1.0] * max(len(raw_tiers) - 1, 0)
+            if not _statement(raw_tiers, gaps, labels).known:
+                continue
+            return _finish(_oriented(raw_tiers, gaps, _list_direction(key, text), labels), labels, "json")
     return None
 
 
@@ -635,22 +755,30 @@ def parse_ranking(text: str, labels: list[str]) -> RankingParse:
     if not isinstance(text, str):
         text = "" if text is None else str(text)
     known = _Labels(labels)
+    try:
+        parsed = _read_ranking(text, known)
+    except _Ambiguous:
+        parsed = None
+    return parsed if parsed is not None else _finish(_Statement([], [], [], False), known, "none")
+
+
+def _read_ranking(text: str, known: _Labels) -> RankingParse | None:
+    """:func:`parse_ranking`'s passes in order; raises :class:`_Ambiguous` on an answer that reads two ways."""
     parsed = _from_json(text, known)
     if parsed is not None:
         return parsed
     for m in reversed(list(_BRACKETS_RE.finditer(text))):
-        inner = m.group(1)
-        parsed = _from_chains(inner, known) or _from_commas(inner, known)
+        inner, intro = m.group(1), _introduction(text, m.start())
+        parsed = _from_chains(inner, known, intro) or _from_commas(inner, known, intro, text)
         if parsed is None:
             label, _ = known.resolve(inner)
             if label is not None:
+                if _WORST_RE.search(intro):
+                    raise _Ambiguous  # "the worst is [[C]]": a verdict names the best one
                 parsed = _finish(_Statement([[label]], [], [], False), known, "chain")
         if parsed is not None:
             return parsed
-    parsed = _from_chains(text, known) or _from_commas(text, known) or _from_label_scores(text, known)
-    if parsed is not None:
-        return parsed
-    return _finish(_Statement([], [], [], False), known, "none")
+    return _from_chains(text, known) or _from_commas(text, known) or _from_label_scores(text, known)
 
 
 def ranks_from_order(order: list[list[str]], labels: list[str]) -> list[float]:

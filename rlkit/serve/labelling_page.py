@@ -18,6 +18,7 @@ unknown line or dimension, 409 when the file changed under the page.
 
 # no `from __future__ import annotations`: FastAPI reads the endpoints' annotations, and the request models are
 # local to create_label_app (pydantic and FastAPI load only when a page is served)
+import errno
 import hmac
 import os
 import random
@@ -191,6 +192,9 @@ def bind_loopback(port: int, command: str = "rlkit label serve") -> socket.socke
         sock.listen(64)
     except OSError as exc:
         sock.close()
+        if exc.errno == errno.EADDRINUSE:  # said as rlkit serve says it
+            raise ConfigError(f"port {port} on {HOST} is in use (another server?); pick another port=, or 0 for any "
+                              "free one", f"{command} port") from None
         raise ConfigError(f"cannot listen on {HOST}:{port} ({exc.strerror or exc}); pick another port=, or 0 for any "
                           "free one", f"{command} port") from None
     return sock
@@ -209,8 +213,8 @@ def cmd_label_serve(args: Sequence[str]) -> int:
     """Serve the page until Ctrl-C; the URL to open (with its token) is the first line printed."""
     path, port, options = _options(args)
     lines = read_labelling(path)  # a wrong file is one error line now, not a page that fails later
+    sock = bind_loopback(port)  # before the app is built (FastAPI imported): a port in use fails at once
     app = create_label_app(path, page_token(options), int(options.get("seed", 0)))
-    sock = bind_loopback(port)
     bound = sock.getsockname()[1]
     groups = sum(is_group(line) for line in lines)
     print(f"labelling page for {path} ({len(lines) - groups} completions, {groups} groups to rank): "

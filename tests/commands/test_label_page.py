@@ -228,7 +228,24 @@ def test_a_port_in_use_is_one_error_line(labelling, serve_page, capsys):
     server = serve_page(labelling)
     port = server.url.rsplit(":", 1)[1]
     assert main(["label", "serve", str(labelling), f"port={port}"]) == 2
-    assert f"cannot listen on 127.0.0.1:{port}" in capsys.readouterr().err
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"port {port} on 127.0.0.1 is in use" in err[0]
+
+
+@pytest.mark.parametrize("command", [["compare", "serve", "no-such-comparison.jsonl"],
+                                     ["compare", "no-such-run", "other-run"]], ids=["compare-serve", "compare"])
+def test_compare_says_its_port_is_in_use_before_reading_anything(tmp_path, command, capsys, monkeypatch):
+    import socket
+
+    monkeypatch.chdir(tmp_path)
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen(1)
+        port = busy.getsockname()[1]
+        assert main([*command, f"port={port}"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"port {port} on 127.0.0.1 is in use" in err[0], err
+    assert not (tmp_path / "comparisons").exists()
 
 
 def test_the_terminal_tool_points_to_calibrate_once_groups_are_ranked(labelling, capsys):

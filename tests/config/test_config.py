@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 from omegaconf import OmegaConf
 
 from rlkit import ConfigError, PluginError
@@ -65,8 +66,18 @@ NEEDS_MORE = {("environment", "tools"): ["model.chat_template=pkg://rlkit.templa
 @pytest.mark.parametrize(("group", "option"), [o for o in OPTIONS if o not in NEEDS_SERVER],
                          ids=[f"{g}={o}" for g, o in OPTIONS if (g, o) not in NEEDS_SERVER])
 def test_every_option_composes_and_validates(registry, group, option, records_file):
+    if (group, option) == ("rubric", "per_record"):
+        # each record names its own rubric, which validation loads: here one inline
+        own = {"name": "own", "version": "1", "dimensions": [
+            {"name": "sum", "type": "binary", "category": "essential", "checks": [{"type": "match"}]}]}
+        records_file.write_text(json.dumps({"prompt": "1+1=", "reference": "2", "rubric": own}) + "\n")
     cfg = compose_config(registry, [f"{group}={option}", f"data.path={records_file}",
                                     *NEEDS_MORE.get((group, option), [])])
+    if cfg.trainer.get("accelerator") == "gpu" and not torch.cuda.is_available():
+        # trainer=fsdp asks for GPUs: validate refuses it on a machine without (tests/config/test_machine.py)
+        with pytest.raises(ConfigError, match="no CUDA GPU"):
+            validate_config(cfg, registry)
+        cfg = compose_config(registry, [f"{group}={option}", f"data.path={records_file}", "trainer.accelerator=cpu"])
     validated = validate_config(cfg, registry)
     kind = KINDS_BY_GROUP.get(group)
     if kind is not None:

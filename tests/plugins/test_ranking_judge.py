@@ -207,6 +207,32 @@ def test_unreadable_answers_follow_the_failure_policy(policy):
     assert calls["n"] == 6, "4 requests, the 2 unreadable ones asked once more"
 
 
+def _worst_first(candidates: dict[str, str]) -> list[str]:
+    return shortest_first(candidates).split(" > ")[::-1]
+
+
+@pytest.mark.parametrize("answer", [lambda c: "Worst first: " + ", ".join(_worst_first(c)),
+                                    lambda c: "Ranking from worst to best:\n" + ", ".join(_worst_first(c)),
+                                    lambda c: " < ".join(_worst_first(c))],
+                         ids=["worst-first", "worst-to-best-heading", "less-than-chain"])
+def test_a_worst_first_answer_gives_the_rewards_of_the_best_first_one(answer):
+    rubric = load_rubric(RUBRIC)
+    groups = [["aaaa", "a", "aaa", "aa"]]
+    judge, _ = _judge(answer, repetitions=2)
+    scores = judge.score(_rollout(groups), rubric)
+    assert scores[0, :, 0].tolist() == pytest.approx([0, 1, 1 / 3, 2 / 3]), "the shortest is best, not worst"
+    assert judge.metrics()["judge/parse_failure_rate"] == 0.0
+
+
+def test_an_answer_that_reads_two_ways_is_a_parse_failure_not_an_order():
+    rubric = load_rubric(RUBRIC)
+    judge, backend = _judge(lambda c: "Worst first: " + " > ".join(_worst_first(c)), repetitions=2, parse_retries=1)
+    with pytest.warns(UserWarning, match="rankings could not be parsed"):
+        scores = judge.score(_rollout([["aaaa", "a", "aaa", "aa"]]), rubric)
+    assert torch.isnan(scores).all()
+    assert judge.metrics()["judge/parse_failure_rate"] == 1.0 and len(backend.asked) == 4, "asked again once"
+
+
 def test_a_group_of_one_is_refused():
     judge, _ = _judge(shortest_first)
     with pytest.raises(JudgeError, match="at least 2"):

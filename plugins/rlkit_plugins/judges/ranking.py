@@ -39,7 +39,12 @@ outside the completions (and beyond what ``show_reference`` shows on purpose), w
 An answer with no readable order is asked again (``parse_retries``); a group none of whose repetitions
 could be read follows ``failure_policy``: ``nan`` and ``drop_group`` leave the group unscored (no
 advantage), ``min`` gives every completion 0 (a group without order, so also no advantage). Never a
-silent 0 for some completions only.
+silent 0 for some completions only. An answer that reads two ways (a worst-first phrase with a ``>`` chain, ``>`` and
+``<`` in one chain, rlkit.judging.parsing) is such an unreadable answer, never a guessed order.
+
+A model judge sees each completion normalised and capped at ``max_completion_chars`` (``judge/completions_capped``
+counts the cut ones), and an answer's fragments copied from a completion are not read as its order
+(``rlkit.judging.shown``).
 """
 
 from __future__ import annotations
@@ -55,10 +60,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from rlkit.plugin import (
+    DEFAULT_MAX_COMPLETION_CHARS,
     RANKING_COMPACT_TEMPLATE,
     Anchor,
     BackendRef,
     CallPlan,
+    CompletionView,
     ConfigError,
     Dimension,
     FailureWarning,
@@ -253,6 +260,9 @@ class RankingJudge:
         failure_policy: Literal["nan", "min", "drop_group"] = "nan"
         failure_warning: float = 0.05
         seed: int = 0
+        # a model judge sees each completion normalised and cut to this many characters, head and tail
+        # (rlkit.judging.shown: why this default); the offline tiny judge sees it as written
+        max_completion_chars: int = DEFAULT_MAX_COMPLETION_CHARS
 
     def __init__(self, params: Params) -> None:
         from rlkit.plugin import RANKING_SPEC, build_tiny_judge, ranking_spec
@@ -268,6 +278,7 @@ class RankingJudge:
             raise ConfigError(f"must be > 0, got {params.temperature}", "judge.params.temperature")
         if not 0 <= params.tie_penalty <= 1:
             raise ConfigError(f"must lie in [0, 1], got {params.tie_penalty}", "judge.params.tie_penalty")
+        CompletionView.check(params.max_completion_chars, "judge.params.max_completion_chars")
         self.params = params
         # offline, one tiny judge per group size: it learns where each label's line is for one size
         self.backend = JudgeBackend(params.backend,
@@ -308,9 +319,11 @@ class RankingJudge:
         labels = group_labels(g)
         shown: dict[tuple[int, int], list[int]] = {}
         requests: dict[Hashable, tuple[str, list[dict[str, str]]]] = {}
+        view = CompletionView(self.params.max_completion_chars, raw=self.backend.offline)
         for i, record in enumerate(rollout.records):
-            prompt, group = seen_prompt(rollout, i), list(rollout.completions[i])
-            group_key = hashlib.sha256("\x00".join([prompt, *group]).encode()).hexdigest()
+            prompt = seen_prompt(rollout, i)
+            group_key = hashlib.sha256("\x00".join([prompt, *rollout.completions[i]]).encode()).hexdigest()
+            group = [view.show((i, c), text) for c, text in enumerate(rollout.completions[i])]
             reference = self.backend.shown_reference(record, self.params.show_reference)
             for rep, order in enumerate(shuffled_orders(g, k, self.params.seed, group_key)):
                 shown[(i, rep)] = order
@@ -335,7 +348,7 @@ class RankingJudge:
             leaks = self._leaks.count(rollout.records, group_prompt, template)
 
         def read(slot: Hashable, text: str) -> tuple[RankingParse | None, bool]:
-            got = parse_ranking(text, labels)
+            got = parse_ranking(view.unquoted(text, [(slot[0], c) for c in range(g)]), labels)  # type: ignore[index]
             return (None if got.method == "none" else got), got.complete
 
         reminder = f"End with one line ranking every label best first, e.g. {' > '.join(labels)}."
@@ -368,7 +381,7 @@ class RankingJudge:
         rate = failed / max(requests_total, 1)
         self._last = {"judge/parse_failure_rate": rate, "judge/incomplete_rate": incomplete / max(requests_total, 1),
                       "judge/cycles_broken": float(cycles), "judge/confidence_mean": float(confidence.mean()),
-                      **asked.metrics(self.cache), **rank_gap_metrics(ranked)}
+                      **asked.metrics(self.cache), **rank_gap_metrics(ranked), **view.metrics()}
         if taus:
             self._last["judge/rank_agreement"] = sum(taus) / len(taus)
         if compared:
