@@ -31,6 +31,23 @@ if TYPE_CHECKING:
     from rlkit.core.hookspecs import Register
     from rlkit.core.objective import CompletionLossInputs, PairLossInputs, PairTargets
     from rlkit.core.package_files import resolve_path
+
+    # --- what a plugin of each kind is: every member the host reads, required and optional ------------------
+    from rlkit.core.protocols import (
+        AdvantageEstimatorProtocol,
+        AggregatorProtocol,
+        AuditProbeProtocol,
+        EnvironmentProtocol,
+        GeneratorProtocol,
+        JudgeBackendProtocol,
+        JudgeProtocol,
+        MonitorProtocol,
+        ObjectiveProtocol,
+        PluginProtocol,
+        PreferenceConstructorProtocol,
+        PromptSamplerProtocol,
+        WeightSchedulerProtocol,
+    )
     from rlkit.core.refs import AggregatorRef, BackendRef, JudgeRef, PluginRef, WeightSchedulerRef
 
     # --- what flows between plugins: rubric, rollouts, scores, pairs ----------------------------------------------
@@ -88,6 +105,7 @@ if TYPE_CHECKING:
     )
     from rlkit.judging.rate_limit import rate_limiter
     from rlkit.judging.schema import dimension_levels, rubric_json_schema
+    from rlkit.judging.shown import DEFAULT_MAX_COMPLETION_CHARS, CompletionView
     from rlkit.judging.spend import (
         CallPlan,
         JudgeLoad,
@@ -171,6 +189,7 @@ def __dir__() -> list[str]:
 __all__ = [
     "CRITERIA_DROPOUT_FIELD",
     "DEFAULT_CALIBRATION_LABELS",
+    "DEFAULT_MAX_COMPLETION_CHARS",
     "MAX_BACKOFF_S",
     "RANKING_COMPACT_TEMPLATE",
     "RANKING_SPEC",
@@ -184,6 +203,7 @@ __all__ = [
     "BaselineDrift",
     "Completion",
     "CompletionLossInputs",
+    "CompletionView",
     "ConfigError",
     "ConflictWatch",
     "DataError",
@@ -318,4 +338,18 @@ __all__ = [
     # a run's triage (rlkit.runs.triage)
     "triage",
     "triage_reads",
+    # what a plugin of each kind is (rlkit.core.protocols)
+    "AdvantageEstimatorProtocol",
+    "AggregatorProtocol",
+    "AuditProbeProtocol",
+    "EnvironmentProtocol",
+    "GeneratorProtocol",
+    "JudgeBackendProtocol",
+    "JudgeProtocol",
+    "MonitorProtocol",
+    "ObjectiveProtocol",
+    "PluginProtocol",
+    "PreferenceConstructorProtocol",
+    "PromptSamplerProtocol",
+    "WeightSchedulerProtocol",
 ]

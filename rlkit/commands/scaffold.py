@@ -13,46 +13,55 @@ from pathlib import Path
 
 from rlkit.config.outputs import check_writable
 from rlkit.core.errors import ConfigError
+from rlkit.core.kinds import KINDS, PluginKind
 
 
 @dataclass(frozen=True)
 class ScaffoldKind:
-    """What a generated plugin of one kind needs: the registry's kind and the contract suite that tests it."""
+    """What a generated plugin of one kind needs, read from the kind's entry in ``rlkit.core.kinds.KINDS``."""
 
-    key: str  # the registry's kind key (``rlkit.core.registry.KINDS``)
-    contract: str  # the suite in ``rlkit.testing``
-    fixture: str  # the fixture that suite asks for
-    suffix: str  # of the generated class name
-    selects: tuple[str, ...] = ()  # further overrides its config needs to be used (a constructor needs group_dpo)
-    list_group: bool = False  # the group holds a list of plugins (monitors=[a,b]), not one
+    kind: PluginKind
+
+    @property
+    def key(self) -> str:
+        """The registry's kind key."""
+        return self.kind.key
+
+    @property
+    def contract(self) -> str:
+        """The suite in ``rlkit.testing`` the generated tests run."""
+        return self.kind.contract
+
+    @property
+    def fixture(self) -> str:
+        """The fixture that suite asks for."""
+        return self.kind.fixture
+
+    @property
+    def suffix(self) -> str:
+        """Of the generated class name."""
+        return self.kind.suffix
+
+    @property
+    def selects(self) -> tuple[str, ...]:
+        """Further overrides its config needs to be used (a constructor needs group_dpo)."""
+        return self.kind.selects
+
+    @property
+    def list_group(self) -> bool:
+        """Selected as a list (``monitors=[NAME]``, ``audit.probes=[NAME]``), not by one name."""
+        return self.kind.listed
 
     @property
     def config(self) -> bool:
-        """Whether the package ships ``conf/<group>/NAME.yaml``: only for a kind a config group selects. The registry
-        says which are not (``selected_by``: an audit probe is named in ``audit.probes``), so that is not kept twice."""
-        from rlkit.core.registry import KINDS_BY_KEY
-
-        return KINDS_BY_KEY[self.key].selected_by is None
+        """Whether the package ships ``conf/<group>/NAME.yaml``: only for a kind a config group selects (an audit
+        probe is named in ``audit.probes``)."""
+        return self.kind.selected_by is None
 
 
-# --kind names are the config groups users type (judge=..., advantage=...), not the registry's longer keys; "probe"
-# is the one kind no group selects.
-SCAFFOLD_KINDS: dict[str, ScaffoldKind] = {
-    "judge": ScaffoldKind("judge", "JudgeContract", "judge", "Judge"),
-    "aggregator": ScaffoldKind("aggregator", "AggregatorContract", "aggregator", "Aggregator"),
-    "advantage": ScaffoldKind("advantage_estimator", "AdvantageEstimatorContract", "estimator", "Advantage"),
-    "preference": ScaffoldKind("preference_constructor", "PreferenceConstructorContract", "constructor", "Pairs",
-                               selects=("objective=group_dpo",)),
-    "weights": ScaffoldKind("weight_scheduler", "WeightSchedulerContract", "scheduler", "Weights"),
-    # a list group: selected as monitors=[NAME]
-    "monitor": ScaffoldKind("monitor", "MonitorContract", "monitor", "Monitor", list_group=True),
-    "objective": ScaffoldKind("objective", "ObjectiveContract", "objective", "Objective"),
-    "sampler": ScaffoldKind("prompt_sampler", "PromptSamplerContract", "sampler", "Sampler"),
-    "environment": ScaffoldKind("environment", "EnvironmentContract", "environment", "Environment"),
-    "generator": ScaffoldKind("generator", "GeneratorContract", "generator", "Generator"),
-    # not a config group: `rlkit rubric audit` runs every probe unless audit.probes=[NAME] names some, so no YAML
-    "probe": ScaffoldKind("audit_probe", "AuditProbeContract", "probe", "Probe", list_group=True),
-}
+# --kind names are the kinds' template folders (templates/plugin/kinds/<name>/): the config group users type
+# (judge=..., advantage=...) except `monitor` (the group is the list `monitors`) and `probe` (no group selects it)
+SCAFFOLD_KINDS: dict[str, ScaffoldKind] = {k.scaffold: ScaffoldKind(k) for k in KINDS if k.scaffold}
 NAME = re.compile(r"[a-z][a-z0-9_]*")
 
 USAGE = """rlkit new plugin NAME --kind {kinds} [--dir DIR] [--package PACKAGE]
@@ -66,13 +75,12 @@ Then: pip install -e DIR && pytest DIR/tests && rlkit validate <group>=NAME
 
 
 def available_kinds() -> dict[str, ScaffoldKind]:
-    """The kinds a plugin can be generated for: those whose registry kind, contract and templates all exist."""
+    """The kinds a plugin can be generated for: those whose contract suite and templates both exist."""
     import rlkit.testing
-    from rlkit.core.registry import KINDS_BY_KEY
 
     root = templates_root()
     return {kind: spec for kind, spec in SCAFFOLD_KINDS.items()
-            if spec.key in KINDS_BY_KEY and hasattr(rlkit.testing, spec.contract)
+            if hasattr(rlkit.testing, spec.contract)
             and (root / "kinds" / kind / "module.py.jinja").is_file()}
 
 
@@ -97,12 +105,7 @@ def _class_name(name: str, suffix: str) -> str:
 def selector(name: str, kind: str) -> str:
     """The override that selects plugin ``name`` of ``kind``: ``judge=NAME``, ``monitors=[NAME]`` for a list, or
     the setting that names it for a kind no config group selects (``audit.probes=[NAME]``)."""
-    from rlkit.core.registry import KINDS_BY_KEY
-
-    spec = SCAFFOLD_KINDS[kind]
-    registry_kind = KINDS_BY_KEY[spec.key]
-    key = registry_kind.selected_by or registry_kind.group
-    return f"{key}=[{name}]" if spec.list_group else f"{key}={name}"
+    return SCAFFOLD_KINDS[kind].kind.selector(name)
 
 
 def next_step(name: str, kind: str, target: Path | str) -> str:
@@ -119,7 +122,6 @@ def render_plugin(name: str, kind: str, target: Path, package: str | None = None
     import jinja2
 
     import rlkit
-    from rlkit.core.registry import KINDS_BY_KEY
 
     kinds = available_kinds()
     if kind not in kinds:
@@ -130,14 +132,15 @@ def render_plugin(name: str, kind: str, target: Path, package: str | None = None
         raise ConfigError("exists and is not an empty folder; choose another --dir", str(target))
     check_writable(target, "--dir", folder=True)
     spec = kinds[kind]
-    registry_kind = KINDS_BY_KEY[spec.key]
+    registry_kind = spec.kind
     overrides = [*spec.selects, selector(name, kind)]
     variables = {
         "name": name, "kind": kind, "package": package, "dist": package.replace("_", "-"),
         "class_name": _class_name(name, spec.suffix), "group": registry_kind.group, "hook": registry_kind.hook,
         "kind_key": spec.key, "contract": spec.contract, "fixture": spec.fixture,
+        "protocol": registry_kind.protocol.__name__,
         "overrides": ", ".join(f'"{o}"' for o in overrides), "selector": selector(name, kind),
-        "config": spec.config, "setting": registry_kind.selected_by or registry_kind.group,
+        "config": spec.config, "setting": registry_kind.setting,
         "rlkit_version": rlkit.__version__,
     }
     root = templates_root()

@@ -1,4 +1,4 @@
-"""Plugin kinds, the plugin manager, and the registry that maps config names to factories."""
+"""The plugin manager, and the registry that maps config names to factories (the kinds: ``rlkit.core.kinds``)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,9 @@ import pluggy
 
 from rlkit.core import hookspecs
 from rlkit.core.errors import ConfigError, PluginError, did_you_mean
+
+# declared in rlkit.core.kinds; importable from here too, where the host and tests have always found them
+from rlkit.core.kinds import KINDS, KINDS_BY_GROUP, KINDS_BY_KEY, PluginKind  # noqa: F401
 from rlkit.core.refs import iter_refs
 
 hookimpl = pluggy.HookimplMarker("rlkit")
@@ -32,56 +35,6 @@ def builtin_plugin_modules() -> tuple[str, ...]:
     package = importlib.import_module(BUILTIN_PACKAGE)
     return tuple(sorted(info.name for info in pkgutil.walk_packages(package.__path__, f"{BUILTIN_PACKAGE}.")
                         if not info.ispkg))
-
-
-@dataclass(frozen=True)
-class PluginKind:
-    """One kind of plugin: how it registers and which config group selects it."""
-
-    key: str
-    hook: str
-    group: str
-    label: str
-    selected_by: str | None = None  # a kind chosen inside another plugin's params, not by a config group
-    many: bool = False  # the group selects a list of plugins, each under ``<group>.<name>`` (monitors)
-    # what every plugin of the kind must have (its hookspec's contract): checked when one is built, so a plugin
-    # missing one fails `rlkit validate` with one line instead of the run failing at the step that reads it
-    declares: tuple[str, ...] = ()
-
-
-KINDS: tuple[PluginKind, ...] = (
-    PluginKind("judge", "rlkit_register_judges", "judge", "judges", declares=("score",)),
-    PluginKind("aggregator", "rlkit_register_aggregators", "aggregator", "aggregators", declares=("aggregate",)),
-    PluginKind(
-        "advantage_estimator", "rlkit_register_advantage_estimators", "advantage", "advantage estimators",
-        declares=("advantages",),
-    ),
-    PluginKind(
-        "preference_constructor",
-        "rlkit_register_preference_constructors",
-        "preference",
-        "preference constructors",
-        declares=("pairs",),
-    ),
-    PluginKind("weight_scheduler", "rlkit_register_weight_schedulers", "weights", "weight schedulers",
-               declares=("weights",)),
-    PluginKind("objective", "rlkit_register_objectives", "objective", "objectives",
-               declares=("signal", "num_iterations", "needs_old_logprobs", "reference_use",
-                         "mask_truncated_completions", "loss")),
-    PluginKind("generator", "rlkit_register_generators", "generator", "generators", declares=("generate",)),
-    PluginKind("prompt_sampler", "rlkit_register_prompt_samplers", "sampler", "prompt samplers"),
-    PluginKind("environment", "rlkit_register_environments", "environment", "environments",
-               declares=("max_turns", "reset", "step")),
-    PluginKind("judge_backend", "rlkit_register_judge_backends", "judge_backend", "judge backends",
-               selected_by="judge.params.backend", declares=("identity", "complete", "close")),
-    PluginKind("monitor", "rlkit_register_monitors", "monitors", "monitors", many=True,
-               declares=("observe", "alerts", "summary")),
-    # not a config group: `rlkit rubric audit` runs every probe unless audit.probes names some
-    PluginKind("audit_probe", "rlkit_register_audit_probes", "audit_probe", "audit probes",
-               selected_by="audit.probes", declares=("game",)),
-)
-KINDS_BY_KEY = {k.key: k for k in KINDS}
-KINDS_BY_GROUP = {k.group: k for k in KINDS}
 
 
 @dataclass(frozen=True)
@@ -218,7 +171,7 @@ _SIGNALS = ("advantages", "pairs", "demonstrations")
 
 
 def check_declarations(entry: PluginEntry, plugin: Any) -> Any:
-    """``plugin`` when it has everything its kind's contract asks for (``PluginKind.declares``; an objective's
+    """``plugin`` when it has everything its kind's protocol requires (``PluginKind.declares``; an objective's
     ``signal`` one of :data:`_SIGNALS`, and ``pair_targets`` for ``pairs``), else a ``PluginError`` naming it."""
     kind = KINDS_BY_KEY[entry.kind]
     label = f"{entry.kind.replace('_', ' ')} {entry.name!r} (from {entry.provider})"
@@ -232,7 +185,7 @@ def check_declarations(entry: PluginEntry, plugin: Any) -> Any:
             missing.append("pair_targets")
     if missing:
         raise PluginError(f"{label} does not declare {', '.join(missing)}, which every {kind.label[:-1]} must "
-                          "have", where)
+                          f"have (rlkit.plugin.{kind.protocol.__name__})", where)
     return plugin
 
 

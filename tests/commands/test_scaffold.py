@@ -55,6 +55,12 @@ def test_generated_plugin_passes_its_contract_suite(tmp_path, kind):
     pyproject = (root / "pyproject.toml").read_text()
     assert f'[project.entry-points.rlkit]\n{name} = "rlkit_{name}"' in pyproject
     module = (root / f"rlkit_{name}/__init__.py").read_text()
+    # the README points at the protocol listing every member rlkit reads from a plugin of the kind
+    import rlkit.plugin
+
+    protocol = registry_kind.protocol.__name__
+    assert f"`rlkit.plugin.{protocol}`" in (root / "README.md").read_text()
+    assert getattr(rlkit.plugin, protocol) is registry_kind.protocol
     if registry_kind.selected_by:
         assert not (root / f"rlkit_{name}/conf").exists()
         assert "package-data" not in pyproject and "conf/" not in (root / "README.md").read_text()
