@@ -453,6 +453,10 @@ class RunConfig(_Schema):
                                    "model); false: the summary's end column is left empty.")
     checkpoint_every: int = Field(default=20, ge=1, description="Steps between Lightning checkpoints "
                                                                 "(run_dir/checkpoints/last.ckpt is kept).")
+    checkpoint_keep_last: int = Field(
+        default=0, ge=0, description="Step checkpoints kept beside last.ckpt (checkpoints/step-000040.ckpt, the N "
+                                     "most recent; older ones are deleted): where last.ckpt turns out damaged, a "
+                                     "resume offers the newest whole one. 0: last.ckpt alone (one checkpoint's disk).")
     heldout_every: int | None = Field(
         default=None, ge=1, description="Steps between held-out evaluations during training (TRL's eval_steps), "
                                         "logged as heldout/<dimension> at their step; null: before and after only.")

@@ -385,6 +385,9 @@ def load_checkpoint(checkpoint: str | None, validated: Any) -> tuple[Any, Any, s
         return policy, tokenizer, str(path), None
     if not path.is_file():
         raise ConfigError("no such file or folder", f"eval.checkpoint ({path})")
+    from rlkit.config.checkpoints import verify_checkpoint
+
+    verify_checkpoint(path, "eval.checkpoint")  # torch.load would read a flipped byte as a wrong weight
     try:
         state = torch.load(path, map_location="cpu", weights_only=False)
     except Exception as exc:  # pickle, zip and torch errors alike: the file is not a checkpoint

@@ -84,8 +84,14 @@ def build_trainer(validated: ValidatedConfig, run_dir: Path,
     # rlkit's sampler splits each global batch between processes itself (PromptDataModule)
     trainer_kwargs.setdefault("use_distributed_sampler", False)
     trainer_kwargs.setdefault("plugins", [StreamingCheckpointIO()])
-    checkpoints = ModelCheckpoint(dirpath=str(run_dir / "checkpoints"), save_last=True, save_top_k=0,
-                                  every_n_train_steps=validated.run.checkpoint_every)
+    keep = validated.run.checkpoint_keep_last
+    # Lightning refuses save_top_k > 1 without a monitor; its documented way to keep the N most recent is to rank
+    # by "step" (always among its monitor candidates) with mode="max". The new file is written before the oldest
+    # is deleted, so a failed write never costs a kept one.
+    ranked = {"monitor": "step", "mode": "max", "filename": "step-{step:06d}", "auto_insert_metric_name": False} \
+        if keep > 0 else {}
+    checkpoints = ModelCheckpoint(dirpath=str(run_dir / "checkpoints"), save_last=True, save_top_k=keep,
+                                  every_n_train_steps=validated.run.checkpoint_every, **ranked)
     samples = SampleLogger(validated.run.log_samples.every, validated.run.log_samples.rows, run_dir / "samples.jsonl",
                            validated.reward_rubric)
     try:
