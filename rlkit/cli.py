@@ -9,7 +9,7 @@ import warnings
 from collections.abc import Sequence
 
 from rlkit.commands.common import RELAUNCHED_COMMAND
-from rlkit.core.errors import RlkitError
+from rlkit.core.errors import RlkitError, error_lines
 
 USAGE = """rlkit <command> [--debug] [key=value ...]
 
@@ -40,6 +40,8 @@ commands:
               before training, can it be gamed: `rlkit rubric audit audit.records=FILE [--fail-under 0.7]`
   model       `rlkit model import FILE.gguf [--out DIR]`: a GGUF checkpoint as a Hugging Face folder (cached);
               `rlkit model path REF`: the local file a pkg:// or parts:// reference names
+  export      the trained policy as one GGUF file for llama.cpp / ollama: `rlkit export <run dir> [--type q8_0]`
+              (a LoRA adapter merged into its base); `--format hf`: a standalone Hugging Face folder
   new         scaffold a plugin package: `rlkit new plugin NAME --kind judge` (rlkit new for help)
 
 Overrides are Hydra's: judge=rule rubric.path=/abs/rubric.yaml data.path=/abs/records.jsonl
@@ -77,6 +79,7 @@ COMMANDS = {"plugins": "rlkit.commands.inspect:cmd_plugins", "validate": "rlkit.
             "report": "rlkit.commands.inspect:cmd_report", "label": "rlkit.commands.label:cmd_label",
             "compare": "rlkit.commands.compare:cmd_compare",
             "rubric": "rlkit.cli:cmd_rubric_tools", "model": "rlkit.commands.model:cmd_model",
+            "export": "rlkit.commands.export:cmd_export",
             "new": "rlkit.commands.scaffold:main", "doctor": "rlkit.commands.doctor:cmd_doctor"}
 
 
@@ -176,7 +179,7 @@ def _main(argv: Sequence[str] | None = None) -> int:
     except RlkitError as exc:
         if debug:
             raise
-        print(f"rlkit: error: {exc}", file=sys.stderr)
+        print("\n".join(f"rlkit: error: {line}" for line in error_lines(exc)), file=sys.stderr)
         return exc.exit_code
 
 

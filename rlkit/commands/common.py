@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rlkit.core.errors import RlkitError
+from rlkit.core.errors import RlkitError, error_lines
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -72,7 +72,7 @@ def run_hydra(command: str, config_name: str, overrides: Sequence[str], body) ->
         except RlkitError as exc:
             if os.environ.get("HYDRA_FULL_ERROR") == "1":
                 raise
-            print(f"rlkit: error: {exc}", file=sys.stderr)
+            print("\n".join(f"rlkit: error: {line}" for line in error_lines(exc)), file=sys.stderr)
             sys.exit(exc.exit_code)
         except (RunInterrupted, KeyboardInterrupt) as exc:  # Ctrl-C or SIGTERM: one line, never a traceback
             print(f"rlkit: {exc or 'interrupted'}", file=sys.stderr, flush=True)

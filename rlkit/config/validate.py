@@ -26,7 +26,7 @@ from rlkit.config.schemas import (
     RubricEvolveConfig,
     RunConfig,
 )
-from rlkit.core.errors import ConfigError, DataError, PluginError, RlkitError, did_you_mean
+from rlkit.core.errors import ConfigError, DataError, PluginError, Problems, RlkitError, did_you_mean
 from rlkit.core.logger_settings import LoggerSettings
 from rlkit.core.objective import SIGNALS
 from rlkit.core.package_files import resolve_path
@@ -78,20 +78,23 @@ def schema_message(err: Any, schema: type[pydantic.BaseModel] | None = None) -> 
 
 
 def check_block(schema: type[pydantic.BaseModel], node: Any, where: str) -> Any:
-    """``node`` bound to ``schema``; the first problem raises a ``ConfigError`` naming ``where.<field>`` and the
+    """``node`` bound to ``schema``; each problem is a ``ConfigError`` naming ``where.<field>`` and the
     rule. Every block of the config (the run's keys, ``score``, ``serve``, ``eval``, ...) is checked this one way."""
     try:
         return schema.model_validate(node if node is not None else {})
     except pydantic.ValidationError as exc:
-        err = exc.errors()[0]
-        loc = [str(p) for p in err["loc"]]
-        owner = schema
-        for part in loc[:-1]:  # the model that owns the failing field, so "unknown key" can list its valid keys
-            field = owner.model_fields.get(part) if isinstance(owner, type) else None
-            inner = field.annotation if field is not None else None
-            owner = inner if isinstance(inner, type) and issubclass(inner, pydantic.BaseModel) else None
-        path = ".".join(p for p in [where, *loc] if p)
-        raise ConfigError(schema_message(err, owner), path) from None
+        problems = Problems()
+        for err in exc.errors():  # every field's problem, one line each
+            loc = [str(p) for p in err["loc"]]
+            owner = schema
+            for part in loc[:-1]:  # the model that owns the failing field, so "unknown key" can list its valid keys
+                field = owner.model_fields.get(part) if isinstance(owner, type) else None
+                inner = field.annotation if field is not None else None
+                owner = inner if isinstance(inner, type) and issubclass(inner, pydantic.BaseModel) else None
+            path = ".".join(p for p in [where, *loc] if p)
+            problems.errors.append(ConfigError(schema_message(err, owner), path))
+        problems.raise_if_any()
+        raise  # unreachable: a ValidationError holds at least one error
 
 
 def _check_schema(registry: Registry, cfg: DictConfig, group: str, schema: type[pydantic.BaseModel]) -> Any:
@@ -611,15 +614,42 @@ def validate_monitors(registry: Registry, cfg: Any, rubric: Rubric) -> dict[str,
     return built
 
 
+def _known_plugin(registry: Registry, cfg: DictConfig, kind: Any) -> None:
+    """The plugin a group names is registered (the registry's one line lists what exists)."""
+    selected = _plugin_node(registry, cfg, kind.group)
+    if selected is not None:
+        registry.get(kind.key, selected[0])
+
+
+def _check_data_file(path: Path) -> None:
+    """``data.path`` names a file or a datasets directory that is there (what is in it is read and checked later,
+    by ``rlkit.data.records.read_jsonl``, which says the same of a missing one)."""
+    if not path.exists():
+        raise DataError("no such data file or datasets directory", str(path))
+
+
 def validate_config(cfg: DictConfig, registry: Registry, *, read_data: bool = True,
                     need_completions: bool = False) -> ValidatedConfig:
     """Check every part of a composed config; the first problem raises a one-line ``RlkitError``."""
     from rlkit.data.records import SYNTHETIC_TASKS, read_jsonl
 
-    run = check_run(cfg)  # first: the run's own values fail in milliseconds, before any plugin or file is read
-    check_trainer(cfg)
-    parts = {group: _check_schema(registry, cfg, group, schema) for group, schema in GROUP_SCHEMAS.items()}
-    rubric = load_rubric(resolve_path(parts["rubric"].path))
+    # First the parts that depend on nothing else, each checked whatever the others say, so a config with several
+    # independent mistakes is told all of them at once (one line each); what builds on them comes after.
+    problems = Problems()
+    run = problems.attempt(lambda: check_run(cfg))  # milliseconds: nothing is built, no file is read
+    problems.attempt(lambda: check_trainer(cfg))
+    parts = {group: problems.attempt(lambda group=group, schema=schema: _check_schema(registry, cfg, group, schema))
+             for group, schema in GROUP_SCHEMAS.items()}
+    for kind in KINDS:  # every plugin name exists (built below, once the blocks above hold)
+        if not kind.many:
+            problems.attempt(lambda kind=kind: _known_plugin(registry, cfg, kind))
+    rubric = problems.attempt(lambda: load_rubric(resolve_path(parts["rubric"].path))) if parts["rubric"] else None
+    if parts["model"] is not None:
+        problems.attempt(lambda: check_model_path(parts["model"]))
+    data_file = parts["data"].path if parts["data"] is not None else None
+    if data_file is not None and read_data:
+        problems.attempt(lambda: _check_data_file(resolve_path(data_file)))
+    problems.raise_if_any()
     result = ValidatedConfig(cfg=cfg, rubric=rubric, run=run, model=parts["model"], data=parts["data"],
                              debias=run.debias, reward_rubric=rubric, evolve=parts["rubric"].evolve,
                              rubric_dropout=parts["rubric"].dropout)
@@ -653,7 +683,6 @@ def validate_config(cfg: DictConfig, registry: Registry, *, read_data: bool = Tr
     _check_audit_probes(registry, run)
     _check_debias(run.debias, result.reward_rubric)
     _check_heldout_judge(registry, cfg, result)
-    check_model_path(parts["model"])
     if "objective" not in result.plugins:
         raise ConfigError(f"select an objective, e.g. objective=policy_gradient (available: "
                           f"{registry.available('objective')})", "objective")

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from typing import TypeVar
+
+T = TypeVar("T")
 
 
 class RlkitError(Exception):
@@ -59,6 +62,56 @@ class TrainingError(RlkitError):
     tells it from bad input (2) and unusable scores (3) in scripts."""
 
     exit_code = 4
+
+
+class StorageError(RlkitError):
+    """The disk refused a write (full, over quota, over a file-size limit): the file being written is named and
+    the one it would have replaced is left as it was. Exit status 5 tells it from bad input (2) in scripts."""
+
+    exit_code = 5
+
+
+class ConfigErrors(ConfigError):
+    """Several independent problems in one config, found in one pass (torchtune's validate reports them all): each is
+    one line of its own. ``errors`` keeps them in the order they were found."""
+
+    def __init__(self, errors: list[RlkitError]) -> None:
+        self.errors = list(errors)
+        first = self.errors[0]
+        super().__init__(first.message, first.where)
+        self.exit_code = max(e.exit_code for e in self.errors)
+
+    def __str__(self) -> str:
+        return "\n".join(str(e) for e in self.errors)
+
+
+def error_lines(exc: RlkitError) -> list[str]:
+    """What the command line prints for ``exc``: one line per problem."""
+    return [str(e) for e in exc.errors] if isinstance(exc, ConfigErrors) else [str(exc)]
+
+
+class Problems:
+    """Collects the one-line errors of independent checks, so a config with three mistakes is told all three:
+    ``problems.attempt(check)`` runs a check and keeps its ``RlkitError``; ``raise_if_any()`` raises them together
+    before checks that depend on these run."""
+
+    def __init__(self) -> None:
+        self.errors: list[RlkitError] = []
+
+    def attempt(self, check: Callable[[], T]) -> T | None:
+        try:
+            return check()
+        except ConfigErrors as exc:
+            self.errors.extend(exc.errors)
+        except RlkitError as exc:
+            self.errors.append(exc)
+        return None
+
+    def raise_if_any(self) -> None:
+        if len(self.errors) == 1:
+            raise self.errors[0]
+        if self.errors:
+            raise ConfigErrors(self.errors)
 
 
 def did_you_mean(given: object, choices: Iterable[str]) -> str:

@@ -37,7 +37,8 @@ _NOT_PLUGIN: dict[str, tuple[str, ...]] = {
         "peft_config", "r", "_no_split_modules", "hf_device_map", "activation_checkpointing_enable", "get_base_model",
         "_is_fsdp_managed_module", "config", "generation_config", "is_encoder_decoder", "quantization_config", "dtype",
         "torch_dtype", "initializer_range", "sliding_window", "max_position_embeddings", "chat_template",
-        "eos_token_id", "bias", "detach"),
+        "eos_token_id", "bias", "detach", "head_dim", "tie_word_embeddings", "rope_parameters", "rope_scaling",
+        "rope_theta", "_name_or_path"),
     "Lightning's trainer, module, data module, checkpoint callback and loggers, and TRL's trainer state": (
         "datamodule", "dirpath", "global_step", "history", "last_rollout", "log_step_metrics", "log_table", "save",
         "_rng_before_validation", "upcoming", "resume_at", "read"),
