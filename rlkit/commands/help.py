@@ -102,7 +102,7 @@ HELP: dict[str, CommandHelp] = {
                           config=False),
 }
 # Commands whose own usage text is their help (they parse their arguments themselves): `--help` goes to them.
-SELF_HELPED = ("data", "model", "new", "rubric")
+SELF_HELPED = ("data", "export", "model", "new", "rubric")
 
 
 def _fields(schema: Any, prefix: str) -> list[str]:

@@ -57,6 +57,7 @@ CASES = [
     ("rubric", lambda p: ["rubric", "generate", f"data.path={p['missing']}.jsonl"], "no such data file"),
     ("model", lambda p: ["model", "import", f"{p['missing']}.gguf"], "no such GGUF file"),
     ("model", lambda p: ["model", "import", f"{p['missing']}.gguf", "--out", f"{p['afile']}/m"], "--out: cannot"),
+    ("export", lambda p: ["export", str(p["missing"])], "no such run or policy folder"),
 ]
 
 
