@@ -4,7 +4,8 @@ asked to write (rubrics from references, verdicts) where the offline tiny model 
 It speaks just enough of the API for the ``openai`` judge backend: ``GET /v1/models`` and ``POST
 /v1/chat/completions`` (answer in ``choices[0].message.content``). ``answer(messages) -> str`` decides each reply;
 every request's messages are kept in :attr:`CannedChatServer.requests` (and its whole JSON body, ``response_format``
-included, in :attr:`CannedChatServer.bodies`)::
+included, in :attr:`CannedChatServer.bodies`). ``port`` binds a given port (0: a free one), so a test can stop a
+server and start another where the first was, as an engine restarted by its supervisor would be::
 
     with CannedChatServer(lambda messages: '{"criteria": []}') as server:
         server.url  # http://127.0.0.1:<port>/v1
@@ -188,8 +189,9 @@ class CannedChatServer:
 
     def __init__(self, answer: Answer, *, usage: Any = COUNTED, throttle_first: int = 0,
                  rate_limit: tuple[int, float] | None = None, clock: Callable[[], float] = time.monotonic,
-                 logprobs: bool = True) -> None:
+                 logprobs: bool = True, port: int = 0) -> None:
         self.answer = answer
+        self.port = port  # 0: a free one; a test that restarts a stopped server passes its old port
         self.requests: list[list[dict[str, Any]]] = []
         self.bodies: list[dict[str, Any]] = []
         self.schemas: list[dict[str, Any] | None] = []  # the JSON schema each answered request asked for
@@ -276,7 +278,7 @@ class CannedChatServer:
                     owner.served["completion_tokens"] += completion_tokens
                 self._json(200, body)
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, name="canned-chat", daemon=True)
         self._thread.start()

@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from rlkit import ConfigError
+from rlkit.core.errors import EngineError
 from rlkit.judging import Completion, render_chat
 from rlkit.lm.models import build_tiny_policy, load_policy
 from rlkit.testing.openai_server import OpenAICompatibleServer
@@ -258,10 +259,13 @@ def test_gives_up_after_max_retries_without_raising(make_server):
 
 
 def test_a_slow_server_times_out(make_server):
+    # a server that does not answer within the timeout has stopped answering: with no wait allowed for it, the
+    # judge stops at once rather than score without it
     server = make_server(delay=2.0)
     began = time.perf_counter()
-    (result,) = client(server, timeout=0.2, max_retries=0).complete(CHATS[:1])
-    assert result.text is None and "timed out" in result.error and result.attempts == 1
+    with pytest.raises(EngineError, match=r"timed out after 0.2 s \(after 1 attempt\)") as raised:
+        client(server, timeout=0.2, max_retries=0, unavailable_timeout=0).complete(CHATS[:1])
+    assert raised.value.where == "judge.params.backend.params.base_url"
     assert time.perf_counter() - began < 1.5, "the client must not wait for the slow answer"
 
 
@@ -296,9 +300,10 @@ def test_connection_errors_are_retried():
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     backend = OpenAIBackend(OpenAIBackend.Params(base_url=f"http://127.0.0.1:{port}/v1", max_retries=1,
-                                                 backoff=0.01, timeout=2.0))
-    (result,) = backend.complete(CHATS[:1])
-    assert result.text is None and "connection error" in result.error and result.attempts == 2
+                                                 backoff=0.01, timeout=2.0, unavailable_timeout=0))
+    with pytest.raises(EngineError, match=r"connection error: .* \(after 2 attempts\)") as raised:
+        backend.complete(CHATS[:1])
+    assert f"http://127.0.0.1:{port}/v1 stopped answering" in raised.value.message
 
 
 def test_complete_works_inside_a_running_event_loop(make_server, expected):

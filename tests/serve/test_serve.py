@@ -408,6 +408,45 @@ def test_a_socket_that_cannot_be_bound_names_the_key(host, where):
     assert info.value.where == where
 
 
+def test_reward_api_waits_for_a_server_restarted_on_its_port_and_stops_once_it_is_gone(rule, capsys):
+    from rlkit.core.errors import EngineError
+    from rlkit.core.types import Rollout
+    from rlkit.judging.http import endpoint_outage
+
+    rollout = Rollout(records=[{"prompt": "1+1=", "reference": "2"}, {"prompt": "2+2=", "reference": "4"}],
+                      completions=[["2", "3"], ["4", "5"]])
+    first = _serve(rule, rate_limit=0).start()
+    port, url = first.port, first.url
+    waits, gives_up = (RewardApiJudge(RewardApiJudge.Params(base_url=url, max_retries=0, backoff=0.02,
+                                                            unavailable_timeout=timeout)) for timeout in (60, 0.2))
+    want = waits.score(rollout, rule.rubric)
+    gives_up.check_rubric(rule.rubric)
+    first.stop()
+    restarted: list[RewardServer] = []
+
+    def restart_once_silent() -> None:  # a supervisor bringing the server back on its port
+        deadline = time.monotonic() + 60
+        while endpoint_outage(f"{url}/v1/reward") is None and time.monotonic() < deadline:
+            time.sleep(0.005)
+        restarted.append(RewardServer(create_app(rule, ServeSettings(rate_limit=0)), port=port).start())
+
+    supervisor = threading.Thread(target=restart_once_silent, daemon=True)
+    supervisor.start()
+    try:
+        got = waits.score(rollout, rule.rubric)
+    finally:
+        supervisor.join()
+        restarted[0].stop()
+    assert torch.equal(got, want) and waits.metrics()["judge/request_failures"] == 0
+    warned = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("rlkit: warning:")]
+    assert len(warned) == 1 and f"{url}/v1/reward is not answering" in warned[0], warned
+    assert "judge.params.unavailable_timeout" in warned[0]
+    # now gone for good: after the wait, one error naming the URL, never a step of NaN scores
+    with pytest.raises(EngineError, match=f"the reward API at {url} stopped answering") as raised:
+        gives_up.score(rollout, rule.rubric)
+    assert raised.value.where == "judge.params.base_url"
+
+
 @pytest.mark.slow
 def test_fit_trains_against_rlkit_serve_with_the_local_rule_rewards(tmp_path, monkeypatch, capsys, rule):
     monkeypatch.setenv("RLKIT_CACHE", str(tmp_path / "cache"))

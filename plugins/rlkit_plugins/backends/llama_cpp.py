@@ -32,6 +32,7 @@ from typing import Any, Literal
 from rlkit.plugin import (
     Completion,
     ConfigError,
+    EngineError,
     LlamaServer,
     LlamaServerSettings,
     hookimpl,
@@ -98,7 +99,8 @@ class LlamaCppBackend:
         self._wire_params = OpenAIBackend.Params(
             base_url="http://127.0.0.1:1/v1", model=self._name, max_tokens=p.max_tokens, temperature=p.temperature,
             timeout=p.timeout, max_retries=p.max_retries, concurrency=p.slots, response_format=p.response_format,
-            top_logprobs=p.top_logprobs)
+            # no waiting for an engine that stopped answering: rlkit is its supervisor, and restarts it (below)
+            top_logprobs=p.top_logprobs, unavailable_timeout=0)
         self._wire = OpenAIBackend(self._wire_params)
         self._server: LlamaServer | None = None
 
@@ -157,7 +159,13 @@ class LlamaCppBackend:
         if not prompts:
             return []
         self._point_wire(self.start())
-        answers = self._wire.complete(prompts, schema=schema, level_probs=level_probs)
+        try:
+            answers = self._wire.complete(prompts, schema=schema, level_probs=level_probs)
+        except EngineError as exc:  # the engine did not answer: restarted if it died, else it hangs
+            if self._server is None or self._server.running:
+                raise EngineError(f"the llama.cpp engine stopped answering: {exc.message}", f"{WHERE}.model") from None
+            self._point_wire(self._server.ensure_running())
+            return self._wire.complete(prompts, schema=schema, level_probs=level_probs)
         lost = [i for i, a in enumerate(answers) if a.text is None]
         if lost and self._server is not None and not self._server.running:
             self._point_wire(self._server.ensure_running())

@@ -41,6 +41,11 @@ That covers OpenAI itself and the usual self-hosted servers (vLLM, SGLang, llama
   deterministic (tests rely on that); the waits of concurrent requests do not hold a concurrency slot.
 * **Failure.** A request that still fails comes back as ``Completion(text=None, error=...)`` naming the last
   failure and the number of attempts; one bad request never raises.
+* **A server that stops answering** (connection errors or timeouts: an engine that died, hung or is restarting) is
+  not a failed request: its requests keep retrying on the same schedule until it has been silent
+  ``unavailable_timeout`` seconds, the run saying once that it waits; past that, :meth:`OpenAIBackend.complete`
+  raises an ``EngineError`` naming ``base_url`` (and ``rlkit fit`` the checkpoint to resume from), so no step is
+  trained on scores the judge never gave. An HTTP answer, even a 5xx, means the server is up (``Failure`` above).
 * **Start-up.** :meth:`OpenAIBackend.check_ready` (which the ``llm`` judge calls from ``check_rubric``, so in
   ``rlkit validate``, ``score``, ``fit`` and ``serve`` before anything is scored) sends one ``GET
   {base_url}/models`` with the same retries for transport failures. Nothing listening is a ``ConfigError`` naming
@@ -74,6 +79,7 @@ from rlkit.plugin import (
     MAX_BACKOFF_S,
     Completion,
     ConfigError,
+    EngineError,
     approx_tokens,
     hookimpl,
     post_with_retries,
@@ -218,6 +224,11 @@ class OpenAIBackend:
         timeout: float = 30.0
         max_retries: int = 3
         backoff: float = 0.5
+        unavailable_timeout: float = 120.0
+        """Seconds a server that stops answering (connection errors, timeouts) is waited for before the run stops
+        with an ``EngineError``; 0: stop once ``max_retries`` are spent. 120: long enough for a supervisor
+        (systemd, Kubernetes, a restart script) to bring a crashed engine back up with a small model, short enough
+        that a run whose judge is gone for good stops within minutes."""
         concurrency: int = 8
         requests_per_minute: float | None = None
         """At most this many requests a minute (a token bucket holding one second's worth); null: no limit."""
@@ -253,7 +264,8 @@ class OpenAIBackend:
             raise ConfigError(f"must be the name of an environment variable (the key itself never goes in the "
                               f"config), got {p.api_key_env!r}", f"{WHERE}.api_key_env")
         for name, low, strict in (("max_tokens", 1, False), ("temperature", 0, False), ("timeout", 0, True),
-                                  ("max_retries", 0, False), ("backoff", 0, False), ("concurrency", 1, False)):
+                                  ("max_retries", 0, False), ("backoff", 0, False), ("unavailable_timeout", 0, False),
+                                  ("concurrency", 1, False)):
             value = getattr(p, name)
             if not math.isfinite(value) or value < low or (strict and value == low):
                 raise ConfigError(f"must be {'>' if strict else '>='} {low}, got {value}", f"{WHERE}.{name}")
@@ -396,7 +408,13 @@ class OpenAIBackend:
         gate = (lambda: limiter.acquire(estimate)) if limiter is not None else None
         out = await post_with_retries(client, self._url, payload, slots=slots, timeout=p.timeout,
                                       max_retries=p.max_retries, backoff=p.backoff, read=_content,
-                                      malformed="no choices[0].message.content", delay=self.retry_delay, gate=gate)
+                                      malformed="no choices[0].message.content", delay=self.retry_delay, gate=gate,
+                                      unavailable_timeout=p.unavailable_timeout,
+                                      unavailable_where=f"{WHERE}.unavailable_timeout")
+        if out.unavailable:
+            raise EngineError(f"the judge server at {p.base_url} stopped answering and has not answered for "
+                              f"{p.unavailable_timeout:g} s ({WHERE}.unavailable_timeout); last try: {out.error}; no "
+                              "step is trained on scores it did not give", f"{WHERE}.base_url")
         answer = out.value
         if answer is None:
             return Completion(text=None, error=out.error, latency=out.latency, attempts=out.attempts), None

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 from rlkit.plugin import (
     CallPlan,
     ConfigError,
+    EngineError,
     InfoResponse,
     JudgeLoad,
     RewardResponse,
@@ -84,6 +85,9 @@ class RewardApiJudge:
         timeout: float = 60.0
         max_retries: int = 3
         backoff: float = 0.5
+        unavailable_timeout: float = 120.0
+        """Seconds a server that stops answering is waited for before the run stops (the ``openai`` backend's
+        default and reasons); 0: stop once ``max_retries`` are spent."""
         concurrency: int = 8
 
     def __init__(self, params: RewardApiJudge.Params | None = None) -> None:
@@ -101,7 +105,7 @@ class RewardApiJudge:
             raise ConfigError(f"must be the name of an environment variable (the token itself never goes in the "
                               f"config), got {p.api_key_env!r}", f"{WHERE}.api_key_env")
         for name, low, strict in (("timeout", 0, True), ("max_retries", 0, False), ("backoff", 0, False),
-                                  ("concurrency", 1, False)):
+                                  ("unavailable_timeout", 0, False), ("concurrency", 1, False)):
             value = getattr(p, name)
             if not math.isfinite(value) or value < low or (strict and value == low):
                 raise ConfigError(f"must be {'>' if strict else '>='} {low}, got {value}", f"{WHERE}.{name}")
@@ -217,12 +221,22 @@ class RewardApiJudge:
         p = self.params
         slots = asyncio.Semaphore(p.concurrency)
         limits = httpx.Limits(max_connections=p.concurrency, max_keepalive_connections=p.concurrency)
+
+        async def post(client: httpx.AsyncClient, payload: dict[str, Any]) -> Any:
+            out = await post_with_retries(client, f"{self._base}/v1/reward", payload, slots=slots, timeout=p.timeout,
+                                          max_retries=p.max_retries, backoff=p.backoff, read=read,
+                                          malformed="not a reward response for this group",
+                                          unavailable_timeout=p.unavailable_timeout,
+                                          unavailable_where=f"{WHERE}.unavailable_timeout")
+            if out.unavailable:  # raised here, so the groups still waiting are cancelled rather than waited for
+                raise EngineError(f"the reward API at {self._base} stopped answering and has not answered for "
+                                  f"{p.unavailable_timeout:g} s ({WHERE}.unavailable_timeout); last try: {out.error}; "
+                                  "no step is trained on scores it did not give", f"{WHERE}.base_url")
+            return out
+
         async with httpx.AsyncClient(timeout=httpx.Timeout(p.timeout), limits=limits, headers=self._headers(),
                                      verify=tls_context()) as client:
-            return list(await asyncio.gather(*(
-                post_with_retries(client, f"{self._base}/v1/reward", payload, slots=slots, timeout=p.timeout,
-                                  max_retries=p.max_retries, backoff=p.backoff, read=read,
-                                  malformed="not a reward response for this group") for payload in payloads)))
+            return list(await asyncio.gather(*(post(client, payload) for payload in payloads)))
 
     def metrics(self) -> dict[str, float]:
         """The last ``score`` call's requests, failed groups, retries and mean latency."""
