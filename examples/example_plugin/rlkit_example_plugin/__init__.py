@@ -3,7 +3,8 @@
 It scores every rubric dimension by how many words a completion shares with the dimension's
 positive anchor examples versus its negative ones. It is deliberately simple; what it shows is
 the shape of a plugin: a factory with a ``Params`` schema, a registration hook, and a YAML file
-that joins rlkit's ``judge`` config group through ``rlkit_config_search_path``.
+that joins rlkit's ``judge`` config group through ``rlkit_config_search_path``. It imports only the plugin door,
+``rlkit.plugin``, as every plugin should.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-import rlkit
+from rlkit.plugin import Rollout, Rubric, RubricError, hookimpl
 
 if TYPE_CHECKING:
     import torch
@@ -34,13 +35,13 @@ class AnchorOverlapJudge:
     def __init__(self, params: Params) -> None:
         self.params = params
 
-    def check_rubric(self, rubric: rlkit.Rubric) -> None:
+    def check_rubric(self, rubric: Rubric) -> None:
         for i, dim in enumerate(rubric.dimensions):
             if not any(a.positive for a in dim.anchors.values()):
-                raise rlkit.RubricError("anchor_overlap needs positive anchor examples",
+                raise RubricError("anchor_overlap needs positive anchor examples",
                                         f"{rubric.source}: dimensions[{i}]({dim.name}).anchors")
 
-    def score(self, rollout: rlkit.Rollout, rubric: rlkit.Rubric) -> torch.Tensor:
+    def score(self, rollout: Rollout, rubric: Rubric) -> torch.Tensor:
         import torch
         out = torch.full((rollout.num_prompts, rollout.group_size, len(rubric.dimensions)), float("nan"))
         for d, dim in enumerate(rubric.dimensions):
@@ -55,11 +56,11 @@ class AnchorOverlapJudge:
         return out
 
 
-@rlkit.hookimpl
+@hookimpl
 def rlkit_register_judges(register):
     register("anchor_overlap", AnchorOverlapJudge)
 
 
-@rlkit.hookimpl
+@hookimpl
 def rlkit_config_search_path():
     return ["pkg://rlkit_example_plugin.conf"]
