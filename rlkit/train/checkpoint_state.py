@@ -78,9 +78,9 @@ def save_run_state(run: CheckpointedParts, checkpoint: dict[str, Any]) -> None:
 
 
 def load_run_state(run: CheckpointedParts, checkpoint: dict[str, Any], device: Callable[[], torch.device],
-                   datamodule: Any = None) -> None:
-    """Check a checkpoint against this run (its rubric) and hand each part its saved state; ``datamodule`` (when
-    the run has one that resumes) is put at the saved data position."""
+                   data: Any = None) -> None:
+    """Check a checkpoint against this run (its rubric) and hand each part its saved state; ``data`` (the run's data
+    module, when it has one that resumes) is put at the saved data position."""
     state = checkpoint.get("rlkit", {})
     rubric, parts, spread = run.rewards.judged_rubric, run.rewards.parts, Spread.current()
     saved = state.get("rubric", {}).get("hash")
@@ -121,5 +121,5 @@ def load_run_state(run: CheckpointedParts, checkpoint: dict[str, Any], device: C
         run.position.sampling = tuple(state["sampling_position"])
     if "data_position" in state:
         run.position.data = tuple(state["data_position"])
-        if datamodule is not None and hasattr(datamodule, "resume_at"):
-            datamodule.resume_at(*run.position.data)
+        if data is not None and hasattr(data, "resume_at"):
+            data.resume_at(*run.position.data)

@@ -209,19 +209,20 @@ def sampling_metrics(rounds: list[SamplingRound], wanted: int) -> dict[str, floa
             "sampling/informative_frac": min(kept, wanted) / wanted}
 
 
-def informative_rollout(step: int, wanted: int, *, datamodule: Any, position: Any, rewards: Any,
+def informative_rollout(step: int, wanted: int, *, data: Any, position: Any, rewards: Any,
                         rollout: Callable[[list[dict[str, Any]], tuple[int, int]], SampledBatch],
                         sample_more: Callable[[list[dict[str, Any]], int], SampledBatch],
                         pad_id: int, device: torch.device | None = None,
                         ) -> tuple[list[dict[str, Any]], SampledBatch, Any, dict[str, float]]:
-    """Dynamic sampling's step: ``wanted`` prompts read at the sampling position (``position``: the run's
+    """Dynamic sampling's step: ``wanted`` prompts read from ``data`` (the run's data module, which reads its order
+    ahead) at the sampling position (``position``: the run's
     ``rlkit.train.run_position.RunPosition``), then more while fewer than ``wanted`` groups are informative and
     ``max_rounds`` allows. ``rollout(records, ahead_from)`` samples the first round (requested ahead where the
     generator does); ``sample_more(records, first_row)`` an extra round, never requested ahead (which prompts a step
     adds is known only now); ``rewards``: the run's ``rlkit.train.step_rewards.RewardPipeline``. Returns the prompts,
     completions and judged scores of the informative groups kept, and the ``sampling/`` metrics."""
     settings = rewards.settings.sampling
-    if not callable(getattr(datamodule, "read", None)):
+    if not callable(getattr(data, "read", None)):
         raise ConfigError("filtering groups needs a data module that reads its order ahead (rlkit's own)",
                           "sampling.filter")
     from rlkit.train.distributed import Spread
@@ -232,7 +233,7 @@ def informative_rollout(step: int, wanted: int, *, datamodule: Any, position: An
     drawn = kept = 0
     while True:
         count = wanted if not rounds else extra_round_size(wanted - kept, kept, drawn, wanted)
-        records, at = datamodule.read(*at, count)
+        records, at = data.read(*at, count)
         sampled = rollout(records, at) if not rounds else sample_more(records, drawn)
         judged = rewards.judge(records, sampled, step, device)
         # The filter sees rewards from copies of the stateful parts; the kept groups' batch advances them once.

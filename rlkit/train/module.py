@@ -275,7 +275,7 @@ class RubricRLModule(L.LightningModule):
         tokenizer = self.tokenizer
         pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         return informative_rollout(
-            step, wanted, datamodule=getattr(self.trainer, "datamodule", None), position=self.position,
+            step, wanted, data=getattr(self.trainer, "datamodule", None), position=self.position,
             rewards=self.rewards, rollout=lambda records, at: self.rollout(records, ahead_from=at),
             sample_more=lambda records, drawn: self.sample(self.generation_request(records, step=step,
                                                                                    first_row=drawn)),
