@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+from pathlib import Path
 
 import pytest
 
@@ -34,5 +35,8 @@ def test_one_step_of_the_real_model_on_the_chat_task(tmp_path, capsys):
     assert "<|im_start|>user\nWhat is " in sample["prompt"]
     assert "Reply with only the number.<|im_end|>" in sample["prompt"]
     assert "<|im_end|>" not in sample["completion"], "the completion stops at the EOS token, which is not text"
-    config = json.loads((run / "policy" / "config.json").read_text())
+    # a LoRA run keeps its adapter alone (model.lora.save=adapter); its base is the imported SmolLM2
+    adapter = json.loads((run / "policy" / "adapter_config.json").read_text())
+    assert adapter["peft_type"] == "LORA" and adapter["r"] == 16
+    config = json.loads((Path(adapter["base_model_name_or_path"]) / "config.json").read_text())
     assert config["model_type"] == "llama" and config["vocab_size"] == 49152
