@@ -49,14 +49,17 @@ _PRE_BY_HASH = {
     "d4540891389ea895b53b399da6ac824becc30f2fba0e9ddbb98f92e55ca0e97c": "qwen2",  # Qwen/Qwen3-Embedding-0.6B
     "3ce83efda5659b07b1ad37ca97ca5797ea4285d9b9ab0dc679e4a720c9da7454": "gpt-2",  # openai-community/gpt2
 }
-# A tokenizer trained elsewhere with one of these split expressions (llama.cpp's for these names, as transformers'
-# GGUF tokenizer builder spells them) splits text as that pre-tokenizer does, whatever its merges.
-_PRE_BY_SPLIT = {
-    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)"
-    r"|\s+": "llama-bpe",
-    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)"
-    r"|\s+": "qwen2",
+# How llama.cpp's pre-tokenizers of these names split text before the merges, as transformers' GGUF tokenizer builder
+# spells them (llama-3's and Qwen2's); rlkit.testing.gguf_files trains its tiny tokenizers with the same splits.
+PRE_TOKENIZER_SPLIT = {
+    "llama-bpe": r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+                 r"|\s*[\r\n]+|\s+(?!\S)|\s+",
+    "qwen2": r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+"
+             r"|\s+(?!\S)|\s+",
 }
+# A tokenizer trained elsewhere with one of these split expressions splits text as that pre-tokenizer does, whatever
+# its merges.
+_PRE_BY_SPLIT = {split: name for name, split in PRE_TOKENIZER_SPLIT.items()}
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ against your plugin exactly as it runs against rlkit's built-ins::
 """
 
 from rlkit.testing.audit_probe_contract import AuditProbeContract, example_audit_records, example_audit_rubric
-from rlkit.testing.config import offline_judge, plugin_names, validate_overrides
+from rlkit.testing.config import offline_judge, one_error_line, plugin_names, validate_overrides
 from rlkit.testing.contracts import (
     AdvantageEstimatorContract,
     AggregatorContract,
@@ -63,5 +63,6 @@ __all__ = [
     "plugin_names",
     "run_monitor",
     "offline_judge",
+    "one_error_line",
     "validate_overrides",
 ]

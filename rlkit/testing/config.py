@@ -26,6 +26,16 @@ def validate_overrides(overrides: Sequence[str] = (), *, plugins: Iterable[objec
     return validate_config(compose_config(registry, list(overrides)), registry, read_data=read_data)
 
 
+def one_error_line(code: int, err: str) -> str:
+    """Assert that a command refused bad input as rlkit promises (exit status 2, one ``rlkit: error:`` line on stderr,
+    no traceback) and return that line."""
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert code == 2, err
+    assert len(lines) == 1 and "Traceback" not in err, err
+    assert lines[0].startswith("rlkit: error: "), err
+    return lines[0]
+
+
 # The config lines that make a shipped judge's model member the offline tiny judge (``backend: tiny``): what a test
 # of the model-judge code paths needs, since ``judge=llm`` and the composites ask a real judge model by default.
 _OFFLINE_MEMBER = "{name: llm, params: {backend: tiny}}"

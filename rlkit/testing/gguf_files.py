@@ -22,6 +22,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from rlkit.lm.gguf_export import PRE_TOKENIZER_SPLIT
+
 ARCHITECTURES = ("llama", "qwen2")
 QUANTIZATIONS = ("F32", "Q8_0")
 
@@ -41,18 +43,8 @@ PAD_TOKEN = "<|pad|>"
 SPECIAL_TOKENS = (BOS_TOKEN, IM_START, EOS_TOKEN, PAD_TOKEN)
 
 # How each architecture's text is split before the merges (``tokenizer.ggml.pre``), as llama.cpp names it, and the
-# split itself: the regexes transformers' GGUF tokenizer builder uses for these names (llama-3's, and Qwen2's).
+# split itself (rlkit.lm.gguf_export.PRE_TOKENIZER_SPLIT: the regexes transformers' GGUF tokenizer builder uses).
 PRE_TOKENIZER = {"llama": "llama-bpe", "qwen2": "qwen2"}
-_SPLIT = {
-    "llama-bpe": (
-        r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
-        r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
-    ),
-    "qwen2": (
-        r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"
-        r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
-    ),
-}
 
 # What the tokenizer's merges are learned from: plain ASCII, chat-like, with digits and arithmetic.
 _CORPUS = (
@@ -143,7 +135,7 @@ def _train_tokenizer(pre_tokenizer: str) -> Any:
     backend = Tokenizer(models.BPE())
     backend.pre_tokenizer = pre_tokenizers.Sequence(
         [
-            pre_tokenizers.Split(Regex(_SPLIT[pre_tokenizer]), behavior="isolated"),
+            pre_tokenizers.Split(Regex(PRE_TOKENIZER_SPLIT[pre_tokenizer]), behavior="isolated"),
             pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
         ]
     )

@@ -31,6 +31,7 @@ import torch
 from rlkit.core.errors import ConfigError
 from rlkit.core.stats import nan_mean_std
 from rlkit.lm.sampling import SampledBatch
+from rlkit.train.distributed import Spread
 
 Filter = Literal["none", "zero_spread", "mean_range"]
 TruncatedPolicy = Literal["keep", "value", "mask"]
@@ -225,8 +226,6 @@ def informative_rollout(step: int, wanted: int, *, data: Any, position: Any, rew
     if not callable(getattr(data, "read", None)):
         raise ConfigError("filtering groups needs a data module that reads its order ahead (rlkit's own)",
                           "sampling.filter")
-    from rlkit.train.distributed import Spread
-
     spread = Spread.current()
     at = position.next_sampling
     rounds: list[SamplingRound] = []

@@ -19,17 +19,9 @@ from rlkit.config.outputs import check_writable
 from rlkit.config.schemas import ModelConfig
 from rlkit.config.validate import run_keys
 from rlkit.core.rubric import load_rubric
+from rlkit.testing import one_error_line
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
-
-
-def _one_error_line(code: int, err: str) -> str:
-    lines = [ln for ln in err.splitlines() if ln.strip()]
-    assert code == 2, err
-    assert len(lines) == 1, err
-    assert "Traceback" not in err
-    assert lines[0].startswith("rlkit: error: ")
-    return lines[0]
 
 
 @pytest.mark.parametrize(("override", "expected"), [
@@ -60,7 +52,7 @@ def _one_error_line(code: int, err: str) -> str:
     ("logger.mode=sync", "logger.mode ("),
 ])
 def test_validate_rejects_each_bad_run_value_naming_key_and_rule(capsys, override, expected):
-    line = _one_error_line(main(["validate", override]), capsys.readouterr().err)
+    line = one_error_line(main(["validate", override]), capsys.readouterr().err)
     assert line.startswith(f"rlkit: error: {expected}"), line
 
 
@@ -75,14 +67,14 @@ def test_validate_rejects_each_bad_run_value_naming_key_and_rule(capsys, overrid
     ("score.batch_size=99999999999999999999999", "score.batch_size: must fit in 64 bits"),
 ])
 def test_a_count_too_large_for_the_run_is_named_by_validate(capsys, override, expected):
-    line = _one_error_line(main(["validate", override]), capsys.readouterr().err)
+    line = one_error_line(main(["validate", override]), capsys.readouterr().err)
     assert line.startswith(f"rlkit: error: {expected}"), line
 
 
 def test_fit_stops_at_an_oversized_batch_before_the_run_starts(capsys, tmp_path):
     run = tmp_path / "run"
-    line = _one_error_line(main(["fit", "batch_size=99999999999999999999999", f"hydra.run.dir={run}"]),
-                           capsys.readouterr().err)
+    line = one_error_line(main(["fit", "batch_size=99999999999999999999999", f"hydra.run.dir={run}"]),
+                          capsys.readouterr().err)
     assert line.startswith("rlkit: error: batch_size: must be <= 65536"), line
     assert not run.exists()
 
@@ -99,7 +91,7 @@ def test_bad_run_values_fail_in_milliseconds(registry):
                                        ["num_generations=1", "objective=group_dpo", "preference=best_worst"],
                                        ["num_generations=1", "aggregator=lexicographic"]])
 def test_a_group_of_one_is_refused_for_group_relative_parts(capsys, overrides):
-    line = _one_error_line(main(["validate", *overrides]), capsys.readouterr().err)
+    line = one_error_line(main(["validate", *overrides]), capsys.readouterr().err)
     assert "num_generations: must be >= 2, got 1" in line and "within their group" in line
 
 
@@ -115,7 +107,7 @@ def test_model_folder_whose_config_transformers_cannot_read(capsys, tmp_path):
     folder = tmp_path / "model"
     folder.mkdir()
     (folder / "config.json").write_text('{"hidden_size": 8}')
-    line = _one_error_line(main(["validate", f"model.name_or_path={folder}"]), capsys.readouterr().err)
+    line = one_error_line(main(["validate", f"model.name_or_path={folder}"]), capsys.readouterr().err)
     assert "model.name_or_path" in line and "model_type" in line
 
 
@@ -159,8 +151,8 @@ def test_checkpoint_checks(tmp_path):
 def test_fit_with_a_corrupt_checkpoint_is_one_line_before_training(capsys, tmp_path):
     corrupt = tmp_path / "last.ckpt"
     corrupt.write_bytes(b"PK\x03\x04 not really a zip")
-    line = _one_error_line(main(["fit", f"ckpt_path={corrupt}", f"hydra.run.dir={tmp_path / 'run'}"]),
-                           capsys.readouterr().err)
+    line = one_error_line(main(["fit", f"ckpt_path={corrupt}", f"hydra.run.dir={tmp_path / 'run'}"]),
+                          capsys.readouterr().err)
     assert line.startswith("rlkit: error: ckpt_path: ") and "not a readable checkpoint" in line
     assert not (tmp_path / "run" / "policy").exists()
 

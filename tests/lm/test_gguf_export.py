@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from rlkit.cli import main
+from rlkit.testing import one_error_line
 from rlkit.testing.gguf_files import write_tiny_gguf
 
 torch = pytest.importorskip("torch")
@@ -19,14 +20,6 @@ transformers = pytest.importorskip("transformers")
 
 PROMPTS = ["What is 3 + 4?", "The quick brown fox", "Please add the numbers 10 and 20.", "Is it true?",
            "a b c d", "Think step by step.", "How many apples are there?", "0 1 2 3 (1 + 2) ="]
-
-
-def _one_error_line(code: int, err: str) -> str:
-    lines = [ln for ln in err.splitlines() if ln.strip()]
-    assert code == 2, err
-    assert len(lines) == 1 and "Traceback" not in err, err
-    assert lines[0].startswith("rlkit: error: ")
-    return lines[0]
 
 
 @pytest.fixture(scope="module")
@@ -188,6 +181,6 @@ def test_bad_input_is_one_line_and_writes_nothing(tiny_llama, tmp_path, capsys):
         ([tiny_llama, "--format", "onnx"], "--format: unknown format", None),
     ]
     for argv, expected, also in cases:
-        line = _one_error_line(main(["export", *map(str, argv)]), capsys.readouterr().err)
+        line = one_error_line(main(["export", *map(str, argv)]), capsys.readouterr().err)
         assert expected in line and (also is None or also in line), line
     assert afile.read_text() == "x" and not list(gpt2.glob("*.gguf")) and not list(tiny_llama.glob("*.gguf"))

