@@ -31,6 +31,8 @@ clipped importance-weight surrogate.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, get_args
 
 import pydantic
@@ -54,21 +56,140 @@ def k3_kl(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
     return torch.exp(diff) - diff - 1
 
 
+# Schulman's estimators of KL(π_θ || π_ref) per token, by name (the module docstring says which is veRL's which)
+KL_ESTIMATORS: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
+    "k1": lambda logp, ref_logp: logp - ref_logp,
+    "k2": lambda logp, ref_logp: 0.5 * (logp - ref_logp) ** 2,
+    "k3": k3_kl,
+}
+
+
 def kl_estimate(logp: torch.Tensor, ref_logp: torch.Tensor, estimator: KlEstimator = "k3") -> torch.Tensor:
     """Per-token estimate of KL(π_θ || π_ref) by ``estimator`` (see the module docstring)."""
-    if estimator == "k3":
-        return k3_kl(logp, ref_logp)
-    d = logp - ref_logp
-    if estimator == "k1":
-        return d
-    if estimator == "k2":
-        return 0.5 * d * d
-    raise ValueError(f"kl_estimator must be k1, k2 or k3, got {estimator!r}")
+    if estimator not in KL_ESTIMATORS:
+        raise ValueError(f"kl_estimator must be k1, k2 or k3, got {estimator!r}")
+    return KL_ESTIMATORS[estimator](logp, ref_logp)
 
 
 def _masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     # clamp(min=1) as in TRL so an all-empty batch reports 0 instead of NaN.
     return (x * mask).sum() / mask.sum().clamp(min=1.0)
+
+
+@dataclass(frozen=True)
+class Surrogate:
+    """How one loss type turns the ratio and the advantage into each token's loss, and which tokens its clip
+    silenced (``clipped(ratio, adv)`` → the low and the high side, for TRL's clip metrics)."""
+
+    per_token: Callable[[torch.Tensor, torch.Tensor, torch.Tensor, float, float], torch.Tensor]
+    clipped: Callable[[torch.Tensor, torch.Tensor, float, float], tuple[torch.Tensor, torch.Tensor]]
+
+
+def _ppo_surrogate(ratio, adv, logp, eps_low, eps_high):
+    # TRL _compute_loss: coef_1 = exp(logp - old), coef_2 = clamp(coef_1, 1 - eps_low, 1 + eps_high),
+    # per_token_loss = -min(coef_1 * A, coef_2 * A) (PPO surrogate as used by GRPO, arXiv 2402.03300 eq. 3).
+    import torch
+    return -torch.min(ratio * adv, torch.clamp(ratio, 1 - eps_low, 1 + eps_high) * adv)
+
+
+def _ppo_clipped(ratio, adv, eps_low, eps_high):
+    # TRL clip metrics: a token counts as clipped only where the clamp actually removed its gradient.
+    return (ratio < 1 - eps_low) & (adv < 0), (ratio > 1 + eps_high) & (adv > 0)
+
+
+def _cispo_surrogate(ratio, adv, logp, eps_low, eps_high):
+    # CISPO arXiv 2506.13585 eq. (4): the importance weight clipped and detached, the gradient through log π_θ
+    import torch
+    return -torch.clamp(ratio, max=1 + eps_high).detach() * adv * logp
+
+
+def _cispo_clipped(ratio, adv, eps_low, eps_high):
+    import torch
+    return torch.zeros_like(ratio, dtype=torch.bool), ratio > 1 + eps_high  # capped above, whatever A's sign
+
+
+@dataclass(frozen=True)
+class LossTerms:
+    """One call's masked per-token losses ``[N, T]`` and what a normaliser may divide them by (``n_seq`` and
+    ``n_tok`` are the whole rollout's under gradient accumulation)."""
+
+    per_token: torch.Tensor
+    mask: torch.Tensor
+    n_seq: int
+    n_tok: torch.Tensor
+    max_completion_length: int | None
+    group_tokens: torch.Tensor | None
+    num_groups: int | None
+
+
+def _reduce_per_sequence(t: LossTerms) -> torch.Tensor:
+    # TRL / DeepSeekMath: mean over each sequence's tokens, then over sequences. clamp(min=1) keeps an
+    # all-masked row at 0 (it still counts in N, as in TRL).
+    return (t.per_token.sum(-1) / t.mask.sum(-1).clamp(min=1.0)).sum() / t.n_seq
+
+
+def _reduce_token_sum(t: LossTerms) -> torch.Tensor:
+    # veRL's loss_agg_mode token-sum (PR #7197): no normaliser at all, so the gradient's scale grows with the
+    # step's tokens; pair it with a learning rate chosen for that scale
+    return t.per_token.sum()
+
+
+def _reduce_prompt_mean(t: LossTerms) -> torch.Tensor:
+    # SkyRL's loss_reduction prompt_mean (skyrl ppo_utils apply_loss_reduction_to_advantages_minibatch): a token
+    # mean within each prompt's group, then a mean over the groups, so every prompt weighs the same whatever
+    # its completions' lengths
+    return (t.per_token.sum(-1) / t.group_tokens.detach().to(t.per_token.dtype).clamp(min=1.0)).sum() / t.num_groups
+
+
+def _reduce_constant(t: LossTerms) -> torch.Tensor:
+    # Dr. GRPO arXiv 2503.20783: a constant denominator removes the length bias of per-sequence means.
+    return t.per_token.sum() / (t.n_seq * t.max_completion_length)
+
+
+def _reduce_per_token(t: LossTerms) -> torch.Tensor:
+    # bnpo, and DAPO's token-level loss (arXiv 2503.14476 §3.3): every token in the batch weighs the
+    # same. TRL's dapo divides by the token count of the whole accumulated batch, as num_tokens does here;
+    # TRL normalises cispo the same way.
+    return t.per_token.sum() / t.n_tok.clamp(min=1.0)
+
+
+# One row per loss type: its surrogate and what divides the summed token losses; a new loss type is a new row
+# (and a LossType name).
+PPO, CISPO = Surrogate(_ppo_surrogate, _ppo_clipped), Surrogate(_cispo_surrogate, _cispo_clipped)
+LOSS_TABLE: dict[str, tuple[Surrogate, Callable[[LossTerms], torch.Tensor]]] = {
+    "grpo": (PPO, _reduce_per_sequence),
+    "dr_grpo": (PPO, _reduce_constant),
+    "dapo": (PPO, _reduce_per_token),
+    "bnpo": (PPO, _reduce_per_token),
+    "cispo": (CISPO, _reduce_per_token),
+    "token_sum": (PPO, _reduce_token_sum),
+    "prompt_mean": (PPO, _reduce_prompt_mean),
+}
+
+
+def _check_arguments(beta, ref_logp, loss_type, max_completion_length, entropy_coef, entropy, group_tokens,
+                     num_groups, importance_sampling_level) -> None:
+    if beta > 0 and ref_logp is None:
+        raise ValueError("beta > 0 needs ref_logp (the reference model's token log-probs)")
+    if loss_type == "dr_grpo" and max_completion_length is None:
+        raise ValueError("loss_type 'dr_grpo' needs max_completion_length")
+    if entropy_coef and entropy is None:
+        raise ValueError("entropy_coef > 0 needs the policy's per-token entropy (with its gradient)")
+    if loss_type == "prompt_mean" and (group_tokens is None or num_groups is None):
+        raise ValueError("loss_type 'prompt_mean' needs group_tokens (each completion's group's token count) and "
+                         "num_groups")
+    if loss_type not in LOSS_TABLE:
+        raise ValueError(f"loss_type must be one of {', '.join(LOSS_TYPES)}, got {loss_type!r}")
+    if importance_sampling_level not in ("token", "sequence"):
+        raise ValueError(f"importance_sampling_level must be token or sequence, got {importance_sampling_level!r}")
+
+
+def _log_ratio(logp, old_logp, mask, importance_sampling_level):
+    log_ratio = logp - old_logp
+    if importance_sampling_level == "sequence":
+        # GSPO arXiv 2507.18071 eq. (7): s_i = (π_θ(y_i|x) / π_old(y_i|x))^(1/|y_i|), one ratio [N, 1] per completion
+        log_ratio = ((log_ratio * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)).unsqueeze(-1)
+    return log_ratio
 
 
 def policy_gradient_loss(
@@ -100,21 +221,12 @@ def policy_gradient_loss(
     ``num_sequences`` and ``num_tokens`` (masked tokens): the micro-batch losses then sum to the loss of
     the whole rollout, for every ``loss_type``. By default both are this call's own. ``prompt_mean`` needs
     ``group_tokens`` (``[N]``: the masked tokens of each completion's whole group) and ``num_groups`` (the step's).
+    The loss type picks its surrogate and its normaliser from :data:`LOSS_TABLE`.
     """
     import torch
-    if beta > 0 and ref_logp is None:
-        raise ValueError("beta > 0 needs ref_logp (the reference model's token log-probs)")
-    if loss_type == "dr_grpo" and max_completion_length is None:
-        raise ValueError("loss_type 'dr_grpo' needs max_completion_length")
-    if entropy_coef and entropy is None:
-        raise ValueError("entropy_coef > 0 needs the policy's per-token entropy (with its gradient)")
-    if loss_type == "prompt_mean" and (group_tokens is None or num_groups is None):
-        raise ValueError("loss_type 'prompt_mean' needs group_tokens (each completion's group's token count) and "
-                         "num_groups")
-    if loss_type not in LOSS_TYPES:
-        raise ValueError(f"loss_type must be one of {', '.join(LOSS_TYPES)}, got {loss_type!r}")
-    if importance_sampling_level not in ("token", "sequence"):
-        raise ValueError(f"importance_sampling_level must be token or sequence, got {importance_sampling_level!r}")
+    _check_arguments(beta, ref_logp, loss_type, max_completion_length, entropy_coef, entropy, group_tokens,
+                     num_groups, importance_sampling_level)
+    surrogate, reduce = LOSS_TABLE[loss_type]
     eps_low = epsilon
     # DAPO arXiv 2503.14476 §3.1 "clip-higher": a separate upper bound; TRL defaults epsilon_high to epsilon.
     eps_high = epsilon if epsilon_high is None else epsilon_high
@@ -129,20 +241,8 @@ def policy_gradient_loss(
     adv = advantages.detach().to(logp.dtype)
     adv = adv.unsqueeze(1) if adv.dim() == 1 else adv  # per completion [N], or per token [N, T] (multi-turn credit)
 
-    # TRL _compute_loss: coef_1 = exp(logp - old), coef_2 = clamp(coef_1, 1 - eps_low, 1 + eps_high),
-    # per_token_loss = -min(coef_1 * A, coef_2 * A) (PPO surrogate as used by GRPO, arXiv 2402.03300 eq. 3).
-    log_ratio = logp - old_logp
-    if importance_sampling_level == "sequence":
-        # GSPO arXiv 2507.18071 eq. (7): s_i = (π_θ(y_i|x) / π_old(y_i|x))^(1/|y_i|), one ratio [N, 1] per completion
-        log_ratio = ((log_ratio * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)).unsqueeze(-1)
-    ratio = torch.exp(log_ratio)
-    if loss_type == "cispo":
-        # CISPO arXiv 2506.13585 eq. (4): the importance weight clipped and detached, the gradient through log π_θ
-        weight = torch.clamp(ratio, max=1 + eps_high).detach()
-        per_token_loss = -weight * adv * logp
-    else:
-        clipped = torch.clamp(ratio, 1 - eps_low, 1 + eps_high)
-        per_token_loss = -torch.min(ratio * adv, clipped * adv)
+    ratio = torch.exp(_log_ratio(logp, old_logp, mask, importance_sampling_level))
+    per_token_loss = surrogate.per_token(ratio, adv, logp, eps_low, eps_high)
     per_token_loss = per_token_loss.expand_as(logp)  # a sequence-level ratio's [N, 1] over every token
     if entropy_mask is not None:
         # TRL: the surrogate of the high-entropy tokens only, before the engine weights and the KL term; the
@@ -163,35 +263,10 @@ def policy_gradient_loss(
 
     n_seq = per_token_loss.size(0) if num_sequences is None else num_sequences
     n_tok = mask.sum() if num_tokens is None else torch.as_tensor(num_tokens, dtype=logp.dtype)
-    if loss_type == "grpo":
-        # TRL / DeepSeekMath: mean over each sequence's tokens, then over sequences. clamp(min=1) keeps an
-        # all-masked row at 0 (it still counts in N, as in TRL).
-        loss = (per_token_loss.sum(-1) / mask.sum(-1).clamp(min=1.0)).sum() / n_seq
-    elif loss_type == "token_sum":
-        # veRL's loss_agg_mode token-sum (PR #7197): no normaliser at all, so the gradient's scale grows with the
-        # step's tokens; pair it with a learning rate chosen for that scale
-        loss = per_token_loss.sum()
-    elif loss_type == "prompt_mean":
-        # SkyRL's loss_reduction prompt_mean (skyrl ppo_utils apply_loss_reduction_to_advantages_minibatch): a token
-        # mean within each prompt's group, then a mean over the groups, so every prompt weighs the same whatever
-        # its completions' lengths
-        loss = (per_token_loss.sum(-1) / group_tokens.detach().to(logp.dtype).clamp(min=1.0)).sum() / num_groups
-    elif loss_type == "dr_grpo":
-        # Dr. GRPO arXiv 2503.20783: a constant denominator removes the length bias of per-sequence means.
-        loss = per_token_loss.sum() / (n_seq * max_completion_length)
-    else:
-        # bnpo, and DAPO's token-level loss (arXiv 2503.14476 §3.3): every token in the batch weighs the
-        # same. TRL's dapo divides by the token count of the whole accumulated batch, as num_tokens does here;
-        # TRL normalises cispo the same way.
-        loss = per_token_loss.sum() / n_tok.clamp(min=1.0)
+    loss = reduce(LossTerms(per_token_loss, mask, n_seq, n_tok, max_completion_length, group_tokens, num_groups))
 
     with torch.no_grad():
-        # TRL clip metrics: a token counts as clipped only where the clamp actually removed its gradient.
-        if loss_type == "cispo":  # the weight is capped above, whatever the advantage's sign
-            low, high = torch.zeros_like(logp), (ratio > 1 + eps_high).expand_as(logp).to(logp.dtype)
-        else:
-            low = ((ratio < 1 - eps_low) & (adv < 0)).expand_as(logp).to(logp.dtype)
-            high = ((ratio > 1 + eps_high) & (adv > 0)).expand_as(logp).to(logp.dtype)
+        low, high = (side.expand_as(logp).to(logp.dtype) for side in surrogate.clipped(ratio, adv, eps_low, eps_high))
         metrics = {
             "kl": _masked_mean(kl, mask) if kl is not None else logp.new_zeros(()),
             "clip_ratio/low": _masked_mean(low, mask),
