@@ -113,9 +113,10 @@ def policy_folder(path: Path, where: str) -> Path:
 
 def model_folder(policy: Path, where: str) -> Path:
     """A Hugging Face model folder for the policy: itself, or a LoRA adapter's merge into its base (cached)."""
-    from rlkit.lm.adapters import is_adapter_folder, merged_adapter
+    from rlkit.lm.adapters import is_adapter_folder
+    from rlkit.lm.locate import adapter_merge
 
-    return merged_adapter(policy, where=where) if is_adapter_folder(policy) else policy
+    return adapter_merge(policy, where) if is_adapter_folder(policy) else policy
 
 
 def _copy_folder(folder: Path, out: Path) -> None:

@@ -58,19 +58,13 @@ def _merge_key(folder: Path, base: Path) -> str:
     return digest.hexdigest()
 
 
-def merged_adapter(folder: str | Path, where: str | None = None, cache_dir: str | Path | None = None) -> Path:
-    """The Hugging Face folder of adapter ``folder`` merged into its base: a folder in the rlkit cache keyed by the
-    adapter's files and the base's path (built once, ~a second per 100M parameters; reused after)."""
-    from rlkit.lm.models import build_cached, default_cache_dir, locate_model
+def merged_adapter(folder: str | Path, base: Path, cache_dir: str | Path | None = None) -> Path:
+    """The Hugging Face folder of adapter ``folder`` merged into ``base`` (its base model's local folder, located by
+    the caller: :func:`rlkit.lm.locate.locate_model`): a folder in the rlkit cache keyed by the adapter's files and
+    the base's path (built once, ~a second per 100M parameters; reused after)."""
+    from rlkit.lm.model_cache import build_cached, default_cache_dir
 
     source = Path(folder).expanduser().resolve()
-    where = where or str(source)
-    base_ref = adapter_base(source, where)
-    try:
-        base = locate_model(base_ref)
-    except ConfigError as exc:
-        raise ConfigError(f"a LoRA adapter whose base model {base_ref} cannot be loaded ({exc.message}); save runs "
-                          "with model.lora.save=merged to keep a folder that stands alone", where) from None
     root = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
     target = root / f"merged-{_merge_key(source, base)[:16]}"
     if (target / _DONE).is_file():

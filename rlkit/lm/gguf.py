@@ -112,7 +112,7 @@ def import_gguf(path: str | Path, out: str | Path | None = None, cache_dir: str 
                 where: str | None = None, quiet: bool = False) -> Path:
     """The Hugging Face folder of the GGUF checkpoint ``path``: ``out`` if given, else a folder in the rlkit cache
     keyed by the file's content hash (reused when complete: a second import is instant). Errors name ``where``."""
-    from rlkit.lm.models import build_cached, default_cache_dir
+    from rlkit.lm.model_cache import build_cached, default_cache_dir
 
     source = check_file(path, where)
     digest = content_hash(source)

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from rlkit.core.errors import ConfigError
 from rlkit.core.package_files import package_dir, resolve_path
-from rlkit.lm.models import default_cache_dir
+from rlkit.lm.model_cache import default_cache_dir
 
 PARTS_SCHEME = "parts://"
 # The optional judge of the qwen-judge extra (pyproject.toml): Qwen2.5-Coder-1.5B-Instruct, Q4_K_M, 1 117 320 768 bytes

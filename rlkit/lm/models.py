@@ -9,19 +9,17 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import shutil
 import string
-import tempfile
-from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from importlib.metadata import version
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rlkit.core.errors import ConfigError, no_such
-from rlkit.core.package_files import PACKAGE_SCHEME
-from rlkit.lm.gguf import is_gguf
+from rlkit.core.errors import ConfigError
+
+# where a reference resolves and how the cache builds were here before; imported by those names still
+from rlkit.lm.locate import check_model_directory, check_weights_files, locate_model  # noqa: F401
+from rlkit.lm.model_cache import WARM_START_CACHE_ENV, build_cached, default_cache_dir  # noqa: F401
 
 if TYPE_CHECKING:
     from rlkit.lm.placement import Placement
@@ -30,7 +28,6 @@ if TYPE_CHECKING:
 DEFAULT_ALPHABET = "".join(c for c in string.printable if c not in "\t\r\x0b\x0c")
 SPECIAL_TOKENS = ("<pad>", "<eos>", "<bos>", "<unk>")
 # Files a complete save holds; a folder missing any of them is rebuilt.
-_SAVED_FILES = ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json")
 _DTYPES = ("auto", "float32", "float16", "bfloat16")
 _FORMAT = 1  # bump when the build recipe changes, so old cache folders are not reused
 
@@ -68,16 +65,6 @@ def spec_hash(spec: TinyPolicySpec) -> str:
     key = {"spec": asdict(spec), "arch": _architecture()[1].__name__, "format": _FORMAT,
            "transformers": version("transformers").split(".")[0]}
     return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:12]
-
-
-# Where warm starts (rlkit.lm.warm_start) go when set, instead of beside their base in the rlkit cache: many caches
-# (each test's own, say) can then share the one that took a while to train, while what builds in a second stays in each.
-WARM_START_CACHE_ENV = "RLKIT_WARM_START_CACHE"
-
-
-def default_cache_dir() -> Path:
-    """``$RLKIT_CACHE`` if set, else ``~/.cache/rlkit``."""
-    return Path(os.environ.get("RLKIT_CACHE") or Path.home() / ".cache" / "rlkit").expanduser()
 
 
 def build_tokenizer(spec: TinyPolicySpec) -> Any:
@@ -139,39 +126,6 @@ def _attention_options(spec: Any) -> dict[str, Any]:
     return out
 
 
-def _is_complete(folder: Path) -> bool:
-    return all((folder / name).is_file() for name in _SAVED_FILES)
-
-
-def build_cached(target: Path, write: Callable[[Path], None],
-                 is_complete: Callable[[Path], bool] = _is_complete) -> Path:
-    """``target`` if it holds a complete save (``is_complete``), else ``write(folder)`` into a fresh folder beside
-    it, renamed into place: a killed build never leaves a half-written folder, and concurrent builds both succeed."""
-    from transformers.utils import logging as hf_logging
-
-    if is_complete(target):
-        return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
-    os.chmod(tmp, 0o755)  # mkdtemp's 0700 would keep a shared cache's folders from its other users
-    bars = hf_logging.is_progress_bar_enabled()
-    hf_logging.disable_progress_bar()  # a shard bar for a sub-megabyte file is noise
-    try:
-        write(tmp)
-        if target.exists() and not is_complete(target):
-            shutil.rmtree(target)  # left by something other than this function, which only renames whole folders
-        try:
-            os.replace(tmp, target)
-        except OSError:
-            if not is_complete(target):  # else a concurrent build won the rename; its folder is as good
-                raise
-    finally:
-        if bars:
-            hf_logging.enable_progress_bar()
-        shutil.rmtree(tmp, ignore_errors=True)
-    return target
-
-
 def build_tiny_policy(spec: TinyPolicySpec | None = None, cache_dir: Path | str | None = None) -> Path:
     """Save the tiny policy under ``cache_dir/tiny-policy-<hash>`` (reused if already complete); return it."""
     spec = spec or TinyPolicySpec()
@@ -183,89 +137,6 @@ def build_tiny_policy(spec: TinyPolicySpec | None = None, cache_dir: Path | str 
         tokenizer.save_pretrained(folder)
 
     return build_cached(root / f"tiny-policy-{spec_hash(spec)}", write)
-
-
-def check_model_directory(name_or_path: str | Path) -> Path:
-    """The path of a local Hugging Face model directory, or a ConfigError naming model.name_or_path."""
-    where = f"model.name_or_path ({name_or_path})"
-    path = Path(name_or_path).expanduser()
-    if not path.is_dir():
-        raise ConfigError(no_such(path, "model directory", directory=True), where)
-    if not (path / "config.json").is_file():
-        raise ConfigError("not a Hugging Face model directory (no config.json)", where)
-    check_weights_files(path, where)
-    return path
-
-
-def check_weights_files(path: Path, where: str) -> None:
-    """Every weights file of a model folder whole, read from headers alone (milliseconds, nothing loaded): a
-    ``.safetensors`` file at least as long as its header says its tensors reach, a ``.bin`` a zip archive (torch's
-    format since 1.6). A copy cut short otherwise fails only when training starts, as a library traceback."""
-    import json
-    import struct
-    import zipfile
-
-    for file in sorted(path.glob("*.safetensors")):
-        size = file.stat().st_size
-        with file.open("rb") as fh:
-            head = fh.read(8)
-            length = struct.unpack("<Q", head)[0] if len(head) == 8 else None
-            raw = fh.read(length) if length is not None and length <= size - 8 else b""
-        try:
-            header = json.loads(raw) if raw else None
-        except (UnicodeDecodeError, json.JSONDecodeError):
-            header = None
-        if not isinstance(header, dict):
-            raise ConfigError(f"{file.name} is corrupt or truncated: its safetensors header cannot be read "
-                              f"({size} bytes)", where)
-        ends = [entry["data_offsets"][1] for name, entry in header.items()
-                if name != "__metadata__" and isinstance(entry, dict) and len(entry.get("data_offsets") or []) == 2]
-        needed = 8 + length + max(ends, default=0)
-        if size < needed:
-            raise ConfigError(f"{file.name} is truncated: {size} bytes, its header describes {needed} (copy it "
-                              "again)", where)
-    for file in sorted(path.glob("*.bin")):
-        if file.name.startswith(("pytorch_model", "model")) and not zipfile.is_zipfile(file):
-            raise ConfigError(f"{file.name} is corrupt or truncated: not the zip archive torch saves", where)
-
-
-def _looks_like_path(ref: str) -> bool:
-    return ref.startswith(("/", "./", "../", "~")) or Path(ref).expanduser().exists()
-
-
-def locate_model(name_or_path: str | Path) -> Path:
-    """A local model directory, a GGUF file imported on first use (:func:`rlkit.lm.gguf.import_gguf`), or a hub id's
-    snapshot in the local Hugging Face cache; never the network. ``pkg://module/file`` names a file inside an
-    installed package, ``parts://`` one joined from parts that packages hold (:mod:`rlkit.lm.joined_files`)."""
-    from rlkit.lm.joined_files import is_parts_ref, model_file
-
-    ref = str(name_or_path)
-    if ref.startswith(PACKAGE_SCHEME) or is_parts_ref(ref):
-        ref = str(model_file(ref))
-    if is_gguf(ref):
-        from rlkit.lm.gguf import import_gguf
-
-        return import_gguf(ref, where=f"model.name_or_path ({ref})")
-    if _looks_like_path(ref):
-        from rlkit.lm.adapters import is_adapter_folder, merged_adapter
-
-        if is_adapter_folder(ref):  # a LoRA run's policy/ (model.lora.save=adapter): its merge, built once
-            return merged_adapter(ref, where=f"model.name_or_path ({ref})")
-        return check_model_directory(ref)
-    from huggingface_hub import snapshot_download
-    from huggingface_hub.errors import HFValidationError, LocalEntryNotFoundError
-
-    try:
-        folder = snapshot_download(ref, local_files_only=True)
-    except HFValidationError:
-        raise ConfigError("no such model directory, and not a valid hub id", f"model.name_or_path ({ref})") from None
-    except (LocalEntryNotFoundError, FileNotFoundError):
-        from huggingface_hub.constants import HF_HUB_CACHE
-
-        raise ConfigError(f"no such directory, and hub id {ref!r} is not in the local Hugging Face cache "
-                          f"({HF_HUB_CACHE}); rlkit never downloads at run time: fetch it beforehand "
-                          f"(`hf download {ref}`) or pass a directory", "model.name_or_path") from None
-    return check_model_directory(folder)
 
 
 def load_policy(name_or_path: str | Path, dtype: str = "float32",
