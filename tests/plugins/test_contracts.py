@@ -279,7 +279,7 @@ class TestMonitors(MonitorContract):
     @pytest.fixture(params=_REGISTRY.names("monitor"))
     def monitor(self, request):
         # every measurement due on the suite's steps (these default to rarer cadences)
-        every = {name: {"every": 2} for name in ("judge_drift", "judge_stability", "label_sample", "probes")}.get(
+        every = {name: {"every": 2} for name in ("judge_stability", "label_sample", "probes")}.get(
             request.param, {})
         return _build_with("monitor", request.param, every)
 

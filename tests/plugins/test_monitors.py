@@ -159,10 +159,9 @@ def test_judge_stability_is_constant_for_a_deterministic_judge_whatever_the_poli
     assert len({x["agreement"] for x in metrics}) == 1
 
 
-def test_judge_drift_is_the_deprecated_name_of_judge_stability():
-    with pytest.warns(FutureWarning, match="judge_drift is now judge_stability"):
-        m = monitor("judge_drift")
-    assert m.key == "judge_drift" and type(m).__mro__[1].__name__ == "JudgeStability"
+def test_judge_drift_the_removed_name_is_refused_with_the_list_naming_judge_stability():
+    with pytest.raises(PluginError, match="unknown monitor 'judge_drift'; available monitors: .*judge_stability"):
+        validated("monitors=[judge_drift]")
 
 
 def test_judge_stability_labels_must_fit_the_rubric():
@@ -275,7 +274,7 @@ def test_monitors_are_a_list_off_by_default():
 
 
 def test_monitor_config_errors_name_the_monitor():
-    with pytest.raises(PluginError, match="unknown monitor 'nope'; available monitors: .*judge_drift"):
+    with pytest.raises(PluginError, match="unknown monitor 'nope'; available monitors: .*judge_stability"):
         validated("monitors=[length_drift,nope]")
     with pytest.raises(ConfigError, match=r"monitors\.length_drift\.params.*max_ratio"):
         validated("monitors=[length_drift]", "monitors.length_drift.params.max_ratio=fast")

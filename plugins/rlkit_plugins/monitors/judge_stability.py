@@ -7,14 +7,11 @@ set, so a judge the policy has learned to please scores those fixed texts exactl
 judge (``rule``, ``llm`` at temperature 0 with its response cache) the agreement is constant for the whole run. It
 earns its place with judges that can change under a run: a served model behind a moving alias, a GRM refreshed
 mid-run, a sampling judge, a judge backend replaced on resume. The collusion check is humans on the live outputs:
-the ``label_sample`` monitor, ``rlkit label`` and ``rlkit calibrate`` by step window.
-
-``judge_drift``, its former name, still selects it and warns that it is deprecated."""
+the ``label_sample`` monitor, ``rlkit label`` and ``rlkit calibrate`` by step window."""
 
 from __future__ import annotations
 
 import math
-import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -112,19 +109,6 @@ class JudgeStability:
         self.history = [tuple(h) for h in state["history"]]
 
 
-class JudgeDrift(JudgeStability):
-    """The former name of ``judge_stability``: the same monitor, with a warning."""
-
-    key = "judge_drift"
-
-    def __init__(self, params: JudgeStability.Params) -> None:
-        warnings.warn("monitor judge_drift is now judge_stability (it measures the judge's stability on a fixed set, "
-                      "not collusion; for that see label_sample); the old name will be removed", FutureWarning,
-                      stacklevel=2)
-        super().__init__(params)
-
-
 @hookimpl
 def rlkit_register_monitors(register):
     register("judge_stability", JudgeStability)
-    register("judge_drift", JudgeDrift)
