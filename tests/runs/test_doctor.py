@@ -222,7 +222,7 @@ def test_the_report_carries_the_triage(tmp_path):
 
 def test_a_one_step_dip_and_its_recovery_is_not_a_spike():
     # a reward_hacking.py v2 run (the fixed rubric) raised this false alarm: 0.67 at one step among steps near 0.8
-    from rlkit.runs.triage import spike_then_plateau
+    from rlkit.runs.signals import spike_then_plateau
 
     values = [0.55 + 0.25 * min(step / 60, 1) + 0.015 * ((step * 7) % 5 - 2) for step in range(130)]
     values[115] = 0.67

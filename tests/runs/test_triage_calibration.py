@@ -12,7 +12,8 @@ from rlkit.cli import main
 from rlkit.config import resolve_path
 from rlkit.core.rubric import load_rubric
 from rlkit.evaluation.calibration import calibrate, calibrate_by_window, write_windows
-from rlkit.runs.triage import ADVICE, agreement_fall, triage
+from rlkit.runs.signals import agreement_fall
+from rlkit.runs.triage import ADVICE, triage
 
 RUBRIC = load_rubric(resolve_path("pkg://rlkit.conf/rubrics/arithmetic.yaml"))
 HUMAN = [1, 0, 1, 0, 1, 0]

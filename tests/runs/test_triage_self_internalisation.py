@@ -9,7 +9,8 @@ import json
 import pytest
 
 from rlkit.cli import main
-from rlkit.runs.triage import ADVICE, self_internalisation, triage
+from rlkit.runs.signals import self_internalisation
+from rlkit.runs.triage import ADVICE, triage
 
 KEY = "monitors/self_internalisation/"
 STEPS = list(range(0, 45, 5))
