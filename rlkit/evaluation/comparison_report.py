@@ -123,7 +123,7 @@ def left_chosen(lines: Sequence[dict[str, Any]]) -> dict[str, Any]:
 
 def agreement(by_labeller: dict[str, dict[str, str]]) -> list[dict[str, Any]]:
     """One row per pair of labellers with an item in common: n, the share answered alike, κ (quadratic weights)."""
-    from rlkit.evaluation.calibration import quadratic_weighted_kappa
+    from rlkit.evaluation.agreement_stats import quadratic_weighted_kappa
 
     rows = []
     for first, second in combinations(sorted(by_labeller), 2):

@@ -16,7 +16,7 @@ from itertools import combinations
 from typing import Any
 
 from rlkit.core.rubric import Rubric
-from rlkit.evaluation.calibration import quadratic_weighted_kappa
+from rlkit.evaluation.agreement_stats import quadratic_weighted_kappa
 
 
 @dataclass(frozen=True)

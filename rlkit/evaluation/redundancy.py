@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from rlkit.evaluation.calibration import spearman
+from rlkit.evaluation.agreement_stats import spearman
 
 REDUNDANT_RHO = 0.9
 MIN_PAIRS = 8  # below this a ρ of 1 is too easy to get by chance to call two dimensions one

@@ -14,19 +14,21 @@ import torch
 from rlkit.cli import main
 from rlkit.core.errors import DataError
 from rlkit.core.rubric import load_rubric
-from rlkit.evaluation.calibration import (
-    CalibrationReport,
+from rlkit.evaluation.agreement_stats import (
     average_ranks,
-    calibrate,
-    calibration_metrics,
     confusion_matrix,
-    judge_records,
     mean_bias,
     quadratic_weighted_kappa,
-    read_labels,
-    render_markdown,
     spearman,
     to_levels,
+)
+from rlkit.evaluation.calibration import (
+    CalibrationReport,
+    calibrate,
+    calibration_metrics,
+    judge_records,
+    read_labels,
+    render_markdown,
     write_report,
 )
 

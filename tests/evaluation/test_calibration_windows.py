@@ -13,7 +13,8 @@ import pytest
 from rlkit.cli import main
 from rlkit.config import resolve_path
 from rlkit.core.rubric import load_rubric
-from rlkit.evaluation.calibration import calibrate_by_window, quadratic_weighted_kappa, read_labels
+from rlkit.evaluation.agreement_stats import quadratic_weighted_kappa
+from rlkit.evaluation.calibration import calibrate_by_window, read_labels
 from rlkit.evaluation.labelling import read_labelling, write_lines
 
 RUBRIC = load_rubric(resolve_path("pkg://rlkit.conf/rubrics/arithmetic.yaml"))
