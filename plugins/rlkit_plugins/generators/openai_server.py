@@ -18,11 +18,13 @@ Wire fields relied on (checked against the engines' sources and docs):
   (``CompletionResponseChoice`` in the same file). The EOS that ends a completion is one of its tokens.
   The log-probs are what the engine's ``logprobs_mode`` makes them: start vLLM with ``--logprobs-mode
   raw_logprobs`` (the default) for the raw model distribution, which is what ``engine_logprobs`` promises.
-* ``sync=lora``: ``POST {root}/v1/load_lora_adapter`` ``{"lora_name", "lora_path", "load_inplace"}`` and
+* ``sync=adapter``: ``POST {root}/v1/load_lora_adapter`` ``{"lora_name", "lora_path", "load_inplace"}`` and
   ``POST {root}/v1/unload_lora_adapter`` ``{"lora_name"}`` (vLLM's ``LoadLoRAAdapterRequest`` /
   ``UnloadLoRAAdapterRequest``; the server needs ``--enable-lora`` and ``VLLM_ALLOW_RUNTIME_LORA_UPDATING=True``;
-  it answers 200 with a text line). Requests then name the adapter in ``model``.
-* ``sync=disk``: ``POST {root}/update_weights_from_disk`` ``{"model_path"}`` (SGLang's route,
+  it answers 200 with a text line; ``OpenAIServingModels.load_lora_adapter``: 404 when no adapter is at
+  ``lora_path``, 400 when it does not load; without the variable the routes do not exist, 404). Requests then
+  name the adapter in ``model``.
+* ``sync=full``: ``POST {root}/update_weights_from_disk`` ``{"model_path"}`` (SGLang's route,
   ``UpdateWeightFromDiskReqInput``), answered ``{"success": bool, "message": str}``.
 
 ``{root}`` is ``base_url`` without its trailing ``/v1``. ``rlkit.testing.openai_server.OpenAICompatibleServer``
@@ -36,10 +38,15 @@ has no field for them yet):
 * ``policy_version``: the weight version that sampled the batch (0: the weights pushed at setup, or the
   server's own weights with ``sync=none``; +1 per sync).
 
-Weight sync (``sync``): ``none`` samples from whatever the server serves (a frozen sampler); ``disk`` saves the
-full policy (and tokenizer) to ``<sync_dir>/v<k>`` and asks the server to reload from it; ``lora`` saves the
-policy's LoRA adapter to ``<sync_dir>/v<k>`` and loads it under the name ``<model>-v<k>``, then unloads the
-previous one. Either happens at setup (version 0) and after every ``sync_every``-th optimiser step; the loop calls
+Weight sync (``sync``): ``none`` samples from whatever the server serves (a frozen sampler); ``full`` saves the
+full policy (a LoRA policy merged, in a copy) and its tokenizer to ``<sync_dir>/v<k>`` and asks the server to reload
+from it; ``adapter`` saves the policy's LoRA adapter alone to ``<sync_dir>/v<k>`` (a few MB where the full policy is
+the whole model) and loads it under the name ``<model>-v<k>``, then unloads the previous one. ``auto`` (the default)
+is ``adapter`` for a LoRA policy whose server loads the version-0 adapter at setup (the one probe: a server that
+answers it with an HTTP error, e.g. vLLM without runtime LoRA updating, gets the full weights from then on, said in
+one line) and ``full`` otherwise; ``disk`` and ``lora`` are the older names of ``full`` and ``adapter``. A sync
+happens at setup (version 0) and after every ``sync_every``-th optimiser step; ``metrics()`` reports each step's
+syncs (``time/sync``: seconds saving and loading; ``sync/bytes``: what was written for the server). The loop calls
 ``generate`` and ``sync_weights`` from one thread, so a batch never mixes versions. Between syncs (``sync_every``
 > 1) the sampler lags the policy by up to ``sync_every - 1`` steps; ``engine_logprobs`` is what corrects for it.
 
@@ -71,7 +78,9 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sys
 import tempfile
+import time
 import urllib.parse
 import warnings
 from dataclasses import dataclass
@@ -94,7 +103,8 @@ if TYPE_CHECKING:
     import torch
 
 WHERE = "generator.params"
-_SYNCS = ("none", "disk", "lora")
+_ALIASES = {"disk": "full", "lora": "adapter"}  # the older names
+_SYNCS = ("auto", "full", "adapter", "none", *_ALIASES)
 Rows = list[tuple[list[int], list[float]]]  # per sample: token ids, their log-probs
 
 
@@ -137,9 +147,10 @@ class OpenAIServerGenerator:
         max_concurrency: int = 256
         retries: int = 3
         retry_backoff: float = 0.5
-        # none (a frozen sampler) | disk (full weights, SGLang's /update_weights_from_disk) | lora (vLLM's
-        # /v1/load_lora_adapter; the policy must be LoRA-wrapped)
-        sync: str = "disk"
+        # auto (adapter for a LoRA policy whose server loads adapters at run time, else full) | full (the whole
+        # policy, LoRA merged; SGLang's /update_weights_from_disk) | adapter (the LoRA adapter alone; vLLM's
+        # /v1/load_lora_adapter; the policy must be LoRA-wrapped) | none (a frozen sampler). disk, lora: older names.
+        sync: str = "auto"
         # Sync after every k-th optimiser step; the sampler lags by up to k-1 steps in between.
         sync_every: int = 1
         # Where versions are saved; the server must read the same path. null: a temporary folder.
@@ -189,6 +200,9 @@ class OpenAIServerGenerator:
         self._scoring: list[ReferenceScores] = []  # reference log-probs asked for and not read yet
         self._due: tuple[Path, str, str] | None = None  # a saved version to load once those are read
         self._restored: dict[str, int] | None = None
+        # full | adapter | none: how weights travel, decided at setup (``auto`` by the policy and the server)
+        self._route = _ALIASES.get(p.sync, p.sync)
+        self._sync_s, self._sync_bytes = 0.0, 0  # the syncs since metrics() was last asked
         path = urllib.parse.urlsplit(self.base_url).path
         self._completions_path = f"{path}/completions"
 
@@ -210,12 +224,11 @@ class OpenAIServerGenerator:
             raise ConfigError(f"{self.base_url} refused the key (HTTP 401); set the environment variable "
                               f"{p.api_key_env} to a key it accepts", f"{WHERE}.api_key_env")
         is_lora = hasattr(policy, "peft_config")
-        if p.sync == "lora" and not is_lora:
-            raise ConfigError("sync=lora sends the policy's LoRA adapter, but this policy has none: train with LoRA "
-                              "or use sync=disk", f"{WHERE}.sync")
-        if p.sync == "disk" and is_lora:
-            raise ConfigError("sync=disk sends full weights, but this policy is LoRA-wrapped: use sync=lora",
-                              f"{WHERE}.sync")
+        wanted = _ALIASES.get(p.sync, p.sync)
+        if wanted == "adapter" and not is_lora:
+            raise ConfigError(f"sync={p.sync} sends the policy's LoRA adapter, but this policy has none: train with "
+                              "LoRA or use sync=full", f"{WHERE}.sync")
+        self._route = ("adapter" if is_lora else "full") if wanted == "auto" else wanted
         self._tokenizer = tokenizer
         restored, self._restored = self._restored, None
         if restored is None:
@@ -225,13 +238,24 @@ class OpenAIServerGenerator:
             self._pushed_at = restored["pushed_at"]
         self.served_model = p.model
         self._due = None  # a load saved before a resume: setup pushes the weights the loop has now
-        if p.sync == "none":
+        if self._route == "none":
             warnings.warn("generator.params.sync=none: the engine keeps its own weights, so held-out evaluation "
                           "(the start/end tables) scores the engine's model, not the policy being trained",
                           stacklevel=2)
         else:
             # weights newer than the last pushed version (a resume between syncs with sync_every > 1) are a new one
-            self._push(policy, self.policy_version + (self._pushed_at != self._steps))
+            version = self.policy_version + (self._pushed_at != self._steps)
+            try:
+                self._push(policy, version)
+            except _Refused as exc:
+                if p.sync != "auto" or self._route != "adapter":
+                    raise
+                # the one probe of auto: the server answered the adapter's load with an HTTP error (no runtime LoRA)
+                print(f"rlkit: generator.params.sync=auto: {self.root} did not load the LoRA adapter ({exc.message}); "
+                      "sending the full weights (LoRA merged) each sync instead", file=sys.stderr, flush=True)
+                self._route = "full"
+                self._push(policy, version)
+        self._sync_s, self._sync_bytes = 0.0, 0  # the setup's push is no step's
 
     def close(self) -> None:
         """Drop the batches still out (a run's last look-ahead is never trained on) and the connections, then remove
@@ -248,6 +272,20 @@ class OpenAIServerGenerator:
             shutil.rmtree(self._sync_root, ignore_errors=True)
             self._sync_root = None
 
+    @property
+    def route(self) -> str:
+        """How weights reach the server: ``full``, ``adapter`` or ``none`` (``auto`` is decided at setup)."""
+        return self._route
+
+    def metrics(self) -> dict[str, float]:
+        """The weight syncs since the last call: ``time/sync`` (seconds saving the weights and having the server
+        load them, the loop's time) and ``sync/bytes`` (the size of what was saved for the server to read)."""
+        if self._route == "none":
+            return {}
+        out = {"time/sync": self._sync_s, "sync/bytes": float(self._sync_bytes)}
+        self._sync_s, self._sync_bytes = 0.0, 0
+        return out
+
     def state_dict(self) -> dict[str, int]:
         """The version counters, saved in checkpoints: a resumed run numbers versions and lags on from them."""
         return {"policy_version": self.policy_version, "steps": self._steps, "pushed_at": self._pushed_at}
@@ -261,7 +299,7 @@ class OpenAIServerGenerator:
     def sync_weights(self, policy: Any) -> None:
         """After an optimiser step: every ``sync_every``-th one, push the weights as the next version."""
         self._steps += 1
-        if self.params.sync == "none" or self._steps % self.params.sync_every:
+        if self._route == "none" or self._steps % self.params.sync_every:
             return
         self._push(policy, self.policy_version + 1, deferred=True)
 
@@ -281,8 +319,8 @@ class OpenAIServerGenerator:
         (honoured with ``max_lag`` > 0 on one process): save now, load once the batches out have been read
         (``_load_due``)."""
         rank, world = _place()
-        name = self.params.model if self.params.sync == "disk" else f"{self.params.model}-v{version}"
-        failure: tuple[str, str] | None = None
+        name = self.params.model if self._route == "full" else f"{self.params.model}-v{version}"
+        failure: tuple[str, str, bool] | None = None
         previous = self.served_model
         # saved while requests may still be out (the server reads the folder only when told): writing the weights
         # overlaps their sampling
@@ -304,7 +342,7 @@ class OpenAIServerGenerator:
             try:
                 self._send(folder, name, previous)
             except GeneratorError as exc:
-                failure = (exc.message, exc.where or f"{WHERE}.base_url")
+                failure = (exc.message, exc.where or f"{WHERE}.base_url", isinstance(exc, _Refused))
         if world > 1:
             import torch.distributed as dist
 
@@ -312,19 +350,28 @@ class OpenAIServerGenerator:
             dist.broadcast_object_list(box, src=0)
             failure = box[0]
         if failure is not None:
-            raise GeneratorError(*failure)
+            raise (_Refused if failure[2] else GeneratorError)(failure[0], failure[1])
         self.served_model, self.policy_version, self._pushed_at = name, version, self._steps
 
     def _save(self, policy: Any, version: int) -> Path:
         import torch
 
+        started = time.perf_counter()
         folder = self._folder(version)
         if folder.exists():  # a resumed run, or an earlier run's folder: never serve stale files
             shutil.rmtree(folder)
         with torch.no_grad():
-            policy.save_pretrained(folder)
-        if self.params.sync == "disk" and self._tokenizer is not None:
+            if self._route == "full" and hasattr(policy, "peft_config"):
+                import copy
+
+                # merged in a copy: the policy goes on training its adapter over the untouched base
+                copy.deepcopy(policy).merge_and_unload().save_pretrained(folder)
+            else:  # the whole model, or (a peft model) its adapter alone
+                policy.save_pretrained(folder)
+        if self._route == "full" and self._tokenizer is not None:
             self._tokenizer.save_pretrained(folder)
+        self._sync_bytes += sum(f.stat().st_size for f in folder.rglob("*") if f.is_file())
+        self._sync_s += time.perf_counter() - started
         return folder
 
     def _read_out(self) -> None:
@@ -343,8 +390,15 @@ class OpenAIServerGenerator:
     def _send(self, folder: Path, name: str, previous: str) -> None:
         """Ask the server to serve ``folder`` as ``name`` (``previous``: the name served until now), on a kept-alive
         connection; one attempt (a failed load is the step's failure, not something to repeat blindly)."""
+        started = time.perf_counter()
+        try:
+            self._load(folder, name, previous)
+        finally:
+            self._sync_s += time.perf_counter() - started
+
+    def _load(self, folder: Path, name: str, previous: str) -> None:
         root = urllib.parse.urlsplit(self.root).path
-        if self.params.sync == "disk":  # SGLang answers {"success": bool, "message": str}
+        if self._route == "full":  # SGLang answers {"success": bool, "message": str}
             route, payload = "/update_weights_from_disk", {"model_path": str(folder)}
 
             def loaded(body: bytes) -> bool | None:
@@ -361,9 +415,12 @@ class OpenAIServerGenerator:
         engine = self._engine()
         outcome = engine.post(root + route, json.dumps(payload).encode()).answer(loaded, "no success: true")
         if outcome.value is None:
-            raise GeneratorError(f"weight sync to {self.root}{route} failed: {outcome.error}", f"{WHERE}.base_url")
+            # an HTTP answer that is not a success (no retry would change it) is the server refusing these weights
+            refused = not outcome.retryable and outcome.error.startswith("HTTP ")
+            raise (_Refused if refused else GeneratorError)(f"weight sync to {self.root}{route} failed: "
+                                                            f"{outcome.error}", f"{WHERE}.base_url")
         self._live.append(folder)
-        if self.params.sync == "lora" and previous != self.params.model and previous != name:
+        if self._route == "adapter" and previous != self.params.model and previous != name:
             # after the new adapter serves (and no request names the old one): an unload failing costs server
             # memory, never a wrong sample
             engine.post(f"{root}/v1/unload_lora_adapter", json.dumps({"lora_name": previous}).encode()).answer(
@@ -415,7 +472,7 @@ class OpenAIServerGenerator:
     def submit(self, policy: Any, tokenizer: Any, request: GenerationRequest) -> PendingBatch:
         """Send the request and return at once; ``.result()`` reads the batch. The samples come from the latest
         version synced (a load still due goes out first); a later sync waits for them."""
-        if request.greedy and self.params.sync != "none" and self._pushed_at != self._steps:
+        if request.greedy and self._route != "none" and self._pushed_at != self._steps:
             # held-out evaluation measures the policy as it is, not the last version sync_every let through
             self._push(policy, self.policy_version + 1)
         self._load_due()
@@ -435,6 +492,10 @@ class OpenAIServerGenerator:
     def generate(self, policy: Any, tokenizer: Any, request: GenerationRequest) -> SampledBatch:
         """B × G completions from the server, record by record, with ``engine_logprobs`` and ``policy_version``."""
         return self.submit(policy, tokenizer, request).result()
+
+
+class _Refused(GeneratorError):
+    """The server answered a weight load with an HTTP error (not a lost connection): ``auto`` falls back on it."""
 
 
 class PendingBatch:
