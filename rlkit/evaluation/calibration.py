@@ -22,6 +22,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 from rlkit.config.schemas import CalibrateConfig
 from rlkit.core.errors import DataError
+from rlkit.core.markdown import md_cell, md_number
 from rlkit.core.rubric import Dimension, Rubric
 from rlkit.core.stats import json_number
 from rlkit.data.records import MAX_REPORTED_LINES, read_jsonl
@@ -177,7 +178,7 @@ class DimensionAgreement:
         fix = ("fix its check (`checks:` in the rubric; the rule judge reads no anchors)" if self.by_rule
                else "its anchors need rewriting")
         if self.undefined is None:
-            return f"κ {_num(self.kappa)}, ρ {_num(self.spearman)} below {threshold:g}: {fix}"
+            return f"κ {md_number(self.kappa)}, ρ {md_number(self.spearman)} below {threshold:g}: {fix}"
         if self.undefined.startswith("every human label"):
             return (f"not measurable, which is not low agreement: {self.undefined} (one level only); label lines "
                     "at its other levels")
@@ -336,12 +337,6 @@ def _atomic_write(path: Path, write: Callable[[IO[bytes]], None]) -> None:
         raise
 
 
-def _num(x: float, digits: int = 3) -> str:
-    return "—" if math.isnan(x) else f"{x:.{digits}f}"
-
-
-def _md(text: str) -> str:
-    return text.replace("|", "\\|")
 
 
 def _png_names(rows: Sequence[DimensionAgreement]) -> list[str]:
@@ -371,7 +366,7 @@ def _plot_confusion(row: DimensionAgreement, fh: IO[bytes]) -> None:
     ax.set_yticks(range(k), [str(v) for v in row.levels])
     ax.set_xlabel("judge (rounded to a level)")
     ax.set_ylabel("human")
-    ax.set_title(f"{row.name}: κ {_num(row.kappa, 2)}, ρ {_num(row.spearman, 2)}, n {row.n}", fontsize=10)
+    ax.set_title(f"{row.name}: κ {md_number(row.kappa, 2)}, ρ {md_number(row.spearman, 2)}, n {row.n}", fontsize=10)
     peak = row.confusion.max()
     for i in range(k):
         for j in range(k):
@@ -384,7 +379,7 @@ def _plot_confusion(row: DimensionAgreement, fh: IO[bytes]) -> None:
 def render_markdown(report: CalibrationReport, png_names: Sequence[str] | None = None) -> str:
     rubric = report.rubric
     title = f"{rubric.get('name', 'rubric')} v{rubric.get('version', '?')}"
-    lines = [f"# Judge calibration: {_md(title)}", ""]
+    lines = [f"# Judge calibration: {md_cell(title)}", ""]
     source = f" from `{report.labels_path}`" if report.labels_path else ""
     lines += [f"Judge `{report.judge or '?'}` against {report.total} human-labelled completions{source}; "
               f"rubric hash `{rubric.get('hash', '?')[:12]}`.", "",
@@ -395,27 +390,29 @@ def render_markdown(report: CalibrationReport, png_names: Sequence[str] | None =
               "| dimension | type | levels | n | no label | no score | κ | ρ | bias | flagged |",
               "|---|---|---|--:|--:|--:|--:|--:|--:|---|"]
     for row in report.rows:
-        lines.append(f"| {_md(row.name)} | {row.type} | {row.low}–{row.high} | {row.n} | {row.missing_label} | "
-                     f"{row.missing_score} | {_num(row.kappa)} | {_num(row.spearman)} | {_num(row.bias)} | "
+        lines.append(f"| {md_cell(row.name)} | {row.type} | {row.low}–{row.high} | {row.n} | {row.missing_label} | "
+                     f"{row.missing_score} | {md_number(row.kappa)} | {md_number(row.spearman)} | "
+                     f"{md_number(row.bias)} | "
                      f"{'**yes**' if row.flagged else 'no'} |")
     lines.append("")
     if report.dropped:
-        lines += ["**Labels left out:**", "", *(f"- {_md(line)}" for line in report.dropped), ""]
+        lines += ["**Labels left out:**", "", *(f"- {md_cell(line)}" for line in report.dropped), ""]
     if report.flagged:
         lines += [f"**Flagged** (κ or ρ below {report.threshold:g}, or undefined): "
-                  f"{', '.join(_md(n) for n in report.flagged)}", ""]
-        lines += [f"- {_md(row.name)}: {_md(row.advice(report.threshold))}" for row in report.rows if row.flagged]
+                  f"{', '.join(md_cell(n) for n in report.flagged)}", ""]
+        lines += [f"- {md_cell(row.name)}: {md_cell(row.advice(report.threshold))}"
+                  for row in report.rows if row.flagged]
     else:
         lines.append(f"**Flagged:** none — every dimension reaches κ and ρ ≥ {report.threshold:g}.")
     lines += ["", "## Confusion matrices", "", "Rows: the human level; columns: the judge's score rounded to a level."]
     for i, row in enumerate(report.rows):
-        lines += ["", f"### {_md(row.name)}", "",
+        lines += ["", f"### {md_cell(row.name)}", "",
                   "| human \\ judge | " + " | ".join(str(v) for v in row.levels) + " |",
                   "|---|" + "--:|" * len(row.levels)]
         for level, counts in zip(row.levels, row.confusion.tolist(), strict=True):
             lines.append(f"| **{level}** | " + " | ".join(str(c) for c in counts) + " |")
         if png_names is not None:
-            lines += ["", f"![{_md(row.name)} confusion matrix]({png_names[i]})"]
+            lines += ["", f"![{md_cell(row.name)} confusion matrix]({png_names[i]})"]
     return "\n".join(lines) + "\n"
 
 
@@ -495,8 +492,8 @@ def render_windows_markdown(windows: Sequence[WindowAgreement]) -> str:
              "| window (first step) | dimension | n | κ | ρ | bias | flagged |", "|--:|---|--:|--:|--:|--:|---|"]
     for w in windows:
         for row in w.report.rows:
-            lines.append(f"| {w.window} | {_md(row.name)} | {row.n} | {_num(row.kappa)} | {_num(row.spearman)} | "
-                         f"{_num(row.bias)} | {'**yes**' if row.flagged else 'no'} |")
+            lines.append(f"| {w.window} | {md_cell(row.name)} | {row.n} | {md_number(row.kappa)} | "
+                         f"{md_number(row.spearman)} | {md_number(row.bias)} | {'**yes**' if row.flagged else 'no'} |")
     return "\n".join(lines) + "\n"
 
 

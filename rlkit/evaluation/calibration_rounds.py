@@ -22,8 +22,8 @@ from typing import Any
 import numpy as np
 
 from rlkit.core.errors import DataError
+from rlkit.core.markdown import md_cell, md_number
 from rlkit.core.rubric import Rubric
-from rlkit.evaluation.calibration import _md, _num
 
 ROUND_NAME = "calibration.json"
 ROUND_FORMAT = 1  # bump when the file's shape changes
@@ -210,8 +210,9 @@ def render_rounds_markdown(worst: Sequence[Disagreement], changes: Sequence[Roun
     if worst:
         lines += ["| # | id | prompt | completion | human → judge | disagreement |", "|--:|---|---|---|---|--:|"]
         for rank, line in enumerate(worst, start=1):
-            lines.append(f"| {rank} | {_md(line.record_id or str(line.index + 1))} | {_md(_short(line.prompt))} | "
-                         f"{_md(_short(line.completion))} | {_md(pair_text(line))} | {line.size:.2f} |")
+            lines.append(f"| {rank} | {md_cell(line.record_id or str(line.index + 1))} | "
+                         f"{md_cell(_short(line.prompt))} | "
+                         f"{md_cell(_short(line.completion))} | {md_cell(pair_text(line))} | {line.size:.2f} |")
     else:
         lines.append("None: the judge gives the human level on every labelled dimension.")
     if changes is not None and previous is not None:
@@ -221,9 +222,10 @@ def render_rounds_markdown(worst: Sequence[Disagreement], changes: Sequence[Roun
                   f"{rubric.get('version', '?')}).", "",
                   "| dimension | κ before | κ now | Δκ | ρ before | ρ now |", "|---|--:|--:|--:|--:|--:|"]
         for change in changes:
-            lines.append(f"| {_md(change.name)} | {_num(change.kappa_before)} | {_num(change.kappa_now)} | "
-                         f"{_signed(change.kappa_change)} | {_num(change.spearman_before)} | "
-                         f"{_num(change.spearman_now)} |")
+            lines.append(f"| {md_cell(change.name)} | {md_number(change.kappa_before)} | "
+                         f"{md_number(change.kappa_now)} | "
+                         f"{_signed(change.kappa_change)} | {md_number(change.spearman_before)} | "
+                         f"{md_number(change.spearman_now)} |")
         if moved is not None:
             fixed, broken, matched = moved
             lines += ["", f"Of {matched} lines in both rounds: {fixed} now agree that did not, {broken} now disagree "

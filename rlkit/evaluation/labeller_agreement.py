@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from itertools import combinations
 from typing import Any
 
+from rlkit.core.markdown import md_number
 from rlkit.core.rubric import Rubric
 from rlkit.evaluation.agreement_stats import quadratic_weighted_kappa
 
@@ -68,9 +69,6 @@ def labeller_agreement(records: Sequence[dict[str, Any]], rubric: Rubric,
     return rows
 
 
-def _num(x: float) -> str:
-    return "—" if math.isnan(x) else f"{x:.3f}"
-
 
 def render_agreement_markdown(rows: Sequence[PairAgreement]) -> str:
     """The ``calibration.md`` section: one row per dimension and pair of labellers."""
@@ -81,6 +79,6 @@ def render_agreement_markdown(rows: Sequence[PairAgreement]) -> str:
              "| dimension | labellers | n | κ between them | κ judge–first | κ judge–second |",
              "|---|---|--:|--:|--:|--:|"]
     for row in rows:
-        lines.append(f"| {row.dimension} | {row.first} – {row.second} | {row.n} | {_num(row.kappa)} | "
-                     f"{_num(row.judge_first)} | {_num(row.judge_second)} |")
+        lines.append(f"| {row.dimension} | {row.first} – {row.second} | {row.n} | {md_number(row.kappa)} | "
+                     f"{md_number(row.judge_first)} | {md_number(row.judge_second)} |")
     return "\n".join(lines) + "\n"

@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from rlkit.core.errors import DataError, no_such
+from rlkit.core.markdown import md_number
 from rlkit.core.stats import json_number, kendall_tau_b
 from rlkit.data.records import json_lines
 from rlkit.evaluation.audit_checks import Estimate, bootstrap, bootstrap_statistic, resample_indices
@@ -197,9 +198,6 @@ def labeller_alignments(groups: Sequence[dict[str, Any]]) -> list[Alignment]:
     return rows
 
 
-def _num(x: float) -> str:
-    return "—" if math.isnan(x) else f"{x:.3f}"
-
 
 def interval_text(estimate: Estimate | None) -> str:
     """``[low, high]`` of a bootstrap interval, ``—`` where there is none (no group, or every resample undefined)."""
@@ -216,8 +214,8 @@ def _windows_markdown(windows: Sequence[WindowAlignment]) -> list[str]:
              "| window (first step) | groups | pairs | pairwise agreement | 95% interval | Kendall τ-b | "
              "95% interval |",
              "|--:|--:|--:|--:|--:|--:|--:|"]
-    lines += [f"| {w.window} | {w.judge.groups} | {w.judge.pairs} | {_num(w.judge.agreement)} | "
-              f"{interval_text(w.judge.agreement_interval)} | {_num(w.judge.tau)} | "
+    lines += [f"| {w.window} | {w.judge.groups} | {w.judge.pairs} | {md_number(w.judge.agreement)} | "
+              f"{interval_text(w.judge.agreement_interval)} | {md_number(w.judge.tau)} | "
               f"{interval_text(w.judge.tau_interval)} |" for w in windows]
     return lines
 
@@ -236,7 +234,7 @@ def render_ranking_markdown(judge: Alignment, labellers: Sequence[Alignment], so
              "τ-b 95% |",
              "|---|--:|--:|--:|--:|--:|--:|--:|",
              f"| judge {judge.first} – humans | {judge.groups} | {judge.pairs} | {judge.tied_pairs} | "
-             f"{_num(judge.agreement)} | {_num(judge.tau)} | {interval_text(judge.agreement_interval)} | "
+             f"{md_number(judge.agreement)} | {md_number(judge.tau)} | {interval_text(judge.agreement_interval)} | "
              f"{interval_text(judge.tau_interval)} |"]
     if windows:
         lines += _windows_markdown(windows)
@@ -245,8 +243,8 @@ def render_ranking_markdown(judge: Alignment, labellers: Sequence[Alignment], so
                   "The share of completion pairs two labellers gave the same relation (better, worse or tied), and "
                   "Kendall τ-b between their places: the ceiling to expect of the judge.", "",
                   "| labellers | groups | pairs | same relation | Kendall τ-b |", "|---|--:|--:|--:|--:|"]
-        lines += [f"| {row.first} – {row.second} | {row.groups} | {row.pairs} | {_num(row.agreement)} | "
-                  f"{_num(row.tau)} |" for row in labellers]
+        lines += [f"| {row.first} – {row.second} | {row.groups} | {row.pairs} | {md_number(row.agreement)} | "
+                  f"{md_number(row.tau)} |" for row in labellers]
     return "\n".join(lines) + "\n"
 
 
