@@ -6,7 +6,7 @@ import functools
 import math
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -14,6 +14,8 @@ from rlkit.core.errors import RlkitError, error_lines
 
 if TYPE_CHECKING:
     from rich.console import Console
+
+    from rlkit.config.compose import HydraArgs
 
 
 @functools.cache
@@ -32,12 +34,14 @@ def rich_console() -> Console:
     return Console(highlight=False, width=None if sys.stdout.isatty() else 120)
 
 
-def validated_config(overrides: Sequence[str], *, need_completions: bool = False, read_data: bool = True):
-    """Compose ``conf/fit.yaml`` with ``overrides`` and validate every part against the run's registry."""
+def validated_config(overrides: Sequence[str] | HydraArgs, *, need_completions: bool = False,
+                     read_data: bool = True):
+    """Compose ``conf/fit.yaml`` with ``overrides`` (a command line, or the ``HydraArgs`` a command parsed already)
+    and validate every part against the run's registry."""
     from rlkit.config import compose_config, validate_config
 
     registry = run_registry()
-    cfg = compose_config(registry, list(overrides))
+    cfg = compose_config(registry, overrides)
     return validate_config(cfg, registry, need_completions=need_completions, read_data=read_data)
 
 
@@ -50,13 +54,14 @@ def fmt(x: float) -> str:
 RELAUNCHED_COMMAND = "RLKIT_RELAUNCHED_COMMAND"
 
 
-def run_hydra(command: str, config_name: str, overrides: Sequence[str], body) -> int:
+def run_hydra(command: str, config_name: str, args: HydraArgs, body, declared: Collection[str] = ()) -> int:
     """Run ``body(cfg, run_dir) -> float`` as a Hydra app on ``config_name`` (run dirs, multirun, sweepers); an
-    rlkit error inside a job is one line and its exit code. The float is what a sweeper optimises."""
+    rlkit error inside a job is one line and its exit code. The float is what a sweeper optimises. ``args`` is the
+    command line as the command parsed it (once); ``declared``, the keys its composition had to add (``++key=``)."""
     import hydra
 
     from rlkit.config import register_run_defaults, search_path_override
-    from rlkit.config.compose import parse_hydra_args, refuse_shadowed_options, with_declared_keys
+    from rlkit.config.compose import compose, refuse_shadowed_options, with_declared_keys
 
     register_run_defaults()  # conf/fit.yaml composes the run's defaults from Hydra's ConfigStore
     relaunched = os.environ.get(RELAUNCHED_COMMAND) == command
@@ -81,18 +86,15 @@ def run_hydra(command: str, config_name: str, overrides: Sequence[str], body) ->
     argv = sys.argv
     # Hydra's parser takes its flags (-m, --cfg job, -cd DIR, ...) with their values before the overrides; the search
     # path joins a user's own hydra.searchpath to the plugins' (a relaunched rank has it already).
-    args = parse_hydra_args(overrides)
     refuse_shadowed_options(args)  # -cd stays Hydra's flag: its folder is checked here
     if "--cfg" in args.flags and not relaunched:
         # nothing was validated (--cfg prints, runs nothing), and Hydra answers a config it cannot compose (a YAML
         # of a -cd folder that does not parse) with a traceback: composed here first, a failure is one line
-        from rlkit.config import compose_config
-
-        compose_config(run_registry(), list(overrides), config_name=config_name)
+        declared = compose(run_registry(), args, config_name=config_name).declared
     search = [] if relaunched else search_path_override(run_registry(), args.searchpath)
     # argv[0] stays this program: Lightning's DDP launcher starts the other ranks with it and these arguments.
     # keys validation composed as `++key=` (declared by a schema, absent from the YAML) go to Hydra the same way
-    sys.argv = [argv[0], *args.flags, *search, *with_declared_keys(args.overrides)]
+    sys.argv = [argv[0], *args.flags, *search, *with_declared_keys(args.overrides, declared)]
     previous = os.environ.get(RELAUNCHED_COMMAND)
     os.environ[RELAUNCHED_COMMAND] = command
     try:
@@ -102,5 +104,3 @@ def run_hydra(command: str, config_name: str, overrides: Sequence[str], body) ->
         if previous is None:
             os.environ.pop(RELAUNCHED_COMMAND, None)
     return 0
-
-

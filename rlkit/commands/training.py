@@ -2,14 +2,49 @@
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from rlkit.commands.common import RELAUNCHED_COMMAND, run_hydra, run_registry, validated_config
+from rlkit.commands.common import RELAUNCHED_COMMAND, run_hydra, run_registry
+
+if TYPE_CHECKING:
+    from rlkit.config.compose import HydraArgs
 
 
-def _fit_job(cfg, run_dir: Path) -> float:
+class CheckedConfigs:
+    """The configs ``rlkit fit`` validated before Hydra started, handed to the jobs Hydra runs in this process: a job
+    takes the one whose config is its own, plugins built, and builds nothing again. Pickled for a launcher's other
+    process (submitit), it travels empty: a job there validates its own config."""
+
+    def __init__(self, validated: Sequence[Any] = ()) -> None:
+        self._validated = list(validated)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"_validated": []}  # live plugins stay in the process that built them
+
+    def take(self, cfg: Any) -> Any:
+        """The validated config composed as ``cfg`` (the job's own, whose ``hydra`` node Hydra has taken out), now
+        carrying ``cfg``; None when there is none. Each is taken once: two jobs never share a plugin."""
+        from dataclasses import replace
+
+        for index, validated in enumerate(self._validated):
+            if _without_hydra(validated.cfg) == _without_hydra(cfg):
+                return replace(self._validated.pop(index), cfg=cfg)
+        return None
+
+
+def _without_hydra(cfg: Any) -> Any:
+    from omegaconf import OmegaConf
+
+    container = OmegaConf.to_container(cfg, resolve=False)
+    container.pop("hydra", None)
+    return container
+
+
+def _fit_job(cfg, run_dir: Path, checked: CheckedConfigs | None = None) -> float:
     import time
 
     from rlkit.config import validate_config
@@ -18,9 +53,10 @@ def _fit_job(cfg, run_dir: Path) -> float:
 
     started = time.monotonic()
 
-    # A launcher that runs jobs in other processes (submitit) pickles this function: it carries no registry
-    # and builds one where it runs.
-    validated = validate_config(cfg, run_registry())
+    # The config `rlkit fit` validated before Hydra started, plugins built once; a relaunched rank, a job of a
+    # launcher's other process (which carries no registry and builds one where it runs) or a job nobody checked
+    # validates its own.
+    validated = (checked.take(cfg) if checked is not None else None) or validate_config(cfg, run_registry())
     summary = fit(validated, run_dir)
     if summary["global_zero"]:
         print_summary(summary, validated)
@@ -54,24 +90,31 @@ def interrupted_line(interrupted: dict, run_dir: Path) -> str:
 
 
 def cmd_fit(overrides: Sequence[str]) -> int:
-    from rlkit.config.compose import parse_hydra_args
+    from rlkit.config import validate_config
+    from rlkit.config.compose import compose, parse_hydra_args
 
     relaunched = os.environ.get(RELAUNCHED_COMMAND) == "fit"
-    args = parse_hydra_args(overrides)  # a flag Hydra does not know is one line here, before anything starts
+    # The command line is parsed once, here: a flag Hydra does not know is one line before anything starts.
+    args = parse_hydra_args(overrides)
     checked_here = not relaunched and not args.shows_only  # another rank's was checked; --cfg and --info train nothing
+    checked: list[Any] = []
+    declared: frozenset[str] = frozenset()
     if checked_here and args.multirun:
-        validate_sweep(overrides)  # every job's config, before the first one trains
+        checked, declared = validate_sweep(args)  # every job's config, before the first one trains
     elif checked_here:
         # Fail with one line before Hydra sets up a run directory or anything heavy is built (about a second).
-        validated = validated_config(overrides)
+        registry = run_registry()
+        composed = compose(registry, args)
+        validated, declared = validate_config(composed.cfg, registry), composed.declared
         if validated.run.audit.require:  # fit() checks again: a sweep's jobs and programmatic calls come there
             from rlkit.evaluation.audit_report import judge_config, require_passed_audit
 
             require_passed_audit(validated.rubric, judge_config(validated.cfg))  # fit() says which it accepted
-    return run_hydra("fit", "fit", overrides, _fit_job)
+        checked = [validated]
+    return run_hydra("fit", "fit", args, functools.partial(_fit_job, checked=CheckedConfigs(checked)), declared)
 
 
-def sweep_jobs(overrides: Sequence[str]) -> list[list[str]]:
+def sweep_jobs(overrides: Sequence[str] | HydraArgs) -> list[list[str]]:
     """The overrides of each job a basic-sweeper multirun runs: the cartesian product of the sweeps
     (``a=1,2 b=x,y`` is four jobs), in Hydra's order. A sweep it cannot list (an ``interval`` for an optimising
     sweeper) keeps its first form, so the rest is still checked."""
@@ -79,10 +122,10 @@ def sweep_jobs(overrides: Sequence[str]) -> list[list[str]]:
 
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
-    from rlkit.config.compose import parse_hydra_args
+    from rlkit.config.compose import HydraArgs, parse_hydra_args
     from rlkit.core.errors import ConfigError
 
-    args = parse_hydra_args(overrides)
+    args = overrides if isinstance(overrides, HydraArgs) else parse_hydra_args(overrides)
     try:
         parsed = OverridesParser.create().parse_overrides(args.overrides)
     except Exception as exc:  # Hydra's OverrideParseException: its own first line
@@ -102,19 +145,27 @@ def sweep_jobs(overrides: Sequence[str]) -> list[list[str]]:
     return [[*flags, *search, *job] for job in itertools.product(*choices)]
 
 
-def validate_sweep(overrides: Sequence[str]) -> None:
+def validate_sweep(overrides: Sequence[str] | HydraArgs) -> tuple[list[Any], frozenset[str]]:
     """Compose and validate every job of a sweep before the first one runs; the first bad job is one line naming
-    it and its own overrides (a value of the sweep, a group option), exit 2."""
+    it and its own overrides (a value of the sweep, a group option), exit 2. Returns each job's validated config
+    and the keys their composition added (``++key=``), for Hydra's own composition of the jobs."""
+    from rlkit.config import validate_config
+    from rlkit.config.compose import compose, parse_hydra_args
     from rlkit.core.errors import ConfigError, RlkitError
 
+    registry = run_registry()
     jobs = sweep_jobs(overrides)
     base = set.intersection(*(set(job) for job in jobs)) if len(jobs) > 1 else set()
+    checked, declared = [], set()
     for number, job in enumerate(jobs):
         try:
-            validated_config(job)
+            composed = compose(registry, parse_hydra_args(job))  # each job's own command line
+            checked.append(validate_config(composed.cfg, registry))
         except RlkitError as exc:
             own = " ".join(o for o in job if o not in base) or " ".join(job)
             raise ConfigError(f"job {number} of {len(jobs)} ({own}): {exc}") from None
+        declared |= composed.declared
+    return checked, frozenset(declared)
 
 
 def cmd_sft(overrides: Sequence[str]) -> int:
@@ -133,16 +184,16 @@ def _train_grm_job(cfg, run_dir: Path) -> float:
 
 
 def cmd_train_grm(overrides: Sequence[str]) -> int:
-    from rlkit.config.compose import parse_hydra_args
+    from rlkit.config.compose import compose, parse_hydra_args
 
-    args = parse_hydra_args(overrides)
+    args = parse_hydra_args(overrides)  # once, for the check here and for Hydra's job
+    declared: frozenset[str] = frozenset()
     if not args.multirun and not args.shows_only:
-        from rlkit.config import compose_config
         from rlkit.grm.training import check_grm_config
 
         # Fail with one line before Hydra sets up a run directory or anything heavy is built (about a second).
         registry = run_registry()
-        check_grm_config(compose_config(registry, list(overrides), config_name="train_grm"), registry)
-    return run_hydra("train-grm", "train_grm", overrides, _train_grm_job)
-
-
+        composed = compose(registry, args, config_name="train_grm")
+        check_grm_config(composed.cfg, registry)
+        declared = composed.declared
+    return run_hydra("train-grm", "train_grm", args, _train_grm_job, declared)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import importlib.resources
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -283,13 +283,6 @@ class NotInConfig(ConfigError):
         self.key = key
 
 
-# Keys set without `+` that the config's YAML leaves out but rlkit validates (a schema's field, a plugin's param, a
-# Lightning argument): composed as `++key=`, so a schema-declared key needs no `+`, and one nobody declares is
-# answered by the validation that follows, with the valid keys and a "did you mean". Kept for `rlkit fit`, which
-# hands the overrides to Hydra after validating them.
-ADDED_AS_DECLARED: set[str] = set()
-
-
 def _settable(overrides: list[str], key: str) -> list[str] | None:
     """``overrides`` with ``key=...`` turned into ``++key=...``, or None where that is not for rlkit to decide:
     Hydra's own keys (rlkit does not check them, so a typo there would pass unseen), or no such plain override."""
@@ -301,41 +294,58 @@ def _settable(overrides: list[str], key: str) -> list[str] | None:
     return None
 
 
-def with_declared_keys(overrides: Sequence[str]) -> list[str]:
-    """``overrides`` with every key that composition had to add (:data:`ADDED_AS_DECLARED`) written ``++key=``."""
-    return [f"++{o}" if not o.startswith(("+", "~", "-")) and o.split("=", 1)[0] in ADDED_AS_DECLARED else o
+def with_declared_keys(overrides: Sequence[str], declared: Collection[str]) -> list[str]:
+    """``overrides`` with every key composition had to add (``declared``: a schema's field, a plugin's param, a
+    Lightning argument the YAML leaves out) written ``++key=``, as Hydra wants them when it composes the job."""
+    return [f"++{o}" if not o.startswith(("+", "~", "-")) and o.split("=", 1)[0] in declared else o
             for o in overrides]
 
 
-def compose_config(registry: Registry, overrides: list[str] | None = None,
-                   config_name: str = PRIMARY_CONFIG) -> DictConfig:
-    """Compose ``conf/fit.yaml`` with ``overrides``; errors become one-line ``ConfigError``s. The overrides may hold
-    Hydra's ``--config-dir``/``-cd`` (a folder whose group YAMLs join rlkit's) and ``--config-name``/``-cn`` (a primary
-    config there), and a ``hydra.searchpath`` of the user's own; other Hydra flags are left to ``rlkit fit``.
+@dataclass(frozen=True)
+class Composed:
+    """A composed config and the keys its composition added (``declared``): keys set without ``+`` that the YAML
+    leaves out but rlkit validates, composed as ``++key=`` so a schema-declared key needs no ``+`` and one nobody
+    declares is answered by validation with the valid keys. The command hands them on to Hydra's own job."""
+
+    cfg: DictConfig
+    declared: frozenset[str] = frozenset()
+
+
+def compose(registry: Registry, args: HydraArgs, config_name: str = PRIMARY_CONFIG) -> Composed:
+    """Compose ``conf/<config_name>.yaml`` with ``args`` (parsed once, by the command); errors become one-line
+    ``ConfigError``s. ``args`` may hold ``--config-dir`` (a folder whose group YAMLs join rlkit's), ``--config-name``
+    (a primary config there) and a ``hydra.searchpath`` of the user's own; other Hydra flags are left to the command.
 
     The result keeps ``hydra.runtime.choices`` so messages can name the YAML each part came from.
     """
-    from hydra import compose, initialize_config_module
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_module
     from hydra.core.global_hydra import GlobalHydra
 
-    args = parse_hydra_args(list(overrides or []))
     refuse_shadowed_options(args)
     register_run_defaults()
-    given = list(args.overrides)
+    given, declared = list(args.overrides), set()
     while True:
         GlobalHydra.instance().clear()
         try:
             with _translated_hydra_errors(registry, args.user_searchpath), initialize_config_module(
                 CONFIG_MODULE, version_base=HYDRA_VERSION_BASE
             ):
-                return compose(args.config_name or config_name,
-                               overrides=search_path_override(registry, args.user_searchpath) + given,
-                               return_hydra_config=True)
+                cfg = hydra_compose(args.config_name or config_name,
+                                    overrides=search_path_override(registry, args.user_searchpath) + given,
+                                    return_hydra_config=True)
+                return Composed(cfg, frozenset(declared))
         except NotInConfig as exc:
             rewritten = _settable(given, exc.key)
             if rewritten is None:
                 raise
-            ADDED_AS_DECLARED.add(exc.key)
+            declared.add(exc.key)
             given = rewritten
 
 
+def compose_config(registry: Registry, overrides: Sequence[str] | HydraArgs | None = None,
+                   config_name: str = PRIMARY_CONFIG) -> DictConfig:
+    """:func:`compose`'s config, from a command line's arguments (parsed here) or from ``HydraArgs`` a command
+    parsed already."""
+    args = overrides if isinstance(overrides, HydraArgs) else parse_hydra_args(list(overrides or []))
+    return compose(registry, args, config_name).cfg
