@@ -465,16 +465,6 @@ class RunConfig(_Schema):
         description="The correction for completions an inference engine sampled: `level` token | sequence | "
                     "geometric, `mode` truncate | mask, `cap`, `low`; null: off. Default: TRL's token truncation at "
                     "2.0.")
-    engine_is_cap: float | None = _finite(
-        default=None, gt=0, description="Deprecated (removed in the next minor release): is_correction.cap with "
-                                        "level token and mode truncate; null: off.")
-
-    @pydantic.model_validator(mode="after")
-    def _engine_is_cap_alias(self) -> RunConfig:
-        if "engine_is_cap" in self.model_fields_set:
-            self.is_correction = None if self.engine_is_cap is None else \
-                ImportanceCorrectionConfig(cap=self.engine_is_cap)
-        return self
     ckpt_path: str | None = Field(default=None, description="A Lightning checkpoint of a compatible run (same rubric "
                                                             "and model) to resume from.")
     allow_self_judge: bool = Field(
@@ -528,8 +518,7 @@ def register_run_defaults() -> None:
 
     # `rubric.evolve` defaults too, so `rubric.evolve.every=4` overrides a key every rubric preset has (the presets
     # under conf/rubric/ name only their path; the group's YAML merges into this node)
-    # a deprecated alias stays out, so that the schema sees it set only where a user set it
-    node = {**RunConfig().model_dump(mode="json", exclude={"engine_is_cap"}),
+    node = {**RunConfig().model_dump(mode="json"),
             "rubric": {"evolve": RubricEvolveConfig().model_dump(mode="json")}}
     ConfigStore.instance().store(name=RUN_DEFAULTS, node=node)
 

@@ -147,11 +147,6 @@ def validate_config(cfg: DictConfig, registry: Registry, *, read_data: bool = Tr
     if run.ckpt_path is not None:
         check_checkpoint(resolve_path(run.ckpt_path), result.rubric, model)
     check_reward_path(result)
-    if "engine_is_cap" in run.model_fields_set:
-        value = "null" if run.engine_is_cap is None else run.engine_is_cap
-        warnings.warn(f"engine_is_cap is now is_correction (engine_is_cap={value} means "
-                      f"{'is_correction=null' if run.engine_is_cap is None else f'is_correction.cap={value}'}); "
-                      "the old name will be removed in the next minor release", stacklevel=2)
     if (lr_warning := check_learning_rate(model, run.optim.lr)) is not None:
         warnings.warn(lr_warning, stacklevel=2)
     check_environment(result)

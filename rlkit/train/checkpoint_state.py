@@ -113,8 +113,7 @@ def load_run_state(run: CheckpointedParts, checkpoint: dict[str, Any], device: C
     by_rank = state.get("rng_by_rank")
     own = by_rank[spread.rank] if by_rank is not None and len(by_rank) == spread.world_size else None
     run.position.rng_to_restore = own or state.get("rng")
-    # "ordering": what checkpoints before objectives became plugins called group_dpo's state
-    objective_state = state.get("objective", state.get("ordering"))
+    objective_state = state.get("objective")
     if objective_state is not None and callable(getattr(parts.objective, "load_state_dict", None)):
         parts.objective.load_state_dict(objective_state)
     if "sampling_position" in state:

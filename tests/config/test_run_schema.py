@@ -97,7 +97,7 @@ def test_a_group_of_one_is_refused_for_group_relative_parts(capsys, overrides):
 
 def test_defaults_live_in_the_schema_alone(registry):
     composed = run_keys(compose_config(registry, []))
-    assert composed == RunConfig().model_dump(mode="json", exclude={"engine_is_cap"})  # a deprecated alias: unset
+    assert composed == RunConfig().model_dump(mode="json")
     primary = OmegaConf.load(CONF / "fit.yaml")
     assert set(primary) == {"defaults", "hydra"}, "run keys belong in rlkit/config/schemas.py, not fit.yaml"
     assert check_run(compose_config(registry, ["batch_size=3"])).batch_size == 3
