@@ -133,6 +133,7 @@ if TYPE_CHECKING:
     # --- generators: what a sampler is asked for and hands back; models by path ---------------------------------
     from rlkit.lm.constrained import JsonSchemaConstraint
     from rlkit.lm.decoding import decode_with_kv_cache, loop_can_decode
+    from rlkit.lm.gguf_export import EXPORT_TYPES, write_gguf
     from rlkit.lm.joined_files import QWEN_CODER_JUDGE, is_parts_ref, model_file
     from rlkit.lm.judge_models import JUDGE_MODELS, JudgeModel, installed_judge_model
     from rlkit.lm.llama_server import LlamaServer, LlamaServerSettings
@@ -276,8 +277,10 @@ __all__ = [
     "installed_judge_model",
     "is_parts_ref",
     "model_file",
+    "EXPORT_TYPES",
     "LlamaServer",
     "LlamaServerSettings",
+    "write_gguf",
     "make_view",
     "loop_can_decode",
     "masked_nll",

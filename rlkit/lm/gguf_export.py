@@ -16,6 +16,7 @@ import json
 import os
 import tempfile
 import warnings
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from hashlib import sha256
 from pathlib import Path
@@ -100,22 +101,45 @@ def export_gguf(folder: str | Path, out: str | Path, type: str = "f32", where: s
     where = where or str(folder)
     if type not in EXPORT_TYPES:
         raise ConfigError(f"unknown type {type!r}; expected one of {', '.join(EXPORT_TYPES)}", where)
-    architecture = check_architecture(folder, where)
-    import gguf
+    check_architecture(folder, where)  # before loading anything
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
     model = AutoModelForCausalLM.from_pretrained(folder, dtype="float32", local_files_only=True)
-    config = model.config
+    return write_gguf(model, tokenizer, out, type, where, tokenizer_folder=folder, name=folder.name)
+
+
+def write_gguf(model: Any, tokenizer: Any, out: str | Path, type: str = "f32", where: str = "policy",
+               tokenizer_folder: str | Path | None = None, name: str | None = None) -> ExportedGguf:
+    """Write an in-memory causal LM (a transformers model, or a peft model: its LoRA adapter merged in, the model
+    left as it is) and its tokenizer as the GGUF file ``out``, as :func:`export_gguf` does from a folder, without
+    saving the weights first: what a generator feeding llama.cpp the policy's current weights calls every sync.
+    ``tokenizer_folder``: where the tokenizer's files are saved (their special ids and chat template are read
+    from there); None: saved to a temporary folder here."""
+    out = Path(out).expanduser()
+    if type not in EXPORT_TYPES:
+        raise ConfigError(f"unknown type {type!r}; expected one of {', '.join(EXPORT_TYPES)}", where)
+    base = model.get_base_model() if hasattr(model, "peft_config") else model
+    config = base.config
+    if config.model_type not in ARCHITECTURES:
+        raise ConfigError(f"the model is a {config.model_type!r} model; GGUF export supports "
+                          f"{', '.join(ARCHITECTURES)} (transformers' model_type)", where)
+    architecture = ARCHITECTURES[config.model_type][0]
     _check_rope(config, where)
+    if tokenizer_folder is None:
+        with tempfile.TemporaryDirectory(prefix="rlkit-tokenizer-") as saved:
+            tokenizer.save_pretrained(saved)
+            return write_gguf(model, tokenizer, out, type, where, saved, name)
+    import gguf
+
     fd, tmp_name = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".part", dir=out.parent)
     os.close(fd)
     tmp = Path(tmp_name)
     try:
         writer = gguf.GGUFWriter(tmp, architecture)
-        _write_metadata(writer, config, folder, type)
-        _write_vocabulary(writer, tokenizer, folder, config.vocab_size, where)
-        count = _write_tensors(writer, model, architecture, type, where)
+        _write_metadata(writer, config, name or str(getattr(config, "_name_or_path", "") or "policy"), type)
+        _write_vocabulary(writer, tokenizer, Path(tokenizer_folder), config.vocab_size, where)
+        count = _write_tensors(writer, merged_weights(model), config, architecture, type, where)
         writer.write_header_to_file()
         writer.write_kv_data_to_file()
         writer.write_tensors_to_file()
@@ -125,6 +149,33 @@ def export_gguf(folder: str | Path, out: str | Path, type: str = "f32", where: s
     finally:
         tmp.unlink(missing_ok=True)
     return ExportedGguf(path=out, architecture=architecture, type=type, tensors=count, bytes=out.stat().st_size)
+
+
+def merged_weights(model: Any) -> Iterator[tuple[str, Any]]:
+    """The model's tensors under the base model's own names, a peft LoRA adapter's update (``get_delta_weight``,
+    which applies its scaling) added to the weight it adapts, computed aside so the training weights are never
+    merged and unmerged in place (each round trip would move them by a rounding error)."""
+    if not hasattr(model, "peft_config"):
+        yield from model.state_dict().items()
+        return
+    from peft.tuners.lora import LoraLayer
+
+    base = model.get_base_model()
+    deltas: dict[str, Any] = {}
+    for module_name, module in base.named_modules():
+        if isinstance(module, LoraLayer) and not module.merged:
+            for adapter in module.active_adapters:
+                if adapter in module.lora_A or adapter in module.lora_embedding_A:
+                    delta = module.get_delta_weight(adapter)
+                    deltas[module_name] = delta if module_name not in deltas else deltas[module_name] + delta
+    for tensor_name, tensor in base.state_dict().items():
+        if ".lora_" in tensor_name or ".original_module." in tensor_name:
+            continue  # the adapter's factors (merged below), and the frozen copy a trained module replaces
+        clean = tensor_name.replace(".base_layer.", ".").replace(".modules_to_save.default.", ".")
+        owner = clean.rsplit(".", 1)[0]
+        if clean.endswith(".weight") and owner in deltas:
+            tensor = tensor + deltas[owner].to(tensor)
+        yield clean, tensor
 
 
 def _rope_parameters(config: Any) -> dict[str, Any]:
@@ -144,12 +195,12 @@ def _check_rope(config: Any, where: str) -> None:
                           "unscaled and linear rope only", where)
 
 
-def _write_metadata(writer: Any, config: Any, folder: Path, type: str) -> None:
+def _write_metadata(writer: Any, config: Any, name: str, type: str) -> None:
     """``TextModel.set_gguf_parameters`` and ``LlamaModel.set_gguf_parameters`` of llama.cpp's conversion."""
     import gguf
 
     writer.add_type(gguf.GGUFType.MODEL)
-    writer.add_name(str(getattr(config, "_name_or_path", "") or folder.name) or folder.name)
+    writer.add_name(str(getattr(config, "_name_or_path", "") or name) or name)
     writer.add_block_count(config.num_hidden_layers)
     writer.add_context_length(config.max_position_embeddings)
     writer.add_embedding_length(config.hidden_size)
@@ -227,6 +278,12 @@ def _write_vocabulary(writer: Any, tokenizer: Any, folder: Path, vocab_size: int
     special = gguf.SpecialVocab(folder, load_merges=True, n_vocab=vocab_size)
     if not special.merges:
         special.merges = [m if isinstance(m, str) else " ".join(m) for m in backend["model"].get("merges") or []]
+    if not special.merges:
+        # llama.cpp refuses a gpt2 tokenizer without a merges list (llama-vocab.cpp: "cannot find tokenizer merges"),
+        # and gguf writes no empty array. A symbol starts as one character and only a merge lengthens it, so a merge
+        # of two longer strings never applies: one symbol per character, as this tokenizer encodes (rlkit's tiny
+        # policy has no merges).
+        special.merges = ["<|no-merge|> <|no-merge|>"]
     for kind in ("bos", "eos", "unk", "pad"):  # the tokenizer as loaded is the truth where its files are silent
         index = getattr(tokenizer, f"{kind}_token_id", None)
         if kind not in special.special_token_ids and index is not None and index < vocab_size:
@@ -248,24 +305,24 @@ def _permute(weight: Any, heads: int) -> Any:
         .reshape(weight.shape)
 
 
-def _write_tensors(writer: Any, model: Any, architecture: str, type: str, where: str) -> int:
+def _write_tensors(writer: Any, tensors: Iterable[tuple[str, Any]], config: Any, architecture: str, type: str,
+                   where: str) -> int:
     """``ModelBase.prepare_tensors`` of llama.cpp's conversion, for a dense model."""
     import gguf
     import numpy as np
 
-    config = model.config
     arch = next(key for key, name in gguf.MODEL_ARCH_NAMES.items() if name == architecture)
     names = gguf.get_tensor_name_map(arch, config.num_hidden_layers)
     permute = ARCHITECTURES[config.model_type][1]
     tied = bool(getattr(config, "tie_word_embeddings", False))
     count = 0
-    for name, tensor in model.state_dict().items():
+    for name, tensor in tensors:
         if name.endswith("rotary_emb.inv_freq") or (tied and name == "lm_head.weight"):
             continue  # recomputed by llama.cpp; the embedding matrix serves as the output projection
         new_name = names.get_name(name, try_suffixes=(".weight", ".bias"))
         if new_name is None:
             raise ConfigError(f"the model's tensor {name} has no name in llama.cpp's {architecture} layout", where)
-        data = tensor.detach().float()
+        data = tensor.detach().float().cpu()
         if permute and name.endswith(("q_proj.weight", "q_proj.bias")):
             data = _permute(data, config.num_attention_heads)
         elif permute and name.endswith(("k_proj.weight", "k_proj.bias")):

@@ -28,8 +28,9 @@ import time
 import urllib.error
 import urllib.request
 import weakref
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from rlkit.core.errors import EngineError
 
@@ -61,6 +62,9 @@ class LlamaServerSettings:
     """Reuse the KV of a slot's previous prompt for the part a new prompt shares with it (llama.cpp's
     ``cache_prompt``), and keep recent prompts' KV in host memory (``--cache-ram``, ``prompt_cache_mib``)."""
     prompt_cache_mib: int = 1024
+    kv_cache: str = "f16"
+    """The KV cache's type (llama.cpp's ``--cache-type-k/-v``): f16, llama.cpp's default, or f32 (flash attention
+    off too), which a sampler whose log-probs must match the trainer's float32 ones needs."""
 
     def to_params(self):  # type: ignore[no-untyped-def]
         """The ``xllamacpp.CommonParams`` these settings describe (in the child: the wheel is imported there only)."""
@@ -75,24 +79,34 @@ class LlamaServerSettings:
         params.cont_batching = True  # the slots' requests decode in one batch (continuous batching)
         params.cache_prompt = self.prompt_cache
         params.cache_ram_mib = self.prompt_cache_mib if self.prompt_cache else 0
+        kv = xllamacpp.ggml_type.GGML_TYPE_F32 if self.kv_cache == "f32" else xllamacpp.ggml_type.GGML_TYPE_F16
+        params.cache_type_k = params.cache_type_v = kv
+        if self.kv_cache == "f32":  # with flash attention on, log-probs moved by up to 1.5e-4 (tiny policy, f32
+            # weights and cache) against 5e-7 without: its CPU path does not keep float32 throughout
+            params.flash_attn_type = xllamacpp.llama_flash_attn_type.LLAMA_FLASH_ATTN_TYPE_DISABLED
         params.port, params.verbosity = 0, 0
         return params
 
 
 def _child_main(argv: list[str]) -> int:
-    """The child: start the server, say where it listens, serve until stdin closes."""
+    """The child: start the server, say where it listens, serve until stdin closes. Each line the parent writes
+    meanwhile is a new settings object: the server is replaced by one on those settings (a new model file: the next
+    weights of a policy being trained), in this process, so a reload costs the model's load and no Python start."""
     settings = LlamaServerSettings(**json.loads(argv[0]))
     import xllamacpp
 
-    try:
-        server = xllamacpp.Server(settings.to_params())
-    except Exception as exc:  # llama.cpp's reason is on stderr, which the parent keeps
-        print(json.dumps({"error": f"{type(exc).__name__}: {exc}"}), flush=True)
-        return 1
-    print(json.dumps({"url": server.listening_address.rstrip("/")}), flush=True)
-    sys.stdin.read()  # until the parent closes the pipe or dies
-    del server
-    return 0
+    while True:
+        try:
+            server = xllamacpp.Server(settings.to_params())
+        except Exception as exc:  # llama.cpp's reason is on stderr, which the parent keeps
+            print(json.dumps({"error": f"{type(exc).__name__}: {exc}"}), flush=True)
+            return 1
+        print(json.dumps({"url": server.listening_address.rstrip("/")}), flush=True)
+        line = sys.stdin.readline()  # until the parent sends new settings, closes the pipe or dies
+        del server
+        if not line:
+            return 0
+        settings = LlamaServerSettings(**json.loads(line))
 
 
 class LlamaServer:
@@ -122,20 +136,50 @@ class LlamaServer:
         """The base URL of a live engine: one that has died since it started is restarted, once in this handle's
         life; a second death is an :class:`EngineError`."""
         with self._lock:
-            if self._process is not None and not self.running:
-                code = self._process.returncode
-                if self.restarts >= 1:
-                    raise EngineError(f"the llama.cpp engine on {Path(self.settings.model).name} stopped again "
-                                      f"(exit {code}) after one restart; {self._tail()}", self.where)
-                self.restarts += 1
-                import warnings
+            return self._ensure_running()
 
-                warnings.warn(f"{self.where}: the llama.cpp engine stopped (exit {code}); restarting it once",
-                              UserWarning, stacklevel=2)
-                self._start()
-            elif self._process is None:
-                self._start()
-            assert self.url is not None
+    def _ensure_running(self) -> str:
+        """:meth:`ensure_running`, the lock held."""
+        if self._process is not None and not self.running:
+            code = self._process.returncode
+            if self.restarts >= 1:
+                raise EngineError(f"the llama.cpp engine on {Path(self.settings.model).name} stopped again "
+                                  f"(exit {code}) after one restart; {self._tail()}", self.where)
+            self.restarts += 1
+            import warnings
+
+            warnings.warn(f"{self.where}: the llama.cpp engine stopped (exit {code}); restarting it once",
+                          UserWarning, stacklevel=2)
+            self._start()
+        elif self._process is None:
+            self._start()
+        assert self.url is not None
+        return self.url
+
+    def reload(self, **changes: Any) -> str:
+        """Serve with ``changes`` to the settings (``model``: another GGUF file, ``slots``), in the running child
+        when there is one (no new process), else by starting it; the new base URL (the port changes). Not a
+        restart: a child that has died is restarted as :meth:`ensure_running` does, once in the handle's life."""
+        with self._lock:
+            self.settings = replace(self.settings, **changes)
+            if not self.running:
+                return self._ensure_running()
+            assert self._process is not None and self._process.stdin is not None
+            try:
+                self._process.stdin.write(json.dumps(asdict(self.settings)) + "\n")
+                self._process.stdin.flush()
+            except OSError:  # died as the line went out: ensure_running notices and restarts it, once
+                pass
+            first = self._first_line()
+            if "url" not in first:
+                if self.running:  # alive but not serving: that is no engine
+                    self._stop()
+                    raise EngineError(f"the llama.cpp engine could not load {self.settings.model} "
+                                      f"({first.get('error') or 'no answer'}); {self._tail()}", self.where)
+                self._process.wait()
+                return self._ensure_running()
+            self.url = str(first["url"])
+            self._wait_healthy()
             return self.url
 
     def _start(self) -> None:
