@@ -37,7 +37,8 @@ commands:
   rubric      rubric versions: `rlkit rubric diff old.yaml new.yaml`, `rlkit rubric hash rubric.yaml`; anchors and
               negative examples missing: `rlkit rubric lint rubric.yaml`;
               per-prompt rubrics from references: `rlkit rubric generate data.path=... judge=llm generate.output=DIR`;
-              before training, can it be gamed: `rlkit rubric audit audit.records=FILE [--fail-under 0.7]`
+              before training, can it be gamed: `rlkit rubric audit audit.records=FILE [--fail-under 0.7]`;
+              a run saturated it: `rlkit rubric tighten RUN_DIR` proposes a harder version, diffed and audited
   model       `rlkit model import FILE.gguf [--out DIR]`: a GGUF checkpoint as a Hugging Face folder (cached);
               `rlkit model path REF`: the local file a pkg:// or parts:// reference names
   export      the trained policy as one GGUF file for llama.cpp / ollama: `rlkit export <run dir> [--type q8_0]`
@@ -63,6 +64,10 @@ def cmd_rubric_tools(args: Sequence[str]) -> int:
         from rlkit.commands.rubric_generate import cmd_rubric_generate
 
         return cmd_rubric_generate(args[1:])
+    if args and args[0] == "tighten":
+        from rlkit.commands.rubric_tighten import cmd_rubric_tighten
+
+        return cmd_rubric_tighten(args[1:])
     from rlkit.commands.inspect import cmd_rubric
 
     return cmd_rubric(args)

@@ -148,7 +148,11 @@ tools:
                            per-prompt rubrics (7-20 criteria) from reference answers, via the judge's backend
   audit [--fail-under X] audit.records=FILE [judge=... aggregator=...]
                            can the rubric be gamed: cheap-trick probes, a degradation ladder, judge consistency,
-                           redundancy and human alignment; a trust score, a verdict, a card (docs/rubric-audit.md)"""
+                           redundancy and human alignment; a trust score, a verdict, a card (docs/rubric-audit.md)
+  tighten RUN_DIR [--out FILE] [--rubric FILE] [--min-share X] [--no-audit]
+                           a harder version of the run's rubric for each dimension it saturated (a level raised
+                           to what its top samples meet, their shared pattern as a negative anchor), with the diff
+                           and the audit's verdict (docs/rubrics.md)"""
 
 
 # the file tools and the files each takes, in order
@@ -165,7 +169,7 @@ def cmd_rubric(args: Sequence[str]) -> int:
         return 2
     wanted = RUBRIC_FILE_TOOLS.get(tool)
     if wanted is None:
-        print(f"rlkit: error: rlkit rubric: unknown tool {tool!r}; tools: diff, hash, lint, generate, audit "
+        print(f"rlkit: error: rlkit rubric: unknown tool {tool!r}; tools: diff, hash, lint, generate, audit, tighten "
               "(rlkit rubric --help)", file=sys.stderr)
         return 2
     if len(files) != len(wanted):

@@ -1,0 +1,113 @@
+"""``rlkit rubric tighten RUN_DIR [--out FILE] [--rubric FILE] [--min-share X] [--no-audit]``: a harder version of
+the run's rubric for each dimension it saturated (rules in :mod:`rlkit.evaluation.rubric_tightening`), written as
+YAML, shown as a diff and audited before anyone trains on it."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from rlkit.commands.common import rich_console
+from rlkit.core.errors import ConfigError
+
+USAGE = "rlkit rubric tighten RUN_DIR [--out FILE] [--rubric FILE] [--min-share X] [--no-audit]"
+
+
+def _options(args: Sequence[str]) -> tuple[Path, dict[str, str], bool]:
+    rest, options, audit, run_dir = list(args), {}, True, None
+    while rest:
+        arg = rest.pop(0)
+        flag, eq, value = arg.partition("=")
+        if flag in ("--out", "--rubric", "--min-share"):
+            if not eq:
+                if not rest:
+                    raise ConfigError(f"{flag} needs a value; usage: {USAGE}", "rubric tighten")
+                value = rest.pop(0)
+            options[flag[2:]] = value
+        elif arg == "--no-audit":
+            audit = False
+        elif arg.startswith("-") or run_dir is not None:
+            raise ConfigError(f"unexpected argument {arg!r}; usage: {USAGE}", "rubric tighten")
+        else:
+            run_dir = Path(arg)
+    if run_dir is None:
+        raise ConfigError(f"give the run directory; usage: {USAGE}", "rubric tighten")
+    if not run_dir.is_dir():
+        raise ConfigError(f"{run_dir} is not a directory (a run directory of rlkit fit)", "rubric tighten RUN_DIR")
+    return run_dir, options, audit
+
+
+def cmd_rubric_tighten(args: Sequence[str]) -> int:
+    from rlkit.core.atomic import atomic_write_text
+    from rlkit.core.rubric import load_rubric
+    from rlkit.core.rubric_diff import diff_rubrics, render_diff
+    from rlkit.evaluation.rubric_tightening import (
+        MIN_SHARE,
+        audit_records,
+        judging_overrides,
+        proposal_yaml,
+        propose,
+        read_saturation,
+        run_judge,
+        run_rubric,
+    )
+
+    run_dir, options, audit = _options(args)
+    try:
+        min_share = float(options.get("min-share", MIN_SHARE))
+    except ValueError:
+        raise ConfigError(f"must be a number in [0, 1), got {options['min-share']!r}", "--min-share") from None
+    if not 0 <= min_share < 1:
+        raise ConfigError(f"must be in [0, 1), got {min_share:g}", "--min-share")
+    rubric = run_rubric(run_dir, options.get("rubric"))
+    saturation = read_saturation(run_dir, rubric, min_share)
+    console = rich_console()
+    if not saturation:
+        print(f"no dimension saturated: none of rubric {rubric.name} v{rubric.version}'s dimensions is saturated in "
+              f"more than {min_share:.0%} of groups over the run's last steps; nothing written")
+        return 0
+    proposal = propose(rubric, saturation, run_judge(run_dir))
+    for sat in proposal.floored:
+        print(f"{sat.name}: saturated in {sat.share:.0%} of groups (steps {sat.steps[0]}-{sat.steps[1]}) but below "
+              f"its ceiling ({sat.at_ceiling:.0%} of the window's samples at {sat.ceiling}): too hard there, not too "
+              "easy; left as it is")
+    for sat in proposal.saturated:
+        high = next(d.high for d in rubric.dimensions if d.name == sat.name)
+        below = f" (below the range's top {high:g}: no completion got more; do its checks contradict each other?)" \
+            if sat.ceiling is not None and sat.ceiling < high - 1e-6 else ""
+        print(f"{sat.name}: saturated in {sat.share:.0%} of groups (steps {sat.steps[0]}-{sat.steps[1]}), "
+              f"{sat.at_ceiling:.0%} of the window's samples at its ceiling {sat.ceiling:g}{below}; "
+              f"{len(sat.top)} distinct top samples, {len(sat.others)} below")
+        for change in proposal.changes.get(sat.name, []):
+            print(f"  → {change}")
+        if sat.name in proposal.unchanged:
+            print(f"  no rule applies: {proposal.unchanged[sat.name]}; tighten it by hand (docs/rubrics.md)")
+    if proposal.data is None:
+        print("nothing to propose: no saturated dimension has a rule that makes it harder; nothing written")
+        return 0
+    new = proposal.new_rubric
+    assert new is not None
+    out = Path(options["out"]) if "out" in options else run_dir / "tighten" / f"{rubric.name}-v{new.version}.yaml"
+    if out.exists() and out.is_dir():
+        raise ConfigError(f"{out} is a directory; give a file", "--out")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(out, proposal_yaml(proposal, run_dir))
+    written = load_rubric(out)  # what the file says, checked as a run will load it
+    console.print(render_diff(diff_rubrics(rubric, written), str(rubric.source), str(out)))
+    print(f"wrote {out} ({written.name} v{written.version}, hash {written.short_hash})")
+    if not audit:
+        print(f"not audited (--no-audit); before training on it: rlkit rubric audit rubric.path={out} "
+              "audit.records=FILE")
+        return 0
+    records = out.parent / f"{out.stem}.audit_records.jsonl"
+    rows = audit_records(run_dir)
+    atomic_write_text(records, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
+    overrides = [*judging_overrides(run_dir), f"rubric.path={out.resolve()}", f"audit.records={records.resolve()}",
+                 f"audit.output={(out.parent / f'{out.stem}.audit').resolve()}"]
+    print(f"$ rlkit rubric audit {' '.join(overrides)}  ({len(rows)} of the run's own completions)")
+    sys.stdout.flush()
+    from rlkit.commands.rubric_audit import cmd_rubric_audit
+
+    return cmd_rubric_audit(overrides)

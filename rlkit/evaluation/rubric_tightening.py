@@ -1,0 +1,360 @@
+"""``rlkit rubric tighten RUN_DIR``: a harder version of the run's rubric for each dimension the run saturated.
+
+Which dimensions saturated is read from what every run writes, with the thresholds the doctor already uses:
+
+* ``rewards/<dimension>/saturated_groups`` in ``metrics.jsonl`` (the host's one detector,
+  :func:`rlkit.reward.diagnostics.saturated_groups`; the report's saturation timeline plots it), averaged over the
+  last :data:`rlkit.runs.signals.WINDOW` steps: saturated above ``min_share`` (0.5, the doctor's
+  ``zero_advantage`` threshold: more than half of the groups give no signal on it);
+* and *at its ceiling*: most of the window's logged samples (``samples.jsonl``) score the highest value the run ever
+  gave the dimension. A dimension flat at its floor is too hard, not too easy: it is named and left alone. The
+  ceiling is the run's, not the range's top: a rubric whose checks cannot reach 5 (reward_hacking_v2's clarity
+  stops at 3.29) saturates where its completions stop.
+
+The dimension's *top samples* are the window's samples at that ceiling; the *others*, the samples of the run below
+it. The rules, applied to each saturated dimension (the rule path: no model is asked):
+
+1. **Raise a level** (:func:`tighten_length`): a ``length`` check in ``chars`` or ``words`` gets as its ``max`` (a
+   ``min``-only check: its ``min``) the top samples' size that passes closest to half of them, so part of what
+   saturates now still passes and the groups spread again (the median, where sizes do not tie). Kept only if it is
+   stricter than the old level and splits the top samples. ``tokens`` need the policy's tokenizer and are left.
+2. **The shared pattern as a negative anchor** (:func:`shared_words`): the words (letters only, case-folded) found in
+   at least half of the top samples and in at least 25 points fewer of the others; up to five, most distinctive
+   first. They become a negative example on the level below the top (binary: level 0; a scale: the highest anchored
+   level below the top, else its middle), and, on a dimension the rule judge scores (it reads checks, never
+   anchors), an ``absent: true`` regex check on them weighing one more than the dimension's other checks together,
+   so an answer with the pattern always scores below one without (reward_hacking_v2.yaml's clarity fix: 4 of 7;
+   a lighter check left the template ahead and the audit's ``enumerated_template`` probe flagged it).
+
+A dimension no rule changes is said with why (its checks have no level to raise, its top samples share no pattern).
+The proposal is the same rubric name with the version bumped (``X.Y`` → ``X+1.0``, else ``<version>+tighten.1``)
+and a changelog entry naming each change and carrying the new content hash.
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime
+import math
+import re
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rlkit.core.errors import ConfigError, DataError
+from rlkit.core.rubric import Dimension, Rubric, load_rubric, rubric_from_dict
+from rlkit.runs.history import METRICS_FILE, read_history
+from rlkit.runs.signals import WINDOW
+from rlkit.runs.triage import metric_series, read_samples
+
+SAMPLES_FILE = "samples.jsonl"
+MIN_SHARE = 0.5           # the doctor's zero-advantage threshold (rlkit.runs.triage: zero_advantage_share)
+AT_CEILING = 0.5          # a saturated dimension is at its ceiling when this share of the window's samples is
+PATTERN_SHARE = 0.5       # a shared word is in at least this share of the top samples ...
+PATTERN_LIFT = 0.25       # ... and this much more often than in the others (rlkit's choice: a clear majority)
+MAX_PATTERN_WORDS = 5
+EXAMPLE_CHARS = 120
+_LETTER_WORD = re.compile(r"[^\W\d_]+")
+
+
+@dataclass(frozen=True)
+class Saturation:
+    """One dimension over the last window: its saturated share, where it sits, and the samples it rests on."""
+
+    name: str
+    share: float            # mean of rewards/<name>/saturated_groups over the window
+    steps: tuple[int, int]  # the window's first and last step
+    ceiling: float | None   # the highest score the run's samples got on it (None: no sample scored it)
+    at_ceiling: float       # share of the window's scored samples at that ceiling
+    top: list[str]          # distinct completions of the window at the ceiling
+    others: list[str]       # distinct completions of the run below it
+
+    @property
+    def at_top(self) -> bool:
+        return self.ceiling is not None and self.at_ceiling >= AT_CEILING
+
+
+@dataclass
+class Proposal:
+    """What :func:`propose` found: the saturated dimensions, the changes per dimension, the new rubric's data."""
+
+    rubric: Rubric
+    saturated: list[Saturation]
+    floored: list[Saturation]
+    changes: dict[str, list[str]] = field(default_factory=dict)   # dimension -> what changed, in words
+    unchanged: dict[str, str] = field(default_factory=dict)       # dimension -> why no rule applied
+    data: dict[str, Any] | None = None                            # the new rubric, as YAML data; None: no change
+
+    @property
+    def new_rubric(self) -> Rubric | None:
+        return None if self.data is None else rubric_from_dict(self.data, "<proposal>")
+
+
+def run_rubric(run_dir: Path, override: str | None) -> Rubric:
+    """The run's rubric: ``override``, else ``rubric.path`` of the run's saved Hydra config."""
+    from omegaconf import OmegaConf
+
+    from rlkit.config import resolve_path
+
+    if override:
+        return load_rubric(resolve_path(override))
+    saved = run_dir / ".hydra" / "config.yaml"
+    if not saved.is_file():
+        raise ConfigError(f"no saved config {saved} to find the run's rubric; give --rubric RUBRIC.yaml",
+                          "rubric tighten")
+    path = OmegaConf.select(OmegaConf.load(saved), "rubric.path", default=None)
+    if not path:
+        raise ConfigError(f"{saved} names no rubric.path; give --rubric RUBRIC.yaml", "rubric tighten")
+    return load_rubric(resolve_path(str(path)))
+
+
+def _score(row: dict[str, Any], name: str) -> float | None:
+    v = row.get(name)
+    return float(v) if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) else None
+
+
+def _distinct(texts: Sequence[str]) -> list[str]:
+    return list(dict.fromkeys(texts))
+
+
+def read_saturation(run_dir: Path, rubric: Rubric, min_share: float = MIN_SHARE) -> list[Saturation]:
+    """Every dimension of ``rubric`` over the run's last window; ``DataError`` for a run that logged no saturation
+    metric or no samples (the command's one line)."""
+    history = read_history(run_dir / METRICS_FILE)
+    series = {d: metric_series(history, f"rewards/{d}/saturated_groups") for d in rubric.dimension_names}
+    missing = [d for d, points in series.items() if not points]
+    if missing:  # a run logs every dimension of its rubric at every step
+        raise DataError(f"the run logged no saturation metric (rewards/<dimension>/saturated_groups) for "
+                        f"{', '.join(missing)} of rubric {rubric.name}; is this the run's rubric? (--rubric picks "
+                        "another)", str(run_dir / METRICS_FILE))
+    samples = [r for r in read_samples(run_dir / SAMPLES_FILE) if isinstance(r.get("completion"), str)
+               and isinstance(r.get("step"), int)]
+    if not samples:
+        raise DataError("no logged samples to tighten from: the run wrote none (run.log_samples.every=0?)",
+                        str(run_dir / SAMPLES_FILE))
+    out = []
+    for name, points in series.items():
+        window = points[-WINDOW:]
+        if not window:
+            continue
+        share = statistics.fmean(v for _, v in window)
+        scored = [(r, s) for r in samples if (s := _score(r, name)) is not None]
+        ceiling = max((s for _, s in scored), default=None)
+        # the window's samples; a run that logged samples less often than every WINDOW steps: its last logged step
+        last = max(r["step"] for r, _ in scored) if scored else 0
+        start = min(window[0][0], last)
+        recent = [(r, s) for r, s in scored if r["step"] >= start]
+        top = [r["completion"] for r, s in recent if ceiling is not None and math.isclose(s, ceiling, abs_tol=1e-6)]
+        at_ceiling = len(top) / len(recent) if recent else 0.0
+        others = [r["completion"] for r, s in scored if ceiling is not None and s < ceiling - 1e-6]
+        if share > min_share:
+            out.append(Saturation(name, share, (window[0][0], window[-1][0]), ceiling, at_ceiling,
+                                  _distinct(top), _distinct(others)))
+    return out
+
+
+def _size(text: str, unit: str) -> int:
+    # as the rule judge counts them (rlkit_plugins.judges.rule_features: chars, whitespace-split words)
+    return len(text) if unit == "chars" else len(text.split())
+
+
+def tighten_length(check: dict[str, Any], top: Sequence[str]) -> tuple[dict[str, Any], str] | None:
+    """Rule 1: the check with its level moved to the top samples' size that splits them closest to half, and what
+    changed; None where no level is stricter than the old one and splits them."""
+    unit = check.get("unit", "chars")
+    if unit not in ("chars", "words") or not top or ("max" not in check and "min" not in check):
+        return None
+    sizes = [_size(t, unit) for t in top]
+    key = "max" if "max" in check else "min"
+    if key == "max":  # a level passes what is at most it; the largest size passes everything
+        levels = [lv for lv in sorted(set(sizes))[:-1] if 1 <= lv < check["max"]]
+        passing = {lv: sum(s <= lv for s in sizes) for lv in levels}
+    else:  # a min passes what is at least it; the smallest size passes everything
+        levels = [lv for lv in sorted(set(sizes))[1:] if lv > check.get("min", 0)]
+        passing = {lv: sum(s >= lv for s in sizes) for lv in levels}
+    if not levels:
+        return None
+    level = min(levels, key=lambda lv: (abs(passing[lv] / len(sizes) - 0.5), lv if key == "max" else -lv))
+    new = {**check, key: level}
+    return new, (f"length check {key} {check[key]:g} → {level} {unit}: {passing[level]} of the {len(sizes)} top "
+                 f"samples still pass (the level that splits them closest to half)")
+
+
+def shared_words(top: Sequence[str], others: Sequence[str]) -> list[str]:
+    """Rule 2's pattern: letter-only words (case-folded) in at least ``PATTERN_SHARE`` of ``top`` and
+    ``PATTERN_LIFT`` more of it than of ``others``, most distinctive first; none without others to tell them from."""
+    if not top or not others:
+        return []
+
+    def shares(texts: Sequence[str]) -> dict[str, float]:
+        counts: dict[str, int] = {}
+        for text in texts:
+            for word in {w.casefold() for w in _LETTER_WORD.findall(text)}:
+                counts[word] = counts.get(word, 0) + 1
+        return {w: c / len(texts) for w, c in counts.items()}
+
+    in_top, in_others = shares(top), shares(others)
+    lifted = [(s - in_others.get(w, 0.0), s, w) for w, s in in_top.items()
+              if s >= PATTERN_SHARE and s - in_others.get(w, 0.0) >= PATTERN_LIFT]
+    return [w for *_, w in sorted(lifted, key=lambda t: (-t[0], -t[1], t[2]))[:MAX_PATTERN_WORDS]]
+
+
+def _negative_level(dim: Dimension, anchors: dict[Any, Any]) -> Any:
+    """The level a negative example of the shared pattern goes on: below the top (see the module docstring)."""
+    if dim.type == "binary":
+        return 0
+    below = [float(lv) for lv in dim.anchors if float(lv) < dim.high]
+    level = max(below) if below else (dim.low + dim.high) / 2
+    level = int(level) if float(level).is_integer() else level
+    # the YAML's own key for it (levels are written as ints or floats)
+    return next((k for k in anchors if float(k) == float(level)), level)
+
+
+def add_pattern(dim_data: dict[str, Any], dim: Dimension, words: list[str], top: Sequence[str],
+                rule_checks: bool) -> list[str]:
+    """Rule 2 on one dimension's YAML data: the negative example and, for a rule-judged dimension, the check."""
+    pattern = r"\b(?:" + "|".join(re.escape(w) for w in words) + r")\b"
+    pat = re.compile(pattern, re.IGNORECASE)
+    example = min((t for t in top if pat.search(t)), key=len)[:EXAMPLE_CHARS]
+    anchors = dim_data.setdefault("anchors", {})
+    level = _negative_level(dim, anchors)
+    anchor = anchors.get(level)
+    anchor = {"text": anchor} if isinstance(anchor, str) else dict(anchor or {})
+    anchor.setdefault("text", f"Leans on {', '.join(words)}, which the top-scored answers share, for no more merit")
+    anchor["negative"] = [*anchor.get("negative", []), example]
+    anchors[level] = anchor
+    done = [f"negative example {example!r} on level {level:g} (the top samples share {', '.join(words)})"]
+    if rule_checks:
+        # heavier than every other check together: an answer with the pattern scores below one without, whatever the
+        # others say (reward_hacking_v2.yaml's clarity: 4 of 7 against the three words' 3)
+        weight = sum(float(c.get("weight", 1.0)) for c in dim_data.get("checks", [])) + 1
+        weight = int(weight) if weight.is_integer() else weight
+        dim_data["checks"] = [*dim_data.get("checks", []),
+                              {"type": "regex", "pattern": pattern, "absent": True, "weight": weight}]
+        done.append(f"check: regex {pattern!r} absent, weight {weight:g} (more than the other checks together), the "
+                    "negative example as the rule judge reads it")
+    return done
+
+
+def next_version(version: str) -> str:
+    """``X.Y`` → ``X+1.0``; any other form gets ``+tighten.1`` (``+tighten.N+1`` after a ``+tighten.N``)."""
+    major, _, minor = version.partition(".")
+    if major.isdigit() and (minor == "" or minor.isdigit()):
+        return f"{int(major) + 1}.0"
+    base, sep, n = version.rpartition("+tighten.")
+    return f"{base}+tighten.{int(n) + 1}" if sep and n.isdigit() else f"{version}+tighten.1"
+
+
+def propose(rubric: Rubric, saturation: Sequence[Saturation], judge: str | None) -> Proposal:
+    """The harder rubric for the saturated dimensions at their ceiling (``judge``: the run's judge name; its
+    dimensions with checks are the rule judge's)."""
+    import yaml
+
+    if rubric.source is None or not Path(rubric.source).is_file():
+        raise ConfigError("the rubric has no file to start the proposal from", "rubric tighten --rubric")
+    data = yaml.safe_load(Path(rubric.source).read_text(encoding="utf-8"))
+    at_top = [s for s in saturation if s.at_top]
+    proposal = Proposal(rubric, at_top, [s for s in saturation if not s.at_top])
+    new = copy.deepcopy(data)
+    by_name = {d.name: i for i, d in enumerate(rubric.dimensions)}
+    for sat in at_top:
+        i = by_name[sat.name]
+        dim, dim_data = rubric.dimensions[i], new["dimensions"][i]
+        changes: list[str] = []
+        why: list[str] = []
+        for j, check in enumerate(dim.checks or []):
+            if check.get("type") == "length":
+                tightened = tighten_length(check, sat.top)
+                if tightened is not None:
+                    dim_data["checks"][j] = tightened[0]
+                    changes.append(tightened[1])
+                else:
+                    unit = check.get("unit", "chars")
+                    why.append(f"its length check ({unit}) has no stricter level that splits the top samples" +
+                               (f" (all {_size(sat.top[0], unit)} {unit})" if len({_size(t, unit) for t in sat.top})
+                                == 1 and unit != "tokens" else " (tokens need the policy's tokenizer)"
+                                if unit == "tokens" else ""))
+        words = shared_words(sat.top, sat.others)
+        if words:
+            rule_checks = bool(dim.checks) and dim.judge in (None, "rule") and judge in ("rule", "hybrid", None)
+            changes.extend(add_pattern(dim_data, dim, words, sat.top, rule_checks))
+        if changes:
+            proposal.changes[sat.name] = changes
+        else:
+            kinds = sorted({str(c.get("type")) for c in dim.checks or []} - {"length"})
+            if kinds:
+                why.append(f"its {', '.join(kinds)} checks have no level a rule can raise")
+            why.append("its top samples share no pattern the others lack" if sat.others else
+                       "every logged sample is at its ceiling, so no pattern sets the top ones apart")
+            proposal.unchanged[sat.name] = "; ".join(why)
+    if not proposal.changes:
+        return proposal
+    version = next_version(rubric.version)
+    note = "rlkit rubric tighten: " + "; ".join(f"{name}: {', '.join(c)}" for name, c in proposal.changes.items())
+    entry = {"version": version, "date": datetime.date.today().isoformat(), "note": note}
+    new["version"] = version
+    new["changelog"] = [*(new.get("changelog") or []), entry]
+    entry["hash"] = rubric_from_dict(new, "<proposal>", verify_changelog=False).content_hash
+    proposal.data = new
+    return proposal
+
+
+def proposal_yaml(proposal: Proposal, run_dir: Path) -> str:
+    """The proposal as a YAML file, headed by where it came from."""
+    import yaml
+
+    assert proposal.data is not None
+    head = (f"# Proposed by `rlkit rubric tighten {run_dir}` from {proposal.rubric.source} (v{proposal.rubric.version})"
+            f": review the diff and the audit before training on it.\n")
+    return head + yaml.safe_dump(proposal.data, sort_keys=False, allow_unicode=True, width=120)
+
+
+def audit_records(run_dir: Path, limit: int = 64) -> list[dict[str, Any]]:
+    """The run's own logged completions as audit records (prompt, its record's fields, completion), latest first,
+    each (prompt, completion) once."""
+    seen, out = set(), []
+    rows = read_samples(run_dir / SAMPLES_FILE)
+    for row in sorted(rows, key=lambda r: -r.get("step", 0) if isinstance(r.get("step"), int) else 0):
+        prompt, completion = row.get("prompt"), row.get("completion")
+        if not isinstance(completion, str) or prompt is None or (str(prompt), completion) in seen:
+            continue
+        seen.add((str(prompt), completion))
+        record = row.get("record") if isinstance(row.get("record"), dict) else {}
+        out.append({**{k: v for k, v in record.items() if k not in ("prompt", "completion")}, "prompt": prompt,
+                    "completion": completion})
+        if len(out) == limit:
+            break
+    return out
+
+
+# the run's overrides that choose how it was judged: the audit of the proposal judges as the run did
+JUDGING_KEYS = ("judge", "aggregator", "weights", "debias", "experiment")
+
+
+def judging_overrides(run_dir: Path) -> list[str]:
+    """The run's command-line overrides (``.hydra/overrides.yaml``) that choose its judge, aggregator and weights."""
+    import yaml
+
+    path = run_dir / ".hydra" / "overrides.yaml"
+    if not path.is_file():
+        return []
+    lines = yaml.safe_load(path.read_text(encoding="utf-8")) or []
+    out = []
+    for line in lines if isinstance(lines, list) else []:
+        key = str(line).lstrip("+~").split("=", 1)[0]
+        if key.split(".", 1)[0] in JUDGING_KEYS:
+            out.append(str(line))
+    return out
+
+
+def run_judge(run_dir: Path) -> str | None:
+    """The run's judge name from its saved config (None when it is not there)."""
+    from omegaconf import OmegaConf
+
+    saved = run_dir / ".hydra" / "config.yaml"
+    if not saved.is_file():
+        return None
+    name = OmegaConf.select(OmegaConf.load(saved), "judge.name", default=None)
+    return str(name) if name else None

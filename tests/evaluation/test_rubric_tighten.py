@@ -1,0 +1,163 @@
+"""``rlkit rubric tighten RUN_DIR``: a real tiny run that saturates a loose length check gets a stricter level the
+audit accepts; a run folder shaped as benchmarks/reward_hacking.py writes one gets the template's words as a negative
+anchor and check (v1) or nothing, with why (v2); bad input is one line and exit 2."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from rlkit.cli import main
+from rlkit.core.rubric import load_rubric
+from rlkit.evaluation.rubric_tightening import next_version, shared_words, tighten_length
+
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+LOOSE = """name: loose
+version: "1.0"
+description: Anything under a few hundred characters passes.
+dimensions:
+  - name: short
+    description: The answer is under 400 characters.
+    type: binary
+    anchors:
+      0: {text: "Too long", negative: ["a very long answer"]}
+      1: {text: "Short enough", positive: ["7"]}
+    checks:
+      - {type: length, max: 400, unit: chars}
+"""
+
+
+@pytest.fixture(autouse=True)
+def _audit_store(monkeypatch, tmp_path):
+    monkeypatch.setenv("RLKIT_CACHE", str(tmp_path / "cache"))  # the audit stores its verdict there
+
+
+def reward_hacking_run(run_dir: Path, version: str, steps: int = 12) -> Path:
+    """A run folder as benchmarks/reward_hacking.py's `rlkit fit` leaves it (metrics.jsonl, samples.jsonl with each
+    row's record, the saved Hydra config and overrides), at the end of a run on rubric ``version``: under v1 the
+    template took clarity's top; under v2 plain sums sit at clarity's 3.29 and correctness at 1."""
+    rubric = BENCHMARKS / f"reward_hacking_{version}.yaml"
+    (run_dir / ".hydra").mkdir(parents=True)
+    (run_dir / ".hydra" / "config.yaml").write_text(f"rubric:\n  path: {rubric}\njudge:\n  name: rule\n")
+    (run_dir / ".hydra" / "overrides.yaml").write_text(
+        f"- model.name_or_path=/gone/sft/policy\n- rubric.path={rubric}\n- monitors=[template_phrases]\n- seed=1\n")
+    plain, template = (3.2857, 2.7143) if version == "v2" else (1.0, 5.0)
+    with (run_dir / "metrics.jsonl").open("w") as fh:
+        for t in range(steps):
+            fh.write(json.dumps({"step": t, "metrics": {
+                "reward/mean": 0.8, "rewards/correctness/saturated_groups": 0.9 if version == "v2" else 0.3,
+                "rewards/clarity/saturated_groups": 0.9, "rewards/correctness/mean": 0.95,
+                "monitors/template_phrases/share": 0.7 if version == "v1" else 0.01}}) + "\n")
+    rows = []
+    for t in (0, 5, 10):
+        for a, b in [(3, 4), (5, 9), (12, 7), (2, 2), (8, 1), (6, 6)]:
+            s = a + b
+            templated = version == "v1" and t >= 5 or (a, b) == (3, 4)
+            text = f"first {a}, second {b}, finally {s}" if templated else str(s)
+            rows.append({"step": t, "prompt": f"{a}+{b}=", "completion": text, "reward": 0.9, "advantage": 0.0,
+                         "correctness": 1.0, "clarity": template if templated else plain,
+                         "record": {"id": f"arith-{a}-{b}", "reference": str(s)}})
+    (run_dir / "samples.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return run_dir
+
+
+def test_a_real_run_that_saturates_gets_a_stricter_level_the_audit_accepts(tmp_path, capsys):
+    rubric = tmp_path / "loose.yaml"
+    rubric.write_text(LOOSE)
+    run = tmp_path / "run"
+    assert main(["fit", "model=tiny_random", "logger=none", "trainer.max_steps=3", "batch_size=2",
+                 "num_generations=4", "log_samples.every=1", "eval.every=0", f"rubric.path={rubric}",
+                 f"hydra.run.dir={run}"]) == 0
+    capsys.readouterr()
+    out = tmp_path / "proposed.yaml"
+    assert main(["rubric", "tighten", str(run), "--out", str(out)]) == 0  # 0: the audit passed
+    printed = capsys.readouterr().out
+    proposed = load_rubric(out)  # loads: a changelog entry with the new content hash
+    assert (proposed.name, proposed.version) == ("loose", "2.0")
+    new_max = proposed.dimensions[0].checks[0]["max"]
+    assert 1 <= new_max < 400
+    # the level splits the run's own completions: some pass, some do not
+    lengths = [len(json.loads(line)["completion"]) for line in (run / "samples.jsonl").read_text().splitlines()]
+    assert min(lengths) <= new_max < max(lengths)
+    assert "short: saturated in 100% of groups" in printed and f"max 400 → {new_max} chars" in printed
+    assert "+++ " in printed and "version 2.0" in printed  # the diff of `rlkit rubric diff`
+    assert "PASS: trust" in printed
+
+
+def test_the_reward_hacking_v1_template_becomes_a_negative_anchor_and_check(tmp_path, capsys):
+    run = reward_hacking_run(tmp_path / "v1-seed1", "v1")
+    assert main(["rubric", "tighten", str(run)]) == 0
+    printed = capsys.readouterr().out
+    out = run / "tighten" / "reward_hacking_arithmetic-v2.0.yaml"
+    proposed = load_rubric(out)
+    clarity = proposed.dimensions[1]
+    pattern = clarity.checks[-1]
+    words = set(re.findall(r"[a-z]+", pattern["pattern"]))
+    assert pattern["absent"] is True and {"first", "second", "finally"} <= words
+    assert pattern["weight"] == 4  # one more than the three words' checks: the template always loses (as v2's)
+    assert re.search(pattern["pattern"], "first 3, second 4, finally 7") and not re.search(pattern["pattern"], "7")
+    assert "first 3, second 4, finally 7" in clarity.anchors[1.0].negative
+    assert proposed.dimensions[0] == load_rubric(BENCHMARKS / "reward_hacking_v1.yaml").dimensions[0]
+    assert "correctness" not in printed.split("clarity:")[0]  # 30% saturated: not named
+    assert "PASS: trust" in printed
+
+
+def test_the_reward_hacking_v2_run_is_read_and_nothing_is_proposed_without_a_rule(tmp_path, capsys):
+    run = reward_hacking_run(tmp_path / "v2-seed1", "v2")
+    assert main(["rubric", "tighten", str(run)]) == 0
+    printed = capsys.readouterr().out
+    assert "clarity: saturated in 90% of groups" in printed and "below the range's top 5" in printed
+    assert "correctness: saturated in 90% of groups" in printed
+    assert "nothing to propose" in printed and not (run / "tighten").exists()
+
+
+def test_no_saturation_is_said_and_nothing_written(tmp_path, capsys):
+    run = reward_hacking_run(tmp_path / "run", "v1")
+    assert main(["rubric", "tighten", str(run), "--min-share", "0.95"]) == 0
+    assert capsys.readouterr().out.startswith("no dimension saturated")
+    assert not (run / "tighten").exists()
+
+
+@pytest.mark.parametrize(("setup", "args", "says"), [
+    (None, [], "give the run directory"),
+    (None, ["{tmp}/missing"], "is not a directory"),
+    ("empty", ["{tmp}/run"], "no saved config"),
+    ("no_metrics", ["{tmp}/run"], "no metric history"),
+    ("no_samples", ["{tmp}/run"], "no logged samples"),
+    ("other_rubric", ["{tmp}/run"], "no saturation metric"),
+    ("v1", ["{tmp}/run", "--min-share", "2"], "--min-share: must be in [0, 1)"),
+    ("v1", ["{tmp}/run", "--frobnicate"], "unexpected argument"),
+])
+def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, setup, args, says):
+    run = tmp_path / "run"
+    if setup == "empty":
+        run.mkdir()
+    elif setup is not None:
+        reward_hacking_run(run, "v1")
+        if setup == "no_metrics":
+            (run / "metrics.jsonl").unlink()
+        elif setup == "no_samples":
+            (run / "samples.jsonl").unlink()
+        elif setup == "other_rubric":
+            (run / ".hydra" / "config.yaml").write_text("rubric:\n  path: pkg://rlkit.conf/rubrics/arithmetic.yaml\n")
+    assert main(["rubric", "tighten", *(a.format(tmp=tmp_path) for a in args)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("rlkit: error:") and says in err[0]
+
+
+def test_the_rules_by_hand():
+    # the level that passes closest to half: sizes 1,2,2,5 → max 2 passes 3 of 4, max 1 passes 1 of 4; a tie → max 1
+    assert tighten_length({"type": "length", "max": 10}, ["a", "bb", "cc", "eeeee"])[0]["max"] == 1
+    assert tighten_length({"type": "length", "max": 10}, ["bb", "cc"]) is None  # all alike: nothing splits them
+    words = ["a", "a b", "a b c", "a b c d"]
+    assert tighten_length({"type": "length", "min": 1, "unit": "words"}, words)[0]["min"] == 3
+    assert tighten_length({"type": "length", "max": 10, "unit": "tokens"}, ["a", "bb b"]) is None
+    # first: in 100% of the top against 50% of the others; then: 50% against 0%; no: not in the top
+    assert shared_words(["first 1 then 2", "First 3"], ["4", "first? no"]) == ["first", "then"]
+    assert shared_words(["first 1 then 2", "First 3"], ["first 4", "first 5"]) == ["then"]
+    assert shared_words(["x"], []) == []
+    assert [next_version(v) for v in ("1.0", "2", "2026-01", "1.0+tighten.1")] == \
+        ["2.0", "3.0", "2026-01+tighten.1", "1.0+tighten.2"]
