@@ -137,6 +137,7 @@ if TYPE_CHECKING:
     from rlkit.lm.joined_files import QWEN_CODER_JUDGE, is_parts_ref, model_file
     from rlkit.lm.judge_models import JUDGE_MODELS, JudgeModel, installed_judge_model
     from rlkit.lm.llama_server import LlamaServer, LlamaServerSettings
+    from rlkit.lm.weight_versions import WeightVersions
     from rlkit.lm.logprobs import masked_nll
     from rlkit.lm.models import build_tiny_policy, check_model_directory, load_policy, locate_model
     from rlkit.lm.placement import Placement, input_device, plan_placement
@@ -280,6 +281,7 @@ __all__ = [
     "EXPORT_TYPES",
     "LlamaServer",
     "LlamaServerSettings",
+    "WeightVersions",
     "write_gguf",
     "make_view",
     "loop_can_decode",

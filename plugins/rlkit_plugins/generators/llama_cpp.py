@@ -51,6 +51,7 @@ from rlkit.plugin import (
     LlamaServer,
     LlamaServerSettings,
     SampledBatch,
+    WeightVersions,
     assemble_sampled_batch,
     hookimpl,
     tokenize_prompts,
@@ -147,10 +148,7 @@ class LlamaCppGenerator:
         self.params = p
         self.max_lag = p.max_lag  # read by the loop (rlkit.train.lookahead)
         self.honours_seeds = True  # a completion is drawn from its request's seed alone (llama.cpp's per-slot RNG)
-        self.policy_version = 0
-        self._steps = 0
-        self._pushed_at = 0  # self._steps when the served weights were taken
-        self._restored: dict[str, int] | None = None
+        self.versions = WeightVersions()
         self._root: Path | None = None  # the tokenizer's files and the versions' GGUF files
         self._tokenizer: Any = None
         self._tokenizer_dir: Path | None = None
@@ -160,7 +158,6 @@ class LlamaCppGenerator:
         self._served: tuple[str, int, int] | None = None  # (file, slots, context) the engine serves
         self._connections: EngineConnections | None = None
         self._out: list[PendingBatch] = []
-        self._sync_s, self._sync_bytes = 0.0, 0
 
     # --- lifecycle ----------------------------------------------------------------------------------------
 
@@ -174,14 +171,8 @@ class LlamaCppGenerator:
             self._root = Path(tempfile.mkdtemp(prefix="rlkit-llama-cpp-"))
         self._tokenizer, self._tokenizer_dir = tokenizer, self._root / "tokenizer"
         tokenizer.save_pretrained(self._tokenizer_dir)  # read by every export: special ids, chat template
-        restored, self._restored = self._restored, None
-        if restored is None:
-            self.policy_version, self._steps, self._pushed_at = 0, 0, 0
-        else:
-            self.policy_version, self._steps = restored["policy_version"], restored["steps"]
-            self._pushed_at = restored["pushed_at"]
-        self._write(policy, self.policy_version + (self._pushed_at != self._steps))
-        self._sync_s, self._sync_bytes = 0.0, 0  # the setup's export is no step's
+        self._write(policy, self.versions.start())
+        self.versions.forget_costs()  # the setup's export is no step's
 
     def close(self) -> None:
         """Drop the batches still out, stop the engine, remove the files."""
@@ -206,25 +197,27 @@ class LlamaCppGenerator:
     def metrics(self) -> dict[str, float]:
         """The syncs since the last call: ``time/sync`` (writing the GGUF file and reloading the engine on it) and
         ``sync/bytes`` (the file's size)."""
-        out = {"time/sync": self._sync_s, "sync/bytes": float(self._sync_bytes)}
-        self._sync_s, self._sync_bytes = 0.0, 0
-        return out
+        return self.versions.metrics()
+
+    @property
+    def policy_version(self) -> int:
+        """The newest weight version (0: the weights written at setup)."""
+        return self.versions.version
 
     def state_dict(self) -> dict[str, int]:
         """The version counters, as the ``openai_server`` generator saves them."""
-        return {"policy_version": self.policy_version, "steps": self._steps, "pushed_at": self._pushed_at}
+        return self.versions.state_dict()
 
     def load_state_dict(self, state: dict[str, int]) -> None:
         """Called before ``setup`` on resume."""
-        self._restored = {k: int(state[k]) for k in ("policy_version", "steps", "pushed_at")}
+        self.versions.load_state_dict(state)
 
     # --- weights ------------------------------------------------------------------------------------------
 
     def sync_weights(self, policy: Any) -> None:
         """After an optimiser step: every ``sync_every``-th one, write the weights as the next version; the engine
         loads it once the batches requested before it are read."""
-        self._steps += 1
-        if self._steps % self.params.sync_every == 0:
+        if self.versions.step(self.params.sync_every):
             self._write(policy, self.policy_version + 1)
 
     def _write(self, policy: Any, version: int) -> None:
@@ -239,9 +232,8 @@ class LlamaCppGenerator:
         if self._due and self._file is not None and self._file != path:
             self._file.unlink(missing_ok=True)  # written, never served; a served file goes once the engine moves on
         self._file, self._due = path, True
-        self.policy_version, self._pushed_at = version, self._steps
-        self._sync_s += time.perf_counter() - started
-        self._sync_bytes += written.bytes
+        self.versions.taken(version)
+        self.versions.spent(time.perf_counter() - started, written.bytes)
 
     # --- the engine ---------------------------------------------------------------------------------------
 
@@ -273,7 +265,7 @@ class LlamaCppGenerator:
             self._served, self._due = wanted, False
             if previous is not None and previous[0] != file:
                 Path(previous[0]).unlink(missing_ok=True)
-                self._sync_s += time.perf_counter() - started  # a version's load is the sync's time
+                self.versions.spent(time.perf_counter() - started)  # a version's load is the sync's time
         return self._connections
 
     def _read_out(self) -> None:
@@ -294,7 +286,7 @@ class LlamaCppGenerator:
 
     def submit(self, policy: Any, tokenizer: Any, request: GenerationRequest) -> PendingBatch:
         """Send the request and return at once; ``.result()`` reads the batch."""
-        if request.greedy and self._pushed_at != self._steps:
+        if request.greedy and self.versions.behind:
             # held-out evaluation measures the policy as it is, not the last version sync_every let through
             self._write(policy, self.policy_version + 1)
         prompt_ids, prompt_mask = tokenize_prompts(tokenizer, request.records, request.prompt_token_ids)
@@ -337,7 +329,7 @@ class PendingBatch:
         self._collected = False
         self._batch: SampledBatch | None = None
         self._requests = self._send()
-        self.policy_version, self._served_at = generator.policy_version, generator._pushed_at
+        self.policy_version, self._served_at = generator.policy_version, generator.versions.pushed_at
 
     def _send(self) -> RequestsOut:
         engine = self._generator._engine(*self._room)
@@ -357,7 +349,7 @@ class PendingBatch:
         if failure is not None and server is not None and not server.running:
             self._requests = self._send()  # restarts the engine, or raises EngineError after the one restart
             # on the newest weights: a version written meanwhile (max_lag 1) is what samples the batch now
-            self.policy_version, self._served_at = generator.policy_version, generator._pushed_at
+            self.policy_version, self._served_at = generator.policy_version, generator.versions.pushed_at
             self._rows, failure = self._requests.collect(read, malformed, p.retries, p.retry_backoff)
         if failure is not None:
             self._failure = f"the llama.cpp engine failed record {failure[0]} of the batch: {failure[1]}"
@@ -393,7 +385,7 @@ class PendingBatch:
                                        completion.to(self._device), tokenizer, g)
         batch.engine_logprobs = logps.to(self._device).masked_fill(batch.completion_mask == 0, 0.0)
         batch.policy_version = self.policy_version
-        batch.policy_lag = self._generator._steps - self._served_at
+        batch.policy_lag = self._generator.versions.lag(self._served_at)
         self._batch = batch
         return batch
 

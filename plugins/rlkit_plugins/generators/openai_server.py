@@ -92,6 +92,7 @@ from rlkit.plugin import (
     GenerationRequest,
     GeneratorError,
     SampledBatch,
+    WeightVersions,
     assemble_sampled_batch,
     hookimpl,
     tokenize_prompts,
@@ -187,10 +188,8 @@ class OpenAIServerGenerator:
         # record's completions do not depend on the rest of the batch (up to the engine's batch invariance).
         self.honours_seeds = True
         self.max_lag = p.max_lag  # read by the loop (rlkit.train.lookahead)
-        self.policy_version = 0
         self.served_model = p.model
-        self._steps = 0
-        self._pushed_at = 0  # self._steps when the served weights were pushed
+        self.versions = WeightVersions()
         self._tokenizer: Any = None
         self._sync_root: Path | None = None
         self._own_sync_root = False
@@ -199,10 +198,8 @@ class OpenAIServerGenerator:
         self._out: list[PendingBatch] = []  # batches requested whose answers are not read yet
         self._scoring: list[ReferenceScores] = []  # reference log-probs asked for and not read yet
         self._due: tuple[Path, str, str] | None = None  # a saved version to load once those are read
-        self._restored: dict[str, int] | None = None
         # full | adapter | none: how weights travel, decided at setup (``auto`` by the policy and the server)
         self._route = _ALIASES.get(p.sync, p.sync)
-        self._sync_s, self._sync_bytes = 0.0, 0  # the syncs since metrics() was last asked
         path = urllib.parse.urlsplit(self.base_url).path
         self._completions_path = f"{path}/completions"
 
@@ -230,12 +227,7 @@ class OpenAIServerGenerator:
                               "LoRA or use sync=full", f"{WHERE}.sync")
         self._route = ("adapter" if is_lora else "full") if wanted == "auto" else wanted
         self._tokenizer = tokenizer
-        restored, self._restored = self._restored, None
-        if restored is None:
-            self.policy_version, self._steps, self._pushed_at = 0, 0, 0
-        else:  # a resumed run: the counters go on from the checkpoint
-            self.policy_version, self._steps = restored["policy_version"], restored["steps"]
-            self._pushed_at = restored["pushed_at"]
+        version = self.versions.start()  # a resumed run: the counters go on from the checkpoint
         self.served_model = p.model
         self._due = None  # a load saved before a resume: setup pushes the weights the loop has now
         if self._route == "none":
@@ -243,8 +235,6 @@ class OpenAIServerGenerator:
                           "(the start/end tables) scores the engine's model, not the policy being trained",
                           stacklevel=2)
         else:
-            # weights newer than the last pushed version (a resume between syncs with sync_every > 1) are a new one
-            version = self.policy_version + (self._pushed_at != self._steps)
             try:
                 self._push(policy, version)
             except _Refused as exc:
@@ -255,7 +245,7 @@ class OpenAIServerGenerator:
                       "sending the full weights (LoRA merged) each sync instead", file=sys.stderr, flush=True)
                 self._route = "full"
                 self._push(policy, version)
-        self._sync_s, self._sync_bytes = 0.0, 0  # the setup's push is no step's
+        self.versions.forget_costs()  # the setup's push is no step's
 
     def close(self) -> None:
         """Drop the batches still out (a run's last look-ahead is never trained on) and the connections, then remove
@@ -282,24 +272,27 @@ class OpenAIServerGenerator:
         load them, the loop's time) and ``sync/bytes`` (the size of what was saved for the server to read)."""
         if self._route == "none":
             return {}
-        out = {"time/sync": self._sync_s, "sync/bytes": float(self._sync_bytes)}
-        self._sync_s, self._sync_bytes = 0.0, 0
-        return out
+        return self.versions.metrics()
+
+    @property
+    def policy_version(self) -> int:
+        """The served weight version (0: the weights pushed at setup)."""
+        return self.versions.version
 
     def state_dict(self) -> dict[str, int]:
         """The version counters, saved in checkpoints: a resumed run numbers versions and lags on from them."""
-        return {"policy_version": self.policy_version, "steps": self._steps, "pushed_at": self._pushed_at}
+        return self.versions.state_dict()
 
     def load_state_dict(self, state: dict[str, int]) -> None:
         """Called before ``setup`` on resume; ``setup`` then serves the checkpoint's weights under that version."""
-        self._restored = {k: int(state[k]) for k in ("policy_version", "steps", "pushed_at")}
+        self.versions.load_state_dict(state)
 
     # --- weight sync --------------------------------------------------------------------------------------
 
     def sync_weights(self, policy: Any) -> None:
         """After an optimiser step: every ``sync_every``-th one, push the weights as the next version."""
-        self._steps += 1
-        if self._route == "none" or self._steps % self.params.sync_every:
+        due = self.versions.step(self.params.sync_every)
+        if self._route == "none" or not due:
             return
         self._push(policy, self.policy_version + 1, deferred=True)
 
@@ -328,7 +321,8 @@ class OpenAIServerGenerator:
         if deferred and world == 1 and self.max_lag > 0 and folder is not None:
             self._load_due()  # an earlier version still waiting goes first
             self._due = (folder, name, previous)
-            self.served_model, self.policy_version, self._pushed_at = name, version, self._steps
+            self.served_model = name
+            self.versions.taken(version)
             if not self._out:
                 self._load_due()
             return
@@ -351,7 +345,8 @@ class OpenAIServerGenerator:
             failure = box[0]
         if failure is not None:
             raise (_Refused if failure[2] else GeneratorError)(failure[0], failure[1])
-        self.served_model, self.policy_version, self._pushed_at = name, version, self._steps
+        self.served_model = name
+        self.versions.taken(version)
 
     def _save(self, policy: Any, version: int) -> Path:
         import torch
@@ -370,8 +365,8 @@ class OpenAIServerGenerator:
                 policy.save_pretrained(folder)
         if self._route == "full" and self._tokenizer is not None:
             self._tokenizer.save_pretrained(folder)
-        self._sync_bytes += sum(f.stat().st_size for f in folder.rglob("*") if f.is_file())
-        self._sync_s += time.perf_counter() - started
+        self.versions.spent(time.perf_counter() - started,
+                            sum(f.stat().st_size for f in folder.rglob("*") if f.is_file()))
         return folder
 
     def _read_out(self) -> None:
@@ -394,7 +389,7 @@ class OpenAIServerGenerator:
         try:
             self._load(folder, name, previous)
         finally:
-            self._sync_s += time.perf_counter() - started
+            self.versions.spent(time.perf_counter() - started)
 
     def _load(self, folder: Path, name: str, previous: str) -> None:
         root = urllib.parse.urlsplit(self.root).path
@@ -472,7 +467,7 @@ class OpenAIServerGenerator:
     def submit(self, policy: Any, tokenizer: Any, request: GenerationRequest) -> PendingBatch:
         """Send the request and return at once; ``.result()`` reads the batch. The samples come from the latest
         version synced (a load still due goes out first); a later sync waits for them."""
-        if request.greedy and self._route != "none" and self._pushed_at != self._steps:
+        if request.greedy and self._route != "none" and self.versions.behind:
             # held-out evaluation measures the policy as it is, not the last version sync_every let through
             self._push(policy, self.policy_version + 1)
         self._load_due()
@@ -509,7 +504,7 @@ class PendingBatch:
         self._generator, self._prompts = generator, prompts
         self._prompt_ids, self._prompt_mask, self._g = prompt_ids, prompt_mask, g
         self._tokenizer, self._device = tokenizer, device
-        self.policy_version, self._served_at = generator.policy_version, generator._pushed_at
+        self.policy_version, self._served_at = generator.policy_version, generator.versions.pushed_at
         self._batch: SampledBatch | None = None
         self._rows: list[Rows | None] = []
         self._failure: GeneratorError | None = None
@@ -569,7 +564,7 @@ class PendingBatch:
                                        completion.to(device), tokenizer, g)
         batch.engine_logprobs = logps.to(device).masked_fill(batch.completion_mask == 0, 0.0)
         batch.policy_version = self.policy_version
-        batch.policy_lag = self._generator._steps - self._served_at
+        batch.policy_lag = self._generator.versions.lag(self._served_at)
         # not a field: it never travels in a checkpoint. Scored as the engine returned the tokens; where the batch's
         # masks read a row otherwise (a stop token that is not EOS, then padding that is), it is scored again
         if self._reference is not None and self._reference.lengths == batch.completion_mask.sum(dim=1).tolist():
