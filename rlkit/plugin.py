@@ -24,6 +24,7 @@ if TYPE_CHECKING:
         EngineError,
         GeneratorError,
         JudgeError,
+        ParamError,
         PluginError,
         RlkitError,
         RubricError,
@@ -87,8 +88,11 @@ if TYPE_CHECKING:
         tls_context,
     )
     from rlkit.judging.members import (
+        Member,
+        MemberJudges,
         check_member_judge,
         close_judges,
+        judgement_of,
         last_reasons,
         member_model_folders,
         member_record_fields,
@@ -128,7 +132,7 @@ if TYPE_CHECKING:
         ranking_spec,
         tiny_judge_caveats,
     )
-    from rlkit.judging.types import Completion, render_chat
+    from rlkit.judging.types import Completion, Judgement, render_chat
 
     # --- generators: what a sampler is asked for and hands back; models by path ---------------------------------
     from rlkit.lm.constrained import JsonSchemaConstraint
@@ -137,12 +141,12 @@ if TYPE_CHECKING:
     from rlkit.lm.joined_files import QWEN_CODER_JUDGE, is_parts_ref, model_file
     from rlkit.lm.judge_models import JUDGE_MODELS, JudgeModel, installed_judge_model
     from rlkit.lm.llama_server import LlamaServer, LlamaServerSettings
-    from rlkit.lm.weight_versions import WeightVersions
     from rlkit.lm.logprobs import masked_nll
     from rlkit.lm.models import build_tiny_policy, check_model_directory, load_policy, locate_model
     from rlkit.lm.placement import Placement, input_device, plan_placement
     from rlkit.lm.sampling import GenerationRequest, SampledBatch, assemble_sampled_batch, tokenize_prompts
     from rlkit.lm.seeded import SeededSampling, group_row_seeds, seeded_gumbel
+    from rlkit.lm.weight_versions import WeightVersions
 
     # --- reward helpers: normalisation, saturation, weight schedulers, monitors -----------------------------------
     from rlkit.reward.diagnostics import ConflictWatch, conflict_rate, saturation_share
@@ -220,11 +224,13 @@ __all__ = [
     "JudgeBackend",
     "JudgeError",
     "JudgeRef",
+    "Judgement",
     "MonitorView",
     "PairLossInputs",
     "PairTargets",
     "Placement",
     "PluginError",
+    "ParamError",
     "PluginRef",
     "PreferencePairs",
     "RankingParse",
@@ -290,6 +296,9 @@ __all__ = [
     "member_record_fields",
     "member_scope_caveats",
     "merge_reasons",
+    "Member",
+    "MemberJudges",
+    "judgement_of",
     "last_reasons",
     "nan_mean_std",
     "nan_median",

@@ -72,7 +72,7 @@ def cmd_score(overrides: Sequence[str]) -> int:
         resumed = f" ({sharded.shards_skipped} of {sharded.shards} shards from an earlier run in " \
                   f"{shards_dir(Path(options.output))})" if sharded.shards_skipped else ""
         console.print(f"wrote {sharded.lines} scored completions to {options.output}{resumed}", markup=False)
-    _refuse_unscored(rows[:-1], len(result.rewards), validated)  # the last row is the reward's
+    _refuse_unscored(rows[:-1], len(result.rewards), validated, result.judge_metrics)  # the last row: the reward's
     return 0
 
 
@@ -87,18 +87,18 @@ def _not_applicable(validated: Any, rows: list[dict[str, Any]]) -> list[str]:
     return [n for n in names(validated.records or [], validated.rubric) if n in unscored and weights.get(n) == 0]
 
 
-def _refuse_unscored(rows: list[dict[str, Any]], completions: int, validated: Any) -> None:
+def _refuse_unscored(rows: list[dict[str, Any]], completions: int, validated: Any,
+                     judge_metrics: dict[str, float]) -> None:
     """A dimension scored on none of the completions ends ``rlkit score`` with exit status 3: its table and file
     show NaN, and a reward made of the other dimensions alone is not the rubric's. ``rows``: the dimensions' rows
-    of the summary table."""
+    of the summary table; ``judge_metrics``: the last batch's judgement's."""
     from rlkit.core.errors import UnscoredError
 
     unscored = [row["name"] for row in rows if row["scored"] == 0 and row["unscored"] > 0]
     if not unscored:
         return
     judge = validated.plugin_names["judge"]
-    metrics = getattr(validated.plugins.get("judge"), "metrics", None)
-    rate = (metrics() if callable(metrics) else {}).get("judge/parse_failure_rate")
+    rate = judge_metrics.get("judge/parse_failure_rate")
     why = f" ({rate:.0%} of its dimension scores in the last batch could not be parsed)" if rate else ""
     then = ("no reward could be made" if len(unscored) == len(rows)
             else "the rewards are made of the other dimensions alone")

@@ -26,6 +26,31 @@ class ConfigError(RlkitError):
     """A composed config, a plugin's params, or a command-line override is wrong."""
 
 
+class ParamError(ConfigError):
+    """A plugin's own params are wrong: ``key`` is the param's path inside the plugin's params (``permutations``,
+    ``backend.params.model``), so the plugin never types where it is configured. The host names the real path: the
+    registry when it builds the plugin, a composite judge's members helper when a member refuses a rubric, so a
+    member's mistake reads ``judge.params.judges.llm.params.permutations``. Until then ``where`` is the path of a
+    top-level plugin of ``group`` (``judge.params.permutations``)."""
+
+    def __init__(self, message: str, key: str, group: str = "judge") -> None:
+        self.key = key
+        self.rooted = False  # True once the host has named the real path: a parent composite leaves it as it is
+        super().__init__(message, f"{group}.params.{key}")
+
+    def at(self, params_where: str) -> ParamError:
+        """This error at the plugin's real params path (``judge.params.judges.llm.params``, maybe followed by
+        `` (conf/judge/x.yaml)``); the same error once rooted, or when ``params_where`` is unknown (empty)."""
+        if self.rooted or not params_where:
+            return self
+        head, sep, tail = params_where.partition(" (")
+        rooted = ParamError(self.message, self.key)
+        rooted.where = f"{head}.{self.key}{sep}{tail}"
+        rooted.args = (f"{rooted.where}: {self.message}",)
+        rooted.rooted = True
+        return rooted
+
+
 class PluginError(RlkitError):
     """A plugin name is unknown, registered twice, or a plugin misbehaves."""
 

@@ -33,6 +33,7 @@ if TYPE_CHECKING:  # annotations only: the core must not load torch to be import
 GenerationRequest = Any  # rlkit.plugin.GenerationRequest
 SampledBatch = Any  # rlkit.plugin.SampledBatch
 Completion = Any  # rlkit.plugin.Completion
+Judgement = Any  # rlkit.plugin.Judgement: what one judge call said (scores, reasons, confidence, spend, metrics)
 MonitorView = Any  # rlkit.plugin.MonitorView
 Alert = Any  # rlkit.plugin.Alert
 JudgeBackend = Any  # rlkit.plugin.JudgeBackend: the host's wrapper around a judge's backend reference
@@ -139,17 +140,36 @@ class _Stateful(Protocol):
 
 
 class JudgeProtocol(PluginProtocol, Protocol):
-    """Scores each completion on each rubric dimension (``judge=<name>``)."""
+    """Scores each completion on each rubric dimension (``judge=<name>``).
+
+    A judge answers each call with one ``rlkit.plugin.Judgement`` from :meth:`assess` (scores, reasons, written
+    scores, confidence, spend, metrics together), so nothing about a call is read from the judge afterwards. A judge
+    written before ``Judgement`` (``score`` alone, then the "last call" members ``metrics``, ``group_confidence``,
+    ``reasons``, ``written_scores``) keeps working: the host reads it through ``rlkit.plugin.judgement_of``, the one
+    place those members are read."""
 
     def score(self, rollout: Rollout, rubric: Rubric) -> torch.Tensor:
         """Raw scores ``float32 [B, G, D]``: B prompts, G completions each, D the rubric's dimensions in rubric order,
-        each inside its dimension's range, NaN where the judge could not score (never a silent 0). Called once per
-        training step, and by ``rlkit score``, ``calibrate`` and the evaluations."""
+        each inside its dimension's range, NaN where the judge could not score (never a silent 0). What callers that
+        want the scores alone use (a composite judge written before ``Judgement``, the integrations); a judge with
+        :meth:`assess` returns ``self.assess(rollout, rubric).scores``."""
+
+    @optional("the host calls score() and reads the last-call members (metrics, group_confidence, reasons, "
+              "written_scores) right after it")
+    def assess(self, rollout: Rollout, rubric: Rubric) -> Judgement:
+        """Everything this call said, as one ``rlkit.plugin.Judgement``: ``scores`` as :meth:`score` returns them,
+        and where the judge has them the one-line ``reasons`` ``[B][G] -> {dimension: reason}``, the
+        ``written_scores`` ``[B, G, D]`` (levels as written, where ``scores`` are expected values), the group
+        ``confidence`` ``float32 [B]`` in [0, 1], this call's ``spend`` and its ``metrics``. Called once per training
+        step (the loop logs the metrics and scales each group's advantages by its confidence), and by ``rlkit
+        score`` (reasons and written scores beside each completion), ``calibrate`` and the evaluations. A composite
+        judge joins its members' judgements with ``rlkit.plugin.MemberJudges``."""
 
     @optional("nothing is logged for the judge")
     def metrics(self) -> dict[str, float]:
-        """Metrics of the last ``score`` call (``judge/parse_failure_rate``); the training loop logs them every step,
-        and ``rlkit score`` quotes the parse-failure rate when a dimension went unscored."""
+        """Before ``Judgement``: metrics of the last ``score`` call (``judge/parse_failure_rate``), read by
+        ``judgement_of`` right after it as the judgement's ``metrics``. A judge with :meth:`assess` returns them
+        there instead."""
 
     @optional("the judge's scores follow the rubric it is asked with")
     def scored_rubric(self, rubric: Rubric) -> Rubric:
@@ -159,19 +179,21 @@ class JudgeProtocol(PluginProtocol, Protocol):
 
     @optional("scores are used as they are")
     def group_confidence(self) -> torch.Tensor | None:
-        """``float32 [B]`` in [0, 1] for the last ``score`` call: how much the judge trusts each group's order. The
-        training loop multiplies that group's advantages (or its preference pairs' weights) by it."""
+        """Before ``Judgement``: ``float32 [B]`` in [0, 1] for the last ``score`` call, how much the judge trusts each
+        group's order, read by ``judgement_of`` as the judgement's ``confidence``. The training loop multiplies that
+        group's advantages (or its preference pairs' weights) by it."""
 
     @optional("no completion has a reason")
     def reasons(self) -> list[list[dict[str, str]]] | None:
-        """The last ``score`` call's one-line reason per dimension, ``[B][G] -> {dimension: reason}`` (None: it gives
-        none); ``rlkit score`` writes them beside each completion's scores, ``rlkit calibrate`` beside its
-        disagreements."""
+        """Before ``Judgement``: the last ``score`` call's one-line reason per dimension, ``[B][G] -> {dimension:
+        reason}`` (None: it gives none), read by ``judgement_of`` as the judgement's ``reasons``; ``rlkit score``
+        writes them beside each completion's scores, ``rlkit calibrate`` beside its disagreements."""
 
     @optional("no written levels are reported")
     def written_scores(self) -> torch.Tensor | None:
-        """The last ``score`` call's levels as the judge wrote them, ``[B, G, D]`` (the ``llm`` judge with
-        ``scoring: expected``, whose scores are expected values); ``rlkit score`` writes them beside the scores."""
+        """Before ``Judgement``: the last ``score`` call's levels as the judge wrote them, ``[B, G, D]``, where its
+        scores are expected values, read by ``judgement_of`` as the judgement's ``written_scores``; ``rlkit score``
+        writes them beside the scores."""
 
     @optional("nothing is required of the records")
     def record_fields(self, rubric: Rubric) -> list[RecordField]:
@@ -214,9 +236,11 @@ class JudgeProtocol(PluginProtocol, Protocol):
 
     @optional("the judge is taken to make no model calls: no spend is reported")
     def spend(self) -> Spend | None:
-        """Running totals of its model calls (calls, tokens, latency, cache hits, retries, price): metered per step
-        and written to the run's summary at the end of ``rlkit fit``; a judge with it is taken to ask a model (its
-        calibration caveat is shown). A composite judge sums its members'."""
+        """Running totals of its model calls (calls, tokens, latency, cache hits, retries, price) since it was built,
+        not a call's (that is the judgement's ``spend``): metered per step, calls made outside ``assess`` (a
+        monitor's) included, and written to the run's summary at the end of ``rlkit fit``; a judge with it is taken
+        to ask a model (its calibration caveat is shown). A composite judge sums its members'
+        (``MemberJudges.spend``)."""
 
     @optional("no calls are planned")
     def planned_calls(self, load: JudgeLoad, rubric: Rubric) -> CallPlan | None:
@@ -429,6 +453,11 @@ class GeneratorProtocol(_Stateful, PluginProtocol, Protocol):
     def score_reference(self, sampled: SampledBatch) -> Pending:
         """The engine's reference model's log-prob of each completion token: ``result()`` gives ``float [N, C]``.
         The loop asks before the policy's pass and reads after it (``model.reference=engine``)."""
+
+    @optional("nothing is logged for the generator")
+    def metrics(self) -> dict[str, float]:
+        """Metrics since the last call (an engine's weight syncs: ``time/sync``, ``sync/bytes``); the training loop
+        logs them every step."""
 
     @optional("nothing of the generator's travels in checkpoints")
     def state_dict(self) -> dict[str, Any]:

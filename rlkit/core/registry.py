@@ -11,7 +11,7 @@ from typing import Any
 import pluggy
 
 from rlkit.core import hookspecs
-from rlkit.core.errors import ConfigError, PluginError, did_you_mean
+from rlkit.core.errors import ConfigError, ParamError, PluginError, did_you_mean
 
 # declared in rlkit.core.kinds; importable from here too, where the host and tests have always found them
 from rlkit.core.kinds import KINDS, KINDS_BY_GROUP, KINDS_BY_KEY, PluginKind  # noqa: F401
@@ -156,15 +156,16 @@ class Registry:
     def create(self, kind: str, name: str, params: dict[str, Any] | None = None, where: str = "") -> Any:
         """Build a plugin: its params bound, each referenced member built first and handed in as ``ref.plugin``."""
         entry = self.get(kind, name)
-        bound = self.bind(entry, params or {}, where or f"{KINDS_BY_KEY[kind].group}.params")
+        where = where or f"{KINDS_BY_KEY[kind].group}.params"
+        bound = self.bind(entry, params or {}, where)
         self._build_members(bound)
-        return check_declarations(entry, entry.factory(bound))
+        return check_declarations(entry, _built(entry, bound, where))
 
     def _build_members(self, bound: Any) -> None:
         for _, ref in iter_refs(bound):
             self._build_members(ref.bound)
             entry = self.get(ref.kind, ref.name)
-            ref.plugin = check_declarations(entry, entry.factory(ref.bound))
+            ref.plugin = check_declarations(entry, _built(entry, ref.bound, member_params_where(ref)))
 
 
 _SIGNALS = ("advantages", "pairs", "demonstrations")
@@ -187,6 +188,21 @@ def check_declarations(entry: PluginEntry, plugin: Any) -> Any:
         raise PluginError(f"{label} does not declare {', '.join(missing)}, which every {kind.label[:-1]} must "
                           f"have (rlkit.plugin.{kind.protocol.__name__})", where)
     return plugin
+
+
+def _built(entry: PluginEntry, bound: Any, params_where: str) -> Any:
+    """``entry.factory(bound)``; a ``ParamError`` it raises names its key under ``params_where``, where the plugin is
+    configured."""
+    try:
+        return entry.factory(bound)
+    except ParamError as exc:
+        raise exc.at(params_where) from None
+
+
+def member_params_where(ref: Any) -> str:
+    """Where a member's own params are configured (``judge.params.judges.llm.params``); empty for a reference the
+    registry has not bound."""
+    return _within(ref.where, ".params") if ref.where else ""
 
 
 def _within(where: str, path: str) -> str:

@@ -10,7 +10,7 @@ import json
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +22,8 @@ from rlkit.core.errors import DataError, JudgeError
 from rlkit.core.rubric import Rubric
 from rlkit.core.stats import json_number, nan_mean_std
 from rlkit.core.types import RewardBatch, Rollout
-from rlkit.judging.members import last_reasons
+from rlkit.judging.members import judgement_of
+from rlkit.judging.types import Judgement
 from rlkit.reward.episodes_io import judged_rollout, judged_steps, num_turns, step_lists
 from rlkit.reward.pipeline import aggregate_rewards, check_judge_output
 from rlkit.reward.steps import with_step_means
@@ -38,6 +39,8 @@ class ScoreResult:
     rewards: torch.Tensor
     records: list[dict[str, Any]]
     details: list[dict[str, Any]] | None = None
+    # the last batch's judgement's metrics (``judge/parse_failure_rate``: what an unscored dimension is quoted with)
+    judge_metrics: dict[str, float] = field(default_factory=dict)
 
 
 def _completions(record: dict[str, Any]) -> list[Any]:
@@ -90,22 +93,30 @@ def score_records(validated: ValidatedConfig, batch_size: int = 64, *, retries: 
     rubric = validated.reward_rubric  # what the scores follow
     judge, name = validated.plugins["judge"], validated.plugin_names["judge"]
     raw_parts, reward_parts, details = [], [], []
+    metrics: dict[str, float] = {}
     batches = _record_groups(records, batch_size, name) if grouped else _single_groups(records, batch_size)
     for chunk, groups in batches:
         rollout = judged_rollout([records[i] for i in chunk], groups)
-        batch, steps = judge_and_aggregate(
-            validated, rollout, lambda r, where=(chunk[0], chunk[-1]): _judge_with_retries(
-                judge, r, validated.rubric, retries, retry_backoff, where, name))
+        said: list[Judgement] = []  # the rollout's judgement first, then its turns' (step-scoped dimensions)
+
+        def judged(r: Rollout, where: tuple[int, int] = (chunk[0], chunk[-1]),
+                   said: list[Judgement] = said) -> torch.Tensor:
+            said.append(_judge_with_retries(judge, r, validated.rubric, retries, retry_backoff, where, name))
+            return said[-1].scores
+
+        batch, steps = judge_and_aggregate(validated, rollout, judged)
         raw_parts.append(batch.raw_scores.reshape(-1, batch.raw_scores.shape[-1]))
         reward_parts.append(batch.rewards.reshape(-1))
-        written = getattr(judge, "written_scores", None)
-        details.extend(_details(rollout, steps, rubric, None if steps is not None else last_reasons(judge),
-                                written() if callable(written) and steps is None else None))
+        whole = said[0]
+        metrics = dict(whole.metrics)
+        details.extend(_details(rollout, steps, rubric, None if steps is not None else whole.reasons,
+                                whole.written_scores if steps is None else None))
         if on_batch is not None:
             on_batch(sum(len(g) for g in groups))
     kept = details if any(details) else None
     if not grouped:
-        return ScoreResult(rubric.dimension_names, torch.cat(raw_parts), torch.cat(reward_parts), records, kept)
+        return ScoreResult(rubric.dimension_names, torch.cat(raw_parts), torch.cat(reward_parts), records, kept,
+                           metrics)
     # judged in batches of equal group size: back to record order
     order = [i for chunk, _ in batches for i in chunk]
     starts, row = {}, 0
@@ -116,7 +127,7 @@ def score_records(validated: ValidatedConfig, batch_size: int = 64, *, retries: 
     index = torch.tensor([starts[i] + k for i in range(len(records)) for k in range(len(records[i]["completions"]))],
                          dtype=torch.long)
     return ScoreResult(rubric.dimension_names, raw_all[index], reward_all[index], records,
-                       None if kept is None else [kept[int(i)] for i in index])
+                       None if kept is None else [kept[int(i)] for i in index], metrics)
 
 
 def judge_and_aggregate(validated: ValidatedConfig, rollout: Rollout,
@@ -203,10 +214,10 @@ def _record_groups(records: list[dict[str, Any]], batch_size: int,
 
 
 def _judge_with_retries(judge: Any, rollout: Rollout, rubric: Any, retries: int, backoff: float,
-                        records: tuple[int, int], name: str) -> torch.Tensor:
+                        records: tuple[int, int], name: str) -> Judgement:
     for attempt in range(retries + 1):
         try:
-            return judge.score(rollout, rubric)
+            return judgement_of(judge, rollout, rubric)
         except Exception as exc:
             if not is_transient(exc):
                 raise

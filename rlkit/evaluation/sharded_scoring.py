@@ -154,6 +154,7 @@ def score_to_file(validated: ValidatedConfig, output: Path, options: ScoreOption
         if on_progress is not None:
             on_progress(done, total)
 
+    judge_metrics: dict[str, float] = {}  # the last batch scored now (none when every shard was done before)
     for index, start in enumerate(starts):
         path = _shard_path(folder, index)
         if path.exists():
@@ -170,6 +171,7 @@ def score_to_file(validated: ValidatedConfig, output: Path, options: ScoreOption
                              f"done and kept in {folder}: run the same command again to resume") from exc
         atomic_write_text(path, "".join(line + "\n" for line in scored_lines(scored, rubric_identity)),
                           temp_dir=folder)
+        judge_metrics = scored.judge_metrics
     lines = []
     for index, start in enumerate(starts):
         path = _shard_path(folder, index)
@@ -183,8 +185,8 @@ def score_to_file(validated: ValidatedConfig, output: Path, options: ScoreOption
     # (which finds every shard done) writes the output again.
     atomic_write_text(output, "".join(line + "\n" for line in lines), temp_dir=folder)
     shutil.rmtree(folder)
-    return ShardedScoreResult(_scores_from_lines(lines, validated.reward_rubric.dimension_names), len(lines),
-                              len(starts), len(done_paths))
+    result = replace(_scores_from_lines(lines, validated.reward_rubric.dimension_names), judge_metrics=judge_metrics)
+    return ShardedScoreResult(result, len(lines), len(starts), len(done_paths))
 
 
 @contextmanager

@@ -1,10 +1,17 @@
-"""What a judge backend hands back for one request."""
+"""What a judge backend hands back for one request, and what a judge hands back for one ``assess`` call."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
+
+    from rlkit.judging.spend import Spend
+
+Reasons = list[list[dict[str, str]]]  # [B][G] dimension -> the judge's one-line reason
 
 
 @dataclass(frozen=True)
@@ -35,3 +42,27 @@ def render_chat(messages: Sequence[dict[str, str]], tokenizer: Any) -> str:
     if getattr(tokenizer, "chat_template", None):
         return tokenizer.apply_chat_template(list(messages), tokenize=False, add_generation_prompt=True)
     return "".join(f"{m['role']}: {m['content']}\n" for m in messages) + "assistant:"
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """Everything one judge call said of one rollout, together (as simonw/llm's ``Response`` carries text and usage):
+    nothing about a call is left behind in the judge to be read afterwards.
+
+    ``scores``: ``float32 [B, G, D]``, NaN where the judge could not score. ``reasons``: ``[B][G] -> {dimension:
+    one-line reason}``, None when it gives none. ``written_scores``: ``[B, G, D]`` levels as the judge wrote them where
+    ``scores`` are something else (expected values), else None. ``confidence``: ``float32 [B]`` in [0, 1], how much
+    it trusts each group's order (the loop scales that group's advantages by it), None for full trust. ``spend``: the
+    model calls this call made (``rlkit.plugin.Spend``), None for a judge that asks no model. ``metrics``: figures of
+    this call, logged every training step (``judge/parse_failure_rate``)."""
+
+    scores: torch.Tensor
+    reasons: Reasons | None = None
+    written_scores: torch.Tensor | None = None
+    confidence: torch.Tensor | None = None
+    spend: Spend | None = None
+    metrics: Mapping[str, float] = field(default_factory=dict)
+
+    def with_metrics(self, extra: Mapping[str, float]) -> Judgement:
+        """This judgement with ``extra`` figures added (a composite's own beside its members')."""
+        return replace(self, metrics={**self.metrics, **extra})

@@ -17,6 +17,9 @@ from rlkit.core.rubric import Rubric, rubric_from_dict
 from rlkit.core.stats import nan_weighted_sum
 from rlkit.core.types import PreferencePairs, RewardBatch, Rollout
 from rlkit.judging import Completion
+from rlkit.judging.members import judgement_of
+from rlkit.judging.spend import Spend
+from rlkit.judging.types import Judgement
 from rlkit.reward.pipeline import aggregate_rewards, check_judge_output, normalize_scores
 
 
@@ -94,14 +97,28 @@ class JudgeContract(_DataFixtures):
         check_judge_output(raw, rollout, scored, "under test")  # raises when out of range
 
     def test_group_confidence_when_reported(self, judge: Any, rollout: Rollout, rubric: Rubric) -> None:
-        report = getattr(judge, "group_confidence", None)
-        if not callable(report):
-            return
-        judge.score(rollout, rubric)
-        confidence = report()
+        confidence = judgement_of(judge, rollout, rubric).confidence
         if confidence is not None:
             assert tuple(confidence.shape) == (rollout.num_prompts,)
             assert ((confidence >= 0) & (confidence <= 1)).all()
+
+    def test_judgement_holds_the_call(self, judge: Any, rollout: Rollout, rubric: Rubric) -> None:
+        """What the host reads of one call (its ``assess``, or ``score`` and the last-call members): scores as
+        ``score`` gives them, and reasons, written scores, spend and metrics each of its documented shape."""
+        said = judgement_of(judge, rollout, rubric)
+        assert isinstance(said, Judgement), f"assess must return a Judgement, got {type(said).__name__}"
+        again = judge.score(rollout, rubric)
+        assert torch.equal(torch.isnan(said.scores), torch.isnan(again)), "assess and score disagree"
+        assert torch.allclose(said.scores.nan_to_num(-1), again.nan_to_num(-1)), "assess and score disagree"
+        b, g = rollout.num_prompts, rollout.group_size
+        if said.reasons is not None:
+            assert [len(group) for group in said.reasons] == [g] * b
+            assert all(isinstance(why, str) for group in said.reasons for one in group for why in one.values())
+        if said.written_scores is not None:
+            assert tuple(said.written_scores.shape) == tuple(said.scores.shape)
+        if said.spend is not None:
+            assert isinstance(said.spend, Spend) and said.spend.calls >= 0
+        assert all(isinstance(k, str) and isinstance(v, int | float) for k, v in said.metrics.items())
 
     def test_scores_something(self, judge: Any, rollout: Rollout, rubric: Rubric) -> None:
         assert not torch.isnan(judge.score(rollout, rubric)).all(), "a judge that scores nothing is broken"

@@ -93,7 +93,7 @@ class RubricRLModule(L.LightningModule):
         self.nonfinite = NonFiniteWatch(settings.max_nonfinite)
         self.monitors = monitors  # rlkit.train.monitoring.MonitorHost, or None (monitors=[])
         self.judge_spend = StepSpend(parts.judge)  # judge/calls, judge/tokens_in, ... of each step
-        self.step_metrics = StepMetrics(self.rewards, monitors, self.judge_spend)
+        self.step_metrics = StepMetrics(self.rewards, monitors, self.judge_spend, generator)
         self.diagnostics = RunningMeans()
         # what the run trains on less than it seems to; names the judge when it scores every completion alike
         self.signal_watch = SignalWatch(rubric.dimension_names, judge=parts.judge_name)
@@ -211,7 +211,7 @@ class RubricRLModule(L.LightningModule):
         metrics = self.step_metrics.collect(
             step, records, sampled, batch, outcome, truncated, filtered, times, device=self.device,
             lr=self.lr_schedulers().get_last_lr()[0], sources=self.monitor_sources(),
-            requested_ahead=self.requested_ahead if self.rollouts.depth else None)
+            requested_ahead=self.requested_ahead if self.rollouts.depth else None, judge_metrics=judged.metrics)
         self.diagnostics.update(metrics)
         messages = self.signal_watch.update(step, metrics)
         for message in [*messages, *filter(None, [self.nonfinite.update(step, metrics)])]:

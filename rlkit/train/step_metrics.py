@@ -4,6 +4,7 @@ warnings, and written to the loggers at Lightning's cadence."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,19 +39,23 @@ class StepMetrics:
     """Gathers a step's metrics from every part that reports one, and owns the conflict warning's window.
 
     ``monitors``: the run's ``rlkit.train.monitoring.MonitorHost`` or None; ``judge_spend``: the judge's per-step
-    spend (``rlkit.judging.spend.StepSpend``)."""
+    spend (``rlkit.judging.spend.StepSpend``); ``generator``: the run's generator plugin (its weight syncs' metrics).
+    """
 
-    def __init__(self, rewards: RewardPipeline, monitors: Any = None, judge_spend: Any = None) -> None:
+    def __init__(self, rewards: RewardPipeline, monitors: Any = None, judge_spend: Any = None,
+                 generator: Any = None) -> None:
         self.rewards, self.monitors, self.judge_spend = rewards, monitors, judge_spend
+        self.generator = generator
         self.conflict_watch = ConflictWatch()
 
     def collect(self, step: int, records: list[dict[str, Any]], sampled: SampledBatch, batch: RewardBatch,
                 outcome: StepOutcome, truncated: torch.Tensor, filtered: dict[str, float], times: StepTimes, *,
                 device: torch.device, lr: float, requested_ahead: bool | None = None,
-                sources: MonitorSources | None = None) -> dict[str, float]:
+                sources: MonitorSources | None = None, judge_metrics: Mapping[str, float] | None = None,
+                ) -> dict[str, float]:
         """Every metric of the step, global over processes. ``requested_ahead``: whether this step's rollout was
         requested ahead (None: the generator samples no rollouts ahead); ``sources``: what the monitors' view calls
-        back into."""
+        back into; ``judge_metrics``: the step's judgement's (``Judged.metrics``)."""
         spread = Spread.current()
         lengths = spread.gather(sampled.completion_token_counts.float(), device)
         metrics = self.reward_metrics(batch, lengths, truncated)
@@ -64,10 +69,11 @@ class StepMetrics:
             metrics["rollout/policy_lag"] = float(sampled.policy_lag or 0)
         if requested_ahead is not None:
             metrics["rollout/requested_ahead"] = float(requested_ahead)
+        generator_metrics = getattr(self.generator, "metrics", None)
+        if callable(generator_metrics):  # an engine's weight syncs since the last step (time/sync, sync/bytes)
+            metrics.update({k: float(v) for k, v in generator_metrics().items()})
         parts = self.rewards.parts
-        judge_metrics = getattr(parts.judge, "metrics", None)
-        if callable(judge_metrics):
-            metrics.update({k: float(v) for k, v in judge_metrics().items()})
+        metrics.update({k: float(v) for k, v in (judge_metrics or {}).items()})
         if parts.debias is not None:
             metrics.update(parts.debias.metrics(self.rewards.rubric.dimension_names))
         if self.monitors is not None and sources is not None:  # after the judge's metrics: a monitor may judge again

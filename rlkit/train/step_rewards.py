@@ -10,14 +10,15 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
 
 from rlkit.core.rubric import Rubric
 from rlkit.core.types import RewardBatch, Rollout
-from rlkit.judging.members import last_reasons
+from rlkit.judging.members import judgement_of
+from rlkit.judging.types import Judgement
 from rlkit.lm.sampling import SampledBatch, render_prompt
 from rlkit.reward.debias import completion_features
 from rlkit.reward.dropout import dropout_view, with_criteria_dropout
@@ -49,18 +50,22 @@ class Judged:
     num_turns: torch.Tensor | None = None  # [B, G] policy turns per episode (multi-turn rollouts)
     # the judge's one-line reasons for this process's groups, one per completion, where it gives them
     reasons: Reasons | None = None
+    # the judgement's metrics (this process's call), logged with the step's
+    metrics: dict[str, float] = field(default_factory=dict)
 
     def groups(self, index: torch.Tensor) -> Judged:
         pick = lambda t: None if t is None else t[index.to(t.device)]  # noqa: E731
         reasons = None if self.reasons is None or len(self.reasons) != len(self.raw) else \
             [self.reasons[int(i)] for i in index]
-        return Judged(*(pick(getattr(self, name)) for name in JUDGED_FIELDS), reasons=reasons)
+        return Judged(*(pick(getattr(self, name)) for name in JUDGED_FIELDS), reasons=reasons, metrics=self.metrics)
 
     @staticmethod
     def cat(parts: list[Judged]) -> Judged:
+        """Several rounds' groups as one; the metrics those of the last round's call, as a step of one call logs."""
         join = lambda ts: None if ts[0] is None else torch.cat(ts)  # noqa: E731
         reasons = None if any(p.reasons is None for p in parts) else [r for p in parts for r in p.reasons]
-        return Judged(*(join([getattr(p, name) for p in parts]) for name in JUDGED_FIELDS), reasons=reasons)
+        return Judged(*(join([getattr(p, name) for p in parts]) for name in JUDGED_FIELDS), reasons=reasons,
+                      metrics=parts[-1].metrics)
 
 
 JUDGED_FIELDS = ("raw", "lengths", "features", "confidence", "steps", "num_turns")
@@ -102,10 +107,14 @@ class RewardPipeline:
 
     # --- judging ---------------------------------------------------------------------------------------------
 
+    def judgement(self, rollout: Rollout) -> Judgement:
+        """The judge's judgement of ``rollout`` (this process's; nothing gathered), its scores checked."""
+        said = judgement_of(self.parts.judge, rollout, self.judged_rubric)
+        return replace(said, scores=check_judge_output(said.scores, rollout, self.rubric, self.parts.judge_name))
+
     def judge_scores(self, rollout: Rollout) -> torch.Tensor:
         """The judge's checked scores ``[B, G, D]`` of ``rollout`` (this process's; nothing gathered)."""
-        return check_judge_output(self.parts.judge.score(rollout, self.judged_rubric), rollout, self.rubric,
-                                  self.parts.judge_name)
+        return self.judgement(rollout).scores
 
     def judge(self, records: list[dict[str, Any]], sampled: SampledBatch, step: int,
               device: torch.device | None = None, *, heldout: bool = False) -> Judged:
@@ -115,10 +124,9 @@ class RewardPipeline:
         if not heldout and self.rubric.per_record:  # rubric.dropout acts on each record's criteria, in the judge
             records = with_criteria_dropout(records, self.settings.rubric_dropout, self.settings.seed, step)
         rollout = as_rollout(records, sampled, self.tokenizer)
-        own = self.judge_scores(rollout)  # this process's groups
-        reasons = None if heldout else last_reasons(self.parts.judge)
-        report = getattr(self.parts.judge, "group_confidence", None)
-        confidence = report() if callable(report) else None
+        said = self.judgement(rollout)
+        own, confidence = said.scores, said.confidence  # this process's groups
+        reasons = None if heldout else said.reasons
         debias = None if heldout else self.parts.debias
         features = completion_features(rollout, debias.features) if debias is not None else None
         # Each process judged its own groups; weights, bias fit, aggregation and advantages see them all,
@@ -138,7 +146,7 @@ class RewardPipeline:
         if sampled.turn_spans is not None:
             num_turns = torch.tensor([len(s) for s in sampled.turn_spans]).view(rollout.num_prompts, -1)
             num_turns = spread.gather(num_turns.to(device), device) if spread.distributed else num_turns
-        return Judged(raw, lengths, features, confidence, steps, num_turns, reasons)
+        return Judged(raw, lengths, features, confidence, steps, num_turns, reasons, dict(said.metrics))
 
     def _step_scores(self, rollout: Rollout, sampled: SampledBatch, raw: torch.Tensor) -> torch.Tensor:
         """This process's step scores ``[B, G, T, D]`` (``rlkit.reward.steps``), T the environment's turn limit;
@@ -196,6 +204,7 @@ class RewardPipeline:
             judged = self.judge(records, sampled, 0, heldout=True)
             return self.batch(judged, 0, copy.deepcopy(self._initial_scheduler), heldout=True)
         rollout = as_rollout(records, sampled, self.tokenizer)
-        raw = check_judge_output(other.judge.score(rollout, other.rubric), rollout, other.rubric, other.judge_name)
+        raw = check_judge_output(judgement_of(other.judge, rollout, other.rubric).scores, rollout, other.rubric,
+                                 other.judge_name)
         return aggregate_rewards(raw, other.rubric, copy.deepcopy(other.scheduler), other.aggregator,
                                  normalization=self.parts.score_normalization)

@@ -28,9 +28,10 @@ def _llm(tmp_path, monkeypatch, completion: str, answer, **params):
     with CannedChatServer(answer) as server:
         judge = load_registry().create("judge", "llm", {"backend": {"name": "openai", "params": {
             "base_url": server.url}}, "structured": False, **params})
-        scores = judge.score(rollout, load_rubric(ARITHMETIC))
+        judgement = judge.assess(rollout, load_rubric(ARITHMETIC))
     names = load_rubric(ARITHMETIC).dimension_names
-    return float(scores[0, 0, names.index("correctness")]), judge.metrics(), [m[0]["content"] for m in server.requests]
+    correctness = float(judgement.scores[0, 0, names.index("correctness")])
+    return correctness, judgement.metrics, [m[0]["content"] for m in server.requests]
 
 
 def test_control_characters_go_and_whitespace_runs_collapse_but_indentation_stays():
@@ -84,11 +85,12 @@ def test_the_ranking_judge_sees_normalised_capped_completions(tmp_path, monkeypa
     with CannedChatServer(lambda m: "Worst first: C, B, A") as server:
         judge = load_registry().create("judge", "ranking", {"backend": {"name": "openai", "params": {
             "base_url": server.url}}, "repetitions": 1, "max_completion_chars": 500})
-        scores = judge.score(rollout, load_rubric(ARITHMETIC))
+        judgement = judge.assess(rollout, load_rubric(ARITHMETIC))
+        scores = judgement.scores
     prompt = server.requests[0][0]["content"]
     assert "\x1b" not in prompt and "\x07" not in prompt and "five\n" in prompt and "x" * 501 not in prompt
-    assert judge.metrics()["judge/completions_capped"] == 1.0
-    assert judge.metrics()["judge/parse_failure_rate"] == 0.0 and not math.isnan(float(scores.sum()))
+    assert judgement.metrics["judge/completions_capped"] == 1.0
+    assert judgement.metrics["judge/parse_failure_rate"] == 0.0 and not math.isnan(float(scores.sum()))
 
 
 @pytest.mark.parametrize("value", [0, 99, True, "big"])

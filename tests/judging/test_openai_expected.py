@@ -66,9 +66,10 @@ def test_expected_scores_are_the_renormalised_levels_of_the_value_tokens(tmp_pat
     with CannedChatServer(lambda messages: tokens_of(ANSWER, ALTERNATIVES)) as server:
         judge = _judge(server)
         with pytest.warns(UserWarning, match=r"1 dimension score\(s\) could not be read .*level_probs_fallbacks"):
-            scores = judge.score(_rollout(), load_rubric(ARITHMETIC))
+            judgement = judge.assess(_rollout(), load_rubric(ARITHMETIC))
+            scores = judgement.scores
     assert scores[0, 0].tolist() == pytest.approx(EXPECTED)
-    assert judge.metrics()["judge/parse_failure_rate"] == 0.0
+    assert judgement.metrics["judge/parse_failure_rate"] == 0.0
     assert judge.backend.configured.level_probs_fallbacks == 1
     assert server.bodies[0]["logprobs"] is True and server.bodies[0]["top_logprobs"] == 20
 

@@ -60,14 +60,16 @@ def test_the_judge_asks_for_reasons_and_keeps_them(tmp_path, monkeypatch):
     rollout = Rollout(records=[{"prompt": "3+4="}], completions=[["7", "12"]])
     with CannedChatServer(_answer) as server:
         judge = _judge(server.url)
-        scores = judge.score(rollout, load_rubric(ARITHMETIC))
+        said = judge.assess(rollout, load_rubric(ARITHMETIC))
+        silent = _judge(server.url, reasons=False).assess(rollout, load_rubric(ARITHMETIC))
+    scores = said.scores
     assert scores[0, :, 1].tolist() == [1.0, 0.0]
-    assert judge.reasons() == [[{"format": "starts with a digit", "correctness": "7 is the sum 7", "brevity": "short"},
+    assert said.reasons == [[{"format": "starts with a digit", "correctness": "7 is the sum 7", "brevity": "short"},
                                 {"format": "starts with a digit", "correctness": "12 is not the sum 7",
                                  "brevity": "short"}]]
     assert "correctness_reason" in server.schemas[0]["properties"], "the schema asks for them"
     assert '"correctness_reason"' in server.requests[0][-1]["content"], "so does the prompt's example"
-    assert _judge("http://127.0.0.1:9/v1", reasons=False).reasons() is None
+    assert silent.reasons is None
 
 
 def test_reasons_need_a_model_and_room_to_write_them(tmp_path, monkeypatch):
@@ -146,13 +148,12 @@ def test_composite_judges_pass_on_their_members_reasons(tmp_path, monkeypatch):
                       completions=[["7", "12"], ["7", "7"]])
     with CannedChatServer(_answer) as server:
         hybrid, ensemble, cascade = (_rule_and_llm(server.url, kind) for kind in ("hybrid", "ensemble", "cascade"))
-        for judge in (hybrid, ensemble, cascade):
-            judge.score(rollout, rubric)
+        hybrid, ensemble, cascade = (judge.assess(rollout, rubric) for judge in (hybrid, ensemble, cascade))
     # hybrid: the llm member's reason for the one dimension routed to it, nothing for the rule judge's
-    assert hybrid.reasons()[0] == [{"correctness": "7 is the sum 7"}, {"correctness": "12 is not the sum 7"}]
+    assert hybrid.reasons[0] == [{"correctness": "7 is the sum 7"}, {"correctness": "12 is not the sum 7"}]
     # ensemble: both llm members gave one for each dimension, so each is labelled; the rule judge gives none
-    assert ensemble.reasons()[0][1]["correctness"] == "llm#1: 12 is not the sum 7; llm#2: 12 is not the sum 7"
-    assert "repetition" not in ensemble.reasons()[0][1]
+    assert ensemble.reasons[0][1]["correctness"] == "llm#1: 12 is not the sum 7; llm#2: 12 is not the sum 7"
+    assert "repetition" not in ensemble.reasons[0][1]
     # cascade: a group's reasons come from the stage whose scores it kept
-    assert cascade.reasons() == [[{}, {}], [{"format": "starts with a digit", "correctness": "7 is the sum 7",
+    assert cascade.reasons == [[{}, {}], [{"format": "starts with a digit", "correctness": "7 is the sum 7",
                                              "brevity": "short"}] * 2]

@@ -21,8 +21,8 @@ def _ask(tmp_path, monkeypatch, prompt: str, **params) -> tuple[list[str], dict[
     with CannedChatServer(lambda messages: ANSWER) as server:
         judge = load_registry().create("judge", "llm", {"backend": {"name": "openai", "params": {
             "base_url": server.url}}, "reference_leak_check": True, **params})
-        judge.score(rollout, load_rubric(ARITHMETIC))
-    return [m[0]["content"] for m in server.requests], judge.metrics()
+        judgement = judge.assess(rollout, load_rubric(ARITHMETIC))
+    return [m[0]["content"] for m in server.requests], judgement.metrics
 
 
 def test_the_reference_is_shown_unless_hidden_on_request(tmp_path, monkeypatch):

@@ -194,8 +194,9 @@ def test_the_llm_judge_scores_the_expected_level_between_the_levels(tiny_backend
     backend = {"name": "hf", "params": {"model": tiny_backend.params.model, "max_new_tokens": 96}}
     judge = load_registry().create("judge", "llm", {"backend": backend, "scoring": "expected",
                                                     "template": "judge/rubric_scores.jinja"})
-    scores = judge.score(rollout, rubric)
-    assert judge.metrics()["judge/parse_failure_rate"] == 0.0
+    judgement = judge.assess(rollout, rubric)
+    scores = judgement.scores
+    assert judgement.metrics["judge/parse_failure_rate"] == 0.0
     low = torch.tensor([d.low for d in rubric.dimensions])
     high = torch.tensor([d.high for d in rubric.dimensions])
     assert ((scores >= low) & (scores <= high)).all()

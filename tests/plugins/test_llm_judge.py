@@ -53,17 +53,19 @@ def _judge(**params):
 def test_offline_judge_scores_the_rubric_and_caches(cache_env):
     rubric = load_rubric(RUBRIC)
     judge = _judge()
-    scores = judge.score(_rollout(), rubric)
+    judgement = judge.assess(_rollout(), rubric)
+    scores = judgement.scores
     assert scores.shape == (2, 3, 4)
-    assert judge.metrics()["judge/parse_failure_rate"] < 0.1
+    assert judgement.metrics["judge/parse_failure_rate"] < 0.1
     # the tiny judge is a distilled model, not the rule judge: the easy dimensions it gets right
     first = scores[0, 0].tolist()
     assert (first[0], first[2], first[3]) == (1.0, 5.0, 5.0), "a bare number: format, brevity, repetition"
     assert scores[0, 1, 0] == 0.0, "prose first: format fails"
     assert ((scores == scores.round()) | torch.isnan(scores)).all(), "levels, not free text"
-    again = judge.score(_rollout(), rubric)
+    judgement2 = judge.assess(_rollout(), rubric)
+    again = judgement2.scores
     assert torch.equal(again.nan_to_num(-1), scores.nan_to_num(-1))
-    assert judge.metrics()["judge/requests"] == 0 and judge.metrics()["judge/cache_hit_rate"] >= 0.5
+    assert judgement2.metrics["judge/requests"] == 0 and judgement2.metrics["judge/cache_hit_rate"] >= 0.5
 
 
 def test_the_offline_judge_grades_a_sum_against_its_reference(cache_env):
@@ -159,9 +161,9 @@ def test_hybrid_sends_only_its_dimensions_to_the_llm(cache_env):
     judge = validate_config(compose_config(registry, offline_judge("hybrid")), registry).plugins["judge"]
     rubric = load_rubric(RUBRIC)
     assert judge.routing(rubric) == {"rule": [0, 3], "llm": [1, 2]}
-    scores = judge.score(_rollout(), rubric)
-    assert not torch.isnan(scores[0, 0]).any()
-    assert judge.judges["llm"].metrics()["judge/requests"] == 6
+    judgement = judge.assess(_rollout(), rubric)
+    assert not torch.isnan(judgement.scores[0, 0]).any()
+    assert judgement.metrics["judge/requests"] == 6, "the llm member's metrics are the hybrid's"
 
 
 def test_ensemble_logs_agreement_per_dimension(cache_env):
@@ -169,8 +171,8 @@ def test_ensemble_logs_agreement_per_dimension(cache_env):
 
     registry = load_registry()
     judge = validate_config(compose_config(registry, offline_judge("ensemble")), registry).plugins["judge"]
-    judge.score(_rollout(), load_rubric(RUBRIC))
-    agreement = {k: v for k, v in judge.metrics().items() if k.startswith("judge/agreement/")}
+    judgement = judge.assess(_rollout(), load_rubric(RUBRIC))
+    agreement = {k: v for k, v in judgement.metrics.items() if k.startswith("judge/agreement/")}
     assert set(agreement) == {f"judge/agreement/{d}" for d in ("format", "correctness", "brevity", "repetition")}
     assert all(0.0 <= v <= 1.0 for v in agreement.values())
 
@@ -221,10 +223,11 @@ def test_cascade_escalates_only_undecided_groups(cache_env):
                       completions=[["12", "the answer is twelve"], ["x", "x"]])  # group 2: nothing to separate
     cheap = judge.stages[0].score(rollout, rubric)
     assert judge.escalate(cheap, rubric).tolist() == [False, True]
-    scores = judge.score(rollout, rubric)
+    judgement = judge.assess(rollout, rubric)
+    scores = judgement.scores
     assert torch.equal(scores[0], cheap[0]), "a decided group keeps the cheap scores"
-    assert judge.metrics()["judge/escalated_groups"] == 0.5
-    assert judge.stages[1].metrics()["judge/requests"] == 2, "only the undecided group reached the LLM"
+    assert judgement.metrics["judge/escalated_groups"] == 0.5
+    assert judgement.metrics["judge/requests"] == 2, "only the undecided group reached the LLM"
 
 
 def test_permutation_median_undoes_a_position_biased_judge():
@@ -247,15 +250,17 @@ def test_permutation_median_undoes_a_position_biased_judge():
     with CannedChatServer(biased) as server:
         backend = {"name": "openai", "params": {"base_url": server.url, "max_retries": 0}}
         once = _judge(backend=backend, permutations=1)
-        one = once.score(rollout, rubric)
+        once_judgement = once.assess(rollout, rubric)
+        one = once_judgement.scores
         thrice = _judge(backend=backend, permutations=3)
-        three = thrice.score(rollout, rubric)
+        thrice_judgement = thrice.assess(rollout, rubric)
+        three = thrice_judgement.scores
     names = rubric.dimension_names
     assert one[0, 0].tolist() == [1.0, 0.0, 2.0, 2.0], "one order: the first-listed dimension (format) is inflated"
-    assert "judge/swap_consistency" not in once.metrics()
+    assert "judge/swap_consistency" not in once_judgement.metrics
     assert three[0].tolist() == [[float(unbiased[n]) for n in names]] * 2, "the median of three orders: unbiased"
     # per completion, only brevity is never listed first, so only it is the same in every order: 1 of 4
-    assert thrice.metrics()["judge/swap_consistency"] == pytest.approx(0.25)
+    assert thrice_judgement.metrics["judge/swap_consistency"] == pytest.approx(0.25)
 
 
 def test_reference_leak_check_warns_when_the_prompt_holds_the_answer():
@@ -269,11 +274,11 @@ def test_reference_leak_check_warns_when_the_prompt_holds_the_answer():
         backend = {"name": "openai", "params": {"base_url": server.url, "max_retries": 0}}
         judge = _judge(backend=backend, reference_leak_check=True)
         with pytest.warns(UserWarning, match=r"verbatim in the judge's prompt for 1 of 2 records \(first: '7\+5= "):
-            judge.score(rollout, rubric)
-        assert judge.metrics()["judge/reference_leaks"] == 1.0
+            judgement = judge.assess(rollout, rubric)
+        assert judgement.metrics["judge/reference_leaks"] == 1.0
         quiet = _judge(backend=backend)  # off by default: no check, no metric
-        quiet.score(rollout, rubric)
-        assert "judge/reference_leaks" not in quiet.metrics()
+        quiet_judgement = quiet.assess(rollout, rubric)
+        assert "judge/reference_leaks" not in quiet_judgement.metrics
 
 
 def test_steps_are_asked_with_the_step_template_and_the_conversation_so_far():

@@ -85,11 +85,12 @@ def test_grm_judge_offloads_to_disk_and_scores_the_same(model_dir, small_cap, tm
     whole = GrmJudge(GrmJudge.Params(model=str(model_dir), batch_size=4))
     offloaded = GrmJudge(GrmJudge.Params(model=str(model_dir), batch_size=4, device_map="auto",
                                          max_memory=small_cap, offload_folder=str(tmp_path / "offload")))
-    expected, got = whole.score(rollout, rubric), offloaded.score(rollout, rubric)
+    whole_judgement, offloaded_judgement = whole.assess(rollout, rubric), offloaded.assess(rollout, rubric)
+    expected, got = whole_judgement.scores, offloaded_judgement.scores
     placed = _placed(offloaded._grm.model)
     assert "disk" in placed.values(), placed
     assert torch.allclose(got, expected, atol=1e-6, rtol=0), (got, expected)
-    assert torch.allclose(offloaded.group_confidence(), whole.group_confidence(), atol=1e-6, rtol=0)
+    assert torch.allclose(offloaded_judgement.confidence, whole_judgement.confidence, atol=1e-6, rtol=0)
 
 
 def test_a_written_device_map_is_used_as_given(model_dir, tmp_path):

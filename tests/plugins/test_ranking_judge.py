@@ -148,41 +148,44 @@ def test_rewards_follow_the_answers_through_the_label_shuffles():
     rubric = load_rubric(RUBRIC)
     judge, backend = _judge(shortest_first, repetitions=3)
     groups = [["aaaa", "a", "aaa", "aa"], ["bb", "bbbbbb", "b", "bbbb"]]
-    scores = judge.score(_rollout(groups), rubric)
+    judgement = judge.assess(_rollout(groups), rubric)
+    scores = judgement.scores
     assert scores.shape == (2, 4, 1)
     assert scores[0, :, 0].tolist() == pytest.approx([0, 1, 1 / 3, 2 / 3])
     assert scores[1, :, 0].tolist() == pytest.approx([2 / 3, 0, 1, 1 / 3])
     assert len(backend.asked) == 6 and len(set(backend.asked)) == 6, "each repetition shows another shuffle"
-    m = judge.metrics()
+    m = judgement.metrics
     assert m["judge/swap_consistency"] == 1.0 and m["judge/rank_agreement"] == 1.0
-    assert judge.group_confidence().tolist() == [1.0, 1.0]
+    assert judgement.confidence.tolist() == [1.0, 1.0]
     assert m["judge/parse_failure_rate"] == 0.0
-    again = judge.score(_rollout(groups), rubric)
-    assert torch.equal(again, scores) and judge.metrics()["judge/requests"] == 0, "answers come from the cache"
+    judgement2 = judge.assess(_rollout(groups), rubric)
+    again = judgement2.scores
+    assert torch.equal(again, scores) and judgement2.metrics["judge/requests"] == 0, "answers come from the cache"
 
 
 def test_a_position_biased_judge_gets_low_confidence():
     rubric = load_rubric(RUBRIC)
     groups = [["y" * (i + 1) for i in range(6)] for _ in range(4)]  # within the 8 characters shown
     judge, _ = _judge(by_label, repetitions=4)
-    judge.score(_rollout(groups), rubric)
-    biased = judge.metrics()
-    confidence = judge.group_confidence()
+    judgement = judge.assess(_rollout(groups), rubric)
+    biased = judgement.metrics
+    confidence = judgement.confidence
     assert biased["judge/swap_consistency"] < 0.5 and confidence.mean() < 0.5
     steady, _ = _judge(shortest_first, repetitions=4)
-    steady.score(_rollout(groups), rubric)
-    assert steady.group_confidence().tolist() == [1.0] * 4
+    steady_judgement = steady.assess(_rollout(groups), rubric)
+    assert steady_judgement.confidence.tolist() == [1.0] * 4
     off, _ = _judge(by_label, repetitions=4, confidence=False)
-    off.score(_rollout(groups), rubric)
-    assert off.group_confidence().tolist() == [1.0] * 4
+    off_judgement = off.assess(_rollout(groups), rubric)
+    assert off_judgement.confidence.tolist() == [1.0] * 4
 
 
 def test_cycles_are_broken_deterministically():
     rubric = load_rubric(RUBRIC)
     judge, _ = _judge(lambda c: "A > B, B > C, C > A", repetitions=1)
-    scores = judge.score(_rollout([["p", "q", "r"]]), rubric)
+    judgement = judge.assess(_rollout([["p", "q", "r"]]), rubric)
+    scores = judgement.scores
     assert scores[0, :, 0].tolist() == pytest.approx([1.0, 0.5, 0.0])
-    assert judge.metrics()["judge/cycles_broken"] == 1
+    assert judgement.metrics["judge/cycles_broken"] == 1
 
 
 @pytest.mark.parametrize("policy", ["nan", "drop_group", "min"])
@@ -196,13 +199,14 @@ def test_unreadable_answers_follow_the_failure_policy(policy):
 
     judge, _ = _judge(garbage_for_group_zero, repetitions=2, parse_retries=1, failure_policy=policy)
     with pytest.warns(UserWarning, match="rankings could not be parsed"):
-        scores = judge.score(_rollout([["aa", "a"], ["bb", "b"]]), rubric)
+        judgement = judge.assess(_rollout([["aa", "a"], ["bb", "b"]]), rubric)
+        scores = judgement.scores
     if policy == "min":
         assert scores[0, :, 0].tolist() == [0.0, 0.0]
     else:
         assert torch.isnan(scores[0]).all()
     assert scores[1, :, 0].tolist() == [0.0, 1.0]
-    m = judge.metrics()
+    m = judgement.metrics
     assert m["judge/parse_failure_rate"] == 0.5 and m["judge/retries"] == 2
     assert calls["n"] == 6, "4 requests, the 2 unreadable ones asked once more"
 
@@ -219,18 +223,20 @@ def test_a_worst_first_answer_gives_the_rewards_of_the_best_first_one(answer):
     rubric = load_rubric(RUBRIC)
     groups = [["aaaa", "a", "aaa", "aa"]]
     judge, _ = _judge(answer, repetitions=2)
-    scores = judge.score(_rollout(groups), rubric)
+    judgement = judge.assess(_rollout(groups), rubric)
+    scores = judgement.scores
     assert scores[0, :, 0].tolist() == pytest.approx([0, 1, 1 / 3, 2 / 3]), "the shortest is best, not worst"
-    assert judge.metrics()["judge/parse_failure_rate"] == 0.0
+    assert judgement.metrics["judge/parse_failure_rate"] == 0.0
 
 
 def test_an_answer_that_reads_two_ways_is_a_parse_failure_not_an_order():
     rubric = load_rubric(RUBRIC)
     judge, backend = _judge(lambda c: "Worst first: " + " > ".join(_worst_first(c)), repetitions=2, parse_retries=1)
     with pytest.warns(UserWarning, match="rankings could not be parsed"):
-        scores = judge.score(_rollout([["aaaa", "a", "aaa", "aa"]]), rubric)
+        judgement = judge.assess(_rollout([["aaaa", "a", "aaa", "aa"]]), rubric)
+        scores = judgement.scores
     assert torch.isnan(scores).all()
-    assert judge.metrics()["judge/parse_failure_rate"] == 1.0 and len(backend.asked) == 4, "asked again once"
+    assert judgement.metrics["judge/parse_failure_rate"] == 1.0 and len(backend.asked) == 4, "asked again once"
 
 
 def test_a_group_of_one_is_refused():
@@ -353,10 +359,12 @@ def test_an_incomplete_answer_is_retried_then_kept_for_the_run():
         return "A > B"  # C is never ranked: readable, incomplete
 
     judge, _ = _judge(names_two, repetitions=1, parse_retries=1)
-    first = judge.score(_rollout([["x", "yy", "zzz"]]), rubric)
-    assert calls["n"] == 2 and judge.metrics()["judge/incomplete_rate"] == 1.0
+    judgement = judge.assess(_rollout([["x", "yy", "zzz"]]), rubric)
+    first = judgement.scores
+    assert calls["n"] == 2 and judgement.metrics["judge/incomplete_rate"] == 1.0
     assert first[0, :, 0].tolist() == pytest.approx([1.0, 0.5, 0.0]), "the unranked label shares the last tier"
-    again = judge.score(_rollout([["x", "yy", "zzz"]]), rubric)
+    judgement2 = judge.assess(_rollout([["x", "yy", "zzz"]]), rubric)
+    again = judgement2.scores
     assert calls["n"] == 2 and torch.equal(again, first), "not asked again in the same run"
 
 
@@ -369,15 +377,15 @@ def test_a_tie_lowers_the_groups_confidence_by_its_share_of_places():
         return f"{ranked[0]} > {ranked[1]} = {ranked[2]} > {ranked[3]}"
 
     judge, _ = _judge(one_tie, repetitions=2)
-    judge.score(_rollout(groups), rubric)
+    judgement = judge.assess(_rollout(groups), rubric)
     # the repetitions agree (τ-b 1), so the confidence is 1 - 0.5 × 1/3
-    assert judge.group_confidence().tolist() == pytest.approx([1 - 0.5 / 3] * 2)
+    assert judgement.confidence.tolist() == pytest.approx([1 - 0.5 / 3] * 2)
     untied, _ = _judge(one_tie, repetitions=2, tie_penalty=0.0)
-    untied.score(_rollout(groups), rubric)
-    assert untied.group_confidence().tolist() == [1.0, 1.0]
+    untied_judgement = untied.assess(_rollout(groups), rubric)
+    assert untied_judgement.confidence.tolist() == [1.0, 1.0]
     single, _ = _judge(one_tie, repetitions=1)  # one repetition: no agreement to read, the tie still counts
-    single.score(_rollout(groups), rubric)
-    assert single.group_confidence().tolist() == pytest.approx([1 - 0.5 / 3] * 2)
+    single_judgement = single.assess(_rollout(groups), rubric)
+    assert single_judgement.confidence.tolist() == pytest.approx([1 - 0.5 / 3] * 2)
 
 
 def _shown(judge, record):

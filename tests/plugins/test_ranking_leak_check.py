@@ -39,8 +39,8 @@ def _score(rollout: Rollout, **params) -> tuple[dict[str, float], list[str]]:
     judge = load_registry().create("judge", "ranking", {"repetitions": 1, **params})
     backend = FirstIsBest()
     judge.backend.get = lambda *size: backend  # the offline tiny judge would be trained otherwise
-    judge.score(rollout, load_rubric(RUBRIC))
-    return judge.metrics(), backend.asked
+    judgement = judge.assess(rollout, load_rubric(RUBRIC))
+    return judgement.metrics, backend.asked
 
 
 def _rollout() -> Rollout:

@@ -68,9 +68,10 @@ def test_the_offline_ranking_judge_answers_orders_that_parse(cache_env):
     rubric = load_rubric(RUBRIC)
     judge = load_registry().create("judge", "ranking", {})
     rollout = _groups()
-    scores = judge.score(rollout, rubric)
+    judgement = judge.assess(rollout, rubric)
+    scores = judgement.scores
     assert scores.shape == (6, 4, 1)
-    m = judge.metrics()
+    m = judgement.metrics
     assert m["judge/parse_failure_rate"] < 0.1 and m["judge/requests"] == 18, "6 groups x 3 repetitions"
     assert not torch.isnan(scores).any() and ((scores >= 0) & (scores <= 1)).all()
     # it orders as its teacher does: the sum first, then a wrong number, then text (levels 2, 1, 0, 0)
@@ -78,8 +79,9 @@ def test_the_offline_ranking_judge_answers_orders_that_parse(cache_env):
             for group, row in zip(rollout.completions, scores[..., 0].tolist(), strict=True)]
     assert sum(taus) / len(taus) > 0.5, (taus, scores[..., 0])
     assert 0 <= m["judge/confidence_mean"] <= 1 and 0 <= m["judge/swap_consistency"] <= 1
-    again = judge.score(rollout, rubric)
-    assert torch.equal(again, scores) and judge.metrics()["judge/requests"] == 0, "answers come from the cache"
+    judgement2 = judge.assess(rollout, rubric)
+    again = judgement2.scores
+    assert torch.equal(again, scores) and judgement2.metrics["judge/requests"] == 0, "answers come from the cache"
 
 
 def test_ranking_over_http_with_a_server_that_answers_garbage(cache_env):
@@ -101,9 +103,10 @@ def test_ranking_over_http_with_a_server_that_answers_garbage(cache_env):
                                                 "params": {"base_url": server.url, "max_retries": 0, "max_tokens": 64}}}
         judge = load_registry().create("judge", "ranking", params)
         with pytest.warns(UserWarning, match="rankings could not be parsed"):
-            scores = judge.score(_groups(), rubric)
+            judgement = judge.assess(_groups(), rubric)
+            scores = judgement.scores
     unscored = torch.isnan(scores).all(dim=1).squeeze(-1)
-    assert 0 < unscored.float().mean() < 1 and judge.metrics()["judge/parse_failure_rate"] > 0
+    assert 0 < unscored.float().mean() < 1 and judgement.metrics["judge/parse_failure_rate"] > 0
     assert (torch.isnan(scores).all(dim=1) | ~torch.isnan(scores).any(dim=1)).all(), "whole groups, never some"
 
 

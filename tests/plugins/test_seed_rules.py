@@ -273,9 +273,10 @@ def test_the_ranking_judge_logs_its_rank_gaps():
     groups = [["aaaa", "a", "aaa", "aa"],      # 1, 0, ⅓, ⅔ -> gaps ⅓, ⅓, ⅓
               ["aa", "bb", "c", "d"]]          # c = d > a = b: ⅚, ⅚, ⅙, ⅙ -> gaps 0, ⅔, 0
     rollout = Rollout(records=[{"prompt": f"{i}+1=", "reference": str(i + 1)} for i in range(2)], completions=groups)
-    scores = judge.score(rollout, load_rubric(Path(__file__).parents[2] / "conf" / "rubrics" / "arithmetic.yaml"))
+    judgement = judge.assess(rollout, load_rubric(Path(__file__).parents[2] / "conf" / "rubrics" / "arithmetic.yaml"))
+    scores = judgement.scores
     assert scores[1, :, 0].tolist() == pytest.approx([1 / 6, 1 / 6, 5 / 6, 5 / 6])
-    m = judge.metrics()
+    m = judgement.metrics
     assert m["judge/rank_gap_mean"] == pytest.approx((3 * 1 / 3 + 2 / 3) / 6)    # 5/18
     assert m["judge/rank_gap_min"] == pytest.approx((1 / 3 + 2 / 3) / 2)         # ½
     assert m["judge/rank_tie_share"] == pytest.approx(2 / 6)

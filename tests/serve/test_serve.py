@@ -353,9 +353,10 @@ def test_reward_api_failed_group_is_nan_and_counted(server, rule):
     rollout = Rollout(records=[{"prompt": "1+1=", "reference": "2"}, {"prompt": "2+2=", "reference": "four"}],
                       completions=[["2", "3"], ["4", "5"]])
     with pytest.warns(UserWarning, match="1 of 2 groups got no scores"):
-        scores = judge.score(rollout, rule.rubric)
+        judgement = judge.assess(rollout, rule.rubric)
+        scores = judgement.scores
     assert not torch.isnan(scores[0]).any() and torch.isnan(scores[1]).all()  # a 422 is not retried
-    assert judge.metrics()["judge/request_failures"] == 1 and judge.metrics()["judge/retries"] == 0
+    assert judgement.metrics["judge/request_failures"] == 1 and judgement.metrics["judge/retries"] == 0
     spend = judge.spend()  # one request a group, failed or not, and no tokens: a reward server bills none
     assert (spend.calls, spend.retries, spend.tokens_in, spend.tokens_out) == (2, 0, 0, 0) and spend.latency_s > 0
     assert judge.planned_calls(JudgeLoad(prompts=8, generations=4), rule.rubric).calls == 8
@@ -419,7 +420,8 @@ def test_reward_api_waits_for_a_server_restarted_on_its_port_and_stops_once_it_i
     port, url = first.port, first.url
     waits, gives_up = (RewardApiJudge(RewardApiJudge.Params(base_url=url, max_retries=0, backoff=0.02,
                                                             unavailable_timeout=timeout)) for timeout in (60, 0.2))
-    want = waits.score(rollout, rule.rubric)
+    waits_judgement = waits.assess(rollout, rule.rubric)
+    want = waits_judgement.scores
     gives_up.check_rubric(rule.rubric)
     first.stop()
     restarted: list[RewardServer] = []
@@ -433,11 +435,12 @@ def test_reward_api_waits_for_a_server_restarted_on_its_port_and_stops_once_it_i
     supervisor = threading.Thread(target=restart_once_silent, daemon=True)
     supervisor.start()
     try:
-        got = waits.score(rollout, rule.rubric)
+        waits_judgement2 = waits.assess(rollout, rule.rubric)
+        got = waits_judgement2.scores
     finally:
         supervisor.join()
         restarted[0].stop()
-    assert torch.equal(got, want) and waits.metrics()["judge/request_failures"] == 0
+    assert torch.equal(got, want) and waits_judgement2.metrics["judge/request_failures"] == 0
     warned = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("rlkit: warning:")]
     assert len(warned) == 1 and f"{url}/v1/reward is not answering" in warned[0], warned
     assert "judge.params.unavailable_timeout" in warned[0]

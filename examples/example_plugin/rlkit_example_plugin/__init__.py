@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from rlkit.plugin import Rollout, Rubric, RubricError, hookimpl
+from rlkit.plugin import Judgement, ParamError, Rollout, Rubric, RubricError, hookimpl
 
 if TYPE_CHECKING:
     import torch
@@ -33,6 +33,8 @@ class AnchorOverlapJudge:
         min_overlap: int = 1
 
     def __init__(self, params: Params) -> None:
+        if params.min_overlap < 1:  # ParamError names the key where the judge is configured (a composite's member too)
+            raise ParamError(f"must be >= 1, got {params.min_overlap}", "min_overlap")
         self.params = params
 
     def check_rubric(self, rubric: Rubric) -> None:
@@ -42,6 +44,10 @@ class AnchorOverlapJudge:
                                         f"{rubric.source}: dimensions[{i}]({dim.name}).anchors")
 
     def score(self, rollout: Rollout, rubric: Rubric) -> torch.Tensor:
+        return self.assess(rollout, rubric).scores
+
+    def assess(self, rollout: Rollout, rubric: Rubric) -> Judgement:
+        """The scores, and how many completions shared too few words with the anchors to be scored."""
         import torch
         out = torch.full((rollout.num_prompts, rollout.group_size, len(rubric.dimensions)), float("nan"))
         for d, dim in enumerate(rubric.dimensions):
@@ -53,7 +59,8 @@ class AnchorOverlapJudge:
                     pos, neg = len(words & positive), len(words & negative)
                     if pos + neg >= self.params.min_overlap:
                         out[b, g, d] = dim.low + (dim.high - dim.low) * pos / (pos + neg)
-        return out
+        unscored = torch.isnan(out).all(dim=-1).float().mean()
+        return Judgement(out, metrics={"judge/no_overlap_rate": float(unscored)})
 
 
 @hookimpl

@@ -4,8 +4,8 @@ Members may be different judges, or the same judge with different backends, temp
 ``combine``: ``mean`` or ``median`` of the members that scored a value (NaN skipped), or ``agreement``:
 a weighted mean where each member's weight on a dimension falls with its mean distance from the members'
 median on the batch (1 / (0.05 + distance), distance in units of the dimension's range), so a member
-that keeps disagreeing with the rest counts less. ``metrics()`` reports, per dimension, the inter-judge
-agreement 1 − (mean absolute pairwise difference / range) over the last batch.
+that keeps disagreeing with the rest counts less. Each judgement's metrics report, per dimension, the inter-judge
+agreement 1 − (mean absolute pairwise difference / range) over the batch.
 """
 
 from __future__ import annotations
@@ -17,27 +17,20 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from rlkit.plugin import (
     CallPlan,
-    ConfigError,
     JudgeLoad,
+    Judgement,
     JudgeRef,
+    MemberJudges,
+    ParamError,
     PluginRef,
     RecordField,
     Rollout,
     Rubric,
     Spend,
-    check_member_judge,
-    close_judges,
     hookimpl,
-    judge_spend,
-    last_reasons,
-    member_model_folders,
-    member_record_fields,
-    member_scope_caveats,
-    merge_reasons,
     nan_median,
     plan_judge,
     sum_plans,
-    sum_spend,
 )
 
 if TYPE_CHECKING:
@@ -52,65 +45,51 @@ class EnsembleJudge:
 
     def __init__(self, params: Params) -> None:
         if not params.members:
-            raise ConfigError("needs at least one member", "judge.params.members")
+            raise ParamError("needs at least one member", "members")
         self.params = params
-        self.members = [check_member_judge(ref, "ensemble") for ref in params.members]
-        # how each member's reasons are labelled where several give one: its name, numbered when it repeats
-        names = [ref.name for ref in params.members]
-        self.labels = [name if names.count(name) == 1 else f"{name}#{names[:i + 1].count(name)}"
-                       for i, name in enumerate(names)]
-        self._agreement: dict[str, float] = {}
-        self._reasons: list[list[dict[str, str]]] | None = None
+        # each member labelled by its name, numbered when it repeats: how its reasons are told apart
+        self.panel = MemberJudges(MemberJudges.labelled(params.members), "ensemble")
+        self.members = self.panel.judges
 
     def check_rubric(self, rubric: Rubric) -> None:
-        for member in self.members:
-            check = getattr(member, "check_rubric", None)
-            if check is not None:
-                check(rubric)
+        self.panel.check_rubric(self.panel.each(rubric))
 
     def model_folders(self) -> list[Path]:
-        return member_model_folders(self.members)
+        return self.panel.model_folders()
 
     def scope_caveats(self, records: Sequence[dict[str, Any]], rubric: Rubric) -> list[str]:
-        return member_scope_caveats(((member, rubric) for member in self.members), records)
+        return self.panel.scope_caveats(self.panel.each(rubric), records)
 
     def record_fields(self, rubric: Rubric) -> list[RecordField]:
-        return member_record_fields((member, rubric) for member in self.members)
+        return self.panel.record_fields(self.panel.each(rubric))
 
     def score(self, rollout: Rollout, rubric: Rubric) -> torch.Tensor:
-        import torch
-        stack = torch.stack([m.score(rollout, rubric).to(torch.float32) for m in self.members])  # [M, B, G, D]
-        self._reasons = merge_reasons(((label, last_reasons(member), None) for label, member
-                                       in zip(self.labels, self.members, strict=True)),
-                                      [len(group) for group in rollout.completions])
-        span = torch.tensor([d.high - d.low for d in rubric.dimensions], dtype=torch.float32)
-        self._agreement = {f"judge/agreement/{name}": value
-                           for name, value in zip(rubric.dimension_names, agreement(stack, span).tolist(), strict=True)}
-        low = torch.tensor([d.low for d in rubric.dimensions], dtype=torch.float32)
-        return combine_scores(stack, low, low + span, self.params.combine)
+        return self.assess(rollout, rubric).scores
 
-    def reasons(self) -> list[list[dict[str, str]]] | None:
-        """The members' one-line reasons per dimension, each labelled with its member where several give one."""
-        return self._reasons
+    def assess(self, rollout: Rollout, rubric: Rubric) -> Judgement:
+        """The members' scores combined; their reasons, each labelled with its member where several give one; their
+        metrics and spend, and per dimension the agreement between them (``judge/agreement/<dimension>``)."""
+        import torch
+        judged = [(m.label, self.panel.assess(m, rollout, rubric), None) for m in self.panel]
+        stack = torch.stack([j.scores for _, j, _ in judged])  # [M, B, G, D]
+        span = torch.tensor([d.high - d.low for d in rubric.dimensions], dtype=torch.float32)
+        agreed = {f"judge/agreement/{name}": value
+                  for name, value in zip(rubric.dimension_names, agreement(stack, span).tolist(), strict=True)}
+        low = torch.tensor([d.low for d in rubric.dimensions], dtype=torch.float32)
+        return MemberJudges.joined(combine_scores(stack, low, low + span, self.params.combine), judged,
+                                   [len(group) for group in rollout.completions], agreed)
 
     def close(self) -> None:
         """Close every member (a model judge stops the engine its backend runs)."""
-        close_judges(self.members)
-
-    def metrics(self) -> dict[str, float]:
-        merged: dict[str, float] = {}
-        for member in self.members:
-            merged.update(getattr(member, "metrics", dict)())
-        merged.update(self._agreement)
-        return merged
+        self.panel.close()
 
     def spend(self) -> Spend | None:
         """The members' calls added; None when every member is a rule judge."""
-        return sum_spend(judge_spend(member) for member in self.members)
+        return self.panel.spend()
 
     def planned_calls(self, load: JudgeLoad, rubric: Rubric) -> CallPlan | None:
         """Every member asked on every dimension."""
-        plans = ((i, plan_judge(member, load, rubric)) for i, member in enumerate(self.members))
+        plans = ((i, plan_judge(member, load, rubric)) for i, member in enumerate(self.panel.judges))
         return sum_plans(plan.labelled(f"members[{i}]") for i, plan in plans if plan is not None)
 
 

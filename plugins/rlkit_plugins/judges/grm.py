@@ -3,7 +3,7 @@
 Every two completions of a group are put to the model in both label orders (``rlkit.grm.model``); a completion's
 score is its mean preference over the others of its group, a soft win rate in [0, 1]. The scores follow a
 derived one-dimension rubric, ``preference`` (:meth:`GrmJudge.scored_rubric`); the rubric the GRM was trained
-to apply lives in the model, not in this config. ``group_confidence`` is the model's order consistency per
+to apply lives in the model, not in this config. The judgement's ``confidence`` is the model's order consistency per
 group: 1 when asking A-then-B and B-then-A always agree, lower as position decides more of its answer.
 
 The model is loaded on the first ``score`` call, so ``rlkit validate`` stays light; its folder is checked at
@@ -25,12 +25,22 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rlkit.plugin import Anchor, ConfigError, Dimension, JudgeError, Placement, Rollout, Rubric, hookimpl
+from rlkit.plugin import (
+    Anchor,
+    ConfigError,
+    Dimension,
+    JudgeError,
+    Judgement,
+    ParamError,
+    Placement,
+    Rollout,
+    Rubric,
+    hookimpl,
+)
 
 if TYPE_CHECKING:
     import torch
 
-WHERE = "judge.params.model"
 
 
 def preference_rubric(rubric: Rubric) -> Rubric:
@@ -63,22 +73,20 @@ class GrmJudge:
 
         p = params or GrmJudge.Params()
         if p.model is None:
-            raise ConfigError("name the trained GRM's folder (rlkit train-grm saves it as <run dir>/grm)", WHERE)
+            raise ParamError("name the trained GRM's folder (rlkit train-grm saves it as <run dir>/grm)", "model")
         try:
             check_model_directory(p.model)
         except ConfigError as exc:
-            raise ConfigError(exc.message, WHERE) from None
+            raise ParamError(exc.message, "model") from None
         if p.batch_size < 1:
-            raise ConfigError(f"must be >= 1, got {p.batch_size}", "judge.params.batch_size")
+            raise ParamError(f"must be >= 1, got {p.batch_size}", "batch_size")
         if p.device_map is not None and p.device != "cpu":
-            raise ConfigError(f"device_map places the model; leave device at cpu (got {p.device!r}) or set "
-                              "device_map: null", "judge.params.device")
+            raise ParamError(f"device_map places the model; leave device at cpu (got {p.device!r}) or set "
+                              "device_map: null", "device")
         self.params = p
         # Planned from the config alone (no weights), so a placement that cannot work fails at validate time.
         self._placement()
         self._grm: Any = None
-        self._confidence: torch.Tensor | None = None
-        self._metrics: dict[str, float] = {}
 
     def model_folders(self) -> list[Path]:
         """The GRM's folder (``rlkit validate`` compares it with the policy's)."""
@@ -108,13 +116,12 @@ class GrmJudge:
     def scored_rubric(self, rubric: Rubric) -> Rubric:
         return preference_rubric(rubric)
 
-    def group_confidence(self) -> torch.Tensor | None:
-        return self._confidence
-
-    def metrics(self) -> dict[str, float]:
-        return dict(self._metrics)
-
     def score(self, rollout: Rollout, rubric: Rubric) -> torch.Tensor:
+        return self.assess(rollout, rubric).scores
+
+    def assess(self, rollout: Rollout, rubric: Rubric) -> Judgement:
+        """Each completion's win rate ``[B, G, 1]``, each group's swap consistency as its confidence, and the questions
+        asked and seconds taken as metrics."""
         b, g = rollout.num_prompts, rollout.group_size
         if g < 2:
             raise JudgeError(f"compares the completions of a group and needs at least 2 per prompt, got {g}",
@@ -122,10 +129,9 @@ class GrmJudge:
         start = time.perf_counter()
         wins, consistency = self._load().group_rewards(rollout.records, rollout.completions, self.params.batch_size,
                                                        with_consistency=True)
-        self._confidence = consistency
-        self._metrics = {"judge/grm_questions": float(b * g * (g - 1)), "judge/grm_seconds":
-                         time.perf_counter() - start, "judge/swap_consistency": float(consistency.mean())}
-        return wins.unsqueeze(-1)
+        metrics = {"judge/grm_questions": float(b * g * (g - 1)), "judge/grm_seconds": time.perf_counter() - start,
+                   "judge/swap_consistency": float(consistency.mean())}
+        return Judgement(wins.unsqueeze(-1), confidence=consistency, metrics=metrics)
 
 
 @hookimpl

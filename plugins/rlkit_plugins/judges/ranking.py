@@ -20,7 +20,7 @@ which is what aggregation, weights and advantages see; the judged rubric only sh
 ``advantage=rank`` only the order counts.
 
 Agreement between repetitions is the position-bias check: per group, the mean Kendall τ-b between the
-repetitions' ranks, clipped to [0, 1], is the group's confidence (:meth:`group_confidence`); the training
+repetitions' ranks, clipped to [0, 1], is the group's confidence (its judgement's ``confidence``); the training
 loop scales that group's advantages by it when ``confidence: true``, so a group the judge orders
 differently every time barely moves the policy. ``judge/swap_consistency`` is the share of completion
 pairs that every repetition ordered the same way.
@@ -66,12 +66,13 @@ from rlkit.plugin import (
     BackendRef,
     CallPlan,
     CompletionView,
-    ConfigError,
     Dimension,
     FailureWarning,
     JudgeBackend,
     JudgeError,
     JudgeLoad,
+    Judgement,
+    ParamError,
     PluginRef,
     RankingParse,
     ReferenceLeakCheck,
@@ -268,16 +269,15 @@ class RankingJudge:
         from rlkit.plugin import RANKING_SPEC, build_tiny_judge, ranking_spec
 
         if params.repetitions < 1:
-            raise ConfigError("must be >= 1", "judge.params.repetitions")
+            raise ParamError("must be >= 1", "repetitions")
         if params.parse_retries < 0:
-            raise ConfigError("must be >= 0", "judge.params.parse_retries")
+            raise ParamError("must be >= 0", "parse_retries")
         if params.reward not in get_args(RankReward):
-            raise ConfigError(f"must be one of {', '.join(get_args(RankReward))}, got {params.reward!r}",
-                              "judge.params.reward")
+            raise ParamError(f"must be one of {', '.join(get_args(RankReward))}, got {params.reward!r}", "reward")
         if not params.temperature > 0:
-            raise ConfigError(f"must be > 0, got {params.temperature}", "judge.params.temperature")
+            raise ParamError(f"must be > 0, got {params.temperature}", "temperature")
         if not 0 <= params.tie_penalty <= 1:
-            raise ConfigError(f"must lie in [0, 1], got {params.tie_penalty}", "judge.params.tie_penalty")
+            raise ParamError(f"must lie in [0, 1], got {params.tie_penalty}", "tie_penalty")
         CompletionView.check(params.max_completion_chars, "judge.params.max_completion_chars")
         self.params = params
         # offline, one tiny judge per group size: it learns where each label's line is for one size
@@ -288,8 +288,6 @@ class RankingJudge:
         if params.template is not None:
             template_path(params.template)  # fail at validate time on a missing template
         self.cache = ResponseCache()
-        self._last: dict[str, float] = {}
-        self._confidence: torch.Tensor | None = None
         self._warning = FailureWarning("ranking", params.failure_warning, params.parse_retries,
                                        params.failure_policy)
         self._leaks = ReferenceLeakCheck("ranking")
@@ -302,12 +300,16 @@ class RankingJudge:
         """The scores follow :func:`ranking_rubric`, not the judged rubric's dimensions."""
         return ranking_rubric(rubric)
 
-    def group_confidence(self) -> torch.Tensor | None:
-        """``[B]`` in [0, 1] for the last ``score`` call (1 for every group when ``confidence`` is off)."""
-        return self._confidence
-
     def score(self, rollout: Rollout, rubric: Rubric) -> torch.Tensor:
+        return self.assess(rollout, rubric).scores
+
+    def assess(self, rollout: Rollout, rubric: Rubric) -> Judgement:
+        """Each group's rank rewards ``[B, G, 1]``, its confidence ``[B]`` in [0, 1] (1 for every group when
+        ``confidence`` is off), the call's spend, and as metrics its parse-failure, incomplete and cycle counts,
+        agreement between repetitions (Kendall τ, swap consistency), mean confidence, rank gaps, cache hit rate and
+        latency (and, with ``reference_leak_check``, ``judge/reference_leaks``)."""
         import torch
+        before = self.backend.meter.total()
         b, g, k = rollout.num_prompts, rollout.group_size, self.params.repetitions
         if g < 2:
             raise JudgeError(f"ranks the completions of a group against each other and needs at least 2 per "
@@ -376,20 +378,19 @@ class RankingJudge:
             if self.params.confidence:
                 agreement = max(0.0, sum(group.taus) / len(group.taus)) if group.taus else 1.0
                 confidence[i] = agreement * (1.0 - self.params.tie_penalty * group.tie_share)
-        self._confidence = confidence
         requests_total = b * k
         rate = failed / max(requests_total, 1)
-        self._last = {"judge/parse_failure_rate": rate, "judge/incomplete_rate": incomplete / max(requests_total, 1),
-                      "judge/cycles_broken": float(cycles), "judge/confidence_mean": float(confidence.mean()),
-                      **asked.metrics(self.cache), **rank_gap_metrics(ranked), **view.metrics()}
+        metrics = {"judge/parse_failure_rate": rate, "judge/incomplete_rate": incomplete / max(requests_total, 1),
+                   "judge/cycles_broken": float(cycles), "judge/confidence_mean": float(confidence.mean()),
+                   **asked.metrics(self.cache), **rank_gap_metrics(ranked), **view.metrics()}
         if taus:
-            self._last["judge/rank_agreement"] = sum(taus) / len(taus)
+            metrics["judge/rank_agreement"] = sum(taus) / len(taus)
         if compared:
-            self._last["judge/swap_consistency"] = consistent / compared
+            metrics["judge/swap_consistency"] = consistent / compared
         if leaks is not None:
-            self._last["judge/reference_leaks"] = float(leaks)
+            metrics["judge/reference_leaks"] = float(leaks)
         self._warning.check(rate, "rankings")
-        return scores
+        return Judgement(scores, confidence=confidence, spend=self.backend.meter.total() - before, metrics=metrics)
 
     def model_folders(self) -> list[Path]:
         """The local model this judge asks, when one is named (``rlkit validate`` compares it with the policy's)."""
@@ -399,12 +400,6 @@ class RankingJudge:
     def close(self) -> None:
         """Close the backend (a ``llama_cpp`` backend stops its engine)."""
         self.backend.close()
-
-    def metrics(self) -> dict[str, float]:
-        """The last ``score`` call's parse-failure, incomplete and cycle counts, agreement between
-        repetitions (Kendall τ, swap consistency), mean confidence, rank gaps, cache hit rate and latency (and, with
-        ``reference_leak_check``, ``judge/reference_leaks``)."""
-        return dict(self._last)
 
     def spend(self) -> Spend:
         """Calls, tokens, latency, cache hits and retries so far (``rlkit.judging.spend``)."""

@@ -32,6 +32,8 @@ from rlkit.plugin import (
     EngineError,
     InfoResponse,
     JudgeLoad,
+    Judgement,
+    ParamError,
     RewardResponse,
     Rollout,
     Rubric,
@@ -49,7 +51,7 @@ from rlkit_plugins.backends.reachability import connect_failure
 if TYPE_CHECKING:
     import torch
 
-WHERE = "judge.params"
+WHERE = "judge.params"  # at run time, where a reward server that misbehaves is configured
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
@@ -99,20 +101,19 @@ class RewardApiJudge:
         except Exception:  # httpx raises several types for unparsable URLs
             url = None
         if url is None or url.scheme not in ("http", "https") or not url.host:
-            raise ConfigError(f"must be an http(s) URL such as http://127.0.0.1:8000, got {p.base_url!r}",
-                              f"{WHERE}.base_url")
+            raise ParamError(f"must be an http(s) URL such as http://127.0.0.1:8000, got {p.base_url!r}",
+                             "base_url")
         if not _ENV_NAME.fullmatch(p.api_key_env or ""):
-            raise ConfigError(f"must be the name of an environment variable (the token itself never goes in the "
-                              f"config), got {p.api_key_env!r}", f"{WHERE}.api_key_env")
+            raise ParamError(f"must be the name of an environment variable (the token itself never goes in the "
+                              f"config), got {p.api_key_env!r}", "api_key_env")
         for name, low, strict in (("timeout", 0, True), ("max_retries", 0, False), ("backoff", 0, False),
                                   ("unavailable_timeout", 0, False), ("concurrency", 1, False)):
             value = getattr(p, name)
             if not math.isfinite(value) or value < low or (strict and value == low):
-                raise ConfigError(f"must be {'>' if strict else '>='} {low}, got {value}", f"{WHERE}.{name}")
+                raise ParamError(f"must be {'>' if strict else '>='} {low}, got {value}", name)
         self.params = p
         self._base = p.base_url.rstrip("/")
         self._checked: dict[str, Rubric] = {}  # local rubric hash -> the rubric the server's scores follow
-        self._last: dict[str, float] = {}
         self._spend = Spend()
 
     def _headers(self) -> dict[str, str]:
@@ -179,6 +180,10 @@ class RewardApiJudge:
         self.scored_rubric: Callable[[Rubric], Rubric] = lambda _rubric: derived
 
     def score(self, rollout: Rollout, rubric: Rubric) -> torch.Tensor:
+        return self.assess(rollout, rubric).scores
+
+    def assess(self, rollout: Rollout, rubric: Rubric) -> Judgement:
+        """The server's scores, with the call's requests, failed groups, retries and mean latency as metrics."""
         import torch
         self.check_rubric(rubric)
         scored = self._checked[rubric.content_hash]
@@ -205,15 +210,16 @@ class RewardApiJudge:
                 scores[i] = torch.tensor(out.value, dtype=torch.float32)
         failed = [o for o in outcomes if o.value is None]
         # a reward server is not billed by the token: its spend is requests, their latency and retries
-        self._spend = self._spend + Spend(calls=len(outcomes), latency_s=sum(o.latency for o in outcomes),
-                                          retries=sum(o.attempts - 1 for o in outcomes))
-        self._last = {"judge/requests": float(len(outcomes)), "judge/request_failures": float(len(failed)),
-                      "judge/retries": float(sum(o.attempts - 1 for o in outcomes)),
-                      "judge/latency_mean": sum(o.latency for o in outcomes) / max(len(outcomes), 1)}
+        spent = Spend(calls=len(outcomes), latency_s=sum(o.latency for o in outcomes),
+                      retries=sum(o.attempts - 1 for o in outcomes))
+        self._spend = self._spend + spent
+        metrics = {"judge/requests": float(len(outcomes)), "judge/request_failures": float(len(failed)),
+                   "judge/retries": float(sum(o.attempts - 1 for o in outcomes)),
+                   "judge/latency_mean": sum(o.latency for o in outcomes) / max(len(outcomes), 1)}
         if failed:
             warnings.warn(f"reward_api: {len(failed)} of {len(outcomes)} groups got no scores from {self._base} "
                           f"(left unscored); first error: {failed[0].error}", stacklevel=2)
-        return scores
+        return Judgement(scores, spend=spent, metrics=metrics)
 
     async def _post_all(self, payloads: list[dict[str, Any]], read: Callable[[Any], Any]) -> list[Any]:
         import httpx
@@ -237,10 +243,6 @@ class RewardApiJudge:
         async with httpx.AsyncClient(timeout=httpx.Timeout(p.timeout), limits=limits, headers=self._headers(),
                                      verify=tls_context()) as client:
             return list(await asyncio.gather(*(post(client, payload) for payload in payloads)))
-
-    def metrics(self) -> dict[str, float]:
-        """The last ``score`` call's requests, failed groups, retries and mean latency."""
-        return dict(self._last)
 
     def spend(self) -> Spend:
         """Requests (one a group), their latency and retries so far (``rlkit.judging.spend``); no tokens."""

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from itertools import repeat
 from typing import TYPE_CHECKING, Any
 
-from rlkit.plugin import JudgeError, RecordField, Rollout, Rubric, RubricError, hookimpl
+from rlkit.plugin import JudgeError, Judgement, RecordField, Rollout, Rubric, RubricError, hookimpl
 from rlkit_plugins.judges import rule_features as rf
 from rlkit_plugins.judges.per_record import (
     RecordRubrics,
@@ -209,6 +209,10 @@ class RuleJudge:
     def not_applicable(self, records: Sequence[dict[str, Any]], rubric: Rubric) -> list[str]:
         """With a per_record rubric: the frame's category dimensions no record's rubric has a criterion for."""
         return absent_categories(records, rubric, self._record_rubrics) if rubric.per_record else []
+
+    def assess(self, rollout: Rollout, rubric: Rubric) -> Judgement:
+        """The scores alone: checks give no reasons, make no calls and have nothing to report."""
+        return Judgement(self.score(rollout, rubric))
 
     def score(self, rollout: Rollout, rubric: Rubric) -> torch.Tensor:
         """Raw scores float32 [B, G, D] in each dimension's range; NaN where no check applies."""
