@@ -33,7 +33,8 @@ commands:
               health, reference leaks, policy; exit 1 on an error finding)
   train-grm   train a generative reward model on preference pairs or rankings (grm.data.train=...)
   serve       serve the configured judge as an HTTP reward API (serve.port=..., Ctrl-C stops it)
-  data        data tools: pairs (rankings -> preference pairs), prepare (PII, de-dup, mix); `rlkit data` for help
+  data        data tools: pairs (rankings -> preference pairs), prepare (PII, de-dup, mix), from-labels (labels
+              and rankings -> GRM training data and pairs, split by prompt); `rlkit data` for help
   rubric      rubric versions: `rlkit rubric diff old.yaml new.yaml`, `rlkit rubric hash rubric.yaml`; anchors and
               negative examples missing: `rlkit rubric lint rubric.yaml`;
               per-prompt rubrics from references: `rlkit rubric generate data.path=... judge=llm generate.output=DIR`;

@@ -1,4 +1,4 @@
-"""``rlkit data``: preference pairs from rankings, and prepared prompt records."""
+"""``rlkit data``: preference pairs from rankings, prepared prompt records, and training data from labels."""
 
 from __future__ import annotations
 
@@ -32,7 +32,11 @@ tools:
         text_field is >= dedup_threshold similar to an earlier kept one is dropped; then mix= samples
         without replacement to those shares of mix_field's levels, seeded (size= defaults to the most the
         levels allow; a short level gives all it has). Writes <out>, <out>.report.json (what was removed
-        and why) and, when lines are bad, <out>.rejects.jsonl."""
+        and why) and, when lines are bad, <out>.rejects.jsonl.
+  from-labels FILE... [--out DIR] [--heldout-fraction 0.1] [--seed 0] [--combine majority|mean]
+        [--min-agreement 0.5] [--disagreement drop|weight] [--rank-by DIMENSION]
+        labelling files (levels, rankings, several labellers) and a ranking judge's `rlkit score` output -> GRM
+        training data (listwise) and preference pairs, split by prompt; `rlkit data from-labels --help`."""
 
 
 def _tool_usage(tool: str) -> str:
@@ -174,11 +178,17 @@ def cmd_data_prepare(args: Sequence[str]) -> int:
 
 
 MAX_SHOWN_REJECTS = 20
-DATA_COMMANDS = {"pairs": cmd_data_pairs, "prepare": cmd_data_prepare}
+def cmd_data_from_labels(args: Sequence[str]) -> int:
+    from rlkit.commands.from_labels import cmd_data_from_labels as run
+
+    return run(args)
+
+
+DATA_COMMANDS = {"pairs": cmd_data_pairs, "prepare": cmd_data_prepare, "from-labels": cmd_data_from_labels}
 
 
 def cmd_data(overrides: Sequence[str]) -> int:
-    if list(overrides[-1:]) == ["--help"]:
+    if list(overrides[-1:]) == ["--help"] and overrides[0] != "from-labels":  # from-labels has its own help
         print(_tool_usage(overrides[0]) if overrides[0] in DATA_COMMANDS else DATA_USAGE)
         return 0
     if not overrides or overrides[0] not in DATA_COMMANDS:

@@ -45,6 +45,8 @@ CASES = [
     ("data", lambda p: ["data", "pairs", f"in={p['records']}", f"out={p['afile']}/pairs.jsonl"], "out: cannot create"),
     ("data", lambda p: ["data", "prepare", f"in={p['missing']}.jsonl", "out=prompts.jsonl"], "no such data file"),
     ("data", lambda p: ["data", "prepare", f"in={p['records']}", f"out={p['afile']}/p.jsonl"], "out: cannot create"),
+    ("data", lambda p: ["data", "from-labels", f"{p['missing']}.jsonl"], "no such labelling or scored file"),
+    ("data", lambda p: ["data", "from-labels", str(p["records"]), "--out", f"{p['afile']}/d"], "--out: cannot create"),
     ("train-grm", lambda p: ["train-grm", f"grm.data.train={p['missing']}.jsonl", f"hydra.run.dir={p['run']}"],
      "no such data file"),
     ("train-grm", lambda p: ["train-grm", f"ckpt_path={p['missing']}.ckpt", f"hydra.run.dir={p['run']}"],

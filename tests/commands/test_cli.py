@@ -209,7 +209,7 @@ def test_plugins_piped_is_one_plain_line_a_plugin_and_kind_filters(capsys):
 @pytest.mark.parametrize("argv", [
     ("rubric", "diff", "conf/rubric/arithmetic.yaml"), ("rubric", "hash"), ("rubric", "diff", "a", "b", "c"),
     ("rubric", "nosuchtool"), ("label",), ("report",), ("calibrate", "sample"), ("model", "path"), ("new", "plugin"),
-    ("new", "plugin", "x"), ("data", "pairs"), ("data", "prepare"),
+    ("new", "plugin", "x"), ("data", "pairs"), ("data", "prepare"), ("data", "from-labels"),
 ])
 def test_a_tool_missing_an_argument_says_so_in_one_line(capsys, argv):
     code, _, err = _run(capsys, *argv)

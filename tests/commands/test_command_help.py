@@ -39,7 +39,8 @@ def test_each_config_command_names_its_own_block(capsys, command, expected):
 
 
 @pytest.mark.parametrize("command", [("plugins",), ("train-grm",), ("label",), ("compare",), ("report",), ("data",),
-                                     ("data", "pairs"), ("model",), ("export",), ("model", "path"), ("new",),
+                                     ("data", "pairs"), ("data", "from-labels"), ("model",), ("export",),
+                                     ("model", "path"), ("new",),
                                      ("rubric",), ("rubric", "diff"), ("rubric", "generate")])
 def test_every_command_answers_help_with_its_own_usage_and_runs_nothing(capsys, tmp_path, monkeypatch, command):
     monkeypatch.chdir(tmp_path)  # `train-grm --help` once trained a GRM here, writing outputs/ and wandb/
