@@ -164,19 +164,30 @@ def blind_comparison(run: Run, dims: list[str]) -> None:
 
 def fit(seed: int, args: argparse.Namespace, lr: float | None, dims: list[Dimension]) -> Run:
     folder = args.out / (f"seed{seed}-control" if lr == 0 else f"seed{seed}")
-    if folder.exists():
+    finished = (folder / "summary.json").is_file()
+    if folder.exists() and not (args.read_finished and finished):
         # a finished run's comparison file may hold people's labels by now: never overwritten
-        sys.exit(f"{folder} exists (an earlier run, perhaps with people's labels in comparisons/); pass another --out")
-    cmd = ["rlkit", "fit", f"experiment={EXPERIMENT}", "logger=none", f"seed={seed}", f"trainer.max_steps={args.steps}",
-           f"heldout_every={args.every}", *MONITORS, f"hydra.run.dir={folder}", *args.overrides]
+        sys.exit(f"{folder} exists (an earlier run, perhaps with people's labels in comparisons/); pass another --out"
+                 f"{'' if finished else ' (it has no summary.json: it did not finish)'}")
+    # at lr=0 the greedy held-out answers are the same at every evaluation, so the control's steps buy nothing but
+    # the judge's noise on the same answers: it may run fewer (--control-steps, --control-every)
+    steps, every = (args.control_steps or args.steps, args.control_every or args.every) if lr == 0 else \
+        (args.steps, args.every)
+    cmd = ["rlkit", "fit", f"experiment={EXPERIMENT}", "logger=none", f"seed={seed}", f"trainer.max_steps={steps}",
+           f"heldout_every={every}", *MONITORS, f"hydra.run.dir={folder}", *args.overrides]
     if args.heldout is not None:
         # the split takes round(records × fraction) prompts by prompt hash: the first N of the preset's 70
         cmd.append(f"data.heldout_fraction={args.heldout / sum(1 for _ in TASK.open())}")
     if lr is not None:
         cmd.append(f"optim.lr={lr}")
-    started = time.monotonic()
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    seconds = time.monotonic() - started
+    if finished and args.read_finished:
+        # read, not run again: its wall time is the one its summary kept
+        seconds = float(json.loads((folder / "summary.json").read_text()).get("wall_time_s") or float("nan"))
+        proc = subprocess.CompletedProcess(cmd, 0, "", "")
+    else:
+        started = time.monotonic()
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        seconds = time.monotonic() - started
     if proc.returncode != 0:
         sys.exit(f"{' '.join(cmd)} failed:\n{proc.stderr[-3000:]}")
     rows = read_jsonl(folder / "metrics.jsonl")
@@ -293,6 +304,11 @@ def main() -> int:
     parser.add_argument("--heldout", type=int, default=None,
                         help="held-out prompts (data.heldout_fraction of the 349); default: the preset's 70")
     parser.add_argument("--no-control", action="store_true")
+    parser.add_argument("--control-steps", type=int, default=None,
+                        help="the lr=0 control's steps (default --steps): its answers never change, only the judge")
+    parser.add_argument("--control-every", type=int, default=None, help="the control's heldout_every (default --every)")
+    parser.add_argument("--read-finished", action="store_true",
+                        help="read a run folder that finished (summary.json) instead of refusing it; run the rest")
     parser.add_argument("--out", type=Path, default=ROOT / "outputs" / "judged_model",
                         help="where the run folders (and their comparison files, for people) are kept")
     parser.add_argument("--plot", type=Path, default=Path(__file__).with_name("judged_model.png"))
