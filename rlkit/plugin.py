@@ -99,14 +99,8 @@ if TYPE_CHECKING:
         member_scope_caveats,
         merge_reasons,
     )
-    from rlkit.judging.parsing import (
-        RankingParse,
-        ScoreParse,
-        parse_ranking,
-        parse_reasons,
-        parse_scores,
-        ranks_from_order,
-    )
+    from rlkit.judging.parsing import ScoreParse, parse_reasons, parse_scores
+    from rlkit.judging.ranking_parsing import RankingParse, parse_ranking, ranks_from_order
     from rlkit.judging.rate_limit import rate_limiter
     from rlkit.judging.schema import dimension_levels, rubric_json_schema
     from rlkit.judging.shown import DEFAULT_MAX_COMPLETION_CHARS, CompletionView

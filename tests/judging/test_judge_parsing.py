@@ -11,7 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rlkit.core.rubric import load_rubric, rubric_from_dict
-from rlkit.judging.parsing import RankingParse, ScoreParse, parse_ranking, parse_scores, ranks_from_order
+from rlkit.judging.parsing import ScoreParse, parse_scores
+from rlkit.judging.ranking_parsing import RankingParse, parse_ranking, ranks_from_order
 
 REPO = Path(__file__).resolve().parents[2]
 # format and correctness are binary; brevity and repetition are scales 1-5.

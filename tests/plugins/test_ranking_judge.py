@@ -19,7 +19,7 @@ from rlkit.core.registry import load_registry
 from rlkit.core.rubric import load_rubric
 from rlkit.core.types import PreferencePairs, RewardBatch
 from rlkit.judging import Completion
-from rlkit.judging.parsing import parse_ranking
+from rlkit.judging.ranking_parsing import parse_ranking
 from rlkit.judging.tiny_judge import answer_level, group_labels, label_levels
 from rlkit_plugins.judges.ranking import (
     kendall_tau_b,

@@ -1,6 +1,6 @@
 """``ranking``: a generative ranking judge. The completions of a group are shown together, labelled A, B,
 C, ..., and the model answers an order such as ``B > A = D >> C`` (``>>`` clearly better, ``=`` equal),
-read by :func:`rlkit.judging.parsing.parse_ranking` (JSON, ``[[...]]``, chains, comma lists; cycles broken
+read by :func:`rlkit.judging.ranking_parsing.parse_ranking` (JSON, ``[[...]]``, chains, comma lists; cycles broken
 deterministically by Copeland score, never an error).
 
 Every group is ranked ``repetitions`` times, each time with the completions shuffled under the labels
@@ -40,7 +40,7 @@ An answer with no readable order is asked again (``parse_retries``); a group non
 could be read follows ``failure_policy``: ``nan`` and ``drop_group`` leave the group unscored (no
 advantage), ``min`` gives every completion 0 (a group without order, so also no advantage). Never a
 silent 0 for some completions only. An answer that reads two ways (a worst-first phrase with a ``>`` chain, ``>`` and
-``<`` in one chain, rlkit.judging.parsing) is such an unreadable answer, never a guessed order.
+``<`` in one chain, rlkit.judging.ranking_parsing) is such an unreadable answer, never a guessed order.
 
 A model judge sees each completion normalised and capped at ``max_completion_chars`` (``judge/completions_capped``
 counts the cut ones), and an answer's fragments copied from a completion are not read as its order
