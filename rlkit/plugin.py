@@ -143,7 +143,7 @@ if TYPE_CHECKING:
     from rlkit.lm.weight_versions import WeightVersions
 
     # --- reward helpers: normalisation, saturation, weight schedulers, monitors -----------------------------------
-    from rlkit.reward.diagnostics import ConflictWatch, conflict_rate, saturation_share
+    from rlkit.reward.diagnostics import ConflictWatch, conflict_rate, group_conflict_rates, saturation_share
     from rlkit.reward.dropout import CRITERIA_DROPOUT_FIELD
     from rlkit.reward.monitor_view import Alert, BaselineDrift, MonitorView, due, make_view
     from rlkit.reward.pipeline import normalize_scores
@@ -259,6 +259,7 @@ __all__ = [
     "chosen_win_share",
     "confidence_weighted",
     "conflict_rate",
+    "group_conflict_rates",
     "drop_close_pairs",
     "pair_gaps",
     "due",

@@ -52,6 +52,7 @@ from rlkit.config.checks.objective import (
     check_objective_parts,
     check_prompt_sampler,
     check_reward_path,
+    small_group_warning,
 )
 from rlkit.config.checks.outcome import REWARD_CONFIG_KEYS, ValidatedConfig, is_group_relative
 from rlkit.config.machine import check_machine
@@ -142,6 +143,8 @@ def validate_config(cfg: DictConfig, registry: Registry, *, read_data: bool = Tr
     result.objective = result.plugins["objective"]
     check_objective_parts(registry, cfg, result)
     check_group_size(run, result)
+    if (group_warning := small_group_warning(run, result)) is not None:
+        warnings.warn(group_warning, stacklevel=2)
     check_reference(registry, cfg, model, result)
     check_engine_reference(registry, cfg, model, result)
     if run.ckpt_path is not None:

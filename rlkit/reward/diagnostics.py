@@ -72,21 +72,36 @@ def saturation_share(scores: torch.Tensor, majority_share: float = 1.0) -> torch
     return saturated_groups(scores, majority_share).double().mean(dim=0)
 
 
+def _pair_conflicts(scores: torch.Tensor) -> torch.Tensor:
+    """``bool [B, P]``: for each of a group's P = G(G-1)/2 pairs, whether two dimensions order it oppositely."""
+    import torch
+    g = scores.shape[1]
+    diff = scores.unsqueeze(2) - scores.unsqueeze(1)             # [B, G, G, D]: s_i - s_j
+    sign = torch.nan_to_num(torch.sign(diff), nan=0.0)
+    conflict = (sign > 0).any(dim=-1) & (sign < 0).any(dim=-1)  # [B, G, G]
+    upper = torch.triu(torch.ones(g, g, dtype=torch.bool, device=scores.device), diagonal=1)
+    return conflict[:, upper]
+
+
 def conflict_rate(scores: torch.Tensor) -> float:
     """Share of completion pairs within a group that two dimensions order oppositely.
 
     Pair (i, j) conflicts when some dimension ranks i above j and another ranks j above i
     (NaN entries take no side). Returns NaN when the batch has no pair.
     """
+    if scores.shape[1] < 2:
+        return float("nan")
+    return float(_pair_conflicts(scores).float().mean())
+
+
+def group_conflict_rates(scores: torch.Tensor) -> torch.Tensor:
+    """``float64 [B]``: :func:`conflict_rate` of each group alone, the multi-reward note's conflict counter per prompt
+    (004 §4.3); NaN for groups of one. Every group has the same pairs, so their mean is the batch's rate."""
     import torch
     b, g, _ = scores.shape
     if g < 2:
-        return float("nan")
-    diff = scores.unsqueeze(2) - scores.unsqueeze(1)             # [B, G, G, D]: s_i - s_j
-    sign = torch.nan_to_num(torch.sign(diff), nan=0.0)
-    conflict = (sign > 0).any(dim=-1) & (sign < 0).any(dim=-1)  # [B, G, G]
-    upper = torch.triu(torch.ones(g, g, dtype=torch.bool), diagonal=1)
-    return float(conflict[:, upper].float().mean())
+        return torch.full((b,), float("nan"), dtype=torch.float64)
+    return _pair_conflicts(scores).double().mean(dim=1).cpu()
 
 
 def distinct_values_per_group(values: torch.Tensor, decimals: int = 5) -> torch.Tensor:

@@ -22,6 +22,9 @@ contradict each other, where a weighted sum trades one for another at random. Tw
   dimensions in more than ``conflict_threshold`` (20%) of cases is ordered lexicographically this step, the others
   by the aggregator. ``conflict_dimensions`` names the two the note counts (correctness against format); empty
   counts a conflict between any two dimensions (in both scopes).
+
+In both scopes each step logs the per-prompt counter (``conflicts/prompts_over_threshold``,
+``conflicts/prompt_rate_max``) and, with soft labels (``preference=winrate``), ``pairs/label_mean``.
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ from rlkit.plugin import (
     confidence_weighted,
     conflict_rate,
     drop_close_pairs,
+    group_conflict_rates,
     hookimpl,
     ordering_batch,
     pair_gaps,
@@ -52,6 +56,15 @@ from rlkit_plugins.objectives.dpo_losses import preference_loss, sft_loss
 
 if TYPE_CHECKING:
     import torch
+
+
+def prompt_conflict_metrics(rates: torch.Tensor, over: torch.Tensor) -> dict[str, float]:
+    """The per-prompt conflict counter of a step (004 §4.3): the share of the step's prompts whose own pairs conflict
+    above the threshold (``over``, those ``conflict_scope: prompt`` orders lexicographically) and the highest rate."""
+    import torch
+    scored = rates[~torch.isnan(rates)]
+    return {"conflicts/prompts_over_threshold": float(over.double().mean()) if len(over) else float("nan"),
+            "conflicts/prompt_rate_max": float(scored.max()) if len(scored) else float("nan")}
 
 
 class GroupDpoObjective:
@@ -112,6 +125,8 @@ class GroupDpoObjective:
         fallback = p.lexicographic.plugin
         counted = self.conflict_scores(batch)
         per_prompt = p.auto_lexicographic and p.conflict_scope == "prompt"
+        group_rates = group_conflict_rates(counted)  # the note's counter per prompt (NaN: a group of one)
+        over = group_rates > p.conflict_threshold
         if (p.auto_lexicographic and not per_prompt and not self.lexicographic_ordering
                 and self.watch.update(conflict_rate(counted))):
             self.lexicographic_ordering = True
@@ -126,9 +141,7 @@ class GroupDpoObjective:
         orderings: list[tuple[Any, RewardBatch, torch.Tensor | None]] = [(orderer, order, None)]
         lexicographic_share = float(self.lexicographic_ordering)
         if per_prompt:
-            # the note's counter: each group's own conflict rate (NaN, a group of one, never switches)
-            switch = torch.tensor([conflict_rate(counted[b:b + 1]) > p.conflict_threshold
-                                   for b in range(batch.shape[0])], dtype=torch.bool)
+            switch = over  # each group's own conflict rate; NaN never passes the threshold
             if switch.any():
                 lex = ordering_batch(batch, fallback, mask_saturated=p.mask_saturated,
                                      majority_share=p.saturation_majority_share)
@@ -158,7 +171,9 @@ class GroupDpoObjective:
         labels = pairs.weight if soft else torch.full((len(pairs),), 1.0 - p.label_smoothing)
         weights = torch.ones(len(pairs)) if soft else pairs.weight
         metrics = {"pairs/built": float(built), "pairs/used": float(len(pairs)), "pairs/dropped_by_gap": dropped,
-                   "ordering/lexicographic": lexicographic_share}
+                   "ordering/lexicographic": lexicographic_share, **prompt_conflict_metrics(group_rates, over)}
+        if soft and len(pairs):  # how sure the soft labels are: 1 is a hard pair, 0.5 no information
+            metrics["pairs/label_mean"] = float(labels.double().mean())
         if len(pairs):
             for name, share in zip(batch.rubric.dimension_names, chosen_win_share(pairs, batch).tolist(), strict=True):
                 metrics[f"pairs/chosen_wins/{name}"] = share

@@ -54,6 +54,25 @@ def check_group_size(run: RunConfig, result: ValidatedConfig) -> None:
                           "within their group, and a group of one gives nothing to compare", "num_generations")
 
 
+# the rubric design note (000 §4.3): a group of 2 makes the group normalisation unstable, 16 is costly, 8 balances
+SMALL_GROUP = 4
+
+
+def small_group_warning(run: RunConfig, result: ValidatedConfig) -> str | None:
+    """The warning line for a group-relative advantage estimator over groups smaller than :data:`SMALL_GROUP`, or
+    None. Two or three completions give the group's baseline (a mean, a std) from as many values: every advantage
+    swings with each one."""
+    estimator = result.plugins.get("advantage_estimator")
+    if (not 2 <= run.num_generations < SMALL_GROUP or getattr(result.objective, "signal", None) != "advantages"
+            or not is_group_relative(estimator)):
+        return None
+    name = result.plugin_names["advantage_estimator"]
+    return (f"num_generations={run.num_generations} with advantage={name}, which sets each completion's advantage "
+            f"against its own group: a group under {SMALL_GROUP} makes that baseline unstable (the rubric design "
+            f"note §4.3: 2 is unstable, 8 balances cost and stability); use num_generations=8, or at least "
+            f"{SMALL_GROUP}")
+
+
 def check_reward_path(result: ValidatedConfig) -> None:
     estimator = result.plugins.get("advantage_estimator")
     aggregator = result.plugin_names.get("aggregator")
