@@ -32,6 +32,10 @@ commands:
   doctor      triage a finished or interrupted run: `rlkit doctor outputs/<date>/<time>` (reward signal, judge
               health, reference leaks, policy; exit 1 on an error finding)
   train-grm   train a generative reward model on preference pairs or rankings (grm.data.train=...)
+  train-rm    train a Bradley-Terry reward model (a scalar head on a causal LM) on preference pairs
+              (rm.data.train=...), for judge=reward_model
+  readiness   is a ranking reward (GRM) worth it yet: the ranking note's six conditions with their evidence, a
+              verdict and the next step (exit 0 ready, 1 calibrate more, 3 baseline first)
   serve       serve the configured judge as an HTTP reward API (serve.port=..., Ctrl-C stops it)
   data        data tools: pairs (rankings -> preference pairs), prepare (PII, de-dup, mix), from-labels (labels
               and rankings -> GRM training data and pairs, split by prompt); `rlkit data` for help
@@ -81,12 +85,14 @@ COMMANDS = {"plugins": "rlkit.commands.inspect:cmd_plugins", "validate": "rlkit.
             "score": "rlkit.commands.judging:cmd_score", "calibrate": "rlkit.commands.judging:cmd_calibrate",
             "fit": "rlkit.commands.training:cmd_fit", "sft": "rlkit.commands.training:cmd_sft",
             "data": "rlkit.commands.data:cmd_data", "serve": "rlkit.commands.judging:cmd_serve",
-            "train-grm": "rlkit.commands.training:cmd_train_grm", "eval": "rlkit.commands.judging:cmd_eval",
+            "train-grm": "rlkit.commands.training:cmd_train_grm",
+            "train-rm": "rlkit.commands.training:cmd_train_rm", "eval": "rlkit.commands.judging:cmd_eval",
             "report": "rlkit.commands.inspect:cmd_report", "label": "rlkit.commands.label:cmd_label",
             "compare": "rlkit.commands.compare:cmd_compare",
             "rubric": "rlkit.cli:cmd_rubric_tools", "model": "rlkit.commands.model:cmd_model",
             "export": "rlkit.commands.export:cmd_export",
-            "new": "rlkit.commands.scaffold:main", "doctor": "rlkit.commands.doctor:cmd_doctor"}
+            "new": "rlkit.commands.scaffold:main", "doctor": "rlkit.commands.doctor:cmd_doctor",
+            "readiness": "rlkit.commands.readiness:cmd_readiness"}
 
 
 def command_function(name: str):

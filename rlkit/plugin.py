@@ -65,6 +65,7 @@ if TYPE_CHECKING:
 
     # --- generative reward models and the reward API's wire format ------------------------------------------------
     from rlkit.grm.model import GenerativeRewardModel, read_grm_format
+    from rlkit.grm.reward_model import ScalarRewardModel, is_reward_model_folder
 
     # --- model-based judging: backends, the response cache, parsing, HTTP ---------------------------------------
     from rlkit.judging.asking import (
@@ -213,6 +214,8 @@ __all__ = [
     "FailureWarning",
     "GenerationRequest",
     "GenerativeRewardModel",
+    "ScalarRewardModel",
+    "is_reward_model_folder",
     "InfoResponse",
     "JsonSchemaConstraint",
     "JudgeBackend",

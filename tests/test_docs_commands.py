@@ -176,14 +176,18 @@ def workspace(tmp_path_factory) -> Workspace:
 
 @pytest.fixture(scope="module")
 def one_step_run(workspace) -> Path:
-    """A run folder as `rlkit fit` leaves it, with a GRM as `rlkit train-grm` leaves one: `outputs/<date>/<time>/`
-    in the docs."""
+    """A run folder as `rlkit fit` leaves it, with a GRM as `rlkit train-grm` leaves one and a reward model as `rlkit
+    train-rm` does: `outputs/<date>/<time>/` in the docs."""
     run, grm = workspace.root / "outputs" / "run", workspace.root / "outputs" / "grm-run"
     assert main(["fit", "logger=csv", "batch_size=4", "num_generations=2", "trainer.max_steps=1",
                  f"hydra.run.dir={run}"]) == 0
     assert main(["train-grm", "logger=csv", "trainer.max_steps=1", "grm.data.synthetic_records=40",
                  f"hydra.run.dir={grm}"]) == 0
     shutil.copytree(grm / "grm", run / "grm")
+    rm = workspace.root / "outputs" / "rm-run"  # and a reward model as `rlkit train-rm` leaves one
+    assert main(["train-rm", "logger=csv", "trainer.max_steps=1", "rm.data.synthetic_records=40",
+                 f"hydra.run.dir={rm}"]) == 0
+    shutil.copytree(rm / "reward_model", run / "reward_model")
     return run
 
 

@@ -54,6 +54,11 @@ HELP: dict[str, CommandHelp] = {
     "train-grm": CommandHelp("Train a generative reward model on preference pairs or rankings (conf/train_grm.yaml; "
                              "-m sweeps).", "rlkit train-grm [-m] grm.data.train=FILE [overrides]",
                              "rlkit train-grm grm.data.train=rankings.jsonl trainer.max_steps=50", config=False),
+    "train-rm": CommandHelp("Train a Bradley-Terry reward model, a scalar head on a causal LM, on preference pairs "
+                            "(conf/train_rm.yaml; -m sweeps); judge=reward_model scores with the folder it saves.",
+                            "rlkit train-rm [-m] rm.data.train=FILE [overrides]",
+                            "rlkit train-rm rm.data.train=train.pairs.jsonl rm.data.val=heldout.pairs.jsonl",
+                            config=False),
     "label": CommandHelp("Label a labelling file in the terminal, one completion and dimension at a time, and rank "
                          "its groups (best first, `=` for a tie: 2 1=3 4), saved as you go; `rlkit calibrate` reads "
                          "the result. The judge's scores are never shown.",
@@ -102,7 +107,7 @@ HELP: dict[str, CommandHelp] = {
                           config=False),
 }
 # Commands whose own usage text is their help (they parse their arguments themselves): `--help` goes to them.
-SELF_HELPED = ("data", "export", "model", "new", "rubric")
+SELF_HELPED = ("data", "export", "model", "new", "readiness", "rubric")
 
 
 def _fields(schema: Any, prefix: str) -> list[str]:

@@ -1,4 +1,5 @@
-"""Commands that train: ``fit`` (the policy) and ``train-grm`` (a generative reward model), as Hydra apps."""
+"""Commands that train: ``fit`` (the policy), ``train-grm`` (a generative reward model) and ``train-rm`` (a
+Bradley-Terry reward model), as Hydra apps."""
 
 from __future__ import annotations
 
@@ -184,16 +185,35 @@ def _train_grm_job(cfg, run_dir: Path) -> float:
 
 
 def cmd_train_grm(overrides: Sequence[str]) -> int:
+    from rlkit.grm.training import check_grm_config
+
+    return _train_preference_model("train-grm", "train_grm", check_grm_config, _train_grm_job, overrides)
+
+
+def _train_rm_job(cfg, run_dir: Path) -> float:
+    from rlkit.grm.rm_training import print_rm_summary, train_rm
+
+    summary = train_rm(cfg, run_dir, run_registry())
+    print_rm_summary(summary)
+    return summary["end"]["accuracy"]
+
+
+def cmd_train_rm(overrides: Sequence[str]) -> int:
+    """``rlkit train-rm``: a Bradley-Terry reward model (conf/train_rm.yaml), for ``judge=reward_model``."""
+    from rlkit.grm.rm_training import check_rm_config
+
+    return _train_preference_model("train-rm", "train_rm", check_rm_config, _train_rm_job, overrides)
+
+
+def _train_preference_model(command: str, config_name: str, check: Any, job: Any, overrides: Sequence[str]) -> int:
     from rlkit.config.compose import compose, parse_hydra_args
 
     args = parse_hydra_args(overrides)  # once, for the check here and for Hydra's job
     declared: frozenset[str] = frozenset()
     if not args.multirun and not args.shows_only:
-        from rlkit.grm.training import check_grm_config
-
         # Fail with one line before Hydra sets up a run directory or anything heavy is built (about a second).
         registry = run_registry()
-        composed = compose(registry, args, config_name="train_grm")
-        check_grm_config(composed.cfg, registry)
+        composed = compose(registry, args, config_name=config_name)
+        check(composed.cfg, registry)
         declared = composed.declared
-    return run_hydra("train-grm", "train_grm", args, _train_grm_job, declared)
+    return run_hydra(command, config_name, args, job, declared)

@@ -76,8 +76,9 @@ class GrmDataConfig(_Schema):
     seed: int = 0
 
 
-class GrmTrainConfig(_Schema):
-    objective: Literal["pairwise", "listwise"] = "pairwise"
+class PreferenceTrainConfig(_Schema):
+    """What every model trained on preferences shares: ``train-grm``'s ``grm`` block and ``train-rm``'s ``rm``."""
+
     model: GrmModelConfig = pydantic.Field(default_factory=GrmModelConfig)
     data: GrmDataConfig = pydantic.Field(default_factory=GrmDataConfig)
     epochs: int = pydantic.Field(default=3, gt=0)
@@ -86,6 +87,10 @@ class GrmTrainConfig(_Schema):
     lr: float = pydantic.Field(default=2e-3, gt=0)
     weight_decay: float = pydantic.Field(default=0.0, ge=0)
     warmup_ratio: float = pydantic.Field(default=0.1, ge=0, lt=1)
+
+
+class GrmTrainConfig(PreferenceTrainConfig):
+    objective: Literal["pairwise", "listwise"] = "pairwise"
     max_response_chars: int = pydantic.Field(default=256, gt=0)
     pairwise_template: str = GrmFormat.pairwise_template
     listwise_template: str = GrmFormat.listwise_template
@@ -101,29 +106,40 @@ def check_grm_config(cfg: DictConfig, registry: Any) -> GrmTrainConfig:
     """Everything ``train-grm`` can check before it builds anything: the schema, the data files (or the plugins
     that rank synthetic ones), the model path and the templates."""
     from rlkit.core.templates import template_path
-    from rlkit.lm.models import locate_model
 
     settings = grm_settings(cfg)
+    check_preference_config(cfg, settings, registry, "grm")
+    template_path(settings.pairwise_template, "grm.pairwise_template")
+    template_path(settings.listwise_template, "grm.listwise_template")
+    return settings
+
+
+def check_preference_config(cfg: DictConfig, settings: PreferenceTrainConfig, registry: Any,
+                            block: str) -> dict[str, list[ListwiseRecord | PreferencePair]]:
+    """The checks ``train-grm`` and ``train-rm`` share: threads, the checkpoint to resume, every data line (or the
+    plugins that rank synthetic data) and the base model's path, each error naming ``<block>.<field>``. Returns the
+    records of each data file named (``train``, ``val``)."""
+    from rlkit.lm.models import locate_model
+
     threads = cfg.get("torch_threads")
     if threads is not None and (not isinstance(threads, int) or isinstance(threads, bool) or threads < 1):
         raise ConfigError(f"must be a positive number of threads or null (torch's default), got {threads!r}",
                           "torch_threads")
     if cfg.get("ckpt_path") is not None:
         read_checkpoint_metadata(resolve_path(str(cfg.ckpt_path)))  # exists and is a Lightning checkpoint
+    read = {}
     for field_name in ("train", "val"):
         path = getattr(settings.data, field_name)
-        if path is not None:
-            _read(path, f"grm.data.{field_name}")  # every line, so a bad one stops the run before it starts
+        if path is not None:  # every line, so a bad one stops the run before it starts
+            read[field_name] = _read(path, f"{block}.data.{field_name}")
     if settings.data.train is None:
-        synthetic_ranker(settings.data, registry)
+        synthetic_ranker(settings.data, registry, block)
     if settings.model.name_or_path is not None:
         try:
             locate_model(settings.model.name_or_path)
         except ConfigError as exc:
-            raise ConfigError(exc.message, "grm.model.name_or_path") from None
-    template_path(settings.pairwise_template, "grm.pairwise_template")
-    template_path(settings.listwise_template, "grm.listwise_template")
-    return settings
+            raise ConfigError(exc.message, f"{block}.model.name_or_path") from None
+    return read
 
 
 # --- data -----------------------------------------------------------------------------------------------
@@ -147,23 +163,28 @@ def _held_out(record: ListwiseRecord | PreferencePair, fraction: float, seed: in
     return int.from_bytes(digest[:8], "big") / 2**64 < fraction
 
 
-def synthetic_ranker(data: GrmDataConfig, registry: Any) -> Any:
-    """The judge, weights and aggregator of ``grm.data.ranked_by``, built from the run's registry."""
+def synthetic_ranker(data: GrmDataConfig, registry: Any, block: str = "grm") -> Any:
+    """The judge, weights and aggregator of ``<block>.data.ranked_by``, built from the run's registry."""
     from rlkit.grm.data import SyntheticRanker
 
+    where = f"{block}.data.ranked_by"
     if data.ranked_by is None:
-        raise ConfigError("grm.data.train is null, so the synthetic preferences need a ranking: set "
-                          "{judge, aggregator, weights} (conf/train_grm.yaml: rule, weighted_sum, constant)",
-                          "grm.data.ranked_by")
+        raise ConfigError(f"{block}.data.train is null, so the synthetic preferences need a ranking: set "
+                          "{judge, aggregator, weights} (conf/train_grm.yaml: rule, weighted_sum, constant)", where)
     r = data.ranked_by
-    return SyntheticRanker(registry.create("judge", r.judge, where="grm.data.ranked_by.judge"),
-                           registry.create("aggregator", r.aggregator, where="grm.data.ranked_by.aggregator"),
-                           registry.create("weight_scheduler", r.weights, where="grm.data.ranked_by.weights"))
+    return SyntheticRanker(registry.create("judge", r.judge, where=f"{where}.judge"),
+                           registry.create("aggregator", r.aggregator, where=f"{where}.aggregator"),
+                           registry.create("weight_scheduler", r.weights, where=f"{where}.weights"))
 
 
 def load_grm_data(settings: GrmTrainConfig, run_dir: Path, registry: Any) -> tuple[list[Any], list[PreferencePair]]:
     """Training examples (pairs, or ranked groups for the listwise objective) and held-out pairs."""
-    d = settings.data
+    return load_preference_data(settings.data, run_dir, registry, listwise=settings.objective == "listwise")
+
+
+def load_preference_data(d: GrmDataConfig, run_dir: Path, registry: Any, listwise: bool = False,
+                         block: str = "grm") -> tuple[list[Any], list[PreferencePair]]:
+    """Training examples (pairs, or ranked groups when ``listwise``) and held-out pairs, split by prompt."""
     train_path = d.train
     if train_path is None:
         from rlkit.grm.data import synthetic_preferences
@@ -171,25 +192,25 @@ def load_grm_data(settings: GrmTrainConfig, run_dir: Path, registry: Any) -> tup
         # written out, so the run's data is inspectable and takes the same reading path as a user's file
         target = run_dir / "data" / "synthetic_preferences.jsonl"
         target.parent.mkdir(parents=True, exist_ok=True)
-        rows = synthetic_preferences(d.synthetic_records, synthetic_ranker(d, registry), d.seed)
+        rows = synthetic_preferences(d.synthetic_records, synthetic_ranker(d, registry, block), d.seed)
         target.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
         train_path = str(target)
-    records = _read(train_path, "grm.data.train")
+    records = _read(train_path, f"{block}.data.train")
     if d.val is not None:
-        train_records, val_records = records, _read(d.val, "grm.data.val")
+        train_records, val_records = records, _read(d.val, f"{block}.data.val")
     else:
         val_records = [r for r in records if _held_out(r, d.val_fraction, d.seed)]
         train_records = [r for r in records if not _held_out(r, d.val_fraction, d.seed)]
     val_pairs = listwise_to_pairs(val_records, "all", d.near_duplicate).pairs
     if not val_pairs:
-        raise DataError("no held-out pair left (after ties and duplicates); give grm.data.val or more data",
-                        "grm.data.val")
-    if settings.objective == "listwise":
+        raise DataError(f"no held-out pair left (after ties and duplicates); give {block}.data.val or more data",
+                        f"{block}.data.val")
+    if listwise:
         train = [r if isinstance(r, ListwiseRecord) else _as_group(r) for r in train_records]
     else:
         train = listwise_to_pairs(train_records, d.pairs, d.near_duplicate).pairs
     if not train:
-        raise DataError("no training example left (after ties and duplicates)", "grm.data.train")
+        raise DataError("no training example left (after ties and duplicates)", f"{block}.data.train")
     return train, val_pairs
 
 
@@ -211,13 +232,15 @@ def plackett_luce_loss(utilities: torch.Tensor, ranks: Sequence[int]) -> torch.T
     return (tails[:-1] - u[:-1]).sum()
 
 
-class GrmModule(L.LightningModule):
-    """Trains a GRM; validation scores held-out pairs as the judge will and logs :func:`pair_accuracy`."""
+class PreferenceModule(L.LightningModule):
+    """What a model trained on preference pairs shares with every other (``train-grm``'s GRM, ``train-rm``'s scalar
+    reward model): training mode, texts as batches, held-out :func:`pair_accuracy` per validation, and AdamW with
+    linear warm-up then decay. A subclass adds ``training_step`` and a ``validation_step`` that calls
+    :meth:`add_outcomes`."""
 
-    def __init__(self, grm: GenerativeRewardModel, settings: GrmTrainConfig, total_steps: int) -> None:
+    def __init__(self, model: torch.nn.Module, settings: PreferenceTrainConfig, total_steps: int) -> None:
         super().__init__()
-        self.grm = grm
-        self.model = grm.model
+        self.model = model
         self.settings = settings
         self.total_steps = total_steps
         self._outcomes: list[PairOutcome] = []
@@ -229,7 +252,45 @@ class GrmModule(L.LightningModule):
         self.model.train()
 
     def transfer_batch_to_device(self, batch: Any, device: torch.device, dataloader_idx: int) -> Any:
-        return batch  # texts: the questions are tokenised, and moved, in the step
+        return batch  # texts: they are tokenised, and moved, in the step
+
+    def add_outcomes(self, p_chosen: Sequence[float], pairs: Sequence[PreferencePair]) -> None:
+        """One held-out batch: P(chosen better) for each of ``pairs``."""
+        self._outcomes += [PairOutcome(float(p), len(pair.chosen), len(pair.rejected), pair.domain)
+                           for p, pair in zip(p_chosen, pairs, strict=True)]
+
+    def on_validation_epoch_end(self) -> None:
+        metrics = pair_accuracy(self._outcomes)
+        self._outcomes = []
+        self.last_metrics = metrics
+        shown = {"accuracy", "length_controlled_accuracy"}
+        for key, value in metrics.items():
+            if not math.isnan(value):
+                self.log(f"val/{key}", value, prog_bar=key in shown)
+
+    def configure_optimizers(self) -> Any:
+        s = self.settings
+        params = [p for p in self.parameters() if p.requires_grad]
+        opt = make_adamw(params, lr=s.lr, weight_decay=s.weight_decay, precision=str(self.trainer.precision),
+                         clips_gradients=bool(self.trainer.gradient_clip_val))
+        warmup = int(s.warmup_ratio * self.total_steps)
+
+        def factor(step: int) -> float:  # linear warm-up, then linear decay to zero
+            if step < warmup:
+                return (step + 1) / warmup
+            return max(0.0, (self.total_steps - step) / max(1, self.total_steps - warmup))
+
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, factor)
+        return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
+
+
+class GrmModule(PreferenceModule):
+    """Trains a GRM; validation scores held-out pairs as the judge will and logs :func:`pair_accuracy`."""
+
+    def __init__(self, grm: GenerativeRewardModel, settings: GrmTrainConfig, total_steps: int) -> None:
+        super().__init__(grm.model, settings, total_steps)
+        self.grm = grm
+        self.settings: GrmTrainConfig = settings
 
     def _pairwise_loss(self, pairs: Sequence[PreferencePair]) -> torch.Tensor:
         questions, targets = [], []
@@ -263,33 +324,7 @@ class GrmModule(L.LightningModule):
 
     def validation_step(self, batch: list[PreferencePair], batch_idx: int) -> None:
         items = [(prompt_text(p.prompt), p.chosen, p.rejected, p.reference) for p in batch]
-        q = self.grm.prefer_first(items, self.settings.eval_batch_size)
-        self._outcomes += [PairOutcome(float(p), len(pair.chosen), len(pair.rejected), pair.domain)
-                           for p, pair in zip(q.tolist(), batch, strict=True)]
-
-    def on_validation_epoch_end(self) -> None:
-        metrics = pair_accuracy(self._outcomes)
-        self._outcomes = []
-        self.last_metrics = metrics
-        shown = {"accuracy", "length_controlled_accuracy"}
-        for key, value in metrics.items():
-            if not math.isnan(value):
-                self.log(f"val/{key}", value, prog_bar=key in shown)
-
-    def configure_optimizers(self) -> Any:
-        s = self.settings
-        params = [p for p in self.model.parameters() if p.requires_grad]
-        opt = make_adamw(params, lr=s.lr, weight_decay=s.weight_decay, precision=str(self.trainer.precision),
-                         clips_gradients=bool(self.trainer.gradient_clip_val))
-        warmup = int(s.warmup_ratio * self.total_steps)
-
-        def factor(step: int) -> float:  # linear warm-up, then linear decay to zero
-            if step < warmup:
-                return (step + 1) / warmup
-            return max(0.0, (self.total_steps - step) / max(1, self.total_steps - warmup))
-
-        sched = torch.optim.lr_scheduler.LambdaLR(opt, factor)
-        return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
+        self.add_outcomes(self.grm.prefer_first(items, self.settings.eval_batch_size).tolist(), batch)
 
 
 # --- the run --------------------------------------------------------------------------------------------
@@ -313,30 +348,24 @@ def grm_format(settings: GrmTrainConfig) -> GrmFormat:
     return GrmFormat(settings.pairwise_template, settings.listwise_template, settings.max_response_chars)
 
 
-def train_grm(cfg: DictConfig, run_dir: Path, registry: Any) -> dict[str, Any]:
-    """Train the GRM of ``cfg.grm`` on the trainer of ``cfg.trainer``; save it to ``run_dir/grm``; return the
-    summary (held-out metrics after every epoch, the saved folder)."""
+def fit_preference_model(cfg: DictConfig, run_dir: Path, module: PreferenceModule, train: list[Any],
+                         val: list[PreferencePair], job_type: str) -> dict[str, Any]:
+    """The loop ``train-grm`` and ``train-rm`` share: held-out metrics before training (the data's chance level),
+    then ``module.settings.epochs`` of Lightning on ``cfg.trainer`` with the run's logger, ``last.ckpt`` checkpoints
+    (``ckpt_path`` resumes) and ``torch_threads``. Returns ``start``, ``end`` and ``history`` (held-out metrics)
+    and ``steps``; the caller saves what it trained."""
     from lightning.pytorch.callbacks import ModelCheckpoint
     from torch.utils.data import DataLoader
 
-    from rlkit.lm.models import apply_lora, save_policy
-    from rlkit.runs.lightning import quiet_lightning
     from rlkit.runs.loggers import finish_logger, make_logger
 
-    settings = check_grm_config(cfg, registry)
-    quiet_lightning()
-    L.seed_everything(int(cfg.seed), workers=True, verbose=False)
-    train, val = load_grm_data(settings, run_dir, registry)
-    model, tokenizer = load_base_model(settings.model)
-    if settings.model.lora.enabled:
-        model = apply_lora(model, settings.model.lora)
-    grm = GenerativeRewardModel(model, tokenizer, grm_format(settings))
+    settings = module.settings
     generator = torch.Generator().manual_seed(int(cfg.seed))
     train_loader = DataLoader(train, batch_size=settings.batch_size, shuffle=True, collate_fn=_collate,
                               generator=generator)
     val_loader = DataLoader(val, batch_size=settings.eval_batch_size, shuffle=False, collate_fn=_collate)
-    module = GrmModule(grm, settings, total_steps=settings.epochs * len(train_loader))
-    logger = make_logger(cfg, run_dir, job_type="train-grm")
+    module.total_steps = settings.epochs * len(train_loader)
+    logger = make_logger(cfg, run_dir, job_type=job_type)
     trainer_kwargs = OmegaConf.to_container(cfg.trainer, resolve=True)
     assert isinstance(trainer_kwargs, dict)
     trainer_kwargs.setdefault("max_epochs", settings.epochs)
@@ -344,7 +373,7 @@ def train_grm(cfg: DictConfig, run_dir: Path, registry: Any) -> dict[str, Any]:
     history: list[dict[str, float]] = []
 
     class _History(L.Callback):
-        def on_validation_end(self, trainer: L.Trainer, pl_module: GrmModule) -> None:
+        def on_validation_end(self, trainer: L.Trainer, pl_module: PreferenceModule) -> None:
             if not trainer.sanity_checking:
                 history.append(dict(pl_module.last_metrics))
 
@@ -364,20 +393,43 @@ def train_grm(cfg: DictConfig, run_dir: Path, registry: Any) -> dict[str, Any]:
     finally:
         torch.set_num_threads(threads)
         finish_logger(logger)
+    module.model.eval()
+    return {"start": start, "end": history[-1] if history else start, "history": history,
+            "steps": trainer.global_step}
+
+
+def train_grm(cfg: DictConfig, run_dir: Path, registry: Any) -> dict[str, Any]:
+    """Train the GRM of ``cfg.grm`` on the trainer of ``cfg.trainer``; save it to ``run_dir/grm``; return the
+    summary (held-out metrics after every epoch, the saved folder)."""
+    from rlkit.lm.models import apply_lora, save_policy
+    from rlkit.runs.lightning import quiet_lightning
+
+    settings = check_grm_config(cfg, registry)
+    quiet_lightning()
+    L.seed_everything(int(cfg.seed), workers=True, verbose=False)
+    train, val = load_grm_data(settings, run_dir, registry)
+    model, tokenizer = load_base_model(settings.model)
+    if settings.model.lora.enabled:
+        model = apply_lora(model, settings.model.lora)
+    grm = GenerativeRewardModel(model, tokenizer, grm_format(settings))
+    run = fit_preference_model(cfg, run_dir, GrmModule(grm, settings, total_steps=1), train, val, "train-grm")
     out = run_dir / "grm"
-    model.eval()
     save_policy(model, tokenizer, out, "merged")
-    end = history[-1] if history else start
     info = {"objective": settings.objective, "format": {"pairwise_template": settings.pairwise_template,
                                                         "listwise_template": settings.listwise_template,
                                                         "max_response_chars": settings.max_response_chars},
-            "train_examples": len(train), "val_pairs": len(val), "steps": trainer.global_step, "metrics": end}
+            "train_examples": len(train), "val_pairs": len(val), "steps": run["steps"], "metrics": run["end"]}
     (out / GRM_INFO).write_text(json.dumps(info, indent=2, default=float), encoding="utf-8")
-    return {"start": start, "end": end, "history": history, "grm_dir": str(out), "steps": trainer.global_step,
-            "train_examples": len(train), "val_pairs": len(val)}
+    return {**run, "grm_dir": str(out), "train_examples": len(train), "val_pairs": len(val)}
 
 
 def print_grm_summary(summary: dict[str, Any]) -> None:
+    print_preference_summary(summary, f"GRM saved to {summary['grm_dir']} (use it with judge=grm "
+                                      f"judge.params.model={summary['grm_dir']})")
+
+
+def print_preference_summary(summary: dict[str, Any], saved: str) -> None:
+    """The held-out metrics before and after training as a table, then ``saved`` (where the model went)."""
     from rich.console import Console
     from rich.table import Table
 
@@ -392,4 +444,4 @@ def print_grm_summary(summary: dict[str, Any]) -> None:
         table.add_row(key, f"{a:.3f}", f"{b:.3f}")
     console = Console(highlight=False, width=None if __import__("sys").stdout.isatty() else 120)
     console.print(table)
-    console.print(f"GRM saved to {summary['grm_dir']} (use it with judge=grm judge.params.model={summary['grm_dir']})")
+    console.print(saved, markup=False)

@@ -52,7 +52,8 @@ def records_file(tmp_path: Path) -> Path:
 
 # Validating judge=reward_api asks its server what it judges: tests/serve/test_serve.py validates it against a live one.
 # judge=grm names the folder rlkit train-grm saved: tests/grm/test_grm.py validates it with one it trained.
-NEEDS_SERVER = {("judge", "reward_api"), ("judge", "grm")}
+# judge=reward_model names the folder rlkit train-rm saved: tests/grm/test_reward_model.py validates it likewise.
+NEEDS_SERVER = {("judge", "reward_api"), ("judge", "grm"), ("judge", "reward_model")}
 DEFINITIONS = "pkg://rlkit.conf/tasks/learner_definitions.jsonl"
 # A multi-turn environment renders its turns with a chat template, which the embedded policy's tokenizer lacks.
 NEEDS_MORE = {("environment", "tools"): ["model.chat_template=pkg://rlkit.templates/chat/tiny_tools.jinja"],

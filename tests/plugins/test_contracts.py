@@ -33,7 +33,8 @@ def _build(kind: str, name: str):
 # the llm judge with the offline tiny judge and its rubric.
 _MODEL_JUDGES = {"llm"}
 # A GRM is a model trained by rlkit train-grm: tests/grm/test_grm.py trains one and runs this suite on judge=grm.
-_TRAINED_JUDGES = {"grm"}
+# A reward model is trained by rlkit train-rm: tests/grm/test_reward_model.py runs the suite on it.
+_TRAINED_JUDGES = {"grm", "reward_model"}
 # A remote judge needs a live server judging the suite's rubric: tests/serve/test_serve.py runs the suite on reward_api.
 _REMOTE_JUDGES = {"reward_api"}
 
