@@ -12,8 +12,12 @@ own whose phases say what a Ctrl-C does (``rlkit.train.interrupt``):
 
 SIGTERM (a SLURM preemption, a Kubernetes eviction, ``timeout``) is answered as a Ctrl-C is, in every phase, and the
 command then exits with 143 (128 + SIGTERM) instead of 130, so a scheduler's script can tell a preemption from a
-person. During ``rlkit fit`` Lightning adds its own SIGTERM handler in front of this one; it stops the loop after the
-step, which ``rlkit fit`` then treats as the end of training (``rlkit.train.fit``).
+person. Under SLURM (``SLURM_JOB_ID`` set) SIGUSR1 (``#SBATCH --signal=USR1@90``, Lightning's requeue signal) and
+SIGUSR2 (submitit's) are a preemption notice answered the same way, exit 128 + the signal; ``rlkit fit`` then
+requeues the job (``rlkit.train.interrupt``). During ``rlkit fit`` Lightning adds its own SIGTERM handler in front
+of this one; it stops the loop after the step, which ``rlkit fit`` then treats as the end of training
+(``rlkit.train.fit``). Lightning's SIGUSR1 handler (a checkpoint mid-step, which could not resume exactly) is not
+installed where one is there already, as the guard's is in a SLURM job.
 
 Stopping at once raises :class:`RunInterrupted`, a ``BaseException`` but not a ``KeyboardInterrupt``, for three
 reasons. Lightning answers a ``KeyboardInterrupt`` inside ``fit`` or ``validate`` with its own message and
@@ -27,6 +31,7 @@ command line reports it when the command returns.
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 import threading
@@ -36,6 +41,20 @@ Phase = Literal["startup", "training", "finishing"]
 EXIT_CODE = 130  # 128 + SIGINT, the shell's convention
 TERM_EXIT_CODE = 143  # 128 + SIGTERM
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
+# a SLURM job's notice of preemption or of its time limit: Lightning's SLURMEnvironment waits for SIGUSR1, submitit
+# sends SIGUSR2 (its `--signal=USR2@<signal_delay_s>`)
+REQUEUE_SIGNALS = (signal.SIGUSR1, signal.SIGUSR2)
+
+
+def under_slurm() -> bool:
+    """Whether this process is a SLURM job's (a batch job, an srun step, a submitit job)."""
+    return "SLURM_JOB_ID" in os.environ
+
+
+def handled_signals() -> tuple[signal.Signals, ...]:
+    """The signals a guard answers: Ctrl-C and SIGTERM, and the requeue signals in a SLURM job (elsewhere they keep
+    their default, and Lightning does not handle them off SLURM either)."""
+    return SIGNALS + REQUEUE_SIGNALS if under_slurm() else SIGNALS
 
 
 class RunInterrupted(BaseException):  # noqa: N818 (a Ctrl-C, not an error)
@@ -63,15 +82,22 @@ class InterruptGuard:
 
     @property
     def terminated(self) -> bool:
-        """Whether SIGTERM, not a Ctrl-C, asked the command to stop."""
-        return self.signum == signal.SIGTERM
+        """Whether a signal other than a Ctrl-C (SIGTERM, a SLURM requeue signal) asked the command to stop."""
+        return self.signum is not None and self.signum != signal.SIGINT
+
+    @property
+    def requeue(self) -> bool:
+        """Whether SLURM's requeue signal asked the command to stop: the job is to run again."""
+        return self.signum in REQUEUE_SIGNALS
 
     @property
     def exit_code(self) -> int:
-        return TERM_EXIT_CODE if self.terminated else EXIT_CODE
+        return 128 + int(self.signum) if self.terminated else EXIT_CODE  # 143 for SIGTERM, as a shell says
 
     def _said(self, message: str) -> str:
-        return message.replace("interrupted", "terminated (SIGTERM)", 1) if self.terminated else message
+        if not self.terminated:
+            return message
+        return message.replace("interrupted", f"terminated ({signal.Signals(self.signum).name})", 1)
 
     @property
     def phase(self) -> Phase:
@@ -92,7 +118,7 @@ class InterruptGuard:
         if isinstance(outer, InterruptGuard) and outer.stopped:
             # the outer guard's Ctrl-C was swallowed on the way here
             raise RunInterrupted(outer._said(outer.startup_message), outer.exit_code)
-        for signum in SIGNALS:
+        for signum in handled_signals():
             if signal.getsignal(signum) is not signal.SIG_IGN:  # a process told to ignore one keeps ignoring it
                 self._previous[signum] = signal.signal(signum, self._handle)
         self._installed = True
@@ -115,7 +141,8 @@ class InterruptGuard:
             raise RunInterrupted("interrupted again: stopped at once; the last saved checkpoint, if any, is in the "
                                  "run folder's checkpoints/", self.exit_code)
         self.requested = True
-        what, again = ("SIGTERM", "a second signal") if signum == signal.SIGTERM else ("interrupt", "Ctrl-C again")
+        what, again = (signal.Signals(signum).name, "a second signal") if signum != signal.SIGINT else \
+            ("interrupt", "Ctrl-C again")
         if self._phase == "training":
             say(f"{what}: finishing this step, then saving a checkpoint, the policy and the summary "
                 f"({again} to stop at once)")

@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from rlkit.core.atomic import append_lines
 from rlkit.core.errors import DataError
 from rlkit.data.records import json_lines
 
@@ -31,9 +32,7 @@ class MetricsHistory:
     def append(self, step: int, metrics: Mapping[str, float]) -> None:
         """One line for ``step``; NaN and infinities become null (JSON has no literal for them)."""
         line = json.dumps({"step": int(step), "metrics": {k: _json_number(v) for k, v in metrics.items()}})
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with self.path.open("a", encoding="utf-8") as fh:
-            fh.write(line + "\n")
+        append_lines(self.path, [line])
 
 
 def read_history(path: str | Path) -> list[tuple[int, dict[str, float]]]:

@@ -7,13 +7,12 @@ import io
 import json
 import math
 import os
-import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rlkit.core.atomic import atomic_write_text
+from rlkit.core.atomic import atomic_write_bytes, atomic_write_text
 from rlkit.core.errors import DataError, no_such
 from rlkit.data.records import json_lines, prompt_text
 from rlkit.judging.spend import spend_section, spend_table
@@ -466,21 +465,6 @@ def render_markdown(run_dir: Path, history: History, dims: list[str], alerts: li
     return "\n".join(lines).rstrip() + "\n"
 
 
-def _write_bytes(path: Path, data: bytes) -> None:
-    """Atomically, like ``atomic_write_text``: a temp file beside the target, then ``os.replace``."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            umask = os.umask(0)
-            os.umask(umask)
-            os.fchmod(fh.fileno(), 0o666 & ~umask)
-            fh.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 # --- entry points ----------------------------------------------------------------------------------
 
 
@@ -503,7 +487,7 @@ def write_report(run_dir: str | Path) -> RunReport:
         if data is None:
             continue
         path = out / f"{stem}.png"
-        _write_bytes(path, data)
+        atomic_write_bytes(path, data)
         pngs[stem] = path.name
         report.images[f"report/{stem}"] = path
     report.tables["report/dimensions"] = dimension_table(history, dims)

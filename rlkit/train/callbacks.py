@@ -12,6 +12,7 @@ from typing import Any
 import lightning as L
 import torch
 
+from rlkit.core.atomic import append_lines
 from rlkit.core.rubric import Rubric
 from rlkit.data.records import prompt_text
 from rlkit.lm.sampling import render_prompt
@@ -101,13 +102,14 @@ class SampleLogger(L.Callback):
             return
         tokenizer = pl_module.tokenizer
         columns, rows = sample_rows(snapshot, self.rubric, self.limit, lambda p: render_prompt(p, tokenizer))
-        with self.path.open("a", encoding="utf-8") as fh:
-            for row, (i, _) in zip(rows, sampled(snapshot, self.limit), strict=True):
-                line = dict(zip(columns, row, strict=True))
-                # the record's other fields (``reference``, a check's ``field:``), which a judge reads: `rlkit
-                # calibrate sample` carries them into the labelling file so `rlkit calibrate` can score its lines
-                line[RECORD_KEY] = {k: v for k, v in snapshot.records[i].items() if k != "prompt"}
-                fh.write(json.dumps(line, ensure_ascii=False, default=str) + "\n")
+        lines = []
+        for row, (i, _) in zip(rows, sampled(snapshot, self.limit), strict=True):
+            line = dict(zip(columns, row, strict=True))
+            # the record's other fields (``reference``, a check's ``field:``), which a judge reads: `rlkit
+            # calibrate sample` carries them into the labelling file so `rlkit calibrate` can score its lines
+            line[RECORD_KEY] = {k: v for k, v in snapshot.records[i].items() if k != "prompt"}
+            lines.append(json.dumps(line, ensure_ascii=False, default=str))
+        append_lines(self.path, lines)  # the step's rows whole or none: a full disk is one line, not half a row
         for logger in trainer.loggers:
             if hasattr(logger, "log_table"):
                 logger.log_table(key="samples", columns=columns, data=rows, step=trainer.global_step)

@@ -12,6 +12,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from rlkit.config import ValidatedConfig
+from rlkit.core.atomic import atomic_directory, storage_error
 from rlkit.core.errors import ConfigError, RlkitError
 from rlkit.judging.spend import judge_spend, spend_line
 from rlkit.lm.logprobs import ImportanceCorrection
@@ -145,17 +146,22 @@ def build_module(validated: ValidatedConfig, heldout: Sequence[dict[str, Any]] =
 
 
 def with_resume_hint(exc: RlkitError, run_dir: Path) -> RlkitError:
-    """``exc`` with the run's last checkpoint named, when it wrote one: the line a user resumes from."""
-    from rlkit.config.checkpoints import read_checkpoint_metadata
+    """``exc`` with the run's newest whole checkpoint named, when it wrote one: the line a user resumes from
+    (``last.ckpt``, or where the disk refused that one, the newest ``step-*.ckpt`` that ``checkpoint_keep_last``
+    kept)."""
+    from rlkit.config.checkpoints import read_checkpoint_metadata, whole_checkpoint_beside
 
     last = run_dir / "checkpoints" / "last.ckpt"
-    if not last.is_file():
-        return exc
-    try:
-        step = read_checkpoint_metadata(last).get("global_step")
-    except RlkitError:
-        return exc
-    return type(exc)(f"{exc.message}; the run's last checkpoint (step {step}) resumes it: ckpt_path={last}", exc.where)
+    for candidate in (last, whole_checkpoint_beside(last)):
+        if candidate is None or not candidate.is_file():
+            continue
+        try:
+            step = read_checkpoint_metadata(candidate, verify=True).get("global_step")
+        except RlkitError:
+            continue
+        return type(exc)(f"{exc.message}; the run's last checkpoint (step {step}) resumes it: ckpt_path={candidate}",
+                         exc.where)
+    return exc
 
 
 def carry_earlier_answers(ckpt_path: str, run_dir: Path) -> None:
@@ -177,6 +183,19 @@ def record_heldout(history: MetricsHistory | None, step: int, heldout: dict[str,
     """Held-out means into the metric history as ``heldout/<dimension>``, for the run report's start/end columns."""
     if history is not None and heldout:
         history.append(step, {f"heldout/{k}": v for k, v in heldout.items()})
+
+
+def finish_logger_on(run_dir: Path, logger: Any, failing: bool) -> None:
+    """Flush and finish ``logger``; a disk that refuses its files is the one StorageError line (naming the run
+    folder), said only where no error is on its way out already (``failing``): the first one is the run's."""
+    try:
+        finish_logger(logger)
+    except Exception as exc:
+        full = storage_error(exc, str(run_dir))
+        if full is None:
+            raise
+        if not failing:
+            raise full from None
 
 
 def end_of_run_report(run_dir: Path, logger: Any) -> None:
@@ -232,9 +251,12 @@ def fit(validated: ValidatedConfig, run_dir: Path) -> dict[str, Any]:
     """Train, evaluate the held-out split before and after, and return the summary. Ctrl-C finishes what was
     trained (``rlkit.core.interrupt``); the summary's ``interrupted`` then says at which step and where to resume."""
     from rlkit.core.interrupt import InterruptGuard
+    from rlkit.train.interrupt import requeue_at_exit
 
     with InterruptGuard("interrupted during start-up; nothing was trained") as guard:
-        return _fit(validated, run_dir, guard)
+        summary = _fit(validated, run_dir, guard)
+    requeue_at_exit(guard)  # SLURM's requeue signal: the job runs again and resumes (requeued_checkpoint)
+    return summary
 
 
 def _fit(validated: ValidatedConfig, run_dir: Path, guard: Any) -> dict[str, Any]:
@@ -249,7 +271,7 @@ def _fit(validated: ValidatedConfig, run_dir: Path, guard: Any) -> dict[str, Any
     quiet_lightning()
     threads = set_torch_threads(run.torch_threads)  # said below, once the trainer knows which process speaks
     L.seed_everything(run.seed, workers=True, verbose=False)
-    from rlkit.train.interrupt import EndEvaluationStopped, StopOnInterrupt
+    from rlkit.train.interrupt import EndEvaluationStopped, StopOnInterrupt, requeued_checkpoint
 
     # its own name: ModelCheckpoint also saves last.ckpt when the loop stops, at the epoch's end, and would version
     # its file beside ours (last-v1.ckpt)
@@ -278,15 +300,24 @@ def _fit(validated: ValidatedConfig, run_dir: Path, guard: Any) -> dict[str, Any
         start = dict(module.heldout)
         record_heldout(module.history, 0, start)
         guard.phase = "training"
+        resume = run.ckpt_path or requeued_checkpoint(run_dir)
+        if resume is not None and run.ckpt_path is None and trainer.is_global_zero:
+            print(f"rlkit: SLURM requeued this job: resuming from {resume}", file=sys.stderr)
         try:
-            trainer.fit(module, datamodule=datamodule, ckpt_path=run.ckpt_path)
+            trainer.fit(module, datamodule=datamodule, ckpt_path=resume)
         except RlkitError as exc:  # e.g. an engine that stopped answering: say where the run can go on from
             raise with_resume_hint(exc, run_dir) from None
+        except Exception as exc:  # a library's write on a full disk (a logger's file): the same one line
+            full = storage_error(exc, str(run_dir))
+            if full is None:
+                raise
+            raise with_resume_hint(full, run_dir) from None
         except SIGTERMException:
             # Lightning's own SIGTERM handler ends the loop after the step, as StopOnInterrupt does after saving
             # its checkpoint there: the run finishes as after a Ctrl-C (rlkit.core.interrupt)
             if not guard.requested:
                 raise
+            stop.stopped_between_steps(trainer)
         guard.phase = "finishing"
         monitors = module.monitors.summary() if module.monitors is not None else {}  # writes monitors.json
         replicas = check_replicas_agree(module.policy, module.device)
@@ -307,7 +338,7 @@ def _fit(validated: ValidatedConfig, run_dir: Path, guard: Any) -> dict[str, Any
         if trainer.is_global_zero and not guard.requested:  # after a Ctrl-C: `rlkit report RUN` builds it later
             end_of_run_report(run_dir, logger)
     finally:
-        finish_logger(logger)
+        finish_logger_on(run_dir, logger, failing=sys.exc_info()[1] is not None)
         close_judge = getattr(validated.plugins.get("judge"), "close", None)
         if callable(close_judge):  # a model judge's engine stops with the run, not with the process (multirun)
             close_judge()
@@ -318,7 +349,12 @@ def _fit(validated: ValidatedConfig, run_dir: Path, guard: Any) -> dict[str, Any
                 close()
     final_dir = run_dir / "policy"
     if trainer.is_global_zero:  # every process holds the same weights; one writes them
-        final_dir = save_policy(module.policy, module.tokenizer, final_dir, validated.model.lora.save)
+        # written beside policy/ and renamed: a full disk leaves no half-saved policy where `rlkit eval` would read it
+        try:
+            with atomic_directory(final_dir) as folder:
+                save_policy(module.policy, module.tokenizer, folder, validated.model.lora.save)
+        except RlkitError as exc:  # a full disk: every step is in the last checkpoint, which writes it again
+            raise with_resume_hint(exc, run_dir) from None
     trainer.strategy.barrier("rlkit-policy-saved")
     return {"start": start, "end": end, "policy_dir": str(final_dir), "steps": trainer.global_step,
             "diagnostics": module.diagnostics, "global_zero": trainer.is_global_zero, "replicas": replicas,

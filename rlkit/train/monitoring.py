@@ -61,8 +61,9 @@ class MonitorHost:
     def _append(self, alert: Alert) -> None:
         if self.run_dir is None or not self.writer():
             return
-        with (self.run_dir / ALERTS_FILE).open("a", encoding="utf-8") as fh:
-            fh.write(json.dumps(alert.as_dict(), ensure_ascii=False) + "\n")
+        from rlkit.core.atomic import append_lines
+
+        append_lines(self.run_dir / ALERTS_FILE, [json.dumps(alert.as_dict(), ensure_ascii=False)])
 
     def summary(self) -> dict[str, dict[str, Any]]:
         """``{key: summary}``, written to ``monitors.json`` in the run directory (rank 0)."""

@@ -22,7 +22,7 @@ import lightning as L
 import yaml
 
 from rlkit.config.schemas import RubricEvolveConfig
-from rlkit.core.atomic import atomic_write_text
+from rlkit.core.atomic import append_lines, atomic_write_text
 from rlkit.core.errors import ConfigError
 from rlkit.core.rubric import Rubric
 from rlkit.core.rubric_diff import render_diff
@@ -123,11 +123,8 @@ class RubricEvolution(L.Callback):
             stem = f"{_file_safe(v.old.version)}..{_file_safe(v.new.version)}.diff"
             atomic_write_text(folder / f"{stem}.json", json.dumps(diff_json(v.diff), indent=1, default=str) + "\n")
             atomic_write_text(folder / f"{stem}.txt", diff_text(v))
-        with (self.dir / VERSIONS_FILE).open("a", encoding="utf-8") as fh:
-            fh.writelines(dumps_line(v.row()) + "\n" for v in done.versions)
-        if done.malformed:
-            with (self.dir / MALFORMED_FILE).open("a", encoding="utf-8") as fh:
-                fh.writelines(dumps_line(row) + "\n" for row in done.malformed)
+        append_lines(self.dir / VERSIONS_FILE, [dumps_line(v.row()) for v in done.versions])
+        append_lines(self.dir / MALFORMED_FILE, [dumps_line(row) for row in done.malformed])
         self.write_buffer()
 
     def write_buffer(self) -> None:
