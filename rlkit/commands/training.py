@@ -48,7 +48,7 @@ def _without_hydra(cfg: Any) -> Any:
 def _fit_job(cfg, run_dir: Path, checked: CheckedConfigs | None = None) -> float:
     import time
 
-    from rlkit.config import validate_config
+    from rlkit.config import check_config
     from rlkit.runs.sweep import write_job_summary
     from rlkit.train.fit import fit, print_summary
 
@@ -57,7 +57,7 @@ def _fit_job(cfg, run_dir: Path, checked: CheckedConfigs | None = None) -> float
     # The config `rlkit fit` validated before Hydra started, plugins built once; a relaunched rank, a job of a
     # launcher's other process (which carries no registry and builds one where it runs) or a job nobody checked
     # validates its own.
-    validated = (checked.take(cfg) if checked is not None else None) or validate_config(cfg, run_registry())
+    validated = (checked.take(cfg) if checked is not None else None) or check_config(cfg, run_registry())
     summary = fit(validated, run_dir)
     if summary["global_zero"]:
         print_summary(summary, validated)
@@ -76,8 +76,10 @@ def interrupted_line(interrupted: dict, run_dir: Path) -> str:
     from hydra.core.hydra_config import HydraConfig
 
     step, checkpoint = interrupted["step"], interrupted["checkpoint"]
-    # SIGTERM's exit status (rlkit.core.interrupt): a preemption, said as such
-    what = "terminated (SIGTERM)" if interrupted.get("exit_code") == 143 else "interrupted"
+    # the signal's exit status (rlkit.core.interrupt: 128 + the signal): a preemption, said as such; SLURM's notices
+    # (SIGUSR1, submitit's SIGUSR2) also requeue the job (rlkit.train.interrupt.requeue_at_exit)
+    what = {143: "terminated (SIGTERM)", 138: "preempted (SLURM's SIGUSR1; the job is requeued)",
+            140: "preempted (SLURM's SIGUSR2; the job is requeued)"}.get(interrupted.get("exit_code"), "interrupted")
     if checkpoint is None:  # after the last step: only the report was left out
         return (f"{what} after training ({step} steps): policy in {run_dir / 'policy'} and summary written, the "
                 f"run report skipped (rlkit report {run_dir} builds it)")
@@ -91,7 +93,7 @@ def interrupted_line(interrupted: dict, run_dir: Path) -> str:
 
 
 def cmd_fit(overrides: Sequence[str]) -> int:
-    from rlkit.config import validate_config
+    from rlkit.config import check_config
     from rlkit.config.compose import compose, parse_hydra_args
 
     relaunched = os.environ.get(RELAUNCHED_COMMAND) == "fit"
@@ -106,7 +108,7 @@ def cmd_fit(overrides: Sequence[str]) -> int:
         # Fail with one line before Hydra sets up a run directory or anything heavy is built (about a second).
         registry = run_registry()
         composed = compose(registry, args)
-        validated, declared = validate_config(composed.cfg, registry), composed.declared
+        validated, declared = check_config(composed.cfg, registry), composed.declared
         if validated.run.audit.require:  # fit() checks again: a sweep's jobs and programmatic calls come there
             from rlkit.evaluation.audit_report import judge_config, require_passed_audit
 
@@ -150,7 +152,7 @@ def validate_sweep(overrides: Sequence[str] | HydraArgs) -> tuple[list[Any], fro
     """Compose and validate every job of a sweep before the first one runs; the first bad job is one line naming
     it and its own overrides (a value of the sweep, a group option), exit 2. Returns each job's validated config
     and the keys their composition added (``++key=``), for Hydra's own composition of the jobs."""
-    from rlkit.config import validate_config
+    from rlkit.config import check_config
     from rlkit.config.compose import compose, parse_hydra_args
     from rlkit.core.errors import ConfigError, RlkitError
 
@@ -161,7 +163,7 @@ def validate_sweep(overrides: Sequence[str] | HydraArgs) -> tuple[list[Any], fro
     for number, job in enumerate(jobs):
         try:
             composed = compose(registry, parse_hydra_args(job))  # each job's own command line
-            checked.append(validate_config(composed.cfg, registry))
+            checked.append(check_config(composed.cfg, registry))
         except RlkitError as exc:
             own = " ".join(o for o in job if o not in base) or " ".join(job)
             raise ConfigError(f"job {number} of {len(jobs)} ({own}): {exc}") from None

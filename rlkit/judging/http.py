@@ -14,6 +14,10 @@
   ``unavailable`` so the caller stops rather than use a request that was never answered. Any HTTP answer, a 5xx
   included, means the server is up and follows the rules above. An outage is the endpoint's, kept per URL for the
   process: every request to it, whichever client sends it, waits on the one clock and one warning is said.
+  An attempt sent before the endpoint's last answer that comes back unanswered is ambiguous (the outage that was
+  over, or one that began after that answer: a server killed while answering its last requests refuses the ones
+  still in flight); it is tried once more, at once and not counted against ``max_retries``, and the retry, sent
+  after the answer, says which.
 """
 
 from __future__ import annotations
@@ -178,10 +182,11 @@ async def post_with_retries(client: httpx.AsyncClient, url: str, payload: Any, *
     attempts = 0
     endpoint = _ENDPOINTS.setdefault(url, _Endpoint())
     silent_since: float | None = None
+    free = 0  # the one uncounted retry of an ambiguous unanswered attempt (the module's docstring)
     wait = delay or (lambda retry, after: retry_delay(backoff, retry, after))
     while True:
-        if attempts:
-            pause = wait(attempts - 1, outcome.retry_after)
+        if attempts > free:
+            pause = wait(attempts - free - 1, outcome.retry_after)
             if silent_since is not None and unavailable_timeout is not None:  # the last try at the deadline
                 pause = min(pause, max(silent_since + unavailable_timeout - time.monotonic(), 0.0))
             await asyncio.sleep(pause)
@@ -199,7 +204,10 @@ async def post_with_retries(client: httpx.AsyncClient, url: str, payload: Any, *
             break
         # None as well when the endpoint answered others since this attempt left: it is up, this request just failed
         silent_since = endpoint.unanswered(sent) if outcome.unanswered and unavailable_timeout is not None else None
-        if silent_since is not None and unavailable_timeout is not None and attempts > max_retries:
+        if outcome.unanswered and unavailable_timeout is not None and silent_since is None and not free:
+            free = 1
+            continue
+        if silent_since is not None and unavailable_timeout is not None and attempts - free > max_retries:
             if time.monotonic() >= silent_since + unavailable_timeout:
                 _ENDPOINTS.pop(url, None)  # given up: a later run's first silence is its own
                 return _outcome(outcome, attempts, began, unavailable=True)
@@ -210,7 +218,7 @@ async def post_with_retries(client: httpx.AsyncClient, url: str, payload: Any, *
                       f"{unavailable_timeout:g} s ({unavailable_where}) for it to answer again before the run stops",
                       file=sys.stderr, flush=True)
             continue
-        if attempts > max_retries:
+        if attempts - free > max_retries:
             break
     return _outcome(outcome, attempts, began)
 

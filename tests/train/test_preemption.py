@@ -113,6 +113,7 @@ def test_a_slurm_requeue_signal_saves_requeues_and_the_requeued_job_resumes_exac
     assert proc.returncode == 128 + signum, err[-2000:]
     assert "Traceback" not in err and f"rlkit: {signal.Signals(signum).name}: finishing this step" in err
     assert "rlkit: requeued SLURM job 4242" in err
+    assert f"rlkit: preempted (SLURM's {signal.Signals(signum).name}; the job is requeued) after step" in err
     assert log.read_text().split() == ["requeue", "4242"]
     stopped = json.loads((run / "summary.json").read_text())["interrupted"]["step"]
     assert 1 <= stopped < 4
