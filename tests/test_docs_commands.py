@@ -194,7 +194,7 @@ def one_step_run(workspace) -> Path:
 @pytest.fixture(scope="module")
 def servers(workspace):
     """An OpenAI-compatible chat server and an rlkit reward API, on loopback, for the URLs the pages name."""
-    from rlkit.commands.common import validated_config
+    from rlkit.commands.common import compose_and_check
     from rlkit.serve.app import RewardServer, ServeSettings, create_app
     from rlkit.testing.canned_chat import CannedChatServer
 
@@ -209,7 +209,7 @@ def servers(workspace):
                      "judge.params.backend.name=openai",
                      f"++judge.params.backend.params={{base_url: '{chat.url}', model: judge, max_tokens: 2048}}",
                      f"generate.output={workspace.root / 'rubrics' / 'refs'}"]) == 0
-        with RewardServer(create_app(validated_config(["judge=rule"], read_data=False), ServeSettings())) as reward:
+        with RewardServer(create_app(compose_and_check(["judge=rule"], read_data=False), ServeSettings())) as reward:
             yield {"chat": chat.url, "reward": reward.url}
     finally:
         chat.stop()

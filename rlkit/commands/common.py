@@ -15,6 +15,7 @@ from rlkit.core.errors import RlkitError, error_lines
 if TYPE_CHECKING:
     from rich.console import Console
 
+    from rlkit.config.checks.outcome import CheckedConfig
     from rlkit.config.compose import HydraArgs
 
 
@@ -34,15 +35,15 @@ def rich_console() -> Console:
     return Console(highlight=False, width=None if sys.stdout.isatty() else 120)
 
 
-def validated_config(overrides: Sequence[str] | HydraArgs, *, need_completions: bool = False,
-                     read_data: bool = True):
+def compose_and_check(overrides: Sequence[str] | HydraArgs, *, need_completions: bool = False,
+                      read_data: bool = True) -> CheckedConfig:
     """Compose ``conf/fit.yaml`` with ``overrides`` (a command line, or the ``HydraArgs`` a command parsed already)
-    and validate every part against the run's registry."""
-    from rlkit.config import compose_config, validate_config
+    and check every part against the run's registry (``rlkit.config.check_config``)."""
+    from rlkit.config import check_config, compose_config
 
     registry = run_registry()
     cfg = compose_config(registry, overrides)
-    return validate_config(cfg, registry, need_completions=need_completions, read_data=read_data)
+    return check_config(cfg, registry, need_completions=need_completions, read_data=read_data)
 
 
 def fmt(x: float) -> str:

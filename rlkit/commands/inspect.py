@@ -9,7 +9,7 @@ from typing import Any
 
 from rich.table import Table
 
-from rlkit.commands.common import rich_console, run_registry, validated_config
+from rlkit.commands.common import compose_and_check, rich_console, run_registry
 
 
 def cmd_plugins(overrides: Sequence[str]) -> int:
@@ -89,7 +89,7 @@ def cmd_config_reference(args: Sequence[str]) -> int:
 def cmd_validate(overrides: Sequence[str]) -> int:
     from rlkit.core.rubric import anchor_report
 
-    validated = validated_config(overrides)
+    validated = compose_and_check(overrides)
     rubric = validated.rubric
     console = rich_console()
     console.print(f"config ok: rubric {rubric.name} v{rubric.version} (hash {rubric.short_hash}, "

@@ -10,7 +10,7 @@ from typing import Any
 
 from rich.table import Table
 
-from rlkit.commands.common import fmt, rich_console, run_registry, validated_config
+from rlkit.commands.common import compose_and_check, fmt, rich_console, run_registry
 from rlkit.config.outputs import check_writable
 
 
@@ -22,7 +22,7 @@ def cmd_score(overrides: Sequence[str]) -> int:
     from rlkit.evaluation.scoring import dimension_table, score_records
     from rlkit.evaluation.sharded_scoring import score_options, score_progress, score_to_file, shards_dir
 
-    validated = validated_config(overrides, need_completions=True)
+    validated = compose_and_check(overrides, need_completions=True)
     assert validated.records is not None and validated.data.path is not None
     # episode records keep their conversations (reading them gave each its last answer)
     validated = replace(validated, records=with_episodes(resolve_path(validated.data.path), validated.records))
@@ -144,10 +144,10 @@ def cmd_calibrate(overrides: Sequence[str]) -> int:
     from rlkit.evaluation.scoring import score_records
     from rlkit.runs.loggers import finish_logger, logger_name, make_logger
 
-    validated = validated_config(overrides, read_data=False)  # the records are the labelled lines, not data.path
+    validated = compose_and_check(overrides, read_data=False)  # the records are the labelled lines, not data.path
     cfg, rubric = validated.cfg, validated.rubric
     options = calibrate_options(cfg)
-    if validated.reward_rubric is not rubric:
+    if validated.scored_rubric is not rubric:
         # such a judge scores completions against the others of their group: it is held to the humans' rankings
         return _calibrate_ranking(validated, options)
     run_dir = run_dir_of(options.labels)
@@ -262,7 +262,7 @@ def _calibrate_ranking(validated, options) -> int:
     )
     from rlkit.evaluation.scoring import score_records
 
-    scored_dims = validated.reward_rubric.dimension_names
+    scored_dims = validated.scored_rubric.dimension_names
     if len(scored_dims) != 1:
         from rlkit.core.errors import ConfigError
 
@@ -368,7 +368,7 @@ def _print_windows(console, windows) -> None:
 def cmd_eval(overrides: Sequence[str]) -> int:
     from rlkit.evaluation.golden import checkpoint_label, golden_options, run_eval
 
-    validated = validated_config(overrides)  # data is read: its prompts are what the golden set must not contain
+    validated = compose_and_check(overrides)  # data is read: its prompts are what the golden set must not contain
     options = golden_options(validated)
     check_writable(options.output, "eval.output")
     result, rows, no_embedding = run_eval(validated)
@@ -393,14 +393,14 @@ def cmd_eval(overrides: Sequence[str]) -> int:
 def cmd_serve(overrides: Sequence[str]) -> int:
     import logging
 
-    from rlkit.config import compose_config, validate_config
+    from rlkit.config import check_config, compose_config
     from rlkit.serve.app import RewardServer, create_app, listening_socket, serve_settings
 
     cfg = compose_config(run_registry(), list(overrides))
     settings = serve_settings(cfg)
     sock = listening_socket(settings.host, settings.port)  # before the judge loads: a port in use fails at once
     try:
-        validated = validate_config(cfg, run_registry(), read_data=False)  # requests bring the texts, not data.path
+        validated = check_config(cfg, run_registry(), read_data=False)  # requests bring the texts, not data.path
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
         server = RewardServer(create_app(validated, settings), settings.host, log_level="info", sock=sock)
     except BaseException:

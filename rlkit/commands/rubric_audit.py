@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 from rich.table import Table
 
-from rlkit.commands.common import rich_console, run_registry, validated_config
+from rlkit.commands.common import compose_and_check, rich_console, run_registry
 from rlkit.config.outputs import check_writable
 from rlkit.core.errors import ConfigError
 
@@ -46,7 +46,7 @@ def cmd_rubric_audit(args: Sequence[str]) -> int:
     )
 
     overrides = audit_overrides(args)
-    validated = validated_config(overrides)
+    validated = compose_and_check(overrides)
     options, rubric = validated.run.audit, validated.rubric
     check_writable(options.output, "audit.output", folder=True)
     console = rich_console()

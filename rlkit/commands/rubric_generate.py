@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from rlkit.commands.common import validated_config
+from rlkit.commands.common import compose_and_check
 from rlkit.core.errors import ConfigError
 
 GENERATE_PREFIX = "generate."
@@ -22,7 +22,7 @@ def cmd_rubric_generate(args: Sequence[str]) -> int:
     own = {a[len(GENERATE_PREFIX):].partition("=")[0]: a.partition("=")[2] for a in args
            if a.startswith(GENERATE_PREFIX)}
     options = generate_options(own)
-    validated = validated_config([a for a in args if not a.startswith(GENERATE_PREFIX)])
+    validated = compose_and_check([a for a in args if not a.startswith(GENERATE_PREFIX)])
     if validated.records is None or validated.data is None or not validated.data.path:
         raise ConfigError("rubric generate writes criteria from reference answers: give data.path=<records.jsonl> "
                           "(each line a prompt and its reference)", "data.path")

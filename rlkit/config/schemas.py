@@ -524,5 +524,5 @@ def register_run_defaults() -> None:
 
 
 # Registered on import rather than with the defaults: a config composed elsewhere (a submitit job unpickles one)
-# is resolved by validate_config, which imports this module.
+# is resolved by check_config, which imports this module.
 OmegaConf.register_new_resolver("rlkit.embedded_only", embedded_only, replace=True)

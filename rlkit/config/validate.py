@@ -1,6 +1,6 @@
 """Validating every part of a composed config without building anything heavy.
 
-:func:`validate_config` runs the checks of :mod:`rlkit.config.checks` (one module per concern) in order: first
+:func:`check_config` runs the checks of :mod:`rlkit.config.checks` (one module per concern) in order: first
 those that depend on nothing else, all of them, so every independent mistake is told at once; then the plugins are
 built (their constructors are lazy: no weights, no engine, no port) and checked against the rubric and each other.
 The names below stay importable from here, where commands and tests have always found them.
@@ -54,7 +54,7 @@ from rlkit.config.checks.objective import (
     check_reward_path,
     small_group_warning,
 )
-from rlkit.config.checks.outcome import REWARD_CONFIG_KEYS, ValidatedConfig, is_group_relative
+from rlkit.config.checks.outcome import REWARD_CONFIG_KEYS, CheckedConfig, is_group_relative
 from rlkit.config.machine import check_machine
 from rlkit.config.schemas import GROUP_SCHEMAS
 from rlkit.core.errors import ConfigError, Problems
@@ -63,9 +63,9 @@ from rlkit.core.registry import KINDS, Registry
 from rlkit.core.rubric import load_rubric
 
 __all__ = [
-    "PRETRAINED_LR_LIMIT", "REWARD_CONFIG_KEYS", "ValidatedConfig", "check_block", "check_learning_rate",
+    "PRETRAINED_LR_LIMIT", "REWARD_CONFIG_KEYS", "CheckedConfig", "check_block", "check_learning_rate",
     "check_model_path", "check_run", "check_trainer", "is_group_relative", "read_chat_format", "run_keys",
-    "schema_message", "validate_config", "validate_monitors",
+    "schema_message", "check_config", "validate_monitors",
 ]
 
 
@@ -91,7 +91,7 @@ def _independent_parts(cfg: DictConfig, registry: Registry, read_data: bool) -> 
     return run, parts, rubric
 
 
-def _build_plugins(cfg: DictConfig, registry: Registry, result: ValidatedConfig) -> None:
+def _build_plugins(cfg: DictConfig, registry: Registry, result: CheckedConfig) -> None:
     """Each selected plugin built from its bound params and checked against the rubric (``check_rubric``, which the
     kind's protocol declares): a constructor keeps what is heavy (a model, an engine, a connection) for first use."""
     rubric = result.rubric
@@ -110,32 +110,32 @@ def _build_plugins(cfg: DictConfig, registry: Registry, result: ValidatedConfig)
         check = getattr(plugin, "check_rubric", None)
         if check is not None:
             # the judge checks the rubric it is asked with; every later part, what the scores follow
-            check(rubric if kind.key == "judge" else result.reward_rubric)
+            check(rubric if kind.key == "judge" else result.scored_rubric)
         if kind.key == "judge":
             if rubric.per_record and not getattr(plugin, "scores_per_record", False):
                 raise ConfigError(f"rubric {rubric.name} is per_record (each record scored against its own rubric); "
                                   f"judge={entry.name} does not score that way: use judge=rule or judge=llm", "judge")
             derive = getattr(plugin, "scored_rubric", None)
-            result.reward_rubric = derive(rubric) if callable(derive) else rubric
+            result.scored_rubric = derive(rubric) if callable(derive) else rubric
         result.plugins[kind.key] = plugin
         result.plugin_names[kind.key] = entry.name
-    result.plugins["monitor"] = validate_monitors(registry, cfg, result.reward_rubric)  # {key: monitor}
+    result.plugins["monitor"] = validate_monitors(registry, cfg, result.scored_rubric)  # {key: monitor}
     if result.plugins["monitor"]:
         result.plugin_names["monitor"] = ", ".join(result.plugins["monitor"])
 
 
-def validate_config(cfg: DictConfig, registry: Registry, *, read_data: bool = True,
-                    need_completions: bool = False) -> ValidatedConfig:
+def check_config(cfg: DictConfig, registry: Registry, *, read_data: bool = True,
+                 need_completions: bool = False) -> CheckedConfig:
     """Check every part of a composed config: independent mistakes together (``ConfigErrors``, one line each), then
     the checks that build on them, the first problem a one-line ``RlkitError``."""
     run, parts, rubric = _independent_parts(cfg, registry, read_data)
     model = parts["model"]
-    result = ValidatedConfig(cfg=cfg, rubric=rubric, run=run, model=model, data=parts["data"], debias=run.debias,
-                             reward_rubric=rubric, evolve=parts["rubric"].evolve,
-                             rubric_dropout=parts["rubric"].dropout)
+    result = CheckedConfig(cfg=cfg, rubric=rubric, run=run, model=model, data=parts["data"], debias=run.debias,
+                           scored_rubric=rubric, evolve=parts["rubric"].evolve,
+                           rubric_dropout=parts["rubric"].dropout)
     _build_plugins(cfg, registry, result)
     check_audit_probes(registry, run)
-    check_debias(run.debias, result.reward_rubric)
+    check_debias(run.debias, result.scored_rubric)
     check_heldout_judge(registry, cfg, result)
     if "objective" not in result.plugins:
         raise ConfigError(f"select an objective, e.g. objective=policy_gradient (available: "

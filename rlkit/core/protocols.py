@@ -502,8 +502,9 @@ class PromptSamplerProtocol(_Stateful, PluginProtocol, Protocol):
 
     @optional("required with pick")
     def observe(self, draw: int, indices: list[int], raw_scores: torch.Tensor, rubric: Rubric) -> None:
-        """After step ``draw``: the judge's raw scores ``float32 [B, G, D]`` (NaN = not scored) of the records
-        ``indices`` it trained on. Called only for a sampler with ``pick``."""
+        """After step ``draw``: the step's ``RewardBatch.raw_scores`` ``float32 [B, G, D]`` of the records
+        ``indices`` it trained on (each dimension in its own range, bias-corrected, conditions masked; NaN = not
+        scored or masked), on ``rubric``, the one the scores follow. Called only for a sampler with ``pick``."""
 
     @optional("required with pick")
     def state_dict(self) -> dict[str, Any]:

@@ -103,8 +103,14 @@ class RecordField:
 class RewardBatch:
     """Everything a reward plugin may read, for one batch of B prompts × G completions.
 
-    * ``raw_scores`` ``float32 [B, G, D]``: the judge's scores in each dimension's own range;
-      NaN = not scored.
+    * ``raw_scores`` ``float32 [B, G, D]``: the scores the reward is formed from, in each dimension's own
+      rubric range (not [0, 1]), but not the judge's output as it came: during training the part the length/format
+      bias correction (``debias``, when enabled) explains has been removed, and a conditional dimension is masked (NaN)
+      wherever its condition is not met. A step-scoped dimension holds the mean of its step scores. NaN = not
+      scored or masked. Filled by ``rlkit.reward.pipeline.weighed_scores`` (the training step's
+      ``rlkit.train.step_rewards.RewardPipeline.batch`` corrects the judge's checked scores before it); held-out,
+      golden-set and ``rlkit score`` batches skip the bias correction. Rubric dropout leaves it whole (only the
+      aggregator's view drops dimensions; a per-record rubric's criteria are dropped in the judge).
     * ``scores`` ``float32 [B, G, D]``: the same mapped to [0, 1] by the host from the rubric's
       ranges (normalisation happens once, there); NaN kept.
     * ``weights`` ``float32 [D]``: the current dimension weights, owned by the weight scheduler.

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from rlkit.config import ValidatedConfig, resolve_path
+from rlkit.config import CheckedConfig, resolve_path
 from rlkit.config.schemas import AuditConfig
 from rlkit.core.errors import ConfigError, DataError, PluginError
 from rlkit.core.registry import Registry
@@ -145,7 +145,7 @@ def read_audit_records(path: str | Path, rubric: Rubric) -> tuple[list[dict[str,
     return items, labelled
 
 
-def sample_audit_records(validated: ValidatedConfig, num_prompts: int) -> list[dict[str, Any]]:
+def sample_audit_records(validated: CheckedConfig, num_prompts: int) -> list[dict[str, Any]]:
     """One completion per prompt sampled by the run's policy (``model``, ``generator``, ``temperature``) on the first
     ``num_prompts`` prompts of the run's data (``data.path``, else the synthetic task)."""
     from rlkit.evaluation.golden import load_checkpoint
@@ -199,12 +199,12 @@ def _model_based(judge: Any) -> bool:
     return getattr(judge, "backend", None) is not None
 
 
-def is_ranker(validated: ValidatedConfig) -> bool:
+def is_ranker(validated: CheckedConfig) -> bool:
     """Whether the run's judge ranks a group on its own derived rubric (``ranking``) rather than scoring dimensions."""
-    return validated.reward_rubric is not validated.rubric
+    return validated.scored_rubric is not validated.rubric
 
 
-def plan_audit(validated: ValidatedConfig, registry: Registry, items: list[dict[str, Any]],
+def plan_audit(validated: CheckedConfig, registry: Registry, items: list[dict[str, Any]],
                labelled: list[dict[str, Any]] | None = None, source: str = "") -> AuditPlan:
     """Every completion to score; nothing is judged yet. Probes run here, so a broken probe fails before any call."""
     ranked = is_ranker(validated)
@@ -258,7 +258,7 @@ def _record_seed(seed: int, index: int) -> int:
 # --- scoring -----------------------------------------------------------------------------------------------------
 
 
-def run_audit(validated: ValidatedConfig, registry: Registry, plan: AuditPlan) -> AuditResult:
+def run_audit(validated: CheckedConfig, registry: Registry, plan: AuditPlan) -> AuditResult:
     """Score everything ``plan`` holds and reduce each check to per-record outcomes."""
     if plan.ranked:
         return _run_ranked_audit(validated, registry, plan)
@@ -304,7 +304,7 @@ def run_audit(validated: ValidatedConfig, registry: Registry, plan: AuditPlan) -
                        alignment=alignment, options=options, seed=validated.run.seed)
 
 
-def _regrade(validated: ValidatedConfig, registry: Registry, first: np.ndarray) -> np.ndarray:
+def _regrade(validated: CheckedConfig, registry: Registry, first: np.ndarray) -> np.ndarray:
     """The originals scored by a second judge built from the same config: no response cache is shared, so a
     stochastic judge shows here how often it changes its mind."""
     again = score_records(replace(validated, plugins={**validated.plugins, "judge": _fresh_judge(validated, registry)}),
@@ -312,7 +312,7 @@ def _regrade(validated: ValidatedConfig, registry: Registry, first: np.ndarray) 
     return checks.agreement(first, again.raw_scores.detach().cpu().numpy().astype(float))
 
 
-def _fresh_judge(validated: ValidatedConfig, registry: Registry) -> Any:
+def _fresh_judge(validated: CheckedConfig, registry: Registry) -> Any:
     """A second judge built from the run's judge config, sharing no response cache with the first."""
     params = validated.judge_config.get("params") or {}
     fresh = registry.create("judge", validated.plugin_names["judge"], params or {}, where="judge.params")
@@ -327,10 +327,10 @@ def reversed_rubric(rubric: Rubric) -> Rubric:
     return rubric.model_copy(update={"dimensions": list(reversed(rubric.dimensions))})
 
 
-def _reordered(validated: ValidatedConfig, first: np.ndarray) -> np.ndarray:
+def _reordered(validated: CheckedConfig, first: np.ndarray) -> np.ndarray:
     """The originals scored with the dimensions in reverse order, put back in rubric order and compared."""
     flipped = reversed_rubric(validated.rubric)
-    again = score_records(replace(validated, rubric=flipped, reward_rubric=flipped),
+    again = score_records(replace(validated, rubric=flipped, scored_rubric=flipped),
                           batch_size=validated.run.score.batch_size)
     return checks.agreement(first, again.raw_scores.detach().cpu().numpy().astype(float)[:, ::-1])
 
@@ -354,7 +354,7 @@ def _pair_records(items: list[dict[str, Any]], pairs: list[_Pair]) -> list[dict[
     return out
 
 
-def _rank_pairs(validated: ValidatedConfig, items: list[dict[str, Any]], pairs: list[_Pair]) -> np.ndarray:
+def _rank_pairs(validated: CheckedConfig, items: list[dict[str, Any]], pairs: list[_Pair]) -> np.ndarray:
     """``[len(pairs), 2]``: the original's and the other completion's rewards, each pair ranked as one group."""
     if not pairs:
         return np.zeros((0, 2))
@@ -366,7 +366,7 @@ def _rank_pairs(validated: ValidatedConfig, items: list[dict[str, Any]], pairs: 
     return np.where(swapped[:, None], rewards[:, ::-1], rewards)
 
 
-def _run_ranked_audit(validated: ValidatedConfig, registry: Registry, plan: AuditPlan) -> AuditResult:
+def _run_ranked_audit(validated: CheckedConfig, registry: Registry, plan: AuditPlan) -> AuditResult:
     """A ranking judge's audit: each probe's gamed completion and each ladder rung ranked against the original."""
     items, n = plan.items, len(plan.items)
     pairs: list[_Pair] = []
@@ -411,7 +411,7 @@ def _per_record(owners: list[int], values: np.ndarray, n: int) -> np.ndarray:
     return np.where(counts > 0, sums / np.maximum(counts, 1), math.nan)
 
 
-def _regrade_pairs(validated: ValidatedConfig, registry: Registry, items: list[dict[str, Any]], pairs: list[_Pair],
+def _regrade_pairs(validated: CheckedConfig, registry: Registry, items: list[dict[str, Any]], pairs: list[_Pair],
                    first: np.ndarray, n: int) -> np.ndarray:
     """``[n]``: per record, the share of its probe pairs a second judge built from the same config orders as the first
     did (the gamed one above, below, or tied); NaN where no pair was ranked both times."""

@@ -27,7 +27,7 @@ from rlkit.data.records import prompt_text, read_jsonl
 from rlkit.lm.sampling import GenerationRequest
 
 if TYPE_CHECKING:
-    from rlkit.config import ValidatedConfig
+    from rlkit.config import CheckedConfig
 from rlkit.reward.pipeline import aggregate_rewards, check_judge_output
 from rlkit.runs.history import read_result_rows
 from rlkit.text.similarity import normalize_whitespace
@@ -115,7 +115,7 @@ class EvalOptions:
         return self.output.with_suffix(".md")
 
 
-def golden_options(validated: ValidatedConfig) -> EvalOptions:
+def golden_options(validated: CheckedConfig) -> EvalOptions:
     """The golden-set options of the run's checked ``eval`` block; relative paths are relative to the cwd, and its
     ``max_completion_length`` defaults to the run's."""
     from rlkit.config import resolve_path

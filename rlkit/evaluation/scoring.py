@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from rlkit.config import ValidatedConfig
+from rlkit.config import CheckedConfig
 from rlkit.core.atomic import atomic_write_text
 from rlkit.core.errors import DataError, JudgeError
 from rlkit.core.rubric import Rubric
@@ -73,7 +73,7 @@ class JudgeRetriesExhausted(JudgeError):
         self.first, self.last, self.attempts, self.cause = first, last, attempts, cause
 
 
-def score_records(validated: ValidatedConfig, batch_size: int = 64, *, retries: int = 0,
+def score_records(validated: CheckedConfig, batch_size: int = 64, *, retries: int = 0,
                   retry_backoff: float = 1.0, on_batch: Callable[[int], None] | None = None) -> ScoreResult:
     """Score every completion of every record.
 
@@ -89,8 +89,8 @@ def score_records(validated: ValidatedConfig, batch_size: int = 64, *, retries: 
     """
     assert validated.records is not None
     records = validated.records
-    grouped = validated.reward_rubric is not validated.rubric
-    rubric = validated.reward_rubric  # what the scores follow
+    grouped = validated.scored_rubric is not validated.rubric
+    rubric = validated.scored_rubric  # what the scores follow
     judge, name = validated.plugins["judge"], validated.plugin_names["judge"]
     raw_parts, reward_parts, details = [], [], []
     metrics: dict[str, float] = {}
@@ -130,12 +130,12 @@ def score_records(validated: ValidatedConfig, batch_size: int = 64, *, retries: 
                        None if kept is None else [kept[int(i)] for i in index], metrics)
 
 
-def judge_and_aggregate(validated: ValidatedConfig, rollout: Rollout,
+def judge_and_aggregate(validated: CheckedConfig, rollout: Rollout,
                         judge: Callable[[Rollout], torch.Tensor]) -> tuple[RewardBatch, torch.Tensor | None]:
     """``judge(rollout)``'s scores aggregated, and with step-scoped dimensions in the rubric the step scores
     ``[B, G, T, D]`` (each dimension's episode score the mean of its steps), as the training loop forms them."""
     raw = judge(rollout)
-    scored, name = validated.reward_rubric, validated.plugin_names["judge"]
+    scored, name = validated.scored_rubric, validated.plugin_names["judge"]
     steps = None
     if scored.step_dimensions:
         checked = check_judge_output(raw, rollout, scored, name)
@@ -165,12 +165,12 @@ def _details(rollout: Rollout, steps: torch.Tensor | None, rubric: Rubric,
     return out
 
 
-def aggregate_judged(validated: ValidatedConfig, rollout: Rollout, raw: torch.Tensor,
+def aggregate_judged(validated: CheckedConfig, rollout: Rollout, raw: torch.Tensor,
                      steps: torch.Tensor | None = None) -> RewardBatch:
     """A judge's raw scores for ``rollout`` checked against the rubric they follow (step-scoped dimensions: the
     mean of ``steps``), then weighted and aggregated as the config says: what ``rlkit score`` does per batch and
     ``rlkit serve`` per request."""
-    scored = validated.reward_rubric
+    scored = validated.scored_rubric
     checked = check_judge_output(raw, rollout, scored, validated.plugin_names["judge"])
     if steps is not None:
         checked = with_step_means(checked, steps.to(checked.device), scored)

@@ -27,7 +27,7 @@ from typing import Any
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from rlkit.config import ScoreConfig, ValidatedConfig, check_block, resolve_path
+from rlkit.config import CheckedConfig, ScoreConfig, check_block, resolve_path
 from rlkit.config.validate import REWARD_CONFIG_KEYS
 from rlkit.core.atomic import atomic_write_text
 from rlkit.core.errors import ConfigError, DataError, JudgeError
@@ -53,7 +53,7 @@ def shards_dir(output: Path) -> Path:
     return output.with_name(output.name + ".shards")
 
 
-def run_manifest(validated: ValidatedConfig, shard_size: int) -> dict[str, Any]:
+def run_manifest(validated: CheckedConfig, shard_size: int) -> dict[str, Any]:
     """What a sharded run scores; a resumed run must match it field by field."""
     assert validated.records is not None and validated.data.path is not None
     source = resolve_path(validated.data.path)
@@ -122,7 +122,7 @@ def _scores_from_lines(lines: list[str], dimension_names: list[str]) -> ScoreRes
     return ScoreResult(dimension_names, raw, rewards, [])
 
 
-def score_to_file(validated: ValidatedConfig, output: Path, options: ScoreOptions,
+def score_to_file(validated: CheckedConfig, output: Path, options: ScoreOptions,
                   on_progress: Callable[[int, int], None] | None = None) -> ShardedScoreResult:
     """Score ``validated.records`` into ``output`` shard by shard, resuming a killed run of the same command.
 
@@ -185,7 +185,7 @@ def score_to_file(validated: ValidatedConfig, output: Path, options: ScoreOption
     # (which finds every shard done) writes the output again.
     atomic_write_text(output, "".join(line + "\n" for line in lines), temp_dir=folder)
     shutil.rmtree(folder)
-    result = replace(_scores_from_lines(lines, validated.reward_rubric.dimension_names), judge_metrics=judge_metrics)
+    result = replace(_scores_from_lines(lines, validated.scored_rubric.dimension_names), judge_metrics=judge_metrics)
     return ShardedScoreResult(result, len(lines), len(starts), len(done_paths))
 
 

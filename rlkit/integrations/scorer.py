@@ -18,7 +18,7 @@ from typing import Any
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from rlkit.config import ValidatedConfig, compose_config, validate_config
+from rlkit.config import CheckedConfig, check_config, compose_config
 from rlkit.config.validate import is_group_relative
 from rlkit.core.errors import ConfigError, DataError, no_such
 from rlkit.core.registry import load_registry
@@ -51,7 +51,7 @@ class FlatScores:
         return table[:, self.dimension_names.index(name)].tolist()
 
 
-def load_validated(config: DictConfig | str | Path | None = None, overrides: Sequence[str] = ()) -> ValidatedConfig:
+def load_validated(config: DictConfig | str | Path | None = None, overrides: Sequence[str] = ()) -> CheckedConfig:
     """An rlkit config, validated: ``None`` composes rlkit's ``fit`` config with ``overrides`` (group choices such as
     ``aggregator=lexicographic`` included); a ``DictConfig`` is taken as composed (e.g. inside your own
     ``@hydra.main``); a path is a YAML file of a composed config (a run's ``.hydra/config.yaml``) to which
@@ -76,7 +76,7 @@ def load_validated(config: DictConfig | str | Path | None = None, overrides: Seq
         if not isinstance(loaded, DictConfig):
             raise ConfigError("must hold a mapping (a composed rlkit config)", str(path))
         cfg = _with_settings(loaded, overrides)
-    return validate_config(cfg, registry, read_data=False)
+    return check_config(cfg, registry, read_data=False)
 
 
 def _with_settings(cfg: DictConfig, overrides: Sequence[str]) -> DictConfig:
@@ -96,7 +96,7 @@ def _with_settings(cfg: DictConfig, overrides: Sequence[str]) -> DictConfig:
 class RubricScorer:
     """Judge, weights and aggregator of one validated config, scoring flat batches of rows."""
 
-    def __init__(self, validated: ValidatedConfig) -> None:
+    def __init__(self, validated: CheckedConfig) -> None:
         self.validated = validated
         self.judge = validated.plugins["judge"]
         self.judge_name = validated.plugin_names["judge"]
@@ -111,13 +111,13 @@ class RubricScorer:
         return cls(load_validated(config, overrides))
 
     @property
-    def rubric(self) -> Rubric:
+    def scored_rubric(self) -> Rubric:
         """The rubric the scores follow (the judge's own when it derives one, as a ranking judge does)."""
-        return self.validated.reward_rubric
+        return self.validated.scored_rubric
 
     @property
     def dimension_names(self) -> list[str]:
-        return self.rubric.dimension_names
+        return self.scored_rubric.dimension_names
 
     @property
     def group_relative(self) -> bool:
@@ -127,14 +127,14 @@ class RubricScorer:
     def identity(self) -> dict[str, str]:
         """The rubric's name, version and content hash, with the judge, aggregator and weights chosen."""
         names = self.validated.plugin_names
-        return {**self.rubric.identity(), "judge": names["judge"], "aggregator": names["aggregator"],
+        return {**self.scored_rubric.identity(), "judge": names["judge"], "aggregator": names["aggregator"],
                 "weights": names["weight_scheduler"]}
 
     def initial_weights(self) -> list[float]:
         """The weights the scheduler gives before any scores are seen (step 0), without touching its state."""
         scheduler = copy.deepcopy(self.scheduler)
         empty = torch.full((1, 1, len(self.dimension_names)), float("nan"))
-        return [float(w) for w in scheduler.weights(0, empty, self.rubric)]
+        return [float(w) for w in scheduler.weights(0, empty, self.scored_rubric)]
 
     def score(self, records: Sequence[dict[str, Any]], completions: Sequence[str], *, step: int = 0,
               token_counts: Sequence[int] | None = None, group_size: int | None = None) -> FlatScores:
@@ -165,9 +165,10 @@ class RubricScorer:
             rollout = Rollout(records=[records[rows[0]] for rows in same],
                               completions=[[completions[i] for i in rows] for rows in same],
                               completion_token_counts=counts)
-            judged = check_judge_output(self.judge.score(rollout, self.validated.rubric), rollout, self.rubric,
+            scored = self.scored_rubric
+            judged = check_judge_output(self.judge.score(rollout, self.validated.rubric), rollout, scored,
                                         self.judge_name)
-            batch = aggregate_rewards(judged, self.rubric, self.scheduler, self.aggregator, step, self.normalization)
+            batch = aggregate_rewards(judged, scored, self.scheduler, self.aggregator, step, self.normalization)
             index = torch.tensor([i for rows in same for i in rows], dtype=torch.long)
             raw[index] = batch.raw_scores.reshape(-1, dims)
             scores[index] = batch.scores.reshape(-1, dims)

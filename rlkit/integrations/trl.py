@@ -175,8 +175,8 @@ def trl_reward_funcs(config: DictConfig | str | Path | None = None, overrides: S
     dimensions = scorer.dimension_names
     name = aggregate_name or scorer.validated.plugin_names["aggregator"]
     if mode != "dimensions" and name in dimensions:
-        raise ConfigError(f"{name!r} is also a dimension of rubric {scorer.rubric.name}; TRL would log both under "
-                          f"rewards/{name}/: give the aggregate another name", "aggregate_name")
+        raise ConfigError(f"{name!r} is also a dimension of rubric {scorer.scored_rubric.name}; TRL would log both "
+                          f"under rewards/{name}/: give the aggregate another name", "aggregate_name")
     funcs: list[Callable[..., list[float | None]]] = []
     weights: list[float] = []
     if mode in ("dimensions", "both"):

@@ -28,7 +28,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from rlkit.config import ServeConfig, ValidatedConfig, check_block
+from rlkit.config import CheckedConfig, ServeConfig, check_block
 from rlkit.core.errors import ConfigError, RlkitError
 from rlkit.core.rubric import Rubric
 from rlkit.core.types import RewardBatch
@@ -70,7 +70,7 @@ def _rubric_info(rubric: Rubric, definition: bool = False) -> RubricInfo:
     return RubricInfo(**rubric.identity(), dimensions=dims, definition=rubric.canonical() if definition else None)
 
 
-def score_group(validated: ValidatedConfig, record: dict[str, Any], responses: Sequence[str | list[dict[str, Any]]]
+def score_group(validated: CheckedConfig, record: dict[str, Any], responses: Sequence[str | list[dict[str, Any]]]
                 ) -> tuple[RewardBatch, list[dict[str, list[float | None]]] | None]:
     """One group (texts, or episodes as their messages after the prompt) through the judge, the output checks and
     aggregation, as ``rlkit score`` does per batch; with step-scoped dimensions in the rubric, each response's
@@ -80,7 +80,7 @@ def score_group(validated: ValidatedConfig, record: dict[str, Any], responses: S
     batch, steps = judge_and_aggregate(validated, rollout, lambda r: judge.score(r, validated.rubric))
     if steps is None:
         return batch, None
-    return batch, [step_lists(steps[0, g], turns, validated.reward_rubric)
+    return batch, [step_lists(steps[0, g], turns, validated.scored_rubric)
                    for g, turns in enumerate(num_turns(rollout)[0])]
 
 
@@ -181,7 +181,7 @@ def _guard(app: Any, settings: ServeSettings, token: str | None) -> Any:
     return guarded
 
 
-def create_app(validated: ValidatedConfig, settings: ServeSettings) -> Any:
+def create_app(validated: CheckedConfig, settings: ServeSettings) -> Any:
     """The reward API for a validated config: its judge, aggregator, weights and rubric, built once."""
     from fastapi import Depends, FastAPI, HTTPException
     from fastapi.encoders import jsonable_encoder
@@ -197,7 +197,7 @@ def create_app(validated: ValidatedConfig, settings: ServeSettings) -> Any:
         log.warning("serving on %s without auth: set %s to require a bearer token", settings.host,
                     settings.api_key_env or "serve.api_key_env")
     info = InfoResponse(judge=judge_name, rubric=_rubric_info(validated.rubric),
-                        scored_rubric=_rubric_info(validated.reward_rubric, definition=True),
+                        scored_rubric=_rubric_info(validated.scored_rubric, definition=True),
                         chat_model=_chat_model(judge))
     errors = {code: {"model": ErrorBody} for code in (401, 413, 422, 429, 504)}
     # The guard checks the token; this only publishes the bearer scheme in the OpenAPI schema.

@@ -16,14 +16,14 @@ def plugin_names(kind: str, *, plugins: Iterable[object] = ()) -> list[str]:
 
 def validate_overrides(overrides: Sequence[str] = (), *, plugins: Iterable[object] = (),
                        read_data: bool = True) -> Any:
-    """``rlkit validate <overrides>`` as a function: the composed and validated config (a ``ValidatedConfig``:
+    """``rlkit validate <overrides>`` as a function: the composed and validated config (a ``CheckedConfig``:
     ``.plugins``, ``.plugin_names``, ``.rubric``), or the one-line ``rlkit.RlkitError`` the command would print.
     ``plugins`` are registered on the run's plugin manager, as a test plugin that is not installed would be."""
-    from rlkit.config import compose_config, validate_config
+    from rlkit.config import check_config, compose_config
     from rlkit.core.registry import Registry, create_plugin_manager
 
     registry = Registry(create_plugin_manager(extra=plugins))
-    return validate_config(compose_config(registry, list(overrides)), registry, read_data=read_data)
+    return check_config(compose_config(registry, list(overrides)), registry, read_data=read_data)
 
 
 def one_error_line(code: int, err: str) -> str:

@@ -45,7 +45,7 @@ def save_run_state(run: CheckpointedParts, checkpoint: dict[str, Any]) -> None:
     # travel in it, so a resumed multi-process run draws what the uninterrupted one would have.
     spread, parts = Spread.current(), run.rewards.parts
     rng_by_rank = spread.gather_objects(capture_rng_state())
-    state: dict[str, Any] = {"rubric": run.rewards.judged_rubric.identity(), "model": run.fingerprint(),
+    state: dict[str, Any] = {"rubric": run.rewards.rubric.identity(), "model": run.fingerprint(),
                              "weight_scheduler": parts.scheduler.state_dict(),
                              "rng": rng_by_rank[0], "data_position": list(run.position.data)}
     checkpoint["rlkit"] = state
@@ -82,7 +82,7 @@ def load_run_state(run: CheckpointedParts, checkpoint: dict[str, Any], device: C
     """Check a checkpoint against this run (its rubric) and hand each part its saved state; ``data`` (the run's data
     module, when it has one that resumes) is put at the saved data position."""
     state = checkpoint.get("rlkit", {})
-    rubric, parts, spread = run.rewards.judged_rubric, run.rewards.parts, Spread.current()
+    rubric, parts, spread = run.rewards.rubric, run.rewards.parts, Spread.current()
     saved = state.get("rubric", {}).get("hash")
     if saved and saved != rubric.content_hash:
         raise ConfigError(f"the checkpoint was trained with rubric {state['rubric']['name']} "

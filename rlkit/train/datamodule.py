@@ -261,7 +261,7 @@ class SamplerFeedback(L.Callback):
         snapshot = getattr(pl_module, "last_rollout", None)
         if not callable(observe) or snapshot is None:
             return
-        metrics = observe(snapshot.records, snapshot.raw_scores, pl_module.rubric)
+        metrics = observe(snapshot.records, snapshot.raw_scores, pl_module.scored_rubric)
         log = getattr(pl_module, "log_step_metrics", None)
         if metrics and callable(log):
             log(metrics)

@@ -11,7 +11,7 @@ import lightning as L
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
-from rlkit.config import ValidatedConfig
+from rlkit.config import CheckedConfig
 from rlkit.core.atomic import atomic_directory, storage_error
 from rlkit.core.errors import ConfigError, RlkitError
 from rlkit.judging.spend import judge_spend, spend_line
@@ -29,7 +29,7 @@ from rlkit.train.settings import RewardParts, TrainingSettings
 from rlkit.train.threads import SharedCoresWarning, ThreadChoice, default_torch_threads
 
 
-def settings_from(validated: ValidatedConfig) -> TrainingSettings:
+def settings_from(validated: CheckedConfig) -> TrainingSettings:
     run, optim = validated.run, validated.run.optim
     return TrainingSettings(
         num_generations=run.num_generations, max_completion_length=run.max_completion_length,
@@ -42,12 +42,12 @@ def settings_from(validated: ValidatedConfig) -> TrainingSettings:
     )
 
 
-def build_debias(validated: ValidatedConfig) -> LengthFormatDebias | None:
+def build_debias(validated: CheckedConfig) -> LengthFormatDebias | None:
     """The length/format bias correction of ``debias``, or None when it is off."""
     d = validated.debias
     if d is None or not d.enabled:
         return None
-    return LengthFormatDebias.for_rubric(validated.reward_rubric, d.features, d.dimensions, window=d.window,
+    return LengthFormatDebias.for_rubric(validated.scored_rubric, d.features, d.dimensions, window=d.window,
                                          min_samples=d.min_samples, ridge=d.ridge)
 
 
@@ -72,7 +72,7 @@ def check_replicas_agree(policy: Any, device: Any) -> int:
     return spread.world_size
 
 
-def build_trainer(validated: ValidatedConfig, run_dir: Path,
+def build_trainer(validated: CheckedConfig, run_dir: Path,
                   extra_callbacks: Sequence[Any] = ()) -> tuple[L.Trainer, Any]:
     """The Lightning trainer of ``trainer.*`` with rlkit's checkpoints, sample log and logger."""
     from rlkit.evaluation.golden import golden_callbacks
@@ -94,7 +94,7 @@ def build_trainer(validated: ValidatedConfig, run_dir: Path,
     checkpoints = ModelCheckpoint(dirpath=str(run_dir / "checkpoints"), save_last=True, save_top_k=keep,
                                   every_n_train_steps=validated.run.checkpoint_every, **ranked)
     samples = SampleLogger(validated.run.log_samples.every, validated.run.log_samples.rows, run_dir / "samples.jsonl",
-                           validated.reward_rubric)
+                           validated.scored_rubric)
     try:
         trainer = L.Trainer(default_root_dir=str(run_dir), logger=logger, num_sanity_val_steps=0,
                             callbacks=[checkpoints, samples, SamplerFeedback(), *golden,
@@ -108,9 +108,9 @@ def build_trainer(validated: ValidatedConfig, run_dir: Path,
     return trainer, logger
 
 
-def build_module(validated: ValidatedConfig, heldout: Sequence[dict[str, Any]] = (), monitors: Any = None,
+def build_module(validated: CheckedConfig, heldout_records: Sequence[dict[str, Any]] = (), monitors: Any = None,
                  ) -> RubricRLModule:
-    """The policy (LoRA-wrapped if asked; warm-started without the ``heldout`` prompts when
+    """The policy (LoRA-wrapped if asked; warm-started without the ``heldout_records`` prompts when
     ``model.warm_start.steps`` asks), its reference, the reward parts and the generator, in one module."""
     from rlkit.config.validate import read_chat_format
     from rlkit.lm.conversation import apply_chat_format
@@ -119,7 +119,7 @@ def build_module(validated: ValidatedConfig, heldout: Sequence[dict[str, Any]] =
     from rlkit.lm.warm_start import starting_policy
 
     chat_format = read_chat_format(validated.model)
-    path = starting_policy(validated.model, validated.data, heldout,
+    path = starting_policy(validated.model, validated.data, heldout_records,
                            max_new_tokens=validated.run.max_completion_length, chat_format=chat_format)
     policy, tokenizer = load_policy(path, validated.model.dtype)
     apply_chat_format(tokenizer, *chat_format)
@@ -139,9 +139,9 @@ def build_module(validated: ValidatedConfig, heldout: Sequence[dict[str, Any]] =
                         objective=validated.objective,
                         constructor=validated.plugins.get("preference_constructor"),
                         score_normalization=validated.run.score_normalization,
-                        debias=build_debias(validated), heldout=validated.heldout_scoring())
-    return RubricRLModule(policy, tokenizer, validated.reward_rubric, parts, settings_from(validated), reference,
-                          judged_rubric=validated.rubric, generator=validated.plugins.get("generator"),
+                        debias=build_debias(validated), heldout_scoring=validated.heldout_scoring())
+    return RubricRLModule(policy, tokenizer, validated.rubric, parts, settings_from(validated), reference,
+                          scored_rubric=validated.scored_rubric, generator=validated.plugins.get("generator"),
                           environment=validated.plugins.get("environment"), monitors=monitors)
 
 
@@ -179,10 +179,10 @@ def carry_earlier_answers(ckpt_path: str, run_dir: Path) -> None:
               file=sys.stderr)
 
 
-def record_heldout(history: MetricsHistory | None, step: int, heldout: dict[str, float]) -> None:
+def record_heldout(history: MetricsHistory | None, step: int, means: dict[str, float]) -> None:
     """Held-out means into the metric history as ``heldout/<dimension>``, for the run report's start/end columns."""
-    if history is not None and heldout:
-        history.append(step, {f"heldout/{k}": v for k, v in heldout.items()})
+    if history is not None and means:
+        history.append(step, {f"heldout/{k}": v for k, v in means.items()})
 
 
 def finish_logger_on(run_dir: Path, logger: Any, failing: bool) -> None:
@@ -211,7 +211,7 @@ def end_of_run_report(run_dir: Path, logger: Any) -> None:
     log_run_report(logger, report)
 
 
-def run_caveats(validated: ValidatedConfig, heldout: Sequence[dict[str, Any]]) -> dict[str, str]:
+def run_caveats(validated: CheckedConfig, heldout_records: Sequence[dict[str, Any]]) -> dict[str, str]:
     """What makes the start/end table mean less than its title says, said once at start-up and in the title:
     ``no_warm_start`` (the embedded policy trained from random weights), ``heldout_is_training`` (no held-out
     split, so the table evaluates training prompts) and ``judge_calibration`` (``rlkit calibrate`` found the run's
@@ -223,7 +223,7 @@ def run_caveats(validated: ValidatedConfig, heldout: Sequence[dict[str, Any]]) -
             else "model.warm_start.steps=0"
         out["no_warm_start"] = (f"the embedded policy starts from random weights, without a warm start ({why}): "
                                 "expect rewards near their floor for many steps")
-    if not heldout:
+    if not heldout_records:
         why = "data.heldout_fraction=0" if data.heldout_fraction == 0 else "too few prompts to hold one out"
         out["heldout_is_training"] = (f"no held-out split ({why}): the start/end table scores training prompts, "
                                       "which says nothing of generalisation")
@@ -247,7 +247,7 @@ def set_torch_threads(configured: int | None) -> ThreadChoice:
     return choice
 
 
-def fit(validated: ValidatedConfig, run_dir: Path) -> dict[str, Any]:
+def fit(validated: CheckedConfig, run_dir: Path) -> dict[str, Any]:
     """Train, evaluate the held-out split before and after, and return the summary. Ctrl-C finishes what was
     trained (``rlkit.core.interrupt``); the summary's ``interrupted`` then says at which step and where to resume."""
     from rlkit.core.interrupt import InterruptGuard
@@ -259,7 +259,7 @@ def fit(validated: ValidatedConfig, run_dir: Path) -> dict[str, Any]:
     return summary
 
 
-def _fit(validated: ValidatedConfig, run_dir: Path, guard: Any) -> dict[str, Any]:
+def _fit(validated: CheckedConfig, run_dir: Path, guard: Any) -> dict[str, Any]:
     from rlkit.lm.models import save_policy
     from rlkit.train.datamodule import PromptDataModule
 
@@ -297,7 +297,7 @@ def _fit(validated: ValidatedConfig, run_dir: Path, guard: Any) -> dict[str, Any
         # process answered the whole split, one writes
         module.history = MetricsHistory(run_dir / METRICS_FILE) if trainer.is_global_zero else None
         trainer.validate(module, datamodule=datamodule, verbose=False)
-        start = dict(module.heldout)
+        start = dict(module.heldout_means)
         record_heldout(module.history, 0, start)
         guard.phase = "training"
         resume = run.ckpt_path or requeued_checkpoint(run_dir)
@@ -333,7 +333,7 @@ def _fit(validated: ValidatedConfig, run_dir: Path, guard: Any) -> dict[str, Any
             except EndEvaluationStopped:  # a Ctrl-C during it: the policy and the summary come next
                 pass
             else:
-                end = dict(module.heldout)
+                end = dict(module.heldout_means)
                 record_heldout(module.history, trainer.global_step, end)
         if trainer.is_global_zero and not guard.requested:  # after a Ctrl-C: `rlkit report RUN` builds it later
             end_of_run_report(run_dir, logger)
@@ -382,13 +382,13 @@ def diagnostics_table(diagnostics: Any, dimensions: list[str]) -> Any:
     return table
 
 
-def print_summary(summary: dict[str, Any], validated: ValidatedConfig) -> None:
+def print_summary(summary: dict[str, Any], validated: CheckedConfig) -> None:
     import math
 
     from rich.console import Console
     from rich.table import Table
 
-    rubric = validated.rubric if "heldout_judge" in validated.plugins else validated.reward_rubric
+    rubric = validated.rubric if "heldout_judge" in validated.plugins else validated.scored_rubric
     yardstick = validated.heldout_yardstick()
     caveats = summary.get("caveats") or {}
     on_training_prompts = "heldout_is_training" in caveats
@@ -407,7 +407,7 @@ def print_summary(summary: dict[str, Any], validated: ValidatedConfig) -> None:
     console.print(table)
     diagnostics = summary.get("diagnostics")
     if diagnostics is not None and diagnostics.counts:
-        console.print(diagnostics_table(diagnostics, validated.reward_rubric.dimension_names))
+        console.print(diagnostics_table(diagnostics, validated.scored_rubric.dimension_names))
         parts = [f"dimension conflict rate {diagnostics.mean('dimension_conflict_rate'):.3f}"]
         if diagnostics.counts.get("advantages/frac_zero_groups"):
             parts += [f"zero-advantage groups {diagnostics.mean('advantages/frac_zero_groups'):.3f}",

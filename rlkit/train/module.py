@@ -63,7 +63,7 @@ class RubricRLModule(L.LightningModule):
 
     def __init__(self, policy: Any, tokenizer: Any, rubric: Rubric, parts: RewardParts,
                  settings: TrainingSettings, reference: ReferencePolicy | None = None,
-                 judged_rubric: Rubric | None = None, generator: Any = None, monitors: Any = None,
+                 scored_rubric: Rubric | None = None, generator: Any = None, monitors: Any = None,
                  environment: Any = None) -> None:
         super().__init__()
         self.automatic_optimization = False
@@ -85,9 +85,9 @@ class RubricRLModule(L.LightningModule):
             raise ConfigError(f"{settings.sampling.filter} filters groups by reward spread; an objective that learns "
                               "from demonstrations samples no groups: use sampling.filter=none", "sampling.filter")
         turn_limit = int(self.episodes.environment.max_turns) if self.episodes is not None else None
-        # `rubric` is what the scores follow; the judge is asked with `judged_rubric`, the rubric the user
-        # versions (rlkit.train.step_rewards.RewardPipeline)
-        self.rewards = RewardPipeline(parts, settings, rubric, judged_rubric, tokenizer, turn_limit)
+        # the judge is asked with `rubric`, the user's; its scores follow `scored_rubric` (default: the same), which
+        # differs for a judge that derives its own (rlkit.train.step_rewards.RewardPipeline)
+        self.rewards = RewardPipeline(parts, settings, rubric, scored_rubric, tokenizer, turn_limit)
         self.update = update_for(parts.objective.signal) if parts.objective is not None else None
         self.position = RunPosition()
         self.nonfinite = NonFiniteWatch(settings.max_nonfinite)
@@ -96,10 +96,10 @@ class RubricRLModule(L.LightningModule):
         self.step_metrics = StepMetrics(self.rewards, monitors, self.judge_spend, generator)
         self.diagnostics = RunningMeans()
         # what the run trains on less than it seems to; names the judge when it scores every completion alike
-        self.signal_watch = SignalWatch(rubric.dimension_names, judge=parts.judge_name)
+        self.signal_watch = SignalWatch(self.rewards.scored_rubric.dimension_names, judge=parts.judge_name)
         self.history: MetricsHistory | None = None  # run_dir/metrics.jsonl, set by fit; the run report reads it
         self.last_rollout: RolloutSnapshot | None = None  # read by callbacks (sample tables)
-        self.heldout: dict[str, float] = {}
+        self.heldout_means: dict[str, float] = {}  # the last held-out evaluation's: reward and each dimension
         self.heldout_answers: list[dict[str, Any]] = []  # the last evaluation's answers (rlkit.runs.heldout_answers)
         self._val_raw: list[torch.Tensor] = []
         self._val_rewards: list[torch.Tensor] = []
@@ -109,9 +109,9 @@ class RubricRLModule(L.LightningModule):
         self._step_started: float | None = None
 
     @property
-    def rubric(self) -> Rubric:
+    def scored_rubric(self) -> Rubric:
         """The rubric the scores follow."""
-        return self.rewards.rubric
+        return self.rewards.scored_rubric
 
     # --- pipeline pieces -----------------------------------------------------------------------
 
@@ -303,16 +303,16 @@ class RubricRLModule(L.LightningModule):
 
     def on_validation_epoch_end(self) -> None:
         raw, rewards = torch.cat(self._val_raw), torch.cat(self._val_rewards)
-        names = self.rewards.heldout_rubric.dimension_names
+        names = self.rewards.heldout_scored_rubric.dimension_names
         dims = {name: float(nan_mean_std(raw[:, i], dim=0)[0]) for i, name in enumerate(names)}
-        self.heldout = {"reward": float(nan_mean_std(rewards, dim=0)[0]), **dims}
+        self.heldout_means = {"reward": float(nan_mean_std(rewards, dim=0)[0]), **dims}
         self.heldout_answers = answer_rows([r for r, _ in self._val_answers], [t for _, t in self._val_answers],
                                            rewards.tolist(), raw.tolist(), names, self.global_step)
-        self.log("heldout/reward", self.heldout["reward"], batch_size=len(rewards))
+        self.log("heldout/reward", self.heldout_means["reward"], batch_size=len(rewards))
         for name, value in dims.items():
             self.log(f"heldout/{name}", value, batch_size=len(rewards))
         if self.history is not None and self.trainer.state.fn == "fit":  # heldout_every: mid-run, at its step
-            self.history.append(self.global_step, {f"heldout/{k}": v for k, v in self.heldout.items()})
+            self.history.append(self.global_step, {f"heldout/{k}": v for k, v in self.heldout_means.items()})
         if self.history is not None:  # `rlkit fit`'s writing process: every evaluation's answers, beside the metrics
             append_heldout_samples(self.history.path.parent, self.heldout_answers)
 

@@ -123,7 +123,7 @@ def step_view(sources: MonitorSources, step: int, records: Sequence[dict[str, An
     from rlkit.reward.diagnostics import saturated_groups
     from rlkit.train.distributed import Spread
 
-    spread, rubric, s = Spread.current(), sources.rewards.rubric, sources.settings
+    spread, rubric, s = Spread.current(), sources.rewards.scored_rubric, sources.settings
     scores = spread.local(batch.scores).cpu()
     g = len(sampled.texts[0])
 

@@ -25,7 +25,9 @@ class RewardParts:
     objective: Any = None      # the objective plugin (its signal: advantages or pairs)
     constructor: Any = None    # preference constructor (objectives whose signal is pairs)
     debias: LengthFormatDebias | None = None  # length/format bias correction of training scores
-    heldout: Any = None  # rlkit.reward.pipeline.HeldoutScoring; None: held-out scored like training completions
+    # held-out completions' own judge, aggregator and weights (rlkit.reward.pipeline.HeldoutScoring); None: scored
+    # like training completions
+    heldout_scoring: Any = None
 
 
 @dataclass

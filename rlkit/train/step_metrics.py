@@ -75,7 +75,7 @@ class StepMetrics:
         parts = self.rewards.parts
         metrics.update({k: float(v) for k, v in (judge_metrics or {}).items()})
         if parts.debias is not None:
-            metrics.update(parts.debias.metrics(self.rewards.rubric.dimension_names))
+            metrics.update(parts.debias.metrics(self.rewards.scored_rubric.dimension_names))
         if self.monitors is not None and sources is not None:  # after the judge's metrics: a monitor may judge again
             metrics.update(self.monitors.observe(step_view(sources, step, records, sampled, batch, metrics)))
         if self.judge_spend is not None:  # after the monitors: their judge calls are the step's too
@@ -96,7 +96,7 @@ class StepMetrics:
     def reward_metrics(self, batch: RewardBatch, lengths: torch.Tensor, truncated: torch.Tensor) -> dict[str, float]:
         """:func:`rlkit.reward.diagnostics.reward_step_metrics` of the step, and the conflict warning it may call
         for."""
-        out = reward_step_metrics(batch, self.rewards.rubric, lengths, truncated)
+        out = reward_step_metrics(batch, self.rewards.scored_rubric, lengths, truncated)
         watch = self.conflict_watch
         if watch.update(out["dimension_conflict_rate"]) and self.rewards.parts.aggregator_name == "weighted_sum":
             rank_zero_warn(

@@ -85,14 +85,14 @@ def as_rollout(records: list[dict[str, Any]], sampled: SampledBatch, tokenizer: 
 class RewardPipeline:
     """Rollouts → ``RewardBatch``: judge, check, gather, debias, weigh, drop out, aggregate (once), shape.
 
-    ``rubric`` is what the scores follow; the judge is asked with ``judged_rubric``, the rubric the user versions.
-    They differ only for judges that derive their own (a ranking judge's single ``rank``). ``turn_limit``: the
-    environment's turn limit for multi-turn rollouts (step scores), None for single-turn ones."""
+    The judge is asked with ``rubric``, the user's (what a checkpoint is keyed by); its scores follow
+    ``scored_rubric``. They differ only for judges that derive their own (a ranking judge's single ``rank``).
+    ``turn_limit``: the environment's turn limit for multi-turn rollouts (step scores), None for single-turn ones."""
 
     def __init__(self, parts: RewardParts, settings: TrainingSettings, rubric: Rubric,
-                 judged_rubric: Rubric | None = None, tokenizer: Any = None, turn_limit: int | None = None) -> None:
+                 scored_rubric: Rubric | None = None, tokenizer: Any = None, turn_limit: int | None = None) -> None:
         self.parts, self.settings = parts, settings
-        self.rubric, self.judged_rubric = rubric, judged_rubric or rubric
+        self.rubric, self.scored_rubric = rubric, scored_rubric or rubric
         self.tokenizer, self.turn_limit = tokenizer, turn_limit
         # training records -> the same records with each one's current rubric (rubric.evolve sets it,
         # rlkit.train.rubric_evolution); held-out scoring never goes through it, so it keeps the records' own
@@ -101,37 +101,40 @@ class RewardPipeline:
         self._initial_scheduler = copy.deepcopy(parts.scheduler)
 
     @property
-    def heldout_rubric(self) -> Rubric:
+    def heldout_scored_rubric(self) -> Rubric:
         """The rubric held-out scores follow."""
-        return self.parts.heldout.rubric if self.parts.heldout is not None else self.rubric
+        scoring = self.parts.heldout_scoring
+        return scoring.rubric if scoring is not None else self.scored_rubric
 
     # --- judging ---------------------------------------------------------------------------------------------
 
     def judgement(self, rollout: Rollout) -> Judgement:
         """The judge's judgement of ``rollout`` (this process's; nothing gathered), its scores checked."""
-        said = judgement_of(self.parts.judge, rollout, self.judged_rubric)
-        return replace(said, scores=check_judge_output(said.scores, rollout, self.rubric, self.parts.judge_name))
+        said = judgement_of(self.parts.judge, rollout, self.rubric)
+        return replace(said, scores=check_judge_output(said.scores, rollout, self.scored_rubric, self.parts.judge_name))
 
     def judge_scores(self, rollout: Rollout) -> torch.Tensor:
         """The judge's checked scores ``[B, G, D]`` of ``rollout`` (this process's; nothing gathered)."""
         return self.judgement(rollout).scores
 
     def judge(self, records: list[dict[str, Any]], sampled: SampledBatch, step: int,
-              device: torch.device | None = None, *, heldout: bool = False) -> Judged:
-        """The judge's checked scores of every process's groups (held-out: this process's, which are all)."""
-        if not heldout and self.record_rubrics is not None:
+              device: torch.device | None = None, *, evaluation: bool = False) -> Judged:
+        """The judge's checked scores of every process's groups (``evaluation``, held-out completions: this
+        process's, which are all; no bias features, reasons, evolved rubrics or dropout)."""
+        if not evaluation and self.record_rubrics is not None:
             records = self.record_rubrics(records)
-        if not heldout and self.rubric.per_record:  # rubric.dropout acts on each record's criteria, in the judge
+        # rubric.dropout acts on each per-record rubric's criteria, in the judge
+        if not evaluation and self.scored_rubric.per_record:
             records = with_criteria_dropout(records, self.settings.rubric_dropout, self.settings.seed, step)
         rollout = as_rollout(records, sampled, self.tokenizer)
         said = self.judgement(rollout)
         own, confidence = said.scores, said.confidence  # this process's groups
-        reasons = None if heldout else said.reasons
-        debias = None if heldout else self.parts.debias
+        reasons = None if evaluation else said.reasons
+        debias = None if evaluation else self.parts.debias
         features = completion_features(rollout, debias.features) if debias is not None else None
         # Each process judged its own groups; weights, bias fit, aggregation and advantages see them all,
         # as a single process would (held-out evaluation runs the whole split on every process).
-        spread = Spread() if heldout else Spread.current()
+        spread = Spread() if evaluation else Spread.current()
         raw = spread.gather(own, device)
         features = None if features is None else spread.gather(features, device)
         if confidence is not None:
@@ -139,10 +142,10 @@ class RewardPipeline:
         lengths = rollout.completion_token_counts
         lengths = spread.gather(lengths.to(device), device) if spread.distributed else lengths
         steps = num_turns = None
-        if self.rubric.step_dimensions:
+        if self.scored_rubric.step_dimensions:
             steps = self._step_scores(rollout, sampled, own)
             steps = spread.gather(steps.to(device), device) if spread.distributed else steps
-            raw = with_step_means(raw, steps.to(raw.device), self.rubric)
+            raw = with_step_means(raw, steps.to(raw.device), self.scored_rubric)
         if sampled.turn_spans is not None:
             num_turns = torch.tensor([len(s) for s in sampled.turn_spans]).view(rollout.num_prompts, -1)
             num_turns = spread.gather(num_turns.to(device), device) if spread.distributed else num_turns
@@ -152,26 +155,26 @@ class RewardPipeline:
         """This process's step scores ``[B, G, T, D]`` (``rlkit.reward.steps``), T the environment's turn limit;
         for single-turn rollouts the completion's own scores ``raw``."""
         if rollout.episodes is None:
-            return single_turn_steps(raw.cpu(), self.rubric)
+            return single_turn_steps(raw.cpu(), self.scored_rubric)
         limit = self.turn_limit or 1
         b, g = rollout.num_prompts, rollout.group_size
-        return score_steps(self.judge_scores, rollout, self.rubric, limit,
+        return score_steps(self.judge_scores, rollout, self.scored_rubric, limit,
                            turn_token_counts(sampled.turn_spans, b, g, limit))
 
     # --- from judged scores to rewards -------------------------------------------------------------------------
 
-    def batch(self, judged: Judged, step: int, scheduler: Any | None = None, *, heldout: bool = False,
+    def batch(self, judged: Judged, step: int, scheduler: Any | None = None, *, evaluation: bool = False,
               debias: Any = None, truncated: torch.Tensor | None = None) -> RewardBatch:
         """Debias (training only; ``debias`` overrides the run's), weigh, drop out (training only), aggregate and
         give cut completions ``sampling.truncated``'s reward (``truncated``: every row's flag; None: as judged).
         The batch's ``extras["completion_lengths"]`` carries the completions' token counts for estimators that
         weigh by length."""
         parts, settings = self.parts, self.settings
-        debias = None if heldout else (debias if debias is not None else parts.debias)
+        debias = None if evaluation else (debias if debias is not None else parts.debias)
         raw = judged.raw if debias is None else debias.correct(judged.raw, judged.features)
-        batch = weighed_scores(raw, self.rubric, scheduler or parts.scheduler, step, parts.score_normalization)
+        batch = weighed_scores(raw, self.scored_rubric, scheduler or parts.scheduler, step, parts.score_normalization)
         view, extras = batch, {}
-        if not heldout and not self.rubric.per_record and settings.rubric_dropout > 0.0:
+        if not evaluation and not self.scored_rubric.per_record and settings.rubric_dropout > 0.0:
             # rubric.dropout: training rewards only; the same drops on every process and after a resume (a
             # per-record rubric's frame dimensions summarise criteria: those are dropped in the judge)
             view, extras = dropout_view(batch, settings.rubric_dropout, settings.seed, step)
@@ -181,7 +184,7 @@ class RewardPipeline:
         batch = with_group_confidence(batch, judged.confidence, parts.judge_name)
         extras = {**batch.extras, **extras, "completion_lengths": judged.lengths.float().cpu()}
         if judged.steps is not None:  # estimators that credit turns read these (rlkit_register_advantage_estimators)
-            extras["step_scores"] = normalize_scores(judged.steps.cpu(), self.rubric)
+            extras["step_scores"] = normalize_scores(judged.steps.cpu(), self.scored_rubric)
             extras["step_raw_scores"] = judged.steps.cpu()
         if judged.num_turns is not None:
             extras["num_turns"] = judged.num_turns.cpu()
@@ -199,10 +202,10 @@ class RewardPipeline:
         pipeline with the scheduler's step-0 weights from a fresh copy (start and end stay comparable while training
         weights move, and evaluation never feeds the training scheduler) and the judge's uncorrected scores (the
         bias correction has no fit at the start and a moving one later)."""
-        other = self.parts.heldout
+        other = self.parts.heldout_scoring
         if other is None:
-            judged = self.judge(records, sampled, 0, heldout=True)
-            return self.batch(judged, 0, copy.deepcopy(self._initial_scheduler), heldout=True)
+            judged = self.judge(records, sampled, 0, evaluation=True)
+            return self.batch(judged, 0, copy.deepcopy(self._initial_scheduler), evaluation=True)
         rollout = as_rollout(records, sampled, self.tokenizer)
         raw = check_judge_output(judgement_of(other.judge, rollout, other.rubric).scores, rollout, other.rubric,
                                  other.judge_name)

@@ -10,7 +10,7 @@ import torch
 from omegaconf import OmegaConf
 
 from rlkit import ConfigError, PluginError
-from rlkit.config import compose_config, config_source, validate_config
+from rlkit.config import check_config, compose_config, config_source
 from rlkit.config.compose import _search_roots
 from rlkit.core.errors import RubricError
 from rlkit.core.registry import KINDS_BY_GROUP, Registry, create_plugin_manager
@@ -77,9 +77,9 @@ def test_every_option_composes_and_validates(registry, group, option, records_fi
     if cfg.trainer.get("accelerator") == "gpu" and not torch.cuda.is_available():
         # trainer=fsdp asks for GPUs: validate refuses it on a machine without (tests/config/test_machine.py)
         with pytest.raises(ConfigError, match="no CUDA GPU"):
-            validate_config(cfg, registry)
+            check_config(cfg, registry)
         cfg = compose_config(registry, [f"{group}={option}", f"data.path={records_file}", "trainer.accelerator=cpu"])
-    validated = validate_config(cfg, registry)
+    validated = check_config(cfg, registry)
     kind = KINDS_BY_GROUP.get(group)
     if kind is not None:
         node = cfg[group][option] if kind.many else cfg[group]  # a list group holds each under its name
@@ -92,12 +92,12 @@ def test_every_option_composes_and_validates(registry, group, option, records_fi
 
 def test_a_multi_turn_environment_without_a_chat_template_is_refused_before_the_run(registry):
     with pytest.raises(ConfigError, match="multi-turn environment needs a chat template") as caught:
-        validate_config(compose_config(registry, ["environment=tools"]), registry)
+        check_config(compose_config(registry, ["environment=tools"]), registry)
     assert caught.value.where == "model.chat_template"
 
 
 def test_default_config_validates_without_data_file(registry):
-    validated = validate_config(compose_config(registry), registry)
+    validated = check_config(compose_config(registry), registry)
     assert validated.records is None
     assert validated.rubric.name == "arithmetic"
     assert set(validated.plugin_names) == {"judge", "aggregator", "advantage_estimator", "weight_scheduler",
@@ -119,12 +119,12 @@ def test_unknown_plugin_lists_registered(registry):
 
 def test_plugin_named_by_name_only_still_checked(registry):
     with pytest.raises(PluginError, match="unknown aggregator 'nope'"):
-        validate_config(compose_config(registry, ["aggregator.name=nope"]), registry)
+        check_config(compose_config(registry, ["aggregator.name=nope"]), registry)
 
 
 def test_misspelled_param_names_key_and_file(registry):
     with pytest.raises(ConfigError) as err:
-        validate_config(compose_config(registry, ["+judge.params.case_sensitiv=true"]), registry)
+        check_config(compose_config(registry, ["+judge.params.case_sensitiv=true"]), registry)
     msg = str(err.value)
     assert "unknown key 'case_sensitiv'" in msg and "valid keys: case_sensitive" in msg
     assert str(CONF / "judge" / "rule.yaml") in msg
@@ -132,20 +132,20 @@ def test_misspelled_param_names_key_and_file(registry):
 
 def test_bad_param_value_names_field(registry):
     with pytest.raises(ConfigError, match=r"advantage.params \(.*conf/advantage/grpo\.yaml\).*scale_rewards"):
-        validate_config(compose_config(registry, ["advantage.params.scale_rewards=sometimes"]), registry)
+        check_config(compose_config(registry, ["advantage.params.scale_rewards=sometimes"]), registry)
 
 
 def test_a_declared_key_needs_no_plus_and_an_undeclared_one_is_named_at_once(registry):
     # a param the llm judge declares but its YAML leaves out, and a Lightning argument, set as a user types them
     cfg = compose_config(registry, ["judge=llm", "judge.params.backend.params.slots=4", "trainer.min_steps=1"])
-    validated = validate_config(cfg, registry)
+    validated = check_config(cfg, registry)
     assert cfg.judge.params.backend.params.slots == 4 and validated.cfg.trainer.min_steps == 1
     with pytest.raises(ConfigError, match=r"judge.params.*unknown key 'nope' for judge 'rule'; valid keys"):
-        validate_config(compose_config(registry, ["judge.params.nope=1"]), registry)
+        check_config(compose_config(registry, ["judge.params.nope=1"]), registry)
     with pytest.raises(ConfigError, match=r"trainer.max_step: unknown key.*did you mean 'max_steps'\?"):
-        validate_config(compose_config(registry, ["trainer.max_step=3"]), registry)
+        check_config(compose_config(registry, ["trainer.max_step=3"]), registry)
     with pytest.raises(ConfigError, match=r"optim.learning_rate: unknown key; valid keys: lr, "):
-        validate_config(compose_config(registry, ["optim.learning_rate=1e-4"]), registry)
+        check_config(compose_config(registry, ["optim.learning_rate=1e-4"]), registry)
     # Hydra's own keys are Hydra's: rlkit does not check them, so it does not add them either
     with pytest.raises(ConfigError, match=r"cannot set 'hydra.nope'.*\+hydra.nope=.*\+\+hydra"):
         compose_config(registry, ["hydra.nope=1"])
@@ -155,7 +155,7 @@ def test_unknown_names_and_keys_say_what_was_meant(registry, tmp_path):
     with pytest.raises(PluginError, match=r"unknown judge 'rul'; available judges: .*; did you mean 'rule'\?"):
         compose_config(registry, ["judge=rul"])
     with pytest.raises(ConfigError, match=r"unknown key 'case_sensitiv'.*did you mean 'case_sensitive'\?"):
-        validate_config(compose_config(registry, ["+judge.params.case_sensitiv=true"]), registry)
+        check_config(compose_config(registry, ["+judge.params.case_sensitiv=true"]), registry)
     rubric = tmp_path / "rubric.yaml"
     rubric.write_text((CONF / "rubrics" / "arithmetic.yaml").read_text().replace("    weight: 1.0", "    wieght: 1.0"))
     with pytest.raises(RubricError, match=r"dimensions\[0\]\(format\).wieght: unknown key; valid keys: name, .*"
@@ -165,7 +165,7 @@ def test_unknown_names_and_keys_say_what_was_meant(registry, tmp_path):
 
 def test_non_plugin_group_schema(registry):
     with pytest.raises(ConfigError, match=r"objective.params.*objective/policy_gradient.yaml.*beta"):
-        validate_config(compose_config(registry, ["objective.params.beta=-1"]), registry)
+        check_config(compose_config(registry, ["objective.params.beta=-1"]), registry)
     with pytest.raises(ConfigError,
                        match=r"no option 'nope' in config group 'model'; available: smollm2, tiny, tiny_random"):
         compose_config(registry, ["model=nope"])
@@ -173,9 +173,9 @@ def test_non_plugin_group_schema(registry):
 
 def test_missing_model_path(registry, tmp_path):
     with pytest.raises(ConfigError, match=r"model.name_or_path.*no such model directory"):
-        validate_config(compose_config(registry, [f"model.name_or_path={tmp_path}/absent"]), registry)
+        check_config(compose_config(registry, [f"model.name_or_path={tmp_path}/absent"]), registry)
     with pytest.raises(ConfigError, match="no config.json"):
-        validate_config(compose_config(registry, [f"model.name_or_path={tmp_path}"]), registry)
+        check_config(compose_config(registry, [f"model.name_or_path={tmp_path}"]), registry)
 
 
 def test_corrupt_or_truncated_weights_fail_validate_naming_the_file(registry, tmp_path):
@@ -189,14 +189,14 @@ def test_corrupt_or_truncated_weights_fail_validate_naming_the_file(registry, tm
     (model / "model.safetensors").write_bytes(whole[:-100])  # a copy cut short
     with pytest.raises(ConfigError, match=r"model.name_or_path \(.*\): model.safetensors is truncated: "
                                           rf"{len(whole) - 100} bytes, its header describes {len(whole)}"):
-        validate_config(compose_config(registry, [f"model.name_or_path={model}"]), registry)
+        check_config(compose_config(registry, [f"model.name_or_path={model}"]), registry)
     (model / "model.safetensors").write_bytes(b"\x05\x00")
     with pytest.raises(ConfigError, match="model.safetensors is corrupt or truncated: its safetensors header"):
-        validate_config(compose_config(registry, [f"model.name_or_path={model}"]), registry)
+        check_config(compose_config(registry, [f"model.name_or_path={model}"]), registry)
     (model / "model.safetensors").unlink()
     (model / "pytorch_model.bin").write_bytes(b"not a zip")
     with pytest.raises(ConfigError, match="pytorch_model.bin is corrupt or truncated: not the zip archive"):
-        validate_config(compose_config(registry, [f"model.name_or_path={model}"]), registry)
+        check_config(compose_config(registry, [f"model.name_or_path={model}"]), registry)
 
 
 def test_config_source_names_plugin_yaml(registry):
@@ -217,23 +217,23 @@ def test_experiment_preset_overrides_globals(registry):
 ])
 def test_reference_and_lora_settings_are_checked(registry, overrides, message):
     with pytest.raises(ConfigError, match=message):
-        validate_config(compose_config(registry, overrides), registry, read_data=False)
+        check_config(compose_config(registry, overrides), registry, read_data=False)
 
 
 def test_reference_none_is_fine_without_kl(registry):
-    validate_config(compose_config(registry, ["model.reference=none", "objective.params.beta=0"]), registry)
-    validate_config(compose_config(registry, ["model.reference=adapter_off", "model.lora.r=8"]), registry)
+    check_config(compose_config(registry, ["model.reference=none", "objective.params.beta=0"]), registry)
+    check_config(compose_config(registry, ["model.reference=adapter_off", "model.lora.r=8"]), registry)
 
 
 def test_a_mapping_override_into_an_empty_mapping_needs_no_plus(registry):
     for override in ("weights.params.weights={correctness:3}", "++weights.params.weights={correctness:3}"):
         cfg = compose_config(registry, [override])
-        assert validate_config(cfg, registry).plugins["weight_scheduler"].params.weights == {"correctness": 3}
+        assert check_config(cfg, registry).plugins["weight_scheduler"].params.weights == {"correctness": 3}
 
 
 def test_gdpo_with_another_aggregator_warns_that_it_only_feeds_the_log(registry):
     with pytest.warns(UserWarning, match="aggregator=geometric only feeds the logged reward"):
-        validate_config(compose_config(registry, ["advantage=gdpo", "aggregator=geometric"]), registry)
+        check_config(compose_config(registry, ["advantage=gdpo", "aggregator=geometric"]), registry)
 
 
 def test_the_trainer_arguments_rlkit_checks_are_lightnings_own():

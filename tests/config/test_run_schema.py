@@ -13,7 +13,7 @@ from omegaconf import OmegaConf
 
 from rlkit import ConfigError
 from rlkit.cli import main
-from rlkit.config import RunConfig, check_run, compose_config, validate_config
+from rlkit.config import RunConfig, check_config, check_run, compose_config
 from rlkit.config.checkpoints import check_checkpoint
 from rlkit.config.outputs import check_writable
 from rlkit.config.schemas import ModelConfig
@@ -83,7 +83,7 @@ def test_bad_run_values_fail_in_milliseconds(registry):
     cfg = compose_config(registry, ["batch_size=0"])
     start = time.perf_counter()
     with pytest.raises(ConfigError, match="batch_size"):
-        validate_config(cfg, registry)
+        check_config(cfg, registry)
     assert time.perf_counter() - start < 0.5  # checked before the rubric, any plugin or any file is read
 
 

@@ -28,7 +28,7 @@ def test_a_small_group_is_warned_once_naming_the_key_and_the_estimator(capsys, m
 
 
 def test_the_warning_comes_from_the_check_not_the_cli():
-    from rlkit.commands.common import validated_config
+    from rlkit.commands.common import compose_and_check
 
     with pytest.warns(UserWarning, match=r"num_generations=3 with advantage=grpo.*baseline unstable"):
-        validated_config(["num_generations=3"])
+        compose_and_check(["num_generations=3"])

@@ -1,5 +1,5 @@
 """The config is read once: `rlkit.config` validates the composed config and hands each layer its own typed block
-(`ValidatedConfig.run`, `.model`, `.eval_block`, `.logger_settings`, `.judge_config`, ...); below the commands no
+(`CheckedConfig.run`, `.model`, `.eval_block`, `.logger_settings`, `.judge_config`, ...); below the commands no
 module reaches back into the raw `validated.cfg`."""
 
 import re
@@ -17,7 +17,7 @@ def test_no_layer_below_the_commands_reads_the_raw_config_of_a_validated_run():
              for layer in LAYERS for path in sorted((RLKIT / layer).rglob("*.py"))
              for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
              if RAW_READ.search(line)]
-    assert not found, "raw config reads (read the block ValidatedConfig hands over instead):\n" + "\n".join(found)
+    assert not found, "raw config reads (read the block CheckedConfig hands over instead):\n" + "\n".join(found)
 
 
 def test_the_guard_sees_a_raw_read():

@@ -49,7 +49,7 @@ _NOT_PLUGIN: dict[str, tuple[str, ...]] = {
     "typing, pydantic and OmegaConf objects the config reference walks": ("UnionType", "allow_inf_nan", "model_dump"),
     "rlkit.judging.asking.JudgeBackend, the host's wrapper a model judge holds as `backend`": ("get", "offline",
                                                                                               "chat_model"),
-    "the host's own config and rubric objects (ValidatedConfig, DataConfig, Rubric)": ("evolve", "task",
+    "the host's own config and rubric objects (CheckedConfig, DataConfig, Rubric)": ("evolve", "task",
                                                                                        "template_path"),
     "a field of a generator's Params (GeneratorProtocol.params), named in its docstring": ("reference_model",),
     "the host's reference-model handle (rlkit.lm.reference), not the generator": ("request",),

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from rlkit.cli import main
-from rlkit.commands.common import validated_config
+from rlkit.commands.common import compose_and_check
 from rlkit.core.errors import DataError
 from rlkit.data.files import source_fingerprint
 from rlkit.data.records import from_trl, read_jsonl
@@ -103,7 +103,7 @@ def test_rlkit_score_reads_a_trl_preference_dataset_directory(tmp_path, capsys):
     overrides = [f"data.path={tmp_path / 'prefs'}"]
     assert main(["score", *overrides]) == 0, capsys.readouterr().err
     assert "2 completions" in capsys.readouterr().out
-    result = score_records(validated_config(overrides, need_completions=True))
+    result = score_records(compose_and_check(overrides, need_completions=True))
     correctness = result.dimension_names.index("correctness")
     assert result.raw_scores[:, correctness].tolist() == [1.0, 0.0]  # chosen "7", rejected "eight"
 

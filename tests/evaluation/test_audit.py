@@ -184,11 +184,11 @@ def _stored(rubric, judge: dict, records: int, passed: bool, created: str, verdi
 
 
 def test_fit_refuses_a_rubric_version_without_a_passed_audit(workdir):
-    from rlkit.commands.common import validated_config
+    from rlkit.commands.common import compose_and_check
     from rlkit.evaluation.audit_report import judge_config, require_passed_audit
     from rlkit.train.fit import fit
 
-    validated = validated_config(["audit.require=true", "logger=none"])
+    validated = compose_and_check(["audit.require=true", "logger=none"])
     with pytest.raises(ConfigError, match=r"audit\.require: rubric arithmetic v1\.0 \(f089cdf08376\) has no stored "
                                           r"audit; run `rlkit rubric audit`"):
         fit(validated, workdir / "run")
@@ -215,10 +215,10 @@ def test_a_smaller_audit_never_replaces_a_stronger_one(workdir):
     """The issue's case: an 8-record throwaway audit failed and replaced the stored verdict of the shipped rubric,
     after which `rlkit fit audit.require=true` refused it. Both are kept; the run accepts the one of more records
     and says which."""
-    from rlkit.commands.common import validated_config
+    from rlkit.commands.common import compose_and_check
     from rlkit.evaluation.audit_report import judge_config, require_passed_audit, stored_audits
 
-    validated = validated_config(["audit.require=true", "logger=none"])
+    validated = compose_and_check(["audit.require=true", "logger=none"])
     rubric, judge = validated.rubric, judge_config(validated.cfg)
     strong = _stored(rubric, judge, 200, True, "2026-12-01T00:00:00+00:00")
     _stored(rubric, judge, 8, False, "2026-12-03T00:00:00+00:00", "FAIL: trust 0.41 below 0.70")

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from rlkit.cli import main
-from rlkit.commands.common import validated_config
+from rlkit.commands.common import compose_and_check
 from rlkit.evaluation.episode_records import with_episodes
 from rlkit.evaluation.scoring import score_records
 from rlkit.reward.episodes_io import conversation_episode
@@ -62,7 +62,7 @@ def test_episode_records_get_step_scores_and_inferred_counts(capsys, tmp_path):
 
 def test_a_step_scores_mean_is_the_dimension_score(tmp_path):
     half = [CALL, RESULT, {"role": "assistant", "content": "518 it is"}]
-    validated = validated_config(["judge=rule", "rubric=calculator_steps",
+    validated = compose_and_check(["judge=rule", "rubric=calculator_steps",
                                   f"data.path={_write(tmp_path / 'd.jsonl', [{**RECORDS[0], 'completion': half}])}"],
                                  need_completions=True)
     result = score_records(replace(validated, records=with_episodes(validated.data.path, validated.records)))
@@ -72,8 +72,8 @@ def test_a_step_scores_mean_is_the_dimension_score(tmp_path):
 
 def test_episode_and_text_records_score_alike_in_any_batch(tmp_path):
     data = _write(tmp_path / "d.jsonl", [RECORDS[2], RECORDS[0], RECORDS[2], RECORDS[1], RECORDS[2]])
-    validated = validated_config(["judge=rule", "rubric=calculator_steps", f"data.path={data}"],
-                                 need_completions=True)
+    validated = compose_and_check(["judge=rule", "rubric=calculator_steps", f"data.path={data}"],
+                                  need_completions=True)
     validated = replace(validated, records=with_episodes(data, validated.records))
     one, many = score_records(validated, batch_size=1), score_records(validated, batch_size=64)
     assert one.raw_scores.nan_to_num(-1).tolist() == many.raw_scores.nan_to_num(-1).tolist()
@@ -84,8 +84,8 @@ def test_episode_and_text_records_score_alike_in_any_batch(tmp_path):
 def test_completions_with_an_episode_make_the_record_an_episode_record(tmp_path):
     record = {"prompt": PROMPT, "reference": "518", "completions": [GOOD, "518"]}
     data = _write(tmp_path / "d.jsonl", [record])
-    validated = validated_config(["judge=rule", "rubric=calculator_steps", f"data.path={data}"],
-                                 need_completions=True)
+    validated = compose_and_check(["judge=rule", "rubric=calculator_steps", f"data.path={data}"],
+                                  need_completions=True)
     result = score_records(replace(validated, records=with_episodes(data, validated.records)))
     # the text is a one-turn episode that called no tool, as an environment answered at once plays it
     assert result.raw_scores.tolist() == [[1.0, 1.0, 1.0], [0.0, 1.0, 1.0]]

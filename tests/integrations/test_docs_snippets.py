@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from rlkit.cli import main
-from rlkit.commands.common import validated_config
+from rlkit.commands.common import compose_and_check
 from rlkit.lm.models import build_tiny_policy
 from rlkit.serve.app import RewardServer, ServeSettings, create_app
 
@@ -64,7 +64,7 @@ def test_dpo_snippet_on_pairs_written_by_rlkit_data_pairs(tmp_path, monkeypatch)
 
 
 def test_remote_reward_snippet_against_rlkit_serve():
-    validated = validated_config(["judge=rule"], read_data=False)
+    validated = compose_and_check(["judge=rule"], read_data=False)
     with RewardServer(create_app(validated, ServeSettings(api_key_env=None, rate_limit=0))) as server:
         code = _blocks()[4].replace('"http://127.0.0.1:8000"', repr(server.url))
         (printed,) = _run(code)

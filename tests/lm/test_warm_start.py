@@ -12,7 +12,7 @@ import torch
 import rlkit.lm.warm_start as warm_start
 from rlkit import ConfigError
 from rlkit.cli import main
-from rlkit.config import compose_config, validate_config
+from rlkit.config import check_config, compose_config
 from rlkit.data.records import arithmetic_task, disjoint_task_records
 from rlkit.lm.models import WARM_START_CACHE_ENV, build_tiny_policy, load_policy
 
@@ -57,7 +57,7 @@ def test_a_warm_start_where_it_means_nothing_is_refused(registry, tmp_path, over
     model = build_tiny_policy(cache_dir=tmp_path)
     cfg = compose_config(registry, [o.format(model=model, data=data) for o in overrides])
     with pytest.raises(ConfigError, match=message) as err:
-        validate_config(cfg, registry)
+        check_config(cfg, registry)
     assert err.value.where == "model.warm_start.steps"
 
 
@@ -87,7 +87,7 @@ def test_the_default_policy_is_warm_started_and_tiny_random_is_not(registry, tmp
     # where no warm start can be made, the default asks for none, so a model or data file of the user's just runs
     for overrides in ([f"model.name_or_path={model}"], [f"data.path={data}"]):
         assert _warm_steps(registry, overrides)[0] == 0
-        assert validate_config(compose_config(registry, overrides), registry).model.warm_start.steps == 0
+        assert check_config(compose_config(registry, overrides), registry).model.warm_start.steps == 0
 
 
 @pytest.mark.slow

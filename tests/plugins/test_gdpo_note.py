@@ -65,10 +65,10 @@ def test_the_objective_logs_the_counter_and_the_soft_labels_by_hand():
 
 
 def test_the_preset_follows_the_note():
-    from rlkit.commands.common import validated_config
+    from rlkit.commands.common import compose_and_check
     from rlkit.config.schemas import OptimConfig
 
-    result = validated_config(["experiment=gdpo_note"])
+    result = compose_and_check(["experiment=gdpo_note"])
     run, objective = result.run, result.plugins["objective"].params
     assert result.plugin_names["preference_constructor"] == "winrate"
     assert result.plugins["preference_constructor"].params.label == "group_winrate"   # 004 §4.4, §5.3

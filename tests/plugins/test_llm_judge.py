@@ -140,10 +140,10 @@ class TestModelJudgesContract(JudgeContract):
 
     @pytest.fixture(params=["llm", "hybrid", "ensemble", "cascade"])
     def judge(self, request, cache_env):
-        from rlkit.config import compose_config, validate_config
+        from rlkit.config import check_config, compose_config
 
         registry = load_registry()
-        return validate_config(compose_config(registry, offline_judge(request.param)), registry).plugins["judge"]
+        return check_config(compose_config(registry, offline_judge(request.param)), registry).plugins["judge"]
 
     @pytest.fixture
     def rubric(self):
@@ -155,10 +155,10 @@ class TestModelJudgesContract(JudgeContract):
 
 
 def test_hybrid_sends_only_its_dimensions_to_the_llm(cache_env):
-    from rlkit.config import compose_config, validate_config
+    from rlkit.config import check_config, compose_config
 
     registry = load_registry()
-    judge = validate_config(compose_config(registry, offline_judge("hybrid")), registry).plugins["judge"]
+    judge = check_config(compose_config(registry, offline_judge("hybrid")), registry).plugins["judge"]
     rubric = load_rubric(RUBRIC)
     assert judge.routing(rubric) == {"rule": [0, 3], "llm": [1, 2]}
     judgement = judge.assess(_rollout(), rubric)
@@ -167,10 +167,10 @@ def test_hybrid_sends_only_its_dimensions_to_the_llm(cache_env):
 
 
 def test_ensemble_logs_agreement_per_dimension(cache_env):
-    from rlkit.config import compose_config, validate_config
+    from rlkit.config import check_config, compose_config
 
     registry = load_registry()
-    judge = validate_config(compose_config(registry, offline_judge("ensemble")), registry).plugins["judge"]
+    judge = check_config(compose_config(registry, offline_judge("ensemble")), registry).plugins["judge"]
     judgement = judge.assess(_rollout(), load_rubric(RUBRIC))
     agreement = {k: v for k, v in judgement.metrics.items() if k.startswith("judge/agreement/")}
     assert set(agreement) == {f"judge/agreement/{d}" for d in ("format", "correctness", "brevity", "repetition")}
@@ -214,10 +214,10 @@ def _assert_weighted_sum_yardstick(run_dir: Path, out: str) -> None:
 
 
 def test_cascade_escalates_only_undecided_groups(cache_env):
-    from rlkit.config import compose_config, validate_config
+    from rlkit.config import check_config, compose_config
 
     registry = load_registry()
-    judge = validate_config(compose_config(registry, offline_judge("cascade")), registry).plugins["judge"]
+    judge = check_config(compose_config(registry, offline_judge("cascade")), registry).plugins["judge"]
     rubric = load_rubric(RUBRIC)
     rollout = Rollout(records=[{"prompt": "7+5=", "reference": "12"}, {"prompt": "3+4=", "reference": "7"}],
                       completions=[["12", "the answer is twelve"], ["x", "x"]])  # group 2: nothing to separate

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from rlkit import ConfigError, PluginError
-from rlkit.config import compose_config, resolve_path, validate_config
+from rlkit.config import check_config, compose_config, resolve_path
 from rlkit.core.registry import load_registry
 from rlkit.evaluation.calibration import read_labels
 from rlkit.reward.monitor_view import make_view
@@ -261,7 +261,7 @@ def test_contract_catches_a_monitor_that_logs_nan():
 
 
 def validated(*overrides: str):
-    return validate_config(compose_config(REGISTRY, list(overrides)), REGISTRY, read_data=False)
+    return check_config(compose_config(REGISTRY, list(overrides)), REGISTRY, read_data=False)
 
 
 def test_monitors_are_a_list_off_by_default():

@@ -257,15 +257,15 @@ def test_bad_params_name_the_field():
 
 
 def _validate(*overrides):
-    from rlkit.config import compose_config, validate_config
+    from rlkit.config import check_config, compose_config
 
     registry = load_registry()
-    return validate_config(compose_config(registry, list(overrides)), registry, read_data=False)
+    return check_config(compose_config(registry, list(overrides)), registry, read_data=False)
 
 
 def test_validation_derives_the_rank_rubric_and_composites_refuse_a_ranking_member():
     validated = _validate("judge=ranking", "advantage=rank")
-    assert validated.reward_rubric.dimension_names == ["rank"]
+    assert validated.scored_rubric.dimension_names == ["rank"]
     assert validated.rubric.name == "arithmetic"
     assert ranking_rubric(validated.rubric).dimensions[0].range == (0.0, 1.0)
     with pytest.raises(ConfigError, match="members\\[1\\].*scores groups on a rubric of its own"):

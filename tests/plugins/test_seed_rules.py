@@ -181,16 +181,16 @@ def test_conflict_switch_defaults_and_checks():
 
 
 def test_objective_group_dpo_alone_turns_auto_lexicographic_on():
-    from rlkit.commands.common import validated_config
+    from rlkit.commands.common import compose_and_check
 
     # without experiment=group_dpo
-    objective = validated_config(["objective=group_dpo"]).plugins["objective"]
+    objective = compose_and_check(["objective=group_dpo"]).plugins["objective"]
     assert objective.params.auto_lexicographic is True and objective.params.conflict_scope == "batch"
-    per_prompt = validated_config(["objective=group_dpo", "objective.params.conflict_scope=prompt",
+    per_prompt = compose_and_check(["objective=group_dpo", "objective.params.conflict_scope=prompt",
                                    "objective.params.conflict_dimensions=[correctness,format]"]).plugins["objective"]
     assert per_prompt.params.conflict_dimensions == ["correctness", "format"]
     with pytest.raises(ConfigError, match="objective.params.conflict_dimensions"):
-        validated_config(["objective=group_dpo", "objective.params.conflict_dimensions=[correctness,tone]"])
+        compose_and_check(["objective=group_dpo", "objective.params.conflict_dimensions=[correctness,tone]"])
 
 
 # --- the name collision ----------------------------------------------------------------------------

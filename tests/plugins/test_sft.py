@@ -11,7 +11,7 @@ import torch
 
 from rlkit import ConfigError, DataError
 from rlkit.cli import main
-from rlkit.config import compose_config, validate_config
+from rlkit.config import check_config, compose_config
 from rlkit.core.objective import CompletionLossInputs
 from rlkit.lm.models import build_tiny_policy, load_policy
 from rlkit.lm.sampling import demonstration_batch, demonstration_text, tokenize_prompts
@@ -70,10 +70,10 @@ def test_records_without_a_demonstration_are_named(registry, tmp_path):
     data.write_text(json.dumps({"prompt": "1+1=", "completion": "2"}) + "\n" + json.dumps({"prompt": "2+2="}) + "\n")
     cfg = compose_config(registry, ["objective=sft", f"data.path={data}"])
     with pytest.raises(DataError, match="record 2 has neither a `completion` nor a `reference`") as err:
-        validate_config(cfg, registry)
+        check_config(cfg, registry)
     assert str(data) in str(err.value)
     with pytest.raises(ConfigError):  # still a run config: its values are checked like any other
-        validate_config(compose_config(registry, ["objective=sft", "max_completion_length=0"]), registry)
+        check_config(compose_config(registry, ["objective=sft", "max_completion_length=0"]), registry)
 
 
 @pytest.mark.slow

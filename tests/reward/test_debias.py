@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from rlkit.cli import main
-from rlkit.config import compose_config, validate_config
+from rlkit.config import check_config, compose_config
 from rlkit.core.errors import ConfigError
 from rlkit.core.rubric import load_rubric
 from rlkit.core.types import Rollout
@@ -187,16 +187,16 @@ def test_default_dimensions_skip_gates_and_condition_targets():
 def test_bad_debias_config_names_the_field(registry, override, where, message):
     cfg = compose_config(registry, [override])
     with pytest.raises(ConfigError) as info:
-        validate_config(cfg, registry)
+        check_config(cfg, registry)
     assert str(info.value).startswith(where) and message in str(info.value)
 
 
 def test_debias_config_defaults_and_enabled(registry):
-    validated = validate_config(compose_config(registry, []), registry)
+    validated = check_config(compose_config(registry, []), registry)
     assert validated.debias is not None and not validated.debias.enabled
     assert validated.debias.features == ["length", "newlines", "markdown"] and validated.debias.dimensions is None
-    on = validate_config(compose_config(registry, ["debias.enabled=true", "debias.dimensions=[repetition]"]),
-                         registry)
+    on = check_config(compose_config(registry, ["debias.enabled=true", "debias.dimensions=[repetition]"]),
+                      registry)
     assert on.debias.enabled and on.debias.dimensions == ["repetition"]
 
 

@@ -24,7 +24,7 @@ import torch
 import yaml
 
 from rlkit.cli import main
-from rlkit.commands.common import validated_config as _validated
+from rlkit.commands.common import compose_and_check as _validated
 from rlkit.core.errors import ConfigError
 from rlkit.evaluation.scoring import completion_ranks, score_records
 from rlkit.judging.spend import JudgeLoad
@@ -369,7 +369,7 @@ def test_reward_api_follows_a_server_judge_that_derives_its_rubric(rule):
             return torch.linspace(0, 1, g).reshape(1, g, 1)
 
     derived = ranking_rubric(rule.rubric)
-    ranking = replace(rule, plugins={**rule.plugins, "judge": Ranker()}, reward_rubric=derived,
+    ranking = replace(rule, plugins={**rule.plugins, "judge": Ranker()}, scored_rubric=derived,
                       plugin_names={**rule.plugin_names, "judge": "ranking"})
     with _serve(ranking) as s:
         judge = RewardApiJudge(RewardApiJudge.Params(base_url=s.url))

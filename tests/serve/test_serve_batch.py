@@ -5,7 +5,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from rlkit.commands.common import validated_config
+from rlkit.commands.common import compose_and_check
 from rlkit.integrations.trl import trl_reward_funcs
 from rlkit.serve.app import RewardServer, ServeSettings, create_app
 
@@ -15,7 +15,7 @@ REFERENCE = ["7"] * 3 + ["12"] * 3
 
 
 def _server(overrides: list[str], **settings) -> RewardServer:
-    validated = validated_config(overrides, read_data=False)
+    validated = compose_and_check(overrides, read_data=False)
     return RewardServer(create_app(validated, ServeSettings(api_key_env=None, rate_limit=0, **settings)))
 
 

@@ -8,7 +8,7 @@ import json
 import httpx
 import pytest
 
-from rlkit.commands.common import validated_config
+from rlkit.commands.common import compose_and_check
 from rlkit.core.types import Rollout
 from rlkit.reward.episodes_io import judged_rollout
 from rlkit.serve.app import RewardServer, ServeSettings, create_app
@@ -25,7 +25,7 @@ FIELDS = {"reference": "518"}
 
 @pytest.fixture(scope="module")
 def steps_config():
-    return validated_config(["judge=rule", "rubric=calculator_steps"], read_data=False)
+    return compose_and_check(["judge=rule", "rubric=calculator_steps"], read_data=False)
 
 
 @pytest.fixture(scope="module")
@@ -66,7 +66,7 @@ def test_the_old_shape_on_a_step_rubric_has_one_step_per_text(server):
 
 
 def test_the_old_shape_is_unchanged_without_step_dimensions():
-    with RewardServer(create_app(validated_config(["judge=rule"], read_data=False),
+    with RewardServer(create_app(compose_and_check(["judge=rule"], read_data=False),
                                  ServeSettings(api_key_env=None, rate_limit=0))) as s:
         body = _post(s, {"prompt": "3+4=", "responses": ["7", "12"], "fields": {"reference": "7"}}).json()
         assert [set(r) for r in body["results"]] == [{"index", "reward", "rank", "scores", "steps"}] * 2

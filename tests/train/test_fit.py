@@ -247,13 +247,13 @@ def _save_peak_mb(io, checkpoint: dict, path: Path) -> float:
 def test_checkpoints_stream_to_their_file_instead_of_through_a_copy_in_memory(tmp_path, registry):
     from lightning.pytorch.plugins import TorchCheckpointIO
 
-    from rlkit.config import compose_config, validate_config
+    from rlkit.config import check_config, compose_config
     from rlkit.runs.loggers import finish_logger
     from rlkit.train.fit import build_trainer
 
     if not Path("/proc/self/clear_refs").exists():
         pytest.skip("peak RSS is reset through Linux's /proc/self/clear_refs")
-    trainer, logger = build_trainer(validate_config(compose_config(registry, ["logger=csv"]), registry), tmp_path)
+    trainer, logger = build_trainer(check_config(compose_config(registry, ["logger=csv"]), registry), tmp_path)
     finish_logger(logger)
     io = trainer.strategy.checkpoint_io
     checkpoint = {"state_dict": {f"w{i}": torch.randn(2_000_000) for i in range(8)}, "step": 3}  # 64 MB

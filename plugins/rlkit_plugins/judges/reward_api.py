@@ -173,7 +173,7 @@ class RewardApiJudge:
         if info.scored_rubric.hash == info.rubric.hash:
             self._checked[rubric.content_hash] = rubric
             return
-        # The server's judge derives its own rubric (a ranking judge): so does this one, for validate_config.
+        # The server's judge derives its own rubric (a ranking judge): so does this one, for check_config.
         definition = {k: v for k, v in (info.scored_rubric.definition or {}).items() if k != "templates"}
         derived = rubric_from_dict(definition, source=f"{self._base}/v1/info")
         self._checked[rubric.content_hash] = derived

@@ -9,7 +9,7 @@ from typing import Any
 from omegaconf import DictConfig
 
 from rlkit.config.checks.blocks import config_where
-from rlkit.config.checks.outcome import ValidatedConfig
+from rlkit.config.checks.outcome import CheckedConfig
 from rlkit.config.schemas import DataConfig
 from rlkit.core.errors import ConfigError, DataError
 from rlkit.core.package_files import resolve_path
@@ -23,7 +23,7 @@ def check_data_file(path: Path) -> None:
         raise DataError("no such data file or datasets directory", str(path))
 
 
-def check_data_source(registry: Registry, cfg: DictConfig, result: ValidatedConfig, *, read_data: bool,
+def check_data_source(registry: Registry, cfg: DictConfig, result: CheckedConfig, *, read_data: bool,
                       need_completions: bool) -> None:
     """The run's prompts come from a data file (read into ``result.records`` when ``read_data``) or a synthetic task
     that exists; the synthetic task's own keys are not set beside a data file."""
@@ -45,7 +45,7 @@ def check_data_source(registry: Registry, cfg: DictConfig, result: ValidatedConf
                           config_where(registry, cfg, "data", "task"))
 
 
-def run_records(result: ValidatedConfig, data: DataConfig) -> list[dict[str, Any]] | None:
+def run_records(result: CheckedConfig, data: DataConfig) -> list[dict[str, Any]] | None:
     """The records the run reads: the data file's, else a synthetic task's (built here), else None."""
     from rlkit.data.records import SYNTHETIC_TASKS
 
@@ -54,7 +54,7 @@ def run_records(result: ValidatedConfig, data: DataConfig) -> list[dict[str, Any
     return result.records
 
 
-def check_demonstrations(result: ValidatedConfig, data: DataConfig) -> None:
+def check_demonstrations(result: CheckedConfig, data: DataConfig) -> None:
     """An objective that learns from demonstrations needs one in every record (the synthetic tasks have a reference);
     a record without is named before any training. A warm start is of the embedded policy, on the synthetic task."""
     from rlkit.lm.sampling import demonstration_text

@@ -8,7 +8,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from rlkit.config.checks.outcome import ValidatedConfig, is_group_relative
+from rlkit.config.checks.outcome import CheckedConfig, is_group_relative
 from rlkit.config.compose import config_source
 from rlkit.config.schemas import (
     DataConfig,
@@ -19,11 +19,11 @@ from rlkit.core.registry import Registry
 from rlkit.core.rubric import Rubric
 
 
-def check_heldout_judge(registry: Registry, cfg: DictConfig, result: ValidatedConfig) -> None:
+def check_heldout_judge(registry: Registry, cfg: DictConfig, result: CheckedConfig) -> None:
     """A training judge that only ranks within groups cannot score a lone held-out completion: build the
     ``heldout_judge`` that will, on the user's rubric. A training aggregator that only ranks within groups needs the
     held-out aggregator and weights (an absolute yardstick) but not another judge."""
-    if result.reward_rubric is result.rubric:
+    if result.scored_rubric is result.rubric:
         if is_group_relative(result.plugins.get("aggregator")):
             build_heldout_reward(registry, cfg, result)
         return
@@ -47,7 +47,7 @@ def check_heldout_judge(registry: Registry, cfg: DictConfig, result: ValidatedCo
     build_heldout_reward(registry, cfg, result)
 
 
-def build_heldout_reward(registry: Registry, cfg: DictConfig, result: ValidatedConfig) -> None:
+def build_heldout_reward(registry: Registry, cfg: DictConfig, result: CheckedConfig) -> None:
     for key, kind in (("heldout_aggregator", "aggregator"), ("heldout_weights", "weight_scheduler")):
         chosen = cfg.get(key)
         if not isinstance(chosen, str) or not chosen:
@@ -60,7 +60,7 @@ def build_heldout_reward(registry: Registry, cfg: DictConfig, result: ValidatedC
         result.plugin_names[key] = chosen
 
 
-def check_record_fields(result: ValidatedConfig, data: DataConfig) -> None:
+def check_record_fields(result: CheckedConfig, data: DataConfig) -> None:
     """Every record field the judge's scoring reads (its ``record_fields``) is in the data: none of the records
     having it is an error (the dimension would never be scored, and a weighted reward would be made of the others
     in silence); some lacking it, a warning with the count."""
@@ -82,7 +82,7 @@ def check_record_fields(result: ValidatedConfig, data: DataConfig) -> None:
                           "on their completions", stacklevel=3)
 
 
-def check_records(result: ValidatedConfig, records: list[dict[str, Any]] | None) -> None:
+def check_records(result: CheckedConfig, records: list[dict[str, Any]] | None) -> None:
     """The judge's ``check_records``: what scoring these records would refuse (each record's own rubric under
     ``rubric=per_record``) is refused here, as ``fit`` would refuse it, before any model is loaded."""
     check = getattr(result.plugins.get("judge"), "check_records", None)
@@ -97,7 +97,7 @@ def check_records(result: ValidatedConfig, records: list[dict[str, Any]] | None)
         raise type(exc)(exc.message, f"{result.data.path}: {exc.where}") from None
 
 
-def check_judge_scope(result: ValidatedConfig, records: list[dict[str, Any]] | None) -> None:
+def check_judge_scope(result: CheckedConfig, records: list[dict[str, Any]] | None) -> None:
     """Warn with each of the judge's ``scope_caveats``: the offline tiny judge, which knows only the default task's
     sums, scores a user's own records as if it knew them (on sums of 0-99 it calls most right answers wrong)."""
     caveats = getattr(result.plugins.get("judge"), "scope_caveats", None)
@@ -107,7 +107,7 @@ def check_judge_scope(result: ValidatedConfig, records: list[dict[str, Any]] | N
         warnings.warn(line, stacklevel=3)
 
 
-def check_rubric_evolution(result: ValidatedConfig) -> None:
+def check_rubric_evolution(result: CheckedConfig) -> None:
     """``rubric.evolve.every > 0`` needs per-record rubrics (the evolved criteria join each record's own) and a judge
     whose backend is a model that can write criteria (``rlkit.evaluation.rubric_evolution``)."""
     from rlkit.core.templates import template_path

@@ -11,7 +11,7 @@ from typing import Any
 from omegaconf import DictConfig
 
 from rlkit.config.checks.blocks import config_where
-from rlkit.config.checks.outcome import ValidatedConfig
+from rlkit.config.checks.outcome import CheckedConfig
 from rlkit.config.schemas import (
     ModelConfig,
 )
@@ -116,7 +116,7 @@ def check_learning_rate(model: ModelConfig, lr: float) -> str | None:
             f"can wreck what the model knows within a few steps (model=smollm2 uses 2e-4 with LoRA)")
 
 
-def check_reference(registry: Registry, cfg: DictConfig, model: ModelConfig, result: ValidatedConfig) -> None:
+def check_reference(registry: Registry, cfg: DictConfig, model: ModelConfig, result: CheckedConfig) -> None:
     where = config_where(registry, cfg, "model", "reference")
     if model.reference == "none" and result.objective.reference_use is not None:
         raise ConfigError(f"model.reference=none leaves no reference for {result.objective.reference_use}", where)
@@ -127,7 +127,7 @@ def check_reference(registry: Registry, cfg: DictConfig, model: ModelConfig, res
         raise ConfigError("adapter_off needs LoRA adapters to switch off; set model.lora.r > 0 or use frozen", where)
 
 
-def check_engine_reference(registry: Registry, cfg: DictConfig, model: ModelConfig, result: ValidatedConfig) -> None:
+def check_engine_reference(registry: Registry, cfg: DictConfig, model: ModelConfig, result: CheckedConfig) -> None:
     """``model.reference=engine`` asks the generator's engine for the reference's log-probs: the generator must
     offer it (``score_reference``) and be told the reference's served name."""
     if model.reference != "engine" or not result.needs_reference:
@@ -156,7 +156,7 @@ def base_signature(folder: Path) -> tuple[Any, ...] | None:
     return signature if all(v is not None for v in signature) else None
 
 
-def check_judge_is_not_the_policy(result: ValidatedConfig) -> None:
+def check_judge_is_not_the_policy(result: CheckedConfig) -> None:
     """Warn when a model judge asks the policy's own model, or one of its base (the same architecture and size):
     the rubric design note's collusion risk, a judge pleased by what the model it trains writes. ``allow_self_judge``
     says it is meant."""
@@ -182,7 +182,7 @@ def check_judge_is_not_the_policy(result: ValidatedConfig) -> None:
             return
 
 
-def check_instruct_on_plain_prompts(result: ValidatedConfig, records: list[dict[str, Any]] | None) -> None:
+def check_instruct_on_plain_prompts(result: CheckedConfig, records: list[dict[str, Any]] | None) -> None:
     """A hint when a model with a chat template (an instruct model) is to be trained on plain-text prompts: it answers
     its chat turns, not raw text, and a full fine-tune of it costs far more than a LoRA adapter."""
     model, data = result.model, result.data

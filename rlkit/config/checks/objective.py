@@ -9,7 +9,7 @@ from typing import Any
 from omegaconf import DictConfig
 
 from rlkit.config.checks.model import has_chat_template
-from rlkit.config.checks.outcome import ValidatedConfig, is_group_relative
+from rlkit.config.checks.outcome import CheckedConfig, is_group_relative
 from rlkit.config.schemas import (
     RunConfig,
 )
@@ -18,7 +18,7 @@ from rlkit.core.objective import SIGNALS
 from rlkit.core.registry import Registry
 
 
-def check_objective_parts(registry: Registry, cfg: DictConfig, result: ValidatedConfig) -> None:
+def check_objective_parts(registry: Registry, cfg: DictConfig, result: CheckedConfig) -> None:
     """The objective learns from something the run must provide: advantages (an estimator) or pairs (a
     preference constructor)."""
     name, objective = result.plugin_names["objective"], result.objective
@@ -35,7 +35,7 @@ def check_objective_parts(registry: Registry, cfg: DictConfig, result: Validated
                           f"(available: {registry.available('advantage_estimator')})", "advantage")
 
 
-def check_group_size(run: RunConfig, result: ValidatedConfig) -> None:
+def check_group_size(run: RunConfig, result: CheckedConfig) -> None:
     """A group of one gives a part that compares completions within their group nothing to compare: every
     advantage would be 0, or no pair would form, and the run would train on nothing."""
     if run.num_generations >= 2:
@@ -58,7 +58,7 @@ def check_group_size(run: RunConfig, result: ValidatedConfig) -> None:
 SMALL_GROUP = 4
 
 
-def small_group_warning(run: RunConfig, result: ValidatedConfig) -> str | None:
+def small_group_warning(run: RunConfig, result: CheckedConfig) -> str | None:
     """The warning line for a group-relative advantage estimator over groups smaller than :data:`SMALL_GROUP`, or
     None. Two or three completions give the group's baseline (a mean, a std) from as many values: every advantage
     swings with each one."""
@@ -73,7 +73,7 @@ def small_group_warning(run: RunConfig, result: ValidatedConfig) -> str | None:
             f"{SMALL_GROUP}")
 
 
-def check_reward_path(result: ValidatedConfig) -> None:
+def check_reward_path(result: CheckedConfig) -> None:
     estimator = result.plugins.get("advantage_estimator")
     aggregator = result.plugin_names.get("aggregator")
     if getattr(result.objective, "kl_in_reward", False) and getattr(estimator, "ignores_aggregator", False):
@@ -86,7 +86,7 @@ def check_reward_path(result: ValidatedConfig) -> None:
                       f"dimensions directly; aggregator={aggregator} only feeds the logged reward", stacklevel=2)
 
 
-def check_environment(result: ValidatedConfig) -> None:
+def check_environment(result: CheckedConfig) -> None:
     """A multi-turn environment samples each turn after the last: nothing to request ahead, no demonstrations to
     play (its episodes are the rollouts)."""
     if result.rubric.step_dimensions and callable(getattr(result.plugins.get("judge"), "scored_rubric", None)):
@@ -110,7 +110,7 @@ def check_environment(result: ValidatedConfig) -> None:
                           "tiny_tools.jinja for the embedded policy)", "model.chat_template")
 
 
-def check_prompt_sampler(run: RunConfig, result: ValidatedConfig, records: list[dict[str, Any]] | None) -> None:
+def check_prompt_sampler(run: RunConfig, result: CheckedConfig, records: list[dict[str, Any]] | None) -> None:
     """A sampler that picks each step's prompts and dynamic sampling, which reads its prompts on in the epoch shuffle
     itself, would each decide what a step trains on: one of them must. A sampler that picks is set up (on a copy) on
     the run's records, so records it cannot use fail here."""

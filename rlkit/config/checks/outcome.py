@@ -1,4 +1,5 @@
-"""What validation hands the commands: :class:`ValidatedConfig`, the checked config and its (cheaply built) parts."""
+"""What checking a config hands the commands: :class:`CheckedConfig`, the checked config and its (cheaply built)
+parts."""
 
 from __future__ import annotations
 
@@ -22,15 +23,18 @@ from rlkit.reward.pipeline import HeldoutScoring
 
 
 @dataclass
-class ValidatedConfig:
-    """The outcome of validation: every plugin built (cheaply) and the rubric loaded."""
+class CheckedConfig:
+    """A config that :func:`rlkit.config.check_config` passed: every plugin built (cheaply) and the rubric loaded.
+
+    ``rubric`` is the user's (the judge is asked with it; a checkpoint is keyed by it); ``scored_rubric``
+    is what the judge's scores follow, the same object unless the judge derives its own (a ranking judge's
+    ``rank``), and what weights, aggregation, monitors and reports read."""
 
     cfg: DictConfig
     rubric: Rubric
     run: RunConfig = field(default_factory=RunConfig)
     plugins: dict[str, Any] = field(default_factory=dict)
-    # What the judge's scores follow: the rubric itself, unless the judge derives its own (scored_rubric).
-    reward_rubric: Rubric = None  # type: ignore[assignment]  # set by validate_config
+    scored_rubric: Rubric = None  # type: ignore[assignment]  # set by check_config
     plugin_names: dict[str, str] = field(default_factory=dict)
     records: list[dict[str, Any]] | None = None
     model: ModelConfig | None = None
@@ -102,7 +106,7 @@ class ValidatedConfig:
     def _ranks_within_groups(self) -> str | None:
         """Which training part only ranks within groups, so held-out scoring needs its own yardstick: the judge
         (it derives a ranking rubric), the aggregator (group-relative), or None."""
-        if self.reward_rubric is not self.rubric:
+        if self.scored_rubric is not self.rubric:
             return "judge"
         return "aggregator" if is_group_relative(self.plugins.get("aggregator")) else None
 
