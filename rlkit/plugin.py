@@ -62,6 +62,7 @@ if TYPE_CHECKING:
     from rlkit.data.records import read_jsonl as read_records
     from rlkit.evaluation.calibration import DEFAULT_LABELS as DEFAULT_CALIBRATION_LABELS
     from rlkit.evaluation.calibration import calibrate, judge_records, read_labels
+    from rlkit.evaluation.label_examples import LabelledExample, read_label_examples
 
     # --- generative reward models and the reward API's wire format ------------------------------------------------
     from rlkit.grm.model import GenerativeRewardModel, read_grm_format
@@ -316,6 +317,8 @@ __all__ = [
     "ranks_from_order",
     "read_grm_format",
     "read_labels",
+    "read_label_examples",
+    "LabelledExample",
     "read_records",
     "render_chat",
     "render_template",

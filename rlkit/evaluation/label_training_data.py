@@ -179,6 +179,16 @@ def combine_levels(levels: Sequence[float], combine: Combine) -> tuple[float | N
     return counts[0][0], agreement
 
 
+def consensus_level(line: dict[str, Any], name: str, options: LabelOptions = LabelOptions()) -> float | None:
+    """The labellers' one level of dimension ``name`` on a completion line, by the rule above (``options.combine``;
+    below ``options.min_agreement``: None, as ``drop`` leaves it out); None when nobody labelled it."""
+    given = _level_answers(line, name)
+    if not given:
+        return None
+    level, agreement = combine_levels(given, options.combine)
+    return level if level is not None and agreement >= options.min_agreement else None
+
+
 def _places(tiers: list[list[int]], n: int) -> list[int]:
     """Competition ranks (1 = best, ties share the best) of ``n`` completions from tiers."""
     ranks = [0] * n

@@ -26,6 +26,10 @@ probability and show the judge each record's reference where it has one. ``backe
 judge, trained on CPU on first use and cached (``rlkit.judging.tiny_judge``), asked with the compact template it was
 trained on: for tests and demos, chosen by name only.
 
+With ``examples: FILE`` (a labelling file) the prompt shows ``examples_k`` labelled completions per dimension right
+after the rubric, chosen by ``examples_rule`` (``rlkit_plugins.judges.few_shot`` says how, and why never beside a
+completion of the example's own prompt); ``rlkit calibrate`` measures the judge with and without them.
+
 ``check_rubric`` (called before anything is scored) asks a backend that talks to a server (``openai``) whether
 the server answers (its ``check_ready``), so a server that is not running fails ``rlkit validate``, ``score`` and
 ``fit`` with one line naming ``judge.params.backend.params.base_url`` instead of scoring nothing.
@@ -37,6 +41,7 @@ import itertools
 import math
 import random
 import statistics
+import warnings
 from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -47,6 +52,7 @@ from rlkit.plugin import (
     BackendRef,
     CallPlan,
     CompletionView,
+    DataError,
     FailureWarning,
     JudgeBackend,
     JudgeLoad,
@@ -63,7 +69,10 @@ from rlkit.plugin import (
     hookimpl,
     parse_reasons,
     parse_scores,
+    prompt_text,
+    read_label_examples,
     render_template,
+    resolve_path,
     rubric_json_schema,
     seen_prompt,
     split_levels,
@@ -71,6 +80,7 @@ from rlkit.plugin import (
     template_path,
     tiny_judge_caveats,
 )
+from rlkit_plugins.judges.few_shot import FewShot, Rule, digest, rendered
 from rlkit_plugins.judges.per_record import (
     RecordRubrics,
     absent_categories,
@@ -143,6 +153,17 @@ class LLMJudge:
         (``expected_by_default``: ``llama_cpp``, the engine rlkit runs), ``sampled`` elsewhere (``openai``: a
         server of the user's may return none; ``hf``: the offline tiny judge was calibrated on the levels it
         writes)."""
+        examples: str | None = None
+        """A labelling file (``rlkit label``, the labelling page, ``rlkit calibrate sample``; or ``rlkit calibrate``'s
+        labels format; a folder: its ``*.jsonl``): ``examples_k`` of its labelled completions per dimension, each
+        line's level the labellers' consensus (``rlkit data from-labels``' majority rule), are shown after the rubric
+        as how people applied the anchors. Its dimensions must be the rubric's. None: zero-shot."""
+        examples_k: int = 2
+        """Labelled examples per dimension (0: none; fewer where the file has fewer, said once by validate)."""
+        examples_rule: Rule = "stratified"
+        """``stratified``: spread over the levels present (k = 2: the lowest and the highest); ``random``."""
+        examples_seed: int = 0
+        """Seeds the draw of the examples: the same file, rubric and seed give the same examples."""
 
     def __init__(self, params: Params) -> None:
         from rlkit.plugin import build_tiny_judge
@@ -155,6 +176,8 @@ class LLMJudge:
             raise ParamError("per_dimension asks each dimension alone, so there is no order to permute: set "
                               "judge.params.permutations: 1", "per_dimension")
         CompletionView.check(params.max_completion_chars, "judge.params.max_completion_chars")
+        if params.examples_k < 0:
+            raise ParamError(f"must be >= 0 (labelled examples per dimension), got {params.examples_k}", "examples_k")
         self.params = params
         # offline, the tiny judge distils the rule judge's scores
         self.backend = JudgeBackend(params.backend, lambda: build_tiny_judge(teacher=RuleJudge(RuleJudge.Params())))
@@ -166,6 +189,17 @@ class LLMJudge:
         self._record_rubrics = RecordRubrics()
         self._warning = FailureWarning("llm", params.failure_warning, params.parse_retries, params.failure_policy)
         self._leaks = ReferenceLeakCheck("llm")
+        # rubric hash -> its examples, read when the judge first meets the rubric (check_rubric, or a first call)
+        self._few_shot: dict[str, FewShot] = {}
+        self._examples_path = None
+        if params.examples is not None:
+            self._examples_path = resolve_path(params.examples)
+            if not self._examples_path.exists():
+                raise ParamError(f"no such labelling file or folder: {self._examples_path}", "examples")
+            if self.backend.offline:
+                raise ParamError("the offline tiny judge reads only the compact template it was trained on, in 256 "
+                                 "positions: there is no room for examples; point the backend at a model (llama_cpp, "
+                                 "hf, openai) or leave examples out", "examples")
         if params.reasons and self.backend.offline:
             raise ParamError("the offline tiny judge was not trained to give reasons; point the backend at a model "
                               "(hf: model=<folder>, or openai) or set reasons: false", "reasons")
@@ -186,6 +220,12 @@ class LLMJudge:
         must have room for them."""
         if rubric.per_record:
             check_frame(rubric, "llm")
+        few = self._examples(rubric)
+        if few is not None:
+            for name, have in few.shortfall().items():
+                warnings.warn(f"judge.params.examples: {self._examples_path} has {have} labelled example(s) of "
+                              f"{name}, fewer than examples_k={self.params.examples_k}: the prompt shows {have}",
+                              stacklevel=2)
         room = int(getattr(self.backend.configured, "max_answer_tokens", 0) or 0)
         needed = REASON_TOKENS * len(rubric.dimensions)
         if self.params.reasons and room and room < needed:
@@ -194,6 +234,30 @@ class LLMJudge:
                              f"{len(rubric.dimensions)}), the backend allows {room}: raise "
                              f"judge.params.backend.params.{name}, or set judge.params.reasons: false", "reasons")
         self.backend.check_ready()
+
+    def _examples(self, rubric: Rubric) -> FewShot | None:
+        """The rubric's few-shot examples (None: zero-shot), read once per rubric; a file that does not fit the
+        rubric, or holds no labelled line, is a ``ParamError`` naming ``examples``."""
+        if self._examples_path is None or self.params.examples_k == 0:
+            return None
+        if rubric.content_hash not in self._few_shot:
+            if rubric.per_record:
+                raise ParamError("examples are labelled against one rubric; a per_record rubric gives every record "
+                                 "its own criteria: leave examples out", "examples")
+            if rubric.step_dimensions:
+                raise ParamError("a rubric with scope: step dimensions is scored turn by turn with the step template, "
+                                 "which has no place for examples: leave examples out", "examples")
+            template = chosen_template(self.params.template, rubric, "llm", self.default_template)
+            if "examples" not in template_path(template).read_text(encoding="utf-8"):
+                raise ParamError(f"template {template} does not render `examples` (judge/rubric_scores.jinja shows "
+                                 "where they go): the judge would be asked without them", "examples")
+            try:
+                pool = read_label_examples(self._examples_path, rubric)
+            except DataError as exc:
+                raise ParamError(f"{exc.where}: {exc.message}" if exc.where else exc.message, "examples") from None
+            self._few_shot[rubric.content_hash] = FewShot(pool, self.params.examples_k, self.params.examples_rule,
+                                                          self.params.examples_seed)
+        return self._few_shot[rubric.content_hash]
 
     def _orders(self, rubric: Rubric) -> list[list[int]]:
         """The dimension lists each completion is asked with: one per permutation, or one per dimension."""
@@ -241,17 +305,23 @@ class LLMJudge:
         # requests: (prompt index, completion index, permutation index) -> (cache key, chat)
         requests: dict[Hashable, tuple[str, list[dict[str, str]]]] = {}
         view = CompletionView(self.params.max_completion_chars, raw=self.backend.offline)
+        few = self._examples(rubric)
         for i in range(rollout.num_prompts):
             prompt = seen_prompt(rollout, i)
             reference = self.backend.shown_reference(rollout.records[i], self.show_reference)
+            # the run's fixed examples (a prefix the engine caches), unless one answers this very prompt
+            own = [prompt, prompt_text(rollout.records[i].get("prompt", prompt))]
+            chosen = few.chosen(own) if few is not None else {}
+            shown = [rendered(chosen, [dims[x] for x in order]) for order in orders]
             for j, written in enumerate(rollout.completions[i]):
                 completion = view.show((i, j), written)
                 for k, order in enumerate(orders):
                     text = render_template(template, rubric=rubric, prompt=prompt, completion=completion,
                                            dimensions=[dims[x] for x in order], step=rollout.step,
-                                           reference=reference, reasons=self.params.reasons)
+                                           reference=reference, reasons=self.params.reasons, examples=shown[k])
                     key = ResponseCache.key(judge="llm", backend=identity, template=t_hash, rubric=r_hash,
                                             permutation=k, prompt=prompt, completion=completion,
+                                            **({"examples": digest(shown[k])} if shown[k] else {}),
                                             **({"per_dimension": True} if self.params.per_dimension else {}),
                                             structured=schemas is not None, scoring=self.scoring,
                                             reference=reference, **({"reasons": True} if self.params.reasons else {}))
@@ -369,9 +439,10 @@ class LLMJudge:
         ``per_dimension``, one a completion and dimension."""
         template = chosen_template(self.params.template, rubric, "llm", self.default_template)
         shown = rubric.dimensions[:1] if self.params.per_dimension else rubric.dimensions
+        few = self._examples(rubric)
         prompt = render_template(template, rubric=rubric, prompt=load.placeholder_prompt(),
                                  completion=load.placeholder_completion(), dimensions=shown, step=None,
-                                 reasons=self.params.reasons)
+                                 reasons=self.params.reasons, examples=rendered(few.chosen(), shown) if few else [])
         if self.params.per_dimension:
             k, unit = len(rubric.dimensions), "dimension"
         else:
