@@ -119,7 +119,8 @@ def cmd_validate(overrides: Sequence[str]) -> int:
 
 def cmd_report(args: Sequence[str]) -> int:
     from rlkit.core.errors import ConfigError
-    from rlkit.runs.report import write_comparison, write_report
+    from rlkit.runs.report import write_report
+    from rlkit.runs.report_comparison import write_comparison
 
     usage = "usage: rlkit report <run dir> [<run dir> ... [output=comparison.md]]"
     output = [a.removeprefix("output=") for a in args if a.startswith("output=")]

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from rlkit.config import CheckedConfig
 from rlkit.reward.pipeline import aggregate_rewards, check_judge_output
 from rlkit.runs.history import read_result_rows
+from rlkit.runs.report_comparison import rubric_label
 from rlkit.text.similarity import normalize_whitespace
 
 REFERENCE_METRICS = ("exact_match", "numeric_match", "embedding_similarity")
@@ -301,9 +302,6 @@ def append_results(path: Path, result: GoldenResult) -> list[dict[str, Any]]:
     return rows
 
 
-def _rubric_label(rubric: dict[str, Any]) -> str:
-    return f"{rubric.get('name', '?')} v{rubric.get('version', '?')} ({str(rubric.get('hash', '?'))[:12]})"
-
 
 def checkpoint_label(checkpoint: str) -> str:
     """A short column header: the last two path parts of a checkpoint path."""
@@ -316,7 +314,7 @@ def results_markdown(rows: Sequence[dict[str, Any]]) -> str:
     checkpoint evaluated twice under the same rubric and golden set shows its latest result."""
     groups: dict[str, dict[str, Any]] = {}
     for row in rows:
-        label = _rubric_label(row["rubric"])
+        label = rubric_label(row["rubric"])
         group = groups.setdefault(label, {"checkpoints": [], "dimensions": [], "cells": {}, "prompts": set()})
         column = row["checkpoint"] if row.get("step") is None else f"{row['checkpoint']}@{row['step']}"
         if column not in group["checkpoints"]:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import io
 import json
 import math
-import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -14,10 +13,11 @@ from typing import Any
 
 from rlkit.core.atomic import atomic_write_bytes, atomic_write_text
 from rlkit.core.errors import DataError, no_such
+from rlkit.core.markdown import md_cell, md_number
 from rlkit.data.records import json_lines, prompt_text
 from rlkit.judging.spend import spend_section, spend_table
 from rlkit.runs import heldout_answers as answers
-from rlkit.runs.history import METRICS_FILE, SUMMARY_FILE, read_history, read_result_rows
+from rlkit.runs.history import METRICS_FILE, read_history
 from rlkit.runs.triage import STAGES, Triage, read_samples, triage
 
 REPORT_DIR = "report"
@@ -300,12 +300,6 @@ def plots(history: History, dims: list[str], summaries: dict[str, Any],
 # --- markdown --------------------------------------------------------------------------------------
 
 
-def _num(x: float | None) -> str:
-    return "—" if x is None or math.isnan(x) else f"{x:.3f}"
-
-
-def _md(text: Any) -> str:
-    return str(text).replace("|", "\\|").replace("\n", " ")
 
 
 def _first_last(history: History, key: str) -> tuple[float, float, float]:
@@ -370,8 +364,8 @@ def before_after_section(evaluations: Sequence[answers.HeldoutEvaluation],
     columns, rows = before_after_table(pairs)
     lines += ["", "| " + " | ".join(columns) + " |", "|---|---|---|--:|---|--:|"]
     for dimension, prompt, before, score_before, after, score_after in rows:
-        lines.append(f"| {_md(dimension)} | {_md(_cut(prompt))} | {_md(_cut(before))} | {_num(score_before)} | "
-                     f"{_md(_cut(after))} | {_num(score_after)} |")
+        lines.append(f"| {md_cell(dimension)} | {md_cell(_cut(prompt))} | {md_cell(_cut(before))} | "
+                     f"{md_number(score_before)} | {md_cell(_cut(after))} | {md_number(score_after)} |")
     return lines
 
 
@@ -390,7 +384,7 @@ def triage_section(triaged: Triage) -> list[str]:
     if triaged.findings:
         columns, rows = triage_table(triaged)
         lines += ["| " + " | ".join(columns) + " |", "|---|---|--:|---|---|---|---|"]
-        lines += ["| " + " | ".join(_md(v) for v in row) + " |" for row in rows]
+        lines += ["| " + " | ".join(md_cell(v) for v in row) + " |" for row in rows]
         lines.append("")
     quiet = [s for s in STAGES if not any(f.stage == s for f in triaged.findings)]
     for stage in quiet:
@@ -405,7 +399,7 @@ def render_markdown(run_dir: Path, history: History, dims: list[str], alerts: li
                     reasons: tuple[int, list[dict[str, Any]]] | None = None,
                     triaged: Triage | None = None, before_after: Sequence[str] = ()) -> str:
     steps = series(history, "reward/mean")[0] or [s for s, _ in history]  # training steps, not eval-only lines
-    lines = [f"# Run report: `{_md(run_dir.name)}`", "",
+    lines = [f"# Run report: `{md_cell(run_dir.name)}`", "",
              f"{len(steps)} training steps logged ({steps[0]}–{steps[-1]}), from `{METRICS_FILE}`; "
              f"{len(alerts)} alert(s) from {len(summaries)} monitor(s).", "",
              "## Final per-dimension table", "",
@@ -415,7 +409,7 @@ def render_markdown(run_dir: Path, history: History, dims: list[str], alerts: li
     columns, rows = dimension_table(history, dims)
     lines += ["| " + " | ".join(columns) + " |", "|---|" + "--:|" * (len(columns) - 1)]
     for row in rows:
-        lines.append(f"| {_md(row[0])} | " + " | ".join(_num(v) for v in row[1:]) + " |")
+        lines.append(f"| {md_cell(row[0])} | " + " | ".join(md_number(v) for v in row[1:]) + " |")
     lines += before_after  # the held-out answers before and after, beside the held-out columns
     members = prefixed_keys(history, "judge/agreement/")
     if members:  # an ensemble's members: how alike they scored each dimension
@@ -423,8 +417,8 @@ def render_markdown(run_dir: Path, history: History, dims: list[str], alerts: li
                   "1 − the ensemble members' mean absolute difference per dimension, in units of its range (1: they "
                   "scored alike; low: the ensemble's score of that dimension is a compromise).", "",
                   "| dimension | first | last | mean |", "|---|--:|--:|--:|"]
-        lines += [f"| {_md(key.rsplit('/', 1)[1])} | " + " | ".join(_num(v) for v in _first_last(history, key)) + " |"
-                  for key in members]
+        lines += [f"| {md_cell(key.rsplit('/', 1)[1])} | "
+                  + " | ".join(md_number(v) for v in _first_last(history, key)) + " |" for key in members]
     lines += spend_section(history)  # judge calls, tokens and cost; nothing for a judge that makes no calls
     if triaged is not None:
         lines += triage_section(triaged)
@@ -432,7 +426,7 @@ def render_markdown(run_dir: Path, history: History, dims: list[str], alerts: li
     if alerts:
         columns, rows = alerts_table(alerts)
         lines += ["| " + " | ".join(columns) + " |", "|--:|---|---|---|"]
-        lines += [f"| {_md(r[0])} | {_md(r[1])} | {_md(r[2])} | {_md(r[3])} |" for r in rows]
+        lines += [f"| {md_cell(r[0])} | {md_cell(r[1])} | {md_cell(r[2])} | {md_cell(r[3])} |" for r in rows]
     else:
         lines.append("No alerts were raised." if summaries or (run_dir / ALERTS_FILE).is_file()
                      else "No alerts: the run had no monitors (`monitors=[...]`).")
@@ -442,7 +436,7 @@ def render_markdown(run_dir: Path, history: History, dims: list[str], alerts: li
             text = json.dumps(summary, ensure_ascii=False, default=str)
             if len(text) > MAX_SUMMARY_CHARS:
                 text = text[:MAX_SUMMARY_CHARS] + " …"
-            lines.append(f"- **{_md(key)}**: `{text.replace('`', chr(39))}`")
+            lines.append(f"- **{md_cell(key)}**: `{text.replace('`', chr(39))}`")
     if agreement:
         lines += ["", "## Judge–human agreement by step window", "",
                   f"`rlkit calibrate` on human labels of this run's own completions (judge `{agreement.get('judge')}`,"
@@ -450,15 +444,16 @@ def render_markdown(run_dir: Path, history: History, dims: list[str], alerts: li
                   "policy pleases the judge, not the humans.", ""]
         columns, rows = agreement_table(agreement)
         lines += ["| " + " | ".join(columns) + " |", "|--:|---|--:|--:|--:|--:|"]
-        lines += [f"| {r[0]} | {_md(r[1])} | {r[2]} | {_num(r[3])} | {_num(r[4])} | {_num(r[5])} |" for r in rows]
+        lines += [f"| {r[0]} | {md_cell(r[1])} | {r[2]} | {md_number(r[3])} | {md_number(r[4])} | "
+                  f"{md_number(r[5])} |" for r in rows]
     if reasons:
         step, rows = reasons
         lines += ["", "## The judge's reasons", "",
                   f"Its one-line reason per dimension (`judge.params.reasons`) on the completions of step {step} "
                   f"(the last in `{SAMPLES_FILE}`) it rewarded least and most.", "",
                   "| reward | prompt | completion | reasons |", "|--:|---|---|---|"]
-        lines += [f"| {_num(r.get('reward'))} | {_md(r.get('prompt'))} | {_md(r.get('completion'))} | "
-                  f"{_md(r.get('reasons'))} |" for r in rows]
+        lines += [f"| {md_number(r.get('reward'))} | {md_cell(r.get('prompt'))} | {md_cell(r.get('completion'))} | "
+                  f"{md_cell(r.get('reasons'))} |" for r in rows]
     lines += ["", "## Plots", ""]
     for stem, name in pngs.items():
         lines += [f"### {stem.replace('_', ' ')}", "", f"![{stem}]({name})", ""]
@@ -524,163 +519,3 @@ def log_run_report(logger: Any, report: RunReport) -> None:
 
     if logger and is_wandb(logger):
         log_report(logger, {}, tables=report.tables, images=report.images)
-
-
-# --- several runs: golden-set results side by side (``rlkit report RUN_A RUN_B ...``) ----------------
-
-GOLDEN_RESULTS_FILE = "eval/results.jsonl"  # written by the golden-set callback (eval.every > 0); may be absent
-COMPARISON_NAME = "report_comparison.md"
-
-
-@dataclass
-class GoldenColumn:
-    """One run's golden-set evaluations under one rubric version: its first and last evaluated step."""
-
-    rubric: dict[str, Any]
-    judge: str
-    prompts: str
-    prompts_hash: str
-    steps: list[int]
-    first: dict[str, float | None]  # dimension (rubric, reward, reference metric) -> mean
-    last: dict[str, float | None]
-    kinds: dict[str, str]           # dimension -> rubric | reward | reference
-
-
-def read_golden_results(path: Path) -> list[dict[str, Any]]:
-    """The golden-set rows of a run (``eval/results.jsonl``); none when it never evaluated one."""
-    return read_result_rows(path, ("rubric", "dimension"), "a golden-set result row")
-
-
-def rubric_label(rubric: dict[str, Any]) -> str:
-    """``name vVERSION (hash12)``, as the golden-set tables name a rubric version."""
-    return f"{rubric.get('name', '?')} v{rubric.get('version', '?')} ({str(rubric.get('hash', '?'))[:12]})"
-
-
-def golden_columns(run_dir: Path) -> list[GoldenColumn]:
-    """A run's golden-set results, one column per rubric version it was evaluated under (in file order)."""
-    by_rubric: dict[str, list[dict[str, Any]]] = {}
-    for row in read_golden_results(run_dir / GOLDEN_RESULTS_FILE):
-        by_rubric.setdefault(rubric_label(row["rubric"]), []).append(row)
-    columns = []
-    for rows in by_rubric.values():
-        steps = sorted({r["step"] for r in rows if isinstance(r.get("step"), int)})
-        # rows without a step (`rlkit eval` on a folder) sort first; a later row of the same step and dimension wins
-        at: dict[Any, dict[str, Any]] = {}
-        for r in rows:
-            at.setdefault(r.get("step"), {})[r["dimension"]] = r
-        order = ([None] if None in at else []) + steps
-        first, last = at[order[0]], at[order[-1]]
-        columns.append(GoldenColumn(
-            rows[-1]["rubric"], str(rows[-1].get("judge", "?")), str(rows[-1].get("prompts", "?")),
-            str(rows[-1].get("prompts_hash", "?")), steps,
-            {d: r.get("mean") for d, r in first.items()}, {d: r.get("mean") for d, r in last.items()},
-            {d: str(r.get("kind", "rubric")) for step_rows in at.values() for d, r in step_rows.items()}))
-    return columns
-
-
-def comparison_table(runs: Sequence[tuple[str, list[GoldenColumn]]]) -> tuple[list[str], list[list[Any]]]:
-    """Rows: each run's rubric (name, version, hash), judge, golden set, evaluated steps, then every dimension's
-    golden mean at the first → last evaluation; one column per (run, rubric version). A run that evaluated no golden
-    set gets a column of dashes."""
-    cols: list[tuple[str, GoldenColumn | None]] = []
-    for name, found in runs:
-        cols += [(name, c) for c in found] or [(name, None)]
-    names: dict[str, str] = {}  # dimension -> kind, rubric dimensions first, then the reward, then reference metrics
-    for _, c in cols:
-        for dim, kind in (c.kinds if c else {}).items():
-            names.setdefault(dim, kind)
-    rank = {"rubric": 0, "reward": 1, "reference": 2}
-    dims = sorted(names, key=lambda d: rank.get(names[d], 0))  # stable: logging order within a kind
-
-    def cell(c: GoldenColumn | None, dim: str) -> str:
-        if c is None or (c.first.get(dim) is None and c.last.get(dim) is None):
-            return "—"
-        if len(c.steps) <= 1:
-            return _num(c.last.get(dim))
-        return f"{_num(c.first.get(dim))} → {_num(c.last.get(dim))}"
-
-    header = ["", *(name for name, _ in cols)]
-    rows: list[list[Any]] = [
-        ["rubric", *(rubric_label(c.rubric) if c else "no golden-set evaluation" for _, c in cols)],
-        ["judge", *(c.judge if c else "—" for _, c in cols)],
-        ["golden set", *(f"{Path(c.prompts).name} ({c.prompts_hash[:12]})" if c else "—" for _, c in cols)],
-        ["steps evaluated", *((f"{c.steps[0]} → {c.steps[-1]} ({len(c.steps)})" if c.steps else "—") if c else "—"
-                              for _, c in cols)],
-    ]
-    rows += [[f"{dim} ({names[dim]})", *(cell(c, dim) for _, c in cols)] for dim in dims]
-    return header, rows
-
-
-def render_comparison(runs: Sequence[tuple[str, list[GoldenColumn]]], run_dirs: Sequence[Path]) -> str:
-    """The comparison markdown: the table, and what does and does not compare across its columns."""
-    columns = [c for _, found in runs for c in found]
-    header, rows = comparison_table(runs)
-    lines = ["# Golden-set results by run and rubric version", "",
-             "Greedy completions on the golden set (`eval.every`, `eval/results.jsonl` of each run), mean at the "
-             "run's first → last evaluation. Rubric dimensions and `reward` are scored under each run's own rubric "
-             "version, so they compare across runs only where the version is the same; reference metrics "
-             "(`exact_match`, `numeric_match`, ...) do not depend on the rubric and always compare.", "",
-             "Runs: " + ", ".join(f"`{_md(d)}`" for d in run_dirs), ""]
-    if len({c.prompts_hash for c in columns}) > 1:
-        lines += ["**The runs were evaluated on different golden sets** (see the hashes): their numbers do not "
-                  "compare.", ""]
-    if len({rubric_label(c.rubric) for c in columns}) > 1:
-        lines += ["The runs were judged under different rubric versions (compare them with "
-                  "`rlkit rubric diff OLD.yaml NEW.yaml`).", ""]
-    lines += ["| " + " | ".join(_md(h) for h in header) + " |", "|---|" + "--:|" * (len(header) - 1)]
-    lines += ["| " + " | ".join(_md(v) for v in row) + " |" for row in rows]
-    header, rows = heldout_table([(label, d) for (label, _), d in zip(runs, run_dirs, strict=True)])
-    lines += ["", "## Held-out split and the run", "",
-              "Each run's `summary.json`: its held-out split's mean at the start → the end (the run's own split and "
-              "rubric: numbers compare across runs only where both are the same), steps, wall time, and what the "
-              "run warned its figures mean less than they seem to.", "",
-              "| " + " | ".join(_md(h) for h in header) + " |", "|---|" + "--:|" * (len(header) - 1)]
-    lines += ["| " + " | ".join(_md(v) for v in row) + " |" for row in rows]
-    return "\n".join(lines) + "\n"
-
-
-def heldout_table(runs: Sequence[tuple[str, Path]]) -> tuple[list[str], list[list[str]]]:
-    """Rows (held-out reward and dimensions start → end, steps, wall time, warnings, interrupted) by run, read from
-    each run's ``summary.json``; a run without one gets a column of dashes."""
-    summaries = []
-    for _, run_dir in runs:
-        try:
-            summaries.append(json.loads((run_dir / SUMMARY_FILE).read_text(encoding="utf-8")))
-        except (OSError, ValueError):
-            summaries.append({})
-    names = ["reward"] + [d for s in summaries for d in s.get("dimensions") or [] if d != "reward"]
-    names = list(dict.fromkeys(names))
-
-    def moved(summary: dict[str, Any], name: str) -> str:
-        start, end = (summary.get("start") or {}).get(name), (summary.get("end") or {}).get(name)
-        return "—" if start is None or end is None else f"{start:.3f} → {end:.3f}"
-
-    rows = [[f"held-out {name}", *(moved(s, name) for s in summaries)] for name in names]
-    rows.append(["steps", *(str(s.get("steps", "—")) for s in summaries)])
-    rows.append(["wall time", *("—" if s.get("wall_time_s") is None else f"{s['wall_time_s']:.0f} s"
-                                for s in summaries)])
-    rows.append(["warnings", *("; ".join(s.get("warnings") or []) or ("none" if s else "—") for s in summaries)])
-    rows.append(["interrupted", *(("—" if not s else "no") if not s.get("interrupted")
-                                  else f"after step {s['interrupted'].get('step')}" for s in summaries)])
-    return ["", *(label for label, _ in runs)], rows
-
-
-def default_comparison_path(run_dirs: Sequence[Path]) -> Path:
-    """``report_comparison.md`` in the runs' deepest common folder."""
-    return Path(os.path.commonpath([str(d.resolve()) for d in run_dirs])) / COMPARISON_NAME
-
-
-def write_comparison(run_dirs: Sequence[str | Path], output: str | Path | None = None) -> Path:
-    """Write the golden-set comparison of several runs (default: :func:`default_comparison_path`); its path."""
-    dirs = [Path(d) for d in run_dirs]
-    for d in dirs:
-        if not d.is_dir():
-            raise DataError(no_such(d, "run directory", directory=True), str(d))
-    names = [d.name for d in dirs]
-    # two runs of the same name in different folders: name them by their last two path parts
-    labels = ["/".join(d.resolve().parts[-2:]) if names.count(d.name) > 1 else d.name for d in dirs]
-    runs = [(label, golden_columns(d)) for label, d in zip(labels, dirs, strict=True)]
-    path = Path(output) if output is not None else default_comparison_path(dirs)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(path, render_comparison(runs, dirs))
-    return path

@@ -9,7 +9,7 @@ import pytest
 
 from rlkit.cli import main
 from rlkit.core.errors import DataError
-from rlkit.runs.report import COMPARISON_NAME, comparison_table, golden_columns, write_comparison
+from rlkit.runs.report_comparison import COMPARISON_NAME, comparison_table, golden_columns, write_comparison
 
 V1 = {"name": "hacking", "version": "1.0", "hash": "9c3bf8aa41f8" + "0" * 52}
 V2 = {"name": "hacking", "version": "2.0", "hash": "40e1acb373c6" + "0" * 52}
