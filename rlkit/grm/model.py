@@ -31,6 +31,20 @@ from rlkit.core.templates import render_file, template_hash
 from rlkit.data.records import prompt_text
 from rlkit.lm.placement import Placement, input_device
 
+
+def left_padded(rows: Sequence[Sequence[int]], pad_id: int) -> dict[str, torch.Tensor]:
+    """Token-id rows as one left-padded batch, with positions that skip the padding: every row's last token sits in
+    the last column, where a GRM reads its next-token logits and a reward model its hidden state."""
+    width = max(len(r) for r in rows)
+    input_ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    attention = torch.zeros((len(rows), width), dtype=torch.long)
+    for i, r in enumerate(rows):
+        input_ids[i, width - len(r):] = torch.tensor(list(r), dtype=torch.long)
+        attention[i, width - len(r):] = 1
+    positions = (attention.cumsum(-1) - 1).clamp(min=0)
+    return {"input_ids": input_ids, "attention_mask": attention, "position_ids": positions}
+
+
 PAIRWISE_TEMPLATE = "grm/pairwise.jinja"
 LISTWISE_TEMPLATE = "grm/listwise.jinja"
 LABELS = tuple(string.ascii_uppercase)
@@ -118,13 +132,7 @@ class GenerativeRewardModel:
         if isinstance(limit, int) and width > limit:
             raise ConfigError(f"a question of {width} tokens is longer than the model's {limit} positions; cut "
                               "responses shorter", "grm.max_response_chars")
-        input_ids = torch.full((len(rows), width), tok.pad_token_id, dtype=torch.long)
-        attention = torch.zeros((len(rows), width), dtype=torch.long)
-        for i, r in enumerate(rows):
-            input_ids[i, width - len(r):] = torch.tensor(r, dtype=torch.long)
-            attention[i, width - len(r):] = 1
-        positions = (attention.cumsum(-1) - 1).clamp(min=0)
-        return {"input_ids": input_ids, "attention_mask": attention, "position_ids": positions}
+        return left_padded(rows, tok.pad_token_id)
 
     def next_token_logits(self, questions: Sequence[str]) -> torch.Tensor:
         """``[N, vocab]`` logits of the token after each question (with gradients when the caller wants them)."""

@@ -23,6 +23,7 @@ from typing import Any
 import torch
 
 from rlkit.core.errors import ConfigError
+from rlkit.grm.model import left_padded
 from rlkit.lm.placement import input_device
 
 HEAD_FILE = "reward_head.safetensors"
@@ -83,14 +84,7 @@ class ScalarRewardModel(torch.nn.Module):
         tok = self.tokenizer
         rows = [ids[-self.max_tokens:] or [tok.pad_token_id]
                 for ids in tok(list(texts), add_special_tokens=False)["input_ids"]]
-        width = max(len(r) for r in rows)
-        input_ids = torch.full((len(rows), width), tok.pad_token_id, dtype=torch.long)
-        attention = torch.zeros((len(rows), width), dtype=torch.long)
-        for i, r in enumerate(rows):
-            input_ids[i, width - len(r):] = torch.tensor(r, dtype=torch.long)
-            attention[i, width - len(r):] = 1
-        positions = (attention.cumsum(-1) - 1).clamp(min=0)
-        return {"input_ids": input_ids, "attention_mask": attention, "position_ids": positions}
+        return left_padded(rows, tok.pad_token_id)
 
     def forward(self, texts: Sequence[str]) -> torch.Tensor:
         """``[N]`` rewards of ``texts`` (with gradients when the caller wants them)."""
