@@ -111,7 +111,7 @@ def run_server(max_lag: int, engine_reference: bool = False) -> Any:
         threads = int(os.environ[SERVER_THREADS_ENV]) if os.environ.get(SERVER_THREADS_ENV) else None
         with server_process(path, reference=path if engine_reference else None, threads=threads) as (url, server):
             out = _rlkit_fit(size, precision, steps, warmup, workdir, [
-                "generator=openai_server", f"generator.params.base_url={url}", "generator.params.sync=disk",
+                "generator=openai_server", f"generator.params.base_url={url}", "generator.params.sync=full",
                 f"generator.params.max_lag={max_lag}",
                 f"generator.params.extra_body={{min_tokens:{SIZES[size]['tokens']}}}", *reference])
             status = Path(f"/proc/{server.pid}/status").read_text()

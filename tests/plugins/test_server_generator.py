@@ -52,14 +52,14 @@ def _perturb(model, seed: int = 0) -> None:
 class TestServerGeneratorContract(GeneratorContract):
     @pytest.fixture
     def generator(self, server):
-        generator = _generator(server, sync="disk")
+        generator = _generator(server, sync="full")
         yield generator
         generator.close()
 
 
 def test_engine_logprobs_equal_the_synced_policys_own(server, policy):
     model, tokenizer = policy
-    generator = _generator(server, sync="disk")
+    generator = _generator(server, sync="full")
     try:
         generator.setup(model, tokenizer)
         assert generator.policy_version == 0
@@ -83,7 +83,7 @@ def test_a_sync_waits_for_requests_out_so_a_rollout_comes_from_the_version_it_na
     import copy
 
     model, tokenizer = policy
-    generator = _generator(server, sync="disk", max_lag=1)
+    generator = _generator(server, sync="full", max_lag=1)
     try:
         generator.setup(model, tokenizer)
         before = copy.deepcopy(model)
@@ -108,7 +108,7 @@ def test_a_sync_waits_for_requests_out_so_a_rollout_comes_from_the_version_it_na
 
 def test_greedy_completions_equal_the_hf_generators(server, policy):
     model, tokenizer = policy
-    generator = _generator(server, sync="disk")
+    generator = _generator(server, sync="full")
     hf = _REGISTRY.create("generator", "hf")
     try:
         generator.setup(model, tokenizer)
@@ -135,7 +135,7 @@ def _favour_eos(model, tokenizer, records) -> None:
 
 def test_seeded_samples_equal_the_hf_generators_per_prompt_seed_draws(server, policy):
     model, tokenizer = policy
-    generator = _generator(server, sync="disk")
+    generator = _generator(server, sync="full")
     hf = _REGISTRY.create("generator", "hf", {"per_prompt_seed": True})
     try:
         generator.setup(model, tokenizer)
@@ -179,7 +179,7 @@ def test_completions_that_end_at_eos_are_padded_and_masked(server, policy):
     model, tokenizer = policy
     records = example_prompts()
     _favour_eos(model, tokenizer, records)
-    generator = _generator(server, sync="disk")
+    generator = _generator(server, sync="full")
     try:
         generator.setup(model, tokenizer)
         out = generator.generate(model, tokenizer, _request(records, g=4))
@@ -205,7 +205,7 @@ def test_extra_body_reaches_the_engine(server, policy):
     records = example_prompts()
     _favour_eos(model, tokenizer, records)
     for extra, all_full in (({}, False), ({"min_tokens": 6}, True)):  # vLLM's min_tokens: no EOS before 6
-        generator = _generator(server, sync="disk", extra_body=extra)
+        generator = _generator(server, sync="full", extra_body=extra)
         try:
             generator.setup(model, tokenizer)
             out = generator.generate(model, tokenizer, _request(records, g=4))
@@ -216,7 +216,7 @@ def test_extra_body_reaches_the_engine(server, policy):
 
 def test_sync_every_and_none_leave_the_server_alone(server, policy):
     model, tokenizer = policy
-    for params, pushes in (({"sync": "none"}, 0), ({"sync": "disk", "sync_every": 2}, 2)):
+    for params, pushes in (({"sync": "none"}, 0), ({"sync": "full", "sync_every": 2}, 2)):
         generator = _generator(server, **params)
         try:
             before = server.weight_updates
@@ -225,7 +225,7 @@ def test_sync_every_and_none_leave_the_server_alone(server, policy):
                 generator.sync_weights(model)
             assert server.weight_updates - before == pushes
             assert generator.policy_version == max(pushes - 1, 0)
-            if params["sync"] == "disk":  # held-out evaluation samples the policy as it is: a stale version goes out
+            if params["sync"] == "full":  # held-out evaluation samples the policy as it is: a stale version goes out
                 generator.generate(model, tokenizer, _request(example_prompts(), greedy=True))
                 assert server.weight_updates - before == pushes + 1 and generator.policy_version == pushes
         finally:
@@ -279,7 +279,7 @@ def test_connections_the_server_closed_are_replaced_without_a_retry(server, poli
 
 def test_with_max_lag_a_sync_leaves_the_load_until_the_batch_out_is_read(server, policy):
     model, tokenizer = policy
-    generator = _generator(server, sync="disk", max_lag=1)
+    generator = _generator(server, sync="full", max_lag=1)
     try:
         generator.setup(model, tokenizer)
         pending = generator.submit(model, tokenizer, _request(example_prompts()))
@@ -319,7 +319,7 @@ def test_lora_sync_loads_a_new_adapter_and_its_logprobs_match(policy):
     model, tokenizer = policy
     model = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"]))
     with OpenAICompatibleServer() as live:
-        generator = _generator(live, sync="lora")
+        generator = _generator(live, sync="adapter")
         try:
             generator.setup(model, tokenizer)
             assert generator.served_model == "default-v0" and "default-v0" in live.adapters
@@ -390,7 +390,7 @@ def test_bad_params_name_their_field(params, field):
 
 
 def test_lora_sync_needs_a_lora_policy(server, policy):
-    generator = _generator(server, sync="lora")
+    generator = _generator(server, sync="adapter")
     with pytest.raises(ConfigError, match="generator.params.sync"):
         generator.setup(*policy)
 
@@ -401,7 +401,7 @@ def test_fit_samples_from_the_server_end_to_end(tmp_path):
     with OpenAICompatibleServer(policy=load_policy(build_tiny_policy())) as live:
         _perturb(live.model, seed=3)
         assert main(["fit", "generator=openai_server", f"generator.params.base_url={live.url}",
-                     "generator.params.sync=disk", "trainer.max_steps=2", "batch_size=2", "num_generations=2",
+                     "generator.params.sync=full", "trainer.max_steps=2", "batch_size=2", "num_generations=2",
                      "logger=none", f"hydra.run.dir={tmp_path / 'run'}"]) == 0
         completions = [r for r in live.log if r.path.rstrip("/") == "/v1/completions"]
         assert completions and all(r.status == 200 for r in completions)
@@ -425,7 +425,7 @@ def test_the_reference_the_engine_serves_scores_as_a_frozen_copy_does(policy):
     model, tokenizer = policy
     base = build_tiny_policy()
     with OpenAICompatibleServer(base, reference=base) as live:
-        generator = _generator(live, sync="disk", max_lag=1, reference_model="reference")
+        generator = _generator(live, sync="full", max_lag=1, reference_model="reference")
         try:
             generator.setup(model, tokenizer)
             frozen = FrozenCopyReference(model)
@@ -476,7 +476,7 @@ def test_prompt_logprobs_follow_vllms_fields(policy):
 @pytest.mark.parametrize(("objective", "metric"), [("policy_gradient", "kl"), ("group_dpo", "loss/preference")])
 def test_a_fit_scoring_its_reference_on_the_engine_trains_as_with_a_frozen_copy(tmp_path, objective, metric):
     base = build_tiny_policy()
-    common = ["generator=openai_server", "generator.params.sync=disk", "generator.params.max_lag=1",
+    common = ["generator=openai_server", "generator.params.sync=full", "generator.params.max_lag=1",
               "model=tiny_random", "trainer.max_steps=3", "batch_size=2", "num_generations=4", "logger=none",
               "log_samples.every=0", f"objective={objective}"]
     kl = {}
@@ -534,7 +534,7 @@ def test_a_server_that_dies_mid_run_is_one_line_naming_the_checkpoint_to_resume(
     import time
 
     run = tmp_path / "run"
-    common = ["generator=openai_server", "generator.params.sync=disk", "generator.params.retries=0",
+    common = ["generator=openai_server", "generator.params.sync=full", "generator.params.retries=0",
               "model=tiny_random", "batch_size=2", "num_generations=2", "checkpoint_every=2", "logger=none",
               "data.num_prompts=16"]
     live = OpenAICompatibleServer().start()
@@ -567,7 +567,7 @@ def _metrics(run) -> list[dict[str, float]]:
 
 
 # the random-init policy: a warm start of its own for 16 prompts would cost each fit ~12 s and test nothing here
-_AHEAD = ["generator=openai_server", "generator.params.sync=disk", "generator.params.max_lag=1", "batch_size=2",
+_AHEAD = ["generator=openai_server", "generator.params.sync=full", "generator.params.max_lag=1", "batch_size=2",
           "num_generations=2", "logger=none", "checkpoint_every=2", "data.num_prompts=16", "model=tiny_random"]
 
 

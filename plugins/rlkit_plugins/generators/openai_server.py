@@ -44,7 +44,7 @@ from it; ``adapter`` saves the policy's LoRA adapter alone to ``<sync_dir>/v<k>`
 the whole model) and loads it under the name ``<model>-v<k>``, then unloads the previous one. ``auto`` (the default)
 is ``adapter`` for a LoRA policy whose server loads the version-0 adapter at setup (the one probe: a server that
 answers it with an HTTP error, e.g. vLLM without runtime LoRA updating, gets the full weights from then on, said in
-one line) and ``full`` otherwise; ``disk`` and ``lora`` are the older names of ``full`` and ``adapter``. A sync
+one line) and ``full`` otherwise. A sync
 happens at setup (version 0) and after every ``sync_every``-th optimiser step; ``metrics()`` reports each step's
 syncs (``time/sync``: seconds saving and loading; ``sync/bytes``: what was written for the server). The loop calls
 ``generate`` and ``sync_weights`` from one thread, so a batch never mixes versions. Between syncs (``sync_every``
@@ -104,8 +104,7 @@ if TYPE_CHECKING:
     import torch
 
 WHERE = "generator.params"
-_ALIASES = {"disk": "full", "lora": "adapter"}  # the older names
-_SYNCS = ("auto", "full", "adapter", "none", *_ALIASES)
+_SYNCS = ("auto", "full", "adapter", "none")
 Rows = list[tuple[list[int], list[float]]]  # per sample: token ids, their log-probs
 
 
@@ -150,7 +149,7 @@ class OpenAIServerGenerator:
         retry_backoff: float = 0.5
         # auto (adapter for a LoRA policy whose server loads adapters at run time, else full) | full (the whole
         # policy, LoRA merged; SGLang's /update_weights_from_disk) | adapter (the LoRA adapter alone; vLLM's
-        # /v1/load_lora_adapter; the policy must be LoRA-wrapped) | none (a frozen sampler). disk, lora: older names.
+        # /v1/load_lora_adapter; the policy must be LoRA-wrapped) | none (a frozen sampler).
         sync: str = "auto"
         # Sync after every k-th optimiser step; the sampler lags by up to k-1 steps in between.
         sync_every: int = 1
@@ -163,7 +162,7 @@ class OpenAIServerGenerator:
         # Sent with every completions request on top of rlkit's fields: the engine's own sampling extras, e.g.
         # {min_tokens: 16} (vLLM), {top_k: 50}, or {repetition_penalty: 1.1}. null: none.
         extra_body: dict[str, Any] | None = None
-        # The name under which the same server serves the reference model, frozen (vLLM with sync=lora: the base
+        # The name under which the same server serves the reference model, frozen (vLLM with sync=adapter: the base
         # model's name; the test server: --reference-model), for model.reference=engine: each batch's sequences are
         # scored there (vLLM's prompt_logprobs) as soon as the batch is read, before the next batch is requested,
         # so the engine computes the KL term's reference log-probs while the trainer runs the policy. null: off.
@@ -199,7 +198,7 @@ class OpenAIServerGenerator:
         self._scoring: list[ReferenceScores] = []  # reference log-probs asked for and not read yet
         self._due: tuple[Path, str, str] | None = None  # a saved version to load once those are read
         # full | adapter | none: how weights travel, decided at setup (``auto`` by the policy and the server)
-        self._route = _ALIASES.get(p.sync, p.sync)
+        self._route = p.sync
         path = urllib.parse.urlsplit(self.base_url).path
         self._completions_path = f"{path}/completions"
 
@@ -221,7 +220,7 @@ class OpenAIServerGenerator:
             raise ConfigError(f"{self.base_url} refused the key (HTTP 401); set the environment variable "
                               f"{p.api_key_env} to a key it accepts", f"{WHERE}.api_key_env")
         is_lora = hasattr(policy, "peft_config")
-        wanted = _ALIASES.get(p.sync, p.sync)
+        wanted = p.sync
         if wanted == "adapter" and not is_lora:
             raise ConfigError(f"sync={p.sync} sends the policy's LoRA adapter, but this policy has none: train with "
                               "LoRA or use sync=full", f"{WHERE}.sync")
