@@ -534,9 +534,10 @@ def test_a_server_that_dies_mid_run_is_one_line_naming_the_checkpoint_to_resume(
     import time
 
     run = tmp_path / "run"
+    # a second's wait for the engine (the default is two minutes), then the one line
     common = ["generator=openai_server", "generator.params.sync=full", "generator.params.retries=0",
-              "model=tiny_random", "batch_size=2", "num_generations=2", "checkpoint_every=2", "logger=none",
-              "data.num_prompts=16"]
+              "generator.params.unavailable_timeout=1", "model=tiny_random", "batch_size=2", "num_generations=2",
+              "checkpoint_every=2", "logger=none", "data.num_prompts=16"]
     live = OpenAICompatibleServer().start()
 
     def kill_after_first_checkpoint() -> None:

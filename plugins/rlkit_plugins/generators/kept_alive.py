@@ -12,13 +12,16 @@ Failures follow rlkit's shared rules (``rlkit.plugin.answered_attempt``): a time
 or an answer ``read`` cannot use is retried; other HTTP errors are final. A kept-alive connection the server has
 closed meanwhile (uvicorn closes idle ones after 5 s) is noticed before reuse, as urllib3 does, and a request it
 still loses is sent once more on a fresh connection without counting as a retry. Connections go straight to the
-server (no HTTP proxy).
+server (no HTTP proxy). With ``unavailable_timeout``, a server that does not answer at all (refused, reset, timed
+out: an engine that died or is restarting) is waited for that long past the retries, from its first silence, said
+once, as the judges' requests wait (``rlkit.plugin.post_with_retries``); any answer ends the silence.
 """
 
 from __future__ import annotations
 
 import http.client
 import select
+import sys
 import time
 import urllib.parse
 from collections import deque
@@ -100,20 +103,20 @@ class Exchange:
         pool unless the server closes it."""
         connection = self._connection
         if connection is None:
-            return Attempt(None, self._error, retryable=True)
+            return Attempt(None, self._error, retryable=True, unanswered=True)
         self._connection = None
         try:
             response = connection.getresponse()
             body = response.read()
         except TimeoutError:
             connection.close()
-            return Attempt(None, f"timed out after {self._connections.timeout:g} s", retryable=True)
+            return Attempt(None, f"timed out after {self._connections.timeout:g} s", retryable=True, unanswered=True)
         except _LOST as exc:
             connection.close()
             if self._reused:  # the server closed the kept-alive connection as the request went out
                 self.send(fresh=True)
                 return self.answer(read, malformed)
-            return Attempt(None, _lost(exc), retryable=True)
+            return Attempt(None, _lost(exc), retryable=True, unanswered=True)
         if response.will_close:
             connection.close()
         else:
@@ -142,16 +145,25 @@ class RequestsOut(Generic[T]):
             i = self._held.popleft()
             self._sent[i] = self._connections.post(self._path, self._bodies[i])
 
-    def collect(self, read: Callable[[bytes], T | None], malformed: str, retries: int, backoff: float
+    def collect(self, read: Callable[[bytes], T | None], malformed: str, retries: int, backoff: float,
+                unavailable_timeout: float | None = None, unavailable_where: str = ""
                 ) -> tuple[list[T | None], tuple[int, str] | None]:
         """Read every answer: first attempts in order, then rounds of retries for the failed ones after rlkit's
-        backoff. Returns the values, and the first request that failed for good with its error (the rest hung up)."""
+        backoff, and past ``retries`` while the server is silent and ``unavailable_timeout`` allows (the module's
+        docstring). Returns the values, and the first request that failed for good with its error (the rest hung
+        up)."""
         values: list[T | None] = [None] * len(self._bodies)
         failed: dict[int, Attempt] = {}
-        for attempt in range(1, retries + 2):
+        silent_since: float | None = None
+        attempt = 0
+        while True:
+            attempt += 1
             if failed:
                 after = [a.retry_after for a in failed.values() if a.retry_after is not None]
-                time.sleep(retry_delay(backoff, attempt - 2, max(after, default=None)))
+                pause = retry_delay(backoff, attempt - 2, max(after, default=None))
+                if silent_since is not None and unavailable_timeout is not None:  # the last try at the deadline
+                    pause = min(pause, max(silent_since + unavailable_timeout - time.monotonic(), 0.0))
+                time.sleep(pause)
                 self._held.extend(sorted(failed))
                 failed = {}
                 self._send_more()
@@ -159,9 +171,15 @@ class RequestsOut(Generic[T]):
                 i = min(self._sent)
                 outcome = self._sent.pop(i).answer(read, malformed)
                 self._send_more()
+                if not outcome.unanswered:
+                    silent_since = None  # any answer: the server is up, and a later silence is news
+                    self._warned.discard(unavailable_where)
                 if outcome.value is not None:
                     values[i] = outcome.value
-                elif outcome.retryable and attempt <= retries:
+                elif outcome.retryable and (attempt <= retries or self._waits(outcome, silent_since,
+                                                                              unavailable_timeout, unavailable_where)):
+                    if outcome.unanswered and silent_since is None:
+                        silent_since = time.monotonic()
                     failed[i] = outcome
                 else:
                     self.abandon()
@@ -169,6 +187,21 @@ class RequestsOut(Generic[T]):
             if not failed:
                 break
         return values, None
+
+    _warned: set[str] = set()  # endpoints whose silence was said, once per process
+
+    @classmethod
+    def _waits(cls, outcome: Attempt, silent_since: float | None, timeout: float | None, where: str) -> bool:
+        """Whether a request past its retries goes on waiting for a silent server."""
+        if not outcome.unanswered or not timeout:  # None or 0: no wait past the retries
+            return False
+        if silent_since is not None and time.monotonic() >= silent_since + timeout:
+            return False
+        if where not in cls._warned:
+            cls._warned.add(where)
+            print(f"rlkit: warning: the engine is not answering ({outcome.error}); waiting up to {timeout:g} s "
+                  f"({where}) for it to answer again before the run stops", file=sys.stderr, flush=True)
+        return True
 
     def abandon(self) -> None:
         """Hang up the requests still out and drop those not sent: their answers are no longer wanted."""

@@ -68,7 +68,8 @@ own thread when a batch is requested, at most ``max_concurrency`` of a batch at 
 and their answers read when the batch is needed, so the engine samples while the loop judges and trains without a
 client thread competing with them. Each attempt waits at most ``timeout_s`` between bytes of an answer; rlkit's
 shared retry schedule applies (``retries`` after the first attempt, ``retry_backoff`` doubling, a timeout,
-connection error, 429, 5xx or malformed answer retried). A record still failing after its retries fails the step
+connection error, 429, 5xx or malformed answer retried); a server that does not answer at all is waited for up to
+``unavailable_timeout`` seconds past the retries, said once. A record still failing after its retries fails the step
 with one line naming it: a step cannot train on missing rollouts. At setup, nothing listening at ``base_url`` is a
 ``ConfigError``: ``cannot connect to ... (connection refused)``.
 """
@@ -147,6 +148,9 @@ class OpenAIServerGenerator:
         max_concurrency: int = 256
         retries: int = 3
         retry_backoff: float = 0.5
+        # Seconds a server that stops answering at all (an engine that died or restarts) is waited for past the
+        # retries, said once, before the step fails and the run stops with its checkpoint (as the judges wait).
+        unavailable_timeout: float = 120.0
         # auto (adapter for a LoRA policy whose server loads adapters at run time, else full) | full (the whole
         # policy, LoRA merged; SGLang's /update_weights_from_disk) | adapter (the LoRA adapter alone; vLLM's
         # /v1/load_lora_adapter; the policy must be LoRA-wrapped) | none (a frozen sampler).
@@ -176,7 +180,8 @@ class OpenAIServerGenerator:
         if p.sync not in _SYNCS:
             raise ConfigError(f"must be one of {', '.join(_SYNCS)}, got {p.sync!r}", f"{WHERE}.sync")
         for name, low, strict in (("timeout_s", 0, True), ("max_concurrency", 1, False), ("retries", 0, False),
-                                  ("retry_backoff", 0, False), ("sync_every", 1, False), ("max_lag", 0, False)):
+                                  ("retry_backoff", 0, False), ("sync_every", 1, False), ("max_lag", 0, False),
+                                  ("unavailable_timeout", 0, False)):
             value = getattr(p, name)
             if value < low or (strict and value == low):
                 raise ConfigError(f"must be {'>' if strict else '>='} {low}, got {value}", f"{WHERE}.{name}")
@@ -523,7 +528,7 @@ class PendingBatch:
         p = self._generator.params
         self._rows, failure = self._requests.collect(
             _read_choices(self._g), f"no {self._g} choices with token_ids and logprobs.token_logprobs", p.retries,
-            p.retry_backoff)
+            p.retry_backoff, p.unavailable_timeout, f"{WHERE}.unavailable_timeout")
         if failure is not None:
             self._failure = GeneratorError(f"{self._generator.base_url}/completions failed for record {failure[0]} "
                                            f"of the batch: {failure[1]}", f"{WHERE}.base_url")
@@ -603,7 +608,8 @@ class ReferenceScores:
             return self._value
         p = self._generator.params
         (values,), failure = self._requests.collect(self._read, "no prompt_logprobs for every sequence", p.retries,
-                                                    p.retry_backoff)
+                                                    p.retry_backoff, p.unavailable_timeout,
+                                                    f"{WHERE}.unavailable_timeout")
         if self in self._generator._scoring:
             self._generator._scoring.remove(self)
         if failure is not None:
