@@ -10,17 +10,17 @@ reads no anchors; a model judge's, in its anchors.
 
 from __future__ import annotations
 
+import io
 import json
 import math
-import os
 import re
-import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from rlkit.config.schemas import CalibrateConfig
+from rlkit.core.atomic import atomic_write_bytes
 from rlkit.core.errors import DataError
 from rlkit.core.markdown import md_cell, md_number
 from rlkit.core.rubric import Dimension, Rubric
@@ -323,18 +323,10 @@ def log_calibration(report: CalibrationReport, logger: Any, pngs: Sequence[Path]
 
 
 def _atomic_write(path: Path, write: Callable[[IO[bytes]], None]) -> None:
-    """Write through a temp file in the same folder, then ``os.replace``: no partial file is ever seen."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            umask = os.umask(0)
-            os.umask(umask)
-            os.fchmod(fh.fileno(), 0o666 & ~umask)  # mkstemp creates 0600; a report is an ordinary file
-            write(fh)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    """``write`` into memory, then the whole file at once (``rlkit.core.atomic``): no partial report is ever seen."""
+    buffer = io.BytesIO()
+    write(buffer)
+    atomic_write_bytes(path, buffer.getvalue())
 
 
 
