@@ -28,8 +28,9 @@ def validate_overrides(overrides: Sequence[str] = (), *, plugins: Iterable[objec
 
 def one_error_line(code: int, err: str) -> str:
     """Assert that a command refused bad input as rlkit promises (exit status 2, one ``rlkit: error:`` line on stderr,
-    no traceback) and return that line."""
-    lines = [line for line in err.splitlines() if line.strip()]
+    no traceback) and return that line. ``rlkit: warning:`` lines about the config beside it (a group of two, say)
+    are advice, not a second error, and are let through."""
+    lines = [line for line in err.splitlines() if line.strip() and not line.startswith("rlkit: warning: ")]
     assert code == 2, err
     assert len(lines) == 1 and "Traceback" not in err, err
     assert lines[0].startswith("rlkit: error: "), err
