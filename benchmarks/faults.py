@@ -37,6 +37,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from rlkit.testing.disks import fill_disk, mount_tmpfs, unmount
+
 RLKIT = [sys.executable, "-m", "rlkit"]
 STEPS = 4
 # the default config, few steps; a checkpoint every 2 steps, the last two step checkpoints kept beside last.ckpt
@@ -360,33 +362,12 @@ def judge_rows(root: Path) -> list[Row]:
 
 def mounted(folder: Path, size_kb: int, free_kb: int | None = None) -> str | None:
     """Mount a tmpfs of ``size_kb`` on ``folder`` and fill it to ``free_kb`` free; None, or why it could not."""
-    folder.mkdir(parents=True, exist_ok=True)
-    if os.geteuid() != 0 or shutil.which("mount") is None:
-        return "not root"
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size_kb}k", "tmpfs", str(folder)],
-                          capture_output=True, text=True)
-    if done.returncode:
-        return done.stderr.strip() or "mount failed"
-    if free_kb is not None:
+    why_not = mount_tmpfs(folder, size_kb)
+    if why_not is None and free_kb is not None:
         avail = shutil.disk_usage(folder).free // 1024
         with open(folder / "filler", "wb") as fh:
             fh.write(bytes(max(avail - free_kb, 0) * 1024))
-    return None
-
-
-def unmount(folder: Path) -> None:
-    subprocess.run(["umount", "-l", str(folder)], check=False)
-
-
-def fill(folder: Path) -> None:
-    """Take every byte left on ``folder``'s file system, as another job writing there would."""
-    for name, chunk in (("filler-later", 64 * 1024), ("filler-last", 512)):  # then the bytes under one chunk
-        try:
-            with open(folder / name, "wb", buffering=0) as fh:
-                while True:
-                    fh.write(bytes(chunk))
-        except OSError:
-            pass
+    return why_not
 
 
 def full_disk(root: Path, reference: Path, fault: str, name: str, size_kb: int, free_kb: int | None,
@@ -402,7 +383,7 @@ def full_disk(root: Path, reference: Path, fault: str, name: str, size_kb: int, 
         proc = start(run, *overrides)
         if fill_after is not None:
             wait_for(lambda: (run / fill_after).is_file(), proc)
-            fill(disk)
+            fill_disk(disk)
         _, err = proc.communicate(timeout=600)
         code = proc.returncode
         checked, problems = files_whole(run)

@@ -4,7 +4,6 @@ and the previous checkpoint intact. Real checkpoints of a 6-step run on the tiny
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import sys
@@ -17,6 +16,7 @@ from rlkit.cli import main
 from rlkit.config.checkpoints import read_checkpoint_metadata, verify_checkpoint
 from rlkit.core.errors import ConfigError
 from rlkit.testing import one_error_line
+from rlkit.testing.disks import mount_tmpfs, unmount
 
 pytestmark = pytest.mark.slow
 
@@ -132,16 +132,13 @@ def small_disk(tmp_path):
     beside it (the atomic write's temp file)."""
     disk = tmp_path / "disk"
     disk.mkdir()
-    if os.geteuid() != 0 or shutil.which("mount") is None:
-        pytest.skip("mounting a tmpfs needs root")
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(disk)], capture_output=True,
-                             text=True)
-    if mounted.returncode != 0:
-        pytest.skip(f"mounting a tmpfs is not permitted here: {mounted.stderr.strip()}")
+    why_not = mount_tmpfs(disk, 2048)
+    if why_not is not None:
+        pytest.skip(why_not)
     try:
         yield disk
     finally:
-        subprocess.run(["umount", "-l", str(disk)], check=False)
+        unmount(disk)
 
 
 def test_a_disk_that_fills_mid_run_stops_it_with_one_line_and_the_last_checkpoint_whole(small_disk, capsys):

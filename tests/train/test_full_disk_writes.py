@@ -6,14 +6,12 @@ byte at a chosen point of the run (root only; skipped where mounting is not perm
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
 
 from rlkit.cli import main
+from rlkit.testing.disks import fill_disk, mount_tmpfs, unmount
 
 pytestmark = pytest.mark.slow
 
@@ -25,27 +23,14 @@ def disk(tmp_path, monkeypatch):
     monkeypatch.setenv("RLKIT_CACHE", str(tmp_path / "cache"))
     folder = tmp_path / "disk"
     folder.mkdir()
-    if os.geteuid() != 0 or shutil.which("mount") is None:
-        pytest.skip("mounting a tmpfs needs root")
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(folder)], capture_output=True,
-                             text=True)
-    if mounted.returncode != 0:
-        pytest.skip(f"mounting a tmpfs is not permitted here: {mounted.stderr.strip()}")
+    why_not = mount_tmpfs(folder, 8192)
+    if why_not is not None:
+        pytest.skip(why_not)
     try:
         yield folder
     finally:
-        subprocess.run(["umount", "-l", str(folder)], check=False)
+        unmount(folder)
 
-
-def _fill(folder: Path) -> None:
-    """Every byte left on the file system, as another job writing there takes it."""
-    for name, chunk in (("filler", 64 * 1024), ("filler-last", 64)):
-        try:
-            with open(folder / name, "wb", buffering=0) as fh:
-                while True:
-                    fh.write(bytes(chunk))
-        except OSError:
-            pass
 
 
 def _whole(run: Path) -> None:
@@ -70,7 +55,7 @@ def test_a_disk_that_fills_during_the_metric_appends_stops_with_one_line_and_who
 
     def full_at_step_3(self, step, metrics):
         if step == 3 and "reward/mean" in metrics:
-            _fill(disk)
+            fill_disk(disk)
         return append(self, step, metrics)
 
     monkeypatch.setattr(MetricsHistory, "append", full_at_step_3)
@@ -95,7 +80,7 @@ def test_a_disk_that_fills_before_the_policy_is_saved_leaves_no_half_policy(disk
 
     def then_full(*args, **kwargs):
         report(*args, **kwargs)
-        _fill(disk)
+        fill_disk(disk)
 
     monkeypatch.setattr(fit_module, "end_of_run_report", then_full)
     run = disk / "run"
