@@ -10,7 +10,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -85,6 +84,21 @@ def test_sigterm_after_the_steps_checkpoint_hook_still_saves_and_resumes_exactly
     assert _same_policy(resumed, straight)
 
 
+SIGNAL_AT_STEP_ONE = """
+import os, sys
+from lightning.pytorch.callbacks import ModelCheckpoint
+from rlkit.cli import main
+
+
+def signal_at_step_one(self, trainer, *args, **kwargs):
+    if trainer.global_step == 1:
+        os.kill(os.getpid(), {signum})
+
+
+ModelCheckpoint.on_train_batch_start = signal_at_step_one
+sys.exit(main(["fit", *sys.argv[1:]]))
+"""
+
 FAKE_SCONTROL = """#!/bin/sh
 echo "$@" >> "{log}"
 """
@@ -101,23 +115,19 @@ def test_a_slurm_requeue_signal_saves_requeues_and_the_requeued_job_resumes_exac
            "SLURM_NTASKS": "1", "SLURM_JOB_NAME": "rlkit-fit", "SLURM_PROCID": "0", "SLURM_LOCALID": "0",
            "SLURM_NODEID": "0"}
     run = tmp_path / "run"  # a job's run folder is fixed (hydra.run.dir, or the launcher's sweep folder)
-    command = [*RLKIT, "fit", *QUICK, f"hydra.run.dir={run}"]
-    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-    deadline = time.monotonic() + 240
-    while len(_rewards(run)) < 1:
-        assert proc.poll() is None, proc.communicate()[1][-2000:]
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
-    proc.send_signal(signum)
-    _, err = proc.communicate(timeout=240)
-    assert proc.returncode == 128 + signum, err[-2000:]
+    # the signal is sent from inside the job as its second step starts: sent from here after the first step's
+    # metrics, a fast machine had finished all four steps before it landed (CI saw "assert 4 < 4")
+    signalled = subprocess.run([sys.executable, "-c", SIGNAL_AT_STEP_ONE.format(signum=int(signum)), *QUICK,
+                                f"hydra.run.dir={run}"], capture_output=True, text=True, env=env, timeout=240)
+    err = signalled.stderr
+    assert signalled.returncode == 128 + signum, err[-2000:]
     assert "Traceback" not in err and f"rlkit: {signal.Signals(signum).name}: finishing this step" in err
     assert "rlkit: requeued SLURM job 4242" in err
     assert f"rlkit: preempted (SLURM's {signal.Signals(signum).name}; the job is requeued) after step" in err
     assert log.read_text().split() == ["requeue", "4242"]
-    stopped = json.loads((run / "summary.json").read_text())["interrupted"]["step"]
-    assert 1 <= stopped < 4
+    assert json.loads((run / "summary.json").read_text())["interrupted"]["step"] == 2
     # SLURM starts the job again: same command, same folder, SLURM_RESTART_COUNT set
+    command = [*RLKIT, "fit", *QUICK, f"hydra.run.dir={run}"]
     again = subprocess.run(command, capture_output=True, text=True, env={**env, "SLURM_RESTART_COUNT": "1"},
                            timeout=240)
     assert again.returncode == 0, again.stderr[-2000:]
