@@ -1,7 +1,7 @@
 """The run's own state in a Lightning checkpoint (``checkpoint["rlkit"]``): the rubric it was trained with, the model
 fingerprint, the weight scheduler, every process's RNG, the data and sampling positions, the objective's,
-debiasing's, monitors' and generator's state, and rollouts requested ahead, so that a resumed run draws and trains
-what the uninterrupted one would have.
+debiasing's, monitors' and generator's state, rollouts requested ahead and the held-out start, so that a resumed run
+draws and trains what the uninterrupted one would have and reports the start it had.
 
 Under LoRA the checkpoint's ``state_dict`` holds the trainable weights alone (``"weights": "trainable"``): the frozen
 base is the model file the run names, loaded again on resume (SmolLM2-135M at r=16: 57 MB, the adapter and its AdamW
@@ -37,6 +37,9 @@ class CheckpointedParts:
     # the policy's frozen weights by state-dict key (under LoRA, the base): left out of the checkpoint, taken from
     # the loaded model on resume; None keeps every weight in it
     frozen: Callable[[], dict[str, torch.Tensor]] | None = None
+    # the held-out means measured before the first step: a resumed run reports them as its start instead of
+    # answering and judging the split again on the untrained weights (``start_of_resumed``)
+    heldout_start: dict[str, float] | None = None
 
 
 def save_run_state(run: CheckpointedParts, checkpoint: dict[str, Any]) -> None:
@@ -49,6 +52,8 @@ def save_run_state(run: CheckpointedParts, checkpoint: dict[str, Any]) -> None:
                              "weight_scheduler": parts.scheduler.state_dict(),
                              "rng": rng_by_rank[0], "data_position": list(run.position.data)}
     checkpoint["rlkit"] = state
+    if run.heldout_start:
+        state["heldout_start"] = dict(run.heldout_start)
     if run.frozen is not None:
         weights = checkpoint.get("state_dict")
         # only keys as the module names them (a strategy that renames them keeps every weight)
@@ -75,6 +80,12 @@ def save_run_state(run: CheckpointedParts, checkpoint: dict[str, Any]) -> None:
         # every process's rollouts requested ahead (sampled by now: the weight sync waited for them), so a
         # resumed run trains on what the uninterrupted one would have
         state["rollouts_ahead_by_rank"] = spread.gather_objects(run.rollouts.state_dict())
+
+
+def saved_heldout_start(checkpoint: dict[str, Any]) -> dict[str, float] | None:
+    """The held-out start means a checkpoint carries, or None (an earlier checkpoint, or a run with no evaluation)."""
+    start = checkpoint.get("rlkit", {}).get("heldout_start")
+    return {str(k): float(v) for k, v in start.items()} if isinstance(start, dict) and start else None
 
 
 def load_run_state(run: CheckpointedParts, checkpoint: dict[str, Any], device: Callable[[], torch.device],

@@ -22,6 +22,7 @@ from rlkit.runs.history import METRICS_FILE, MetricsHistory
 from rlkit.runs.lightning import StreamingCheckpointIO, quiet_lightning
 from rlkit.runs.loggers import finish_logger, make_logger
 from rlkit.train.callbacks import SampleLogger
+from rlkit.train.checkpoint_state import saved_heldout_start
 from rlkit.train.dynamic_sampling import SamplingSettings
 from rlkit.train.module import RubricRLModule
 from rlkit.train.monitoring import monitor_host, summary_lines
@@ -179,6 +180,17 @@ def carry_earlier_answers(ckpt_path: str, run_dir: Path) -> None:
               file=sys.stderr)
 
 
+def start_of_resumed(checkpoint: str | Path | None) -> dict[str, float] | None:
+    """The held-out start means a checkpoint carries (``heldout_start``), or None: not resuming, or a checkpoint
+    written before they were saved (its run is evaluated at the start again)."""
+    if checkpoint is None:
+        return None
+    from rlkit.config.checkpoints import read_checkpoint_metadata
+    from rlkit.core.package_files import resolve_path
+
+    return saved_heldout_start(read_checkpoint_metadata(resolve_path(str(checkpoint))))
+
+
 def record_heldout(history: MetricsHistory | None, step: int, means: dict[str, float]) -> None:
     """Held-out means into the metric history as ``heldout/<dimension>``, for the run report's start/end columns."""
     if history is not None and means:
@@ -296,11 +308,16 @@ def _fit(validated: CheckedConfig, run_dir: Path, guard: Any) -> dict[str, Any]:
         # set before the start evaluation: each evaluation's answers go beside it (heldout_samples.jsonl); every
         # process answered the whole split, one writes
         module.history = MetricsHistory(run_dir / METRICS_FILE) if trainer.is_global_zero else None
-        trainer.validate(module, datamodule=datamodule, verbose=False)
-        start = dict(module.heldout_means)
+        resume = run.ckpt_path or requeued_checkpoint(run_dir)
+        # a resumed run's start is the one its first job measured: answering and judging the held-out split again
+        # on the untrained weights takes minutes on a real model (31 of them under a model judge on 2 cores)
+        start = start_of_resumed(resume)
+        if start is None:
+            trainer.validate(module, datamodule=datamodule, verbose=False)
+            start = dict(module.heldout_means)
+        module.heldout_start = start
         record_heldout(module.history, 0, start)
         guard.phase = "training"
-        resume = run.ckpt_path or requeued_checkpoint(run_dir)
         if resume is not None and run.ckpt_path is None and trainer.is_global_zero:
             print(f"rlkit: SLURM requeued this job: resuming from {resume}", file=sys.stderr)
         try:

@@ -100,6 +100,7 @@ class RubricRLModule(L.LightningModule):
         self.history: MetricsHistory | None = None  # run_dir/metrics.jsonl, set by fit; the run report reads it
         self.last_rollout: RolloutSnapshot | None = None  # read by callbacks (sample tables)
         self.heldout_means: dict[str, float] = {}  # the last held-out evaluation's: reward and each dimension
+        self.heldout_start: dict[str, float] = {}  # the first one's, before any step: checkpoints carry it
         self.heldout_answers: list[dict[str, Any]] = []  # the last evaluation's answers (rlkit.runs.heldout_answers)
         self._val_raw: list[torch.Tensor] = []
         self._val_rewards: list[torch.Tensor] = []
@@ -333,7 +334,7 @@ class RubricRLModule(L.LightningModule):
         # under LoRA (a peft model) the frozen base comes from the model file the run names, not the checkpoint
         frozen = (lambda: frozen_weights(policy, prefix="policy.")) if getattr(policy, "peft_config", None) else None
         return CheckpointedParts(self.rewards, self.position, self.model_fingerprint, self.generator, self.rollouts,
-                                 self.monitors, self.settings.sampling.filters, frozen)
+                                 self.monitors, self.settings.sampling.filters, frozen, self.heldout_start)
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         save_run_state(self.checkpointed_parts(), checkpoint)

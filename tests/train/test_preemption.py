@@ -68,6 +68,26 @@ sys.exit(main(["fit", *sys.argv[1:]]))
 """
 
 
+COUNT_EVALUATED_STEPS = """
+import sys
+from rlkit.cli import main
+from rlkit.train.module import RubricRLModule
+
+steps, evaluate = set(), RubricRLModule.validation_step
+
+
+def counted(self, *args, **kwargs):
+    steps.add(self.global_step)
+    return evaluate(self, *args, **kwargs)
+
+
+RubricRLModule.validation_step = counted
+code = main(["fit", *sys.argv[1:]])
+print(f"held-out evaluations at steps {sorted(steps)}", file=sys.stderr)
+sys.exit(code)
+"""
+
+
 def test_sigterm_after_the_steps_checkpoint_hook_still_saves_and_resumes_exactly(tmp_path, straight):
     run = tmp_path / "run"
     done = subprocess.run([sys.executable, "-c", LATE_SIGNAL, *QUICK, f"hydra.run.dir={run}"], capture_output=True,
@@ -78,8 +98,13 @@ def test_sigterm_after_the_steps_checkpoint_hook_still_saves_and_resumes_exactly
     assert f"ckpt_path={checkpoint}" in done.stderr and json.loads((run / "summary.json").read_text())[
         "interrupted"] == {"step": 2, "checkpoint": str(checkpoint), "exit_code": 143}
     resumed = tmp_path / "resumed"
-    subprocess.run([*RLKIT, "fit", *QUICK, f"ckpt_path={checkpoint}", f"hydra.run.dir={resumed}"], check=True,
-                   capture_output=True)
+    again = subprocess.run([sys.executable, "-c", COUNT_EVALUATED_STEPS, *QUICK, f"ckpt_path={checkpoint}",
+                            f"hydra.run.dir={resumed}"], capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stderr[-2000:]
+    # the start evaluation is not run again on resume (minutes on a real model): the checkpoint's start is reported
+    assert "held-out evaluations at steps [4]" in again.stderr, again.stderr[-2000:]
+    assert json.loads((resumed / "summary.json").read_text())["start"] == \
+        json.loads((straight / "summary.json").read_text())["start"]
     assert _rewards(resumed) == {s: r for s, r in _rewards(straight).items() if s >= 2}
     assert _same_policy(resumed, straight)
 
