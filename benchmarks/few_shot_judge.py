@@ -100,7 +100,7 @@ def main() -> int:
     args = parser.parse_args()
     from rlkit.core.rubric import load_rubric
 
-    rubric = load_rubric(REPO / "conf" / "rubrics" / f"{args.rubric}.yaml")
+    rubric = load_rubric(REPO / "conf" / "rubric_files" / f"{args.rubric}.yaml")
     work = args.work or Path(tempfile.mkdtemp(prefix="few-shot-judge-"))
     work.mkdir(parents=True, exist_ok=True)
     examples, heldout, n_taught, n_held = split(args.labels, args.examples_share, args.seed, args.every, work)

@@ -44,7 +44,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 EXPERIMENT = "smollm2_definitions"
-RUBRIC = ROOT / "conf" / "rubrics" / "learner_definition.yaml"
+RUBRIC = ROOT / "conf" / "rubric_files" / "learner_definition.yaml"
 TASK = ROOT / "conf" / "tasks" / "learner_definitions.jsonl"
 GOLD_RUBRIC = Path(__file__).resolve().with_name("judged_model_gold.yaml")
 # patterns of this task's templates, not the arithmetic ones of template_phrases.yaml: "X is a verb that means ..."

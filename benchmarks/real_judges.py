@@ -276,7 +276,8 @@ def without_anchor_texts(rubric: Path, out: Path) -> Path:
 def anchors_study(judge: str, gguf: Path, work: Path, threads: int, repeats: int) -> str:
     """The arithmetic labels graded ``repeats`` times at temperature 0.7, with anchors and without: the mean
     per-completion variance of each dimension's score, and the mean κ."""
-    plain = without_anchor_texts(REPO / "conf" / "rubrics" / "arithmetic.yaml", work / "arithmetic_no_anchors.yaml")
+    shipped = REPO / "conf" / "rubric_files" / "arithmetic.yaml"
+    plain = without_anchor_texts(shipped, work / "arithmetic_no_anchors.yaml")
     lines = [f"anchors, judge {judge} served, structured, sampled at temperature 0.7, {repeats} gradings each:"]
     with LlamaCppServer(gguf, threads=threads) as server:
         status, models = get_json(f"{server.url}/v1/models")

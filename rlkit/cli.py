@@ -113,7 +113,7 @@ def show_warning(message: Warning | str, category: type[Warning], filename: str,
     text = " ".join(str(message).split())
     ours = any(part in filename for part in ("/rlkit/", "/rlkit_plugins/", "\\rlkit\\", "\\rlkit_plugins\\"))
     if ours and issubclass(category, UserWarning):
-        if text not in _SHOWN:  # `fit` validates before Hydra starts its job and again inside it: say it once
+        if text not in _SHOWN:  # a sweep checks each job before the first runs: a warning of each, said once
             _SHOWN.add(text)
             print(f"rlkit: warning: {text}", file=sys.stderr)
     else:

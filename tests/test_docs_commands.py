@@ -129,8 +129,8 @@ def workspace(tmp_path_factory) -> Workspace:
             {"role": "assistant", "content": "518"}]
     _jsonl(root / "episodes.jsonl", [{"prompt": [{"role": "user", "content": "37*14"}], "reference": "518",
                                       "completion": call}])
-    shutil.copy(ROOT / "conf" / "rubrics" / "arithmetic.yaml", root / "rubric.yaml")
-    shutil.copy(ROOT / "conf" / "rubrics" / "arithmetic.yaml", root / "abs" / "rubric_v2.yaml")
+    shutil.copy(ROOT / "conf" / "rubric_files" / "arithmetic.yaml", root / "rubric.yaml")
+    shutil.copy(ROOT / "conf" / "rubric_files" / "arithmetic.yaml", root / "abs" / "rubric_v2.yaml")
     shutil.copy(ROOT / "conf" / "calibration" / "arithmetic_labels.jsonl", root / "abs" / "my_labels.jsonl")
     shutil.copy(ROOT / "conf" / "calibration" / "arithmetic_labels.jsonl", root / "samples.jsonl")
     (root / "myconf" / "experiment").mkdir(parents=True)

@@ -37,7 +37,7 @@ def rich_console() -> Console:
 
 def compose_and_check(overrides: Sequence[str] | HydraArgs, *, need_completions: bool = False,
                       read_data: bool = True) -> CheckedConfig:
-    """Compose ``conf/fit.yaml`` with ``overrides`` (a command line, or the ``HydraArgs`` a command parsed already)
+    """Compose ``conf/config.yaml`` with ``overrides`` (a command line, or the ``HydraArgs`` a command parsed already)
     and check every part against the run's registry (``rlkit.config.check_config``)."""
     from rlkit.config import check_config, compose_config
 
@@ -64,7 +64,7 @@ def run_hydra(command: str, config_name: str, args: HydraArgs, body, declared: C
     from rlkit.config import register_run_defaults, search_path_override
     from rlkit.config.compose import compose, refuse_shadowed_options, with_declared_keys
 
-    register_run_defaults()  # conf/fit.yaml composes the run's defaults from Hydra's ConfigStore
+    register_run_defaults()  # conf/config.yaml composes the run's defaults from Hydra's ConfigStore
     relaunched = os.environ.get(RELAUNCHED_COMMAND) == command
 
     @hydra.main(config_path="pkg://rlkit.conf", config_name=config_name, version_base="1.3")

@@ -14,7 +14,7 @@ class CommandHelp:
     usage: str
     example: str
     block: str | None = None  # the RunConfig block the command reads (score, serve, ...)
-    config: bool = True       # composes conf/fit.yaml: takes group options and overrides
+    config: bool = True       # composes conf/config.yaml: takes group options and overrides
     arguments: tuple[tuple[str, str], ...] = ()
 
 
@@ -43,7 +43,7 @@ HELP: dict[str, CommandHelp] = {
                                 "the audit fails.", "rlkit rubric audit [--fail-under X] [overrides]",
                                 "rlkit rubric audit audit.records=records.jsonl --fail-under 0.7", block="audit",
                                 arguments=(("--fail-under X", "the trust score in [0, 1] below which it fails"),)),
-    "config-reference": CommandHelp("Print the config reference as Markdown: every key of conf/fit.yaml with its "
+    "config-reference": CommandHelp("Print the config reference as Markdown: every key of conf/config.yaml with its "
                                     "type, default and rule, then every registered plugin's params (the docs "
                                     "site's Config reference page, built from the same schemas).",
                                     "rlkit config-reference", "rlkit config-reference > config-reference.md",

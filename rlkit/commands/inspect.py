@@ -74,7 +74,7 @@ def plugin_summary(factory: Any) -> str:
 
 
 def cmd_config_reference(args: Sequence[str]) -> int:
-    """Print the config reference (Markdown): every key of ``conf/fit.yaml`` with its type, default and rule, then
+    """Print the config reference (Markdown): every key of ``conf/config.yaml`` with its type, default and rule, then
     every registered plugin's params, the page the docs site builds from the same schemas. Every ``--help`` points
     here, because the page itself is generated on build and is not in a clone."""
     from rlkit.config.reference import config_reference_markdown

@@ -30,7 +30,7 @@ Verdict (the note: under 3 points a scalar RM or DPO first; 4 or more, ranking p
 and 6 met), 1 calibrate more, 3 baseline first; 2 bad input."""
 
 DEFAULTS = {"labels": "pkg://rlkit.conf/calibration/arithmetic_labels.jsonl",
-            "rubric": "pkg://rlkit.conf/rubrics/arithmetic.yaml"}
+            "rubric": "pkg://rlkit.conf/rubric_files/arithmetic.yaml"}
 KEYS = ("labels", "rubric", "calibration", "run", "reward_model", "budget", "throughput", "hacked", "min_labels",
         "threshold", "output")
 

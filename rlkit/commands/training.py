@@ -94,7 +94,7 @@ def interrupted_line(interrupted: dict, run_dir: Path) -> str:
 
 def cmd_fit(overrides: Sequence[str]) -> int:
     from rlkit.config import check_config
-    from rlkit.config.compose import compose, parse_hydra_args
+    from rlkit.config.compose import PRIMARY_CONFIG, compose, parse_hydra_args
 
     relaunched = os.environ.get(RELAUNCHED_COMMAND) == "fit"
     # The command line is parsed once, here: a flag Hydra does not know is one line before anything starts.
@@ -114,21 +114,30 @@ def cmd_fit(overrides: Sequence[str]) -> int:
 
             require_passed_audit(validated.rubric, judge_config(validated.cfg))  # fit() says which it accepted
         checked = [validated]
-    return run_hydra("fit", "fit", args, functools.partial(_fit_job, checked=CheckedConfigs(checked)), declared)
+    job = functools.partial(_fit_job, checked=CheckedConfigs(checked))
+    return run_hydra("fit", PRIMARY_CONFIG, args, job, declared)
 
 
 def sweep_jobs(overrides: Sequence[str] | HydraArgs) -> list[list[str]]:
-    """The overrides of each job a basic-sweeper multirun runs: the cartesian product of the sweeps
-    (``a=1,2 b=x,y`` is four jobs), in Hydra's order. A sweep it cannot list (an ``interval`` for an optimising
+    """The command line of each job a basic-sweeper multirun runs: the cartesian product of the sweeps
+    (``a=1,2 b=x,y`` is four jobs), in Hydra's order, after the flags (``-m`` left out) and the user's search path."""
+    from rlkit.config.compose import HydraArgs, parse_hydra_args
+
+    args = overrides if isinstance(overrides, HydraArgs) else parse_hydra_args(overrides)
+    flags = [f for f in args.flags if f not in ("--multirun", "-m")]
+    search = [f"hydra.searchpath=[{','.join(repr(p) for p in args.searchpath)}]"] if args.searchpath else []
+    return [[*flags, *search, *job] for job in _job_overrides(args)]
+
+
+def _job_overrides(args: HydraArgs) -> list[list[str]]:
+    """Each job's overrides: the product of the sweeps. A sweep it cannot list (an ``interval`` for an optimising
     sweeper) keeps its first form, so the rest is still checked."""
     import itertools
 
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
-    from rlkit.config.compose import HydraArgs, parse_hydra_args
     from rlkit.core.errors import ConfigError
 
-    args = overrides if isinstance(overrides, HydraArgs) else parse_hydra_args(overrides)
     try:
         parsed = OverridesParser.create().parse_overrides(args.overrides)
     except Exception as exc:  # Hydra's OverrideParseException: its own first line
@@ -143,30 +152,33 @@ def sweep_jobs(overrides: Sequence[str] | HydraArgs) -> list[list[str]]:
                 choices.append([override.input_line])
         else:
             choices.append([override.input_line])
-    flags = [f for f in args.flags if f not in ("--multirun", "-m")]
-    search = [f"hydra.searchpath=[{','.join(repr(p) for p in args.searchpath)}]"] if args.searchpath else []
-    return [[*flags, *search, *job] for job in itertools.product(*choices)]
+    return [list(job) for job in itertools.product(*choices)]
 
 
 def validate_sweep(overrides: Sequence[str] | HydraArgs) -> tuple[list[Any], frozenset[str]]:
-    """Compose and validate every job of a sweep before the first one runs; the first bad job is one line naming
-    it and its own overrides (a value of the sweep, a group option), exit 2. Returns each job's validated config
-    and the keys their composition added (``++key=``), for Hydra's own composition of the jobs."""
+    """Compose and validate every job of a sweep before the first one runs; the first bad job is told, one line per
+    mistake naming the job and its own overrides (a value of the sweep, a group option), exit 2. Returns each job's
+    validated config and the keys their composition added (``++key=``), for Hydra's own composition of the jobs."""
+    from dataclasses import replace
+
     from rlkit.config import check_config
-    from rlkit.config.compose import compose, parse_hydra_args
-    from rlkit.core.errors import ConfigError, RlkitError
+    from rlkit.config.compose import HydraArgs, compose, parse_hydra_args
+    from rlkit.core.errors import ConfigError, ConfigErrors, RlkitError, error_lines
 
     registry = run_registry()
-    jobs = sweep_jobs(overrides)
+    args = overrides if isinstance(overrides, HydraArgs) else parse_hydra_args(overrides)
+    jobs = _job_overrides(args)
     base = set.intersection(*(set(job) for job in jobs)) if len(jobs) > 1 else set()
     checked, declared = [], set()
     for number, job in enumerate(jobs):
         try:
-            composed = compose(registry, parse_hydra_args(job))  # each job's own command line
+            # the command line was parsed once: a job is its flags and search path with its own overrides
+            composed = compose(registry, replace(args, overrides=job, multirun=False))
             checked.append(check_config(composed.cfg, registry))
         except RlkitError as exc:
             own = " ".join(o for o in job if o not in base) or " ".join(job)
-            raise ConfigError(f"job {number} of {len(jobs)} ({own}): {exc}") from None
+            told = [ConfigError(f"job {number} of {len(jobs)} ({own}): {line}") for line in error_lines(exc)]
+            raise (told[0] if len(told) == 1 else ConfigErrors(told)) from None
         declared |= composed.declared
     return checked, frozenset(declared)
 

@@ -17,7 +17,7 @@ from rlkit.core.package_files import resolve_path
 from rlkit.core.registry import KINDS_BY_GROUP, Registry
 
 CONFIG_MODULE = "rlkit.conf"
-PRIMARY_CONFIG = "fit"
+PRIMARY_CONFIG = "config"
 HYDRA_VERSION_BASE = "1.3"
 
 
@@ -53,12 +53,18 @@ def refuse_shadowed_options(args: HydraArgs) -> None:
             continue
         if not folder.is_dir() or folder.resolve() == shipped.resolve():
             continue
+        where = "--config-dir" if args.config_dir and index == 0 else "hydra.searchpath"
         for mine in sorted(folder.glob("*/*.yaml")):
             theirs = shipped / mine.parent.name / mine.name
             if theirs.is_file():
                 raise ConfigError(f"{mine} is never read: rlkit's own {mine.parent.name}={mine.stem} ({theirs}) comes "
-                                  "first in the config search path; give yours a name of its own",
-                                  "--config-dir" if args.config_dir and index == 0 else "hydra.searchpath")
+                                  "first in the config search path; give yours a name of its own", where)
+        for mine in sorted(folder.glob("*.yaml")):
+            # a primary config named like one of rlkit's (config.yaml, Hydra's usual name): -cn finds rlkit's first
+            if (shipped / mine.name).is_file():
+                raise ConfigError(f"{mine} is never read: rlkit's own primary config {shipped / mine.name} comes first "
+                                  f"in the config search path (--config-name {mine.stem} picks it); give yours a name "
+                                  "of its own", where)
 
 
 _VALUED_FLAGS = {"cfg": "--cfg", "package": "--package", "config_path": "--config-path", "config_name": "--config-name",

@@ -150,7 +150,7 @@ def _plugins_section(registry: Registry) -> list[str]:
 
 
 def config_reference_markdown(registry: Registry | None = None) -> str:
-    """Markdown for ``docs/config-reference.md``: every key of ``conf/fit.yaml`` with its type, default and rule,
+    """Markdown for ``docs/config-reference.md``: every key of ``conf/config.yaml`` with its type, default and rule,
     then every registered plugin's params."""
     if registry is None:
         from rlkit.core.registry import load_registry

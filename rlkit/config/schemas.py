@@ -1,5 +1,5 @@
-"""The schema of the whole run config: every top-level key and block of ``conf/fit.yaml``, with its type, default,
-constraint and description. It is the one place defaults live: ``conf/fit.yaml`` selects plugin groups and composes
+"""The schema of the whole run config: every top-level key and block of ``conf/config.yaml``, with its type, default,
+constraint and description. It is the one place defaults live: ``conf/config.yaml`` selects plugin groups and composes
 these defaults (registered in Hydra's ConfigStore as ``rlkit_run_defaults``), ``rlkit validate`` checks a composed
 config against it, and ``docs/config-reference.md`` is generated from it. Plugins' params have their own schemas,
 held by each plugin."""
@@ -167,11 +167,30 @@ class RubricEvolveConfig(_Schema):
                           description="The prompt asking for new criteria: a shipped template or a file.")
 
 
+class RubricScheduleConfig(_Schema):
+    """A staged rubric (``rlkit/reward/rubric_schedule.py``): training starts on the first stage's dimensions (the
+    others weigh 0) and adds the next stage's once every active dimension is saturated (its
+    ``rewards/<dimension>/saturated_groups`` averaged over the stage's last ``window`` steps above ``min_share``, the
+    signal `rlkit rubric tighten` reads). Each stage is a version of the rubric (``<version>+stage.<k>``), logged as
+    ``rubric/stage``, written under ``run_dir/rubrics/`` and kept in checkpoints."""
+
+    stages: list[list[str]] = Field(default_factory=list,
+                                    description="Dimension names per stage, every dimension of the rubric in exactly "
+                                                "one; empty: no schedule, every dimension from the start.")
+    min_share: float = _finite(default=0.5, ge=0, lt=1,
+                               description="A dimension is saturated when more than this share of groups are, on "
+                                           "average over the window (0.5: the doctor's zero-advantage threshold).")
+    window: int = Field(default=10, ge=1, description="Steps of the current stage the saturated share is averaged "
+                                                      "over; a stage lasts at least this long (10: the doctor's).")
+
+
 class RubricConfig(_Schema):
     """The rubric the judge scores (``rubric=<name>`` selects a preset under ``conf/rubric/``)."""
 
     path: str = Field(description="A rubric YAML: a file path or `pkg://module/relative/path`.")
     evolve: RubricEvolveConfig = Field(default_factory=RubricEvolveConfig, description=RubricEvolveConfig.__doc__)
+    schedule: RubricScheduleConfig = Field(default_factory=RubricScheduleConfig,
+                                           description=RubricScheduleConfig.__doc__)
     dropout: float = _finite(
         default=0.0, ge=0, lt=1,
         description="Rubric dropout (arXiv 2608.11669): during training each scored dimension of a group is left out "
@@ -189,7 +208,7 @@ class LoggerConfig(_Schema):
     mode: Literal["offline", "online"] = Field(default="offline", description="W&B mode; online syncs.")
 
 
-# --- blocks of conf/fit.yaml ------------------------------------------------------------------------------------
+# --- blocks of conf/config.yaml ------------------------------------------------------------------------------------
 
 
 class OptimConfig(_Schema):
@@ -415,7 +434,7 @@ class ImportanceCorrectionConfig(_Schema):
 
 
 class RunConfig(_Schema):
-    """The top-level keys of ``conf/fit.yaml`` (plugin groups, ``model``, ``data``, ``rubric``, ``trainer`` and
+    """The top-level keys of ``conf/config.yaml`` (plugin groups, ``model``, ``data``, ``rubric``, ``trainer`` and
     ``logger`` are checked by their own schemas)."""
 
     seed: int = Field(default=42, ge=0, le=MAX_SEED,
@@ -513,13 +532,14 @@ RUN_DEFAULTS = "rlkit_run_defaults"
 
 def register_run_defaults() -> None:
     """Put :class:`RunConfig`'s defaults in Hydra's ConfigStore as ``rlkit_run_defaults``, the node
-    ``conf/fit.yaml`` composes first: the defaults are written here and nowhere else."""
+    ``conf/config.yaml`` composes first: the defaults are written here and nowhere else."""
     from hydra.core.config_store import ConfigStore
 
-    # `rubric.evolve` defaults too, so `rubric.evolve.every=4` overrides a key every rubric preset has (the presets
-    # under conf/rubric/ name only their path; the group's YAML merges into this node)
+    # `rubric.evolve` and `rubric.schedule` defaults too, so `rubric.evolve.every=4` overrides a key every rubric
+    # preset has (the presets under conf/rubric/ name only their path; the group's YAML merges into this node)
     node = {**RunConfig().model_dump(mode="json"),
-            "rubric": {"evolve": RubricEvolveConfig().model_dump(mode="json")}}
+            "rubric": {"evolve": RubricEvolveConfig().model_dump(mode="json"),
+                       "schedule": RubricScheduleConfig().model_dump(mode="json")}}
     ConfigStore.instance().store(name=RUN_DEFAULTS, node=node)
 
 

@@ -15,6 +15,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from rlkit.core.errors import RlkitError, RubricError, did_you_mean, no_such, yaml_syntax_error
+from rlkit.core.package_files import package_dir
 
 MAX_DIMENSIONS_BEFORE_WARNING = 7
 
@@ -447,11 +448,27 @@ def check_changelog(rubric: Rubric, source: str = "<rubric>") -> None:
                 f"{entry.hash}, content is {actual}): bump `version` and add a changelog entry", source)
 
 
+def _renamed_folder_hint(path: Path) -> str:
+    """Where a rubric now lives when ``path`` names the old ``conf/rubrics/`` folder (renamed ``conf/rubric_files/``
+    in 0.1.0, beside the ``conf/rubric/`` group that picks one): a path copied from an older config says so."""
+    moved = path.parent.parent / "rubric_files"
+    if path.parent.name != "rubrics" or not moved.is_dir():
+        return ""
+    if not (moved / path.name).is_file():
+        return f"; the rubrics/ folder was renamed rubric_files/ ({moved})"
+    try:
+        shipped = moved.resolve() == (package_dir("rlkit.conf", "rlkit.conf") / "rubric_files").resolve()
+    except RlkitError:
+        shipped = False
+    new = f"pkg://rlkit.conf/rubric_files/{path.name}" if shipped else str(moved / path.name)
+    return f"; the rubrics/ folder was renamed rubric_files/: use {new}"
+
+
 def load_rubric(path: str | Path, *, verify_changelog: bool = True) -> Rubric:
     """Read and validate a rubric YAML file."""
     path = Path(path)
     if not path.is_file():
-        raise RubricError(no_such(path, "rubric file"), str(path))
+        raise RubricError(no_such(path, "rubric file") + _renamed_folder_hint(path), str(path))
     try:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:

@@ -18,6 +18,11 @@ it. The rules, applied to each saturated dimension (the rule path: no model is a
    ``min``-only check: its ``min``) the top samples' size that passes closest to half of them, so part of what
    saturates now still passes and the groups spread again (the median, where sizes do not tie). Kept only if it is
    stricter than the old level and splits the top samples. ``tokens`` need the policy's tokenizer and are left.
+   A ``match`` check in mode ``numeric`` or ``contains`` (:func:`tighten_match`) is raised to ``exact``: the answer
+   is the reference and nothing around it (reward_hacking_v2's correctness: a sum padded with words passes
+   ``numeric``, not ``exact``). Kept only if ``exact`` splits the top samples (compared as the rule judge does,
+   case-folded with punctuation as spaces) and fails none that another dimension already scores below its ceiling
+   (padding another dimension penalises: penalised twice, a padded right answer falls below filler).
 2. **The shared pattern as a negative anchor** (:func:`shared_words`): the words (letters only, case-folded) found in
    at least half of the top samples and in at least 25 points fewer of the others; up to five, most distinctive
    first. They become a negative example on the level below the top (binary: level 0; a scale: the highest anchored
@@ -25,6 +30,9 @@ it. The rules, applied to each saturated dimension (the rule path: no model is a
    anchors), an ``absent: true`` regex check on them weighing one more than the dimension's other checks together,
    so an answer with the pattern always scores below one without (reward_hacking_v2.yaml's clarity fix: 4 of 7;
    a lighter check left the template ahead and the audit's ``enumerated_template`` probe flagged it).
+   Where the top samples share no word, their shared *shape* (:data:`SHAPES`: a bare number, no letters, one line;
+   the same share and lift) becomes the negative example, an anchor only (:func:`add_shape` says why no check):
+   reward_hacking_v2's clarity, whose top answers are all bare sums, gets one a model judge reads.
 
 A dimension no rule changes is said with why (its checks have no level to raise, its top samples share no pattern).
 The proposal is the same rubric name with the version bumped (``X.Y`` → ``X+1.0``, else ``<version>+tighten.1``)
@@ -70,6 +78,10 @@ class Saturation:
     at_ceiling: float       # share of the window's scored samples at that ceiling
     top: list[str]          # distinct completions of the window at the ceiling
     others: list[str]       # distinct completions of the run below it
+    # the window's (completion, its record) pairs at the ceiling, each once: what a match check compares
+    top_pairs: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    # the top samples another dimension scores below its own ceiling: marked down already
+    marked_down: frozenset[str] = frozenset()
 
     @property
     def at_top(self) -> bool:
@@ -134,6 +146,8 @@ def read_saturation(run_dir: Path, rubric: Rubric, min_share: float = MIN_SHARE)
     if not samples:
         raise DataError("no logged samples to tighten from: the run wrote none (run.log_samples.every=0?)",
                         str(run_dir / SAMPLES_FILE))
+    ceilings = {d: max((v for r in samples if (v := _score(r, d)) is not None), default=None)
+                for d in rubric.dimension_names}
     out = []
     for name, points in series.items():
         window = points[-WINDOW:]
@@ -146,12 +160,19 @@ def read_saturation(run_dir: Path, rubric: Rubric, min_share: float = MIN_SHARE)
         last = max(r["step"] for r, _ in scored) if scored else 0
         start = min(window[0][0], last)
         recent = [(r, s) for r, s in scored if r["step"] >= start]
-        top = [r["completion"] for r, s in recent if ceiling is not None and math.isclose(s, ceiling, abs_tol=1e-6)]
+        top_rows = [r for r, s in recent if ceiling is not None and math.isclose(s, ceiling, abs_tol=1e-6)]
+        top = [r["completion"] for r in top_rows]
+        pairs = {(r["completion"], str(r.get("record"))): (r["completion"], r.get("record") or {}) for r in top_rows
+                 if isinstance(r.get("record"), dict)}
         at_ceiling = len(top) / len(recent) if recent else 0.0
         others = [r["completion"] for r, s in scored if ceiling is not None and s < ceiling - 1e-6]
+        # top samples another dimension already scores below its own ceiling (rule 1's match check leaves them)
+        elsewhere = {r["completion"] for r in top_rows if any(
+            (v := _score(r, d)) is not None and c is not None and v < c - 1e-6
+            for d, c in ceilings.items() if d != name)}
         if share > min_share:
             out.append(Saturation(name, share, (window[0][0], window[-1][0]), ceiling, at_ceiling,
-                                  _distinct(top), _distinct(others)))
+                                  _distinct(top), _distinct(others), list(pairs.values()), frozenset(elsewhere)))
     return out
 
 
@@ -180,6 +201,78 @@ def tighten_length(check: dict[str, Any], top: Sequence[str]) -> tuple[dict[str,
     new = {**check, key: level}
     return new, (f"length check {key} {check[key]:g} → {level} {unit}: {passing[level]} of the {len(sizes)} top "
                  f"samples still pass (the level that splits them closest to half)")
+
+
+def _plain(text: Any) -> str:
+    # as the rule judge's `exact` compares answers (rlkit_plugins.judges.rule_features.normalise_answer, without
+    # dropping articles): case-folded, punctuation as spaces, whitespace collapsed
+    return " ".join(re.sub(r"[^\w\s]|_", " ", str(text).casefold()).split())
+
+
+def tighten_match(check: dict[str, Any], top_pairs: Sequence[tuple[str, dict[str, Any]]],
+                  marked_down: frozenset[str] = frozenset()) -> tuple[dict[str, Any], str] | None:
+    """Rule 1 on a ``match`` check: ``numeric`` or ``contains`` (the answer's last number, or the reference
+    anywhere in it) raised to ``exact`` (the answer is the reference, nothing around it), and what changed; None
+    unless ``exact`` splits the top samples (some pass it, some do not), or where a sample it would fail is in
+    ``marked_down`` (another dimension scores it below its ceiling already: a second penalty would put a padded
+    right answer below filler of its own layout, what the audit's ``format_mimicry`` probe flags). An ``exact``
+    check has no level above."""
+    mode = check.get("mode", "exact")
+    if mode == "exact" or "extract" in check or check.get("case_sensitive"):
+        return None
+    field_name = check.get("field", "reference")
+    scored = [(text, record[field_name]) for text, record in top_pairs if isinstance(record.get(field_name),
+                                                                                     str | int | float)]
+    if not scored:
+        return None
+    passing = sum(_plain(text) == _plain(ref) for text, ref in scored)
+    if not 0 < passing < len(scored) or any(text in marked_down for text, ref in scored
+                                            if _plain(text) != _plain(ref)):
+        return None
+    new = {k: v for k, v in check.items() if k != "tolerance"}
+    new["mode"] = "exact"
+    return new, (f"match check mode {mode} → exact (the answer is the {field_name}, nothing around it): {passing} of "
+                 f"the {len(scored)} top samples still pass")
+
+
+# The shapes rule 2 looks for when the top samples share no word (rlkit's choice: the shapes a short-answer task's
+# saturated answers take; the first that sets them apart wins)
+SHAPES: dict[str, str] = {
+    "a bare number": r"^\s*-?\d+(?:[.,]\d+)?\s*$",
+    "no letters at all": r"^[^A-Za-z]*$",
+    "a single line": r"^[^\n]*$",
+}
+
+
+def shared_shape(top: Sequence[str], others: Sequence[str]) -> tuple[str, str] | None:
+    """Rule 2's pattern when no word is shared: the first of :data:`SHAPES` (name, regex) that at least
+    ``PATTERN_SHARE`` of ``top`` have and ``PATTERN_LIFT`` more of them than of ``others``; None without others."""
+    if not top or not others:
+        return None
+    for name, pattern in SHAPES.items():
+        pat = re.compile(pattern)
+        share = sum(bool(pat.search(t)) for t in top) / len(top)
+        if share >= PATTERN_SHARE and share - sum(bool(pat.search(t)) for t in others) / len(others) >= PATTERN_LIFT:
+            return name, pattern
+    return None
+
+
+def add_shape(dim_data: dict[str, Any], dim: Dimension, shape: tuple[str, str], top: Sequence[str]) -> list[str]:
+    """Rule 2 with a shape: a negative example of it on the level below the top, an anchor only. No check: every
+    top answer has the shape, so a check against it would lower them all alike (no spread) and, on a rubric whose
+    other checks penalise padding, rank the padded answers above the plain ones it rewards now."""
+    name, pattern = shape
+    pat = re.compile(pattern)
+    example = min((t for t in top if pat.search(t)), key=len)[:EXAMPLE_CHARS]
+    anchors = dim_data.setdefault("anchors", {})
+    level = _negative_level(dim, anchors)
+    anchor = anchors.get(level)
+    anchor = {"text": anchor} if isinstance(anchor, str) else dict(anchor or {})
+    anchor.setdefault("text", f"Only {name}, as the top-scored answers all are: meets the checks, shows no more")
+    anchor["negative"] = [*anchor.get("negative", []), example]
+    anchors[level] = anchor
+    return [f"negative example {example!r} on level {level:g} (the top samples share a shape: {name}); an anchor "
+            "for a model judge, no check (every top answer has it: a check would move them all alike)"]
 
 
 def shared_words(top: Sequence[str], others: Sequence[str]) -> list[str]:
@@ -265,6 +358,14 @@ def propose(rubric: Rubric, saturation: Sequence[Saturation], judge: str | None)
         changes: list[str] = []
         why: list[str] = []
         for j, check in enumerate(dim.checks or []):
+            if check.get("type") == "match":
+                raised = tighten_match(check, sat.top_pairs, sat.marked_down)
+                if raised is not None:
+                    dim_data["checks"][j] = raised[0]
+                    changes.append(raised[1])
+                elif check.get("mode", "exact") != "exact":
+                    why.append("its match check's exact mode passes all or none of the top samples, or fails ones "
+                               "another dimension marks down already")
             if check.get("type") == "length":
                 tightened = tighten_length(check, sat.top)
                 if tightened is not None:
@@ -280,13 +381,15 @@ def propose(rubric: Rubric, saturation: Sequence[Saturation], judge: str | None)
         if words:
             rule_checks = bool(dim.checks) and dim.judge in (None, "rule") and judge in ("rule", "hybrid", None)
             changes.extend(add_pattern(dim_data, dim, words, sat.top, rule_checks))
+        elif (shape := shared_shape(sat.top, sat.others)) is not None:
+            changes.extend(add_shape(dim_data, dim, shape, sat.top))
         if changes:
             proposal.changes[sat.name] = changes
         else:
-            kinds = sorted({str(c.get("type")) for c in dim.checks or []} - {"length"})
+            kinds = sorted({str(c.get("type")) for c in dim.checks or []} - {"length", "match"})
             if kinds:
                 why.append(f"its {', '.join(kinds)} checks have no level a rule can raise")
-            why.append("its top samples share no pattern the others lack" if sat.others else
+            why.append("its top samples share no word or shape the others lack" if sat.others else
                        "every logged sample is at its ceiling, so no pattern sets the top ones apart")
             proposal.unchanged[sat.name] = "; ".join(why)
     if not proposal.changes:

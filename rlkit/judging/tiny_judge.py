@@ -118,12 +118,12 @@ def digit_miss_answer(a: int, b: int, rng: random.Random) -> str:
 
 
 def shipped_rubric(name: str) -> Any:
-    """A rubric shipped under ``conf/rubrics/`` (the tiny judge learns the default task's)."""
+    """A rubric shipped under ``conf/rubric_files/`` (the tiny judge learns the default task's)."""
     import importlib.resources
 
     from rlkit.core.rubric import load_rubric
 
-    return load_rubric(Path(str(importlib.resources.files("rlkit.conf"))) / "rubrics" / f"{name}.yaml")
+    return load_rubric(Path(str(importlib.resources.files("rlkit.conf"))) / "rubric_files" / f"{name}.yaml")
 
 
 def distillation_records(spec: TinyJudgeSpec, teacher: Any) -> list[dict[str, Any]]:

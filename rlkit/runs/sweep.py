@@ -131,7 +131,7 @@ def print_sweep_summary(sweep_dir: Path, rows: list[dict[str, Any]], paths: tupl
 
 
 class SweepSummary(Callback):
-    """Hydra callback (``hydra.callbacks`` in ``conf/fit.yaml``): when a multirun ends, one row per job."""
+    """Hydra callback (``hydra.callbacks`` in ``conf/config.yaml``): when a multirun ends, one row per job."""
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         sweep_dir = Path(config.hydra.sweep.dir)

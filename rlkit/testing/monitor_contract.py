@@ -19,7 +19,7 @@ import torch
 from rlkit.core.rubric import Rubric, load_rubric
 from rlkit.reward.monitor_view import SEVERITIES, MonitorView, make_view
 
-ARITHMETIC_RUBRIC = "pkg://rlkit.conf/rubrics/arithmetic.yaml"
+ARITHMETIC_RUBRIC = "pkg://rlkit.conf/rubric_files/arithmetic.yaml"
 
 
 def arithmetic_rubric() -> Rubric:

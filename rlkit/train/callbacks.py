@@ -33,6 +33,7 @@ class RolloutSnapshot:
     episodes: list[list[Any]] | None = None  # multi-turn rollouts: each completion's whole episode
     step_scores: torch.Tensor | None = None  # [B, G, T, D] raw step scores (rubrics with `scope: step` dimensions)
     reasons: list[list[dict[str, str]]] | None = None  # [B][G] the judge's one-line reason per dimension
+    rubric_version: str | None = None  # the rubric stage's version the step was rewarded by (rubric.schedule)
 
 
 def conversation_text(messages: Any) -> str:
@@ -108,6 +109,8 @@ class SampleLogger(L.Callback):
             # the record's other fields (``reference``, a check's ``field:``), which a judge reads: `rlkit
             # calibrate sample` carries them into the labelling file so `rlkit calibrate` can score its lines
             line[RECORD_KEY] = {k: v for k, v in snapshot.records[i].items() if k != "prompt"}
+            if snapshot.rubric_version is not None:
+                line["rubric_version"] = snapshot.rubric_version
             lines.append(json.dumps(line, ensure_ascii=False, default=str))
         append_lines(self.path, lines)  # the step's rows whole or none: a full disk is one line, not half a row
         for logger in trainer.loggers:

@@ -79,6 +79,7 @@ def build_trainer(validated: CheckedConfig, run_dir: Path,
     from rlkit.evaluation.golden import golden_callbacks
     from rlkit.train.datamodule import SamplerFeedback
     from rlkit.train.rubric_evolution import rubric_evolution_callbacks
+    from rlkit.train.rubric_schedule import rubric_schedule_callbacks
 
     golden = golden_callbacks(validated, run_dir)  # before the logger: a bad golden set leaves no W&B run open
     logger = make_logger(validated.logger_settings, run_dir)
@@ -99,7 +100,8 @@ def build_trainer(validated: CheckedConfig, run_dir: Path,
     try:
         trainer = L.Trainer(default_root_dir=str(run_dir), logger=logger, num_sanity_val_steps=0,
                             callbacks=[checkpoints, samples, SamplerFeedback(), *golden,
-                                       *rubric_evolution_callbacks(validated, run_dir), *extra_callbacks],
+                                       *rubric_evolution_callbacks(validated, run_dir),
+                                       *rubric_schedule_callbacks(validated, run_dir), *extra_callbacks],
                             check_val_every_n_epoch=None,
                             val_check_interval=validated.run.heldout_every, enable_model_summary=False,
                             **trainer_kwargs)

@@ -55,7 +55,8 @@ def step_snapshot(step: int, records: list[dict[str, Any]], sampled: SampledBatc
     if steps is not None or reasons is None or [len(group) for group in reasons] != [len(t) for t in sampled.texts]:
         reasons = None
     return RolloutSnapshot(step, records, sampled.texts, spread.local(batch.raw_scores), spread.local(batch.rewards),
-                           advantages, sampled.episodes, spread.local(steps) if steps is not None else None, reasons)
+                           advantages, sampled.episodes, spread.local(steps) if steps is not None else None, reasons,
+                           rubric_version=batch.extras.get("rubric_version"))
 
 
 class RubricRLModule(L.LightningModule):

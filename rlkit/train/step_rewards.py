@@ -30,6 +30,7 @@ from rlkit.reward.pipeline import (
     weighed_scores,
     with_group_confidence,
 )
+from rlkit.reward.rubric_schedule import StagedRubric
 from rlkit.reward.steps import score_steps, single_turn_steps, turn_token_counts, with_step_means
 from rlkit.train.distributed import Spread
 from rlkit.train.dynamic_sampling import shape_truncated
@@ -97,6 +98,9 @@ class RewardPipeline:
         # training records -> the same records with each one's current rubric (rubric.evolve sets it,
         # rlkit.train.rubric_evolution); held-out scoring never goes through it, so it keeps the records' own
         self.record_rubrics: Callable[[list[dict[str, Any]]], list[dict[str, Any]]] | None = None
+        # rubric.schedule (rlkit.train.rubric_schedule sets it): training rewards weigh the current stage's
+        # dimensions only; held-out scoring keeps the whole rubric
+        self.schedule: StagedRubric | None = None
         # held-out rewards use the scheduler's step-0 weights from a fresh copy (heldout_batch)
         self._initial_scheduler = copy.deepcopy(parts.scheduler)
 
@@ -172,8 +176,12 @@ class RewardPipeline:
         parts, settings = self.parts, self.settings
         debias = None if evaluation else (debias if debias is not None else parts.debias)
         raw = judged.raw if debias is None else debias.correct(judged.raw, judged.features)
-        batch = weighed_scores(raw, self.scored_rubric, scheduler or parts.scheduler, step, parts.score_normalization)
+        staged = self.schedule if not evaluation else None
+        rubric = staged.current if staged is not None else self.scored_rubric
+        batch = weighed_scores(raw, rubric, scheduler or parts.scheduler, step, parts.score_normalization)
         view, extras = batch, {}
+        if staged is not None:  # a scheduler that does not read the rubric's weights still leaves later stages out
+            batch = view = replace(batch, weights=batch.weights * staged.mask().to(batch.weights))
         if not evaluation and not self.scored_rubric.per_record and settings.rubric_dropout > 0.0:
             # rubric.dropout: training rewards only; the same drops on every process and after a resume (a
             # per-record rubric's frame dimensions summarise criteria: those are dropped in the judge)
@@ -183,6 +191,8 @@ class RewardPipeline:
             batch = batch.with_rewards(self.shaped(batch.rewards, truncated))
         batch = with_group_confidence(batch, judged.confidence, parts.judge_name)
         extras = {**batch.extras, **extras, "completion_lengths": judged.lengths.float().cpu()}
+        if staged is not None:  # the stage's version, on the step's samples (rlkit.train.callbacks)
+            extras["rubric_version"] = rubric.version
         if judged.steps is not None:  # estimators that credit turns read these (rlkit_register_advantage_estimators)
             extras["step_scores"] = normalize_scores(judged.steps.cpu(), self.scored_rubric)
             extras["step_raw_scores"] = judged.steps.cpu()

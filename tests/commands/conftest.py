@@ -21,7 +21,7 @@ from rlkit.config import resolve_path
 from rlkit.core.rubric import load_rubric
 from rlkit.evaluation.labelling import group_line, labelling_line, write_lines
 
-ARITHMETIC = load_rubric(resolve_path("pkg://rlkit.conf/rubrics/arithmetic.yaml"))
+ARITHMETIC = load_rubric(resolve_path("pkg://rlkit.conf/rubric_files/arithmetic.yaml"))
 
 
 def labelling_lines() -> list[dict]:

@@ -88,6 +88,16 @@ def test_a_users_yaml_named_like_one_rlkit_ships_is_refused_not_ignored(capsys, 
     assert code == 2 and err.startswith("rlkit: error: hydra.searchpath: "), "named by the key that gave the folder"
 
 
+def test_a_users_primary_config_named_like_rlkits_is_refused(capsys, myconf):
+    """conf/config.yaml is rlkit's primary config, and config.yaml Hydra's usual name for one: `-cn config` with a
+    folder of one's own would quietly compose rlkit's."""
+    (myconf / "config.yaml").write_text("defaults:\n  - _self_\nbatch_size: 6\n")
+    code, out, err = _run(capsys, "fit", "-cd", str(myconf), "-cn", "config", "--cfg", "job")
+    assert code == 2 and "batch_size" not in out, err
+    assert err.startswith(f"rlkit: error: --config-dir: {myconf / 'config.yaml'} is never read: rlkit's own primary "
+                          "config ") and err.count("\n") == 1, err
+
+
 @pytest.mark.parametrize("args, expected", [
     (["--frob"], "rlkit: error: command line: not a Hydra flag or an override: --frob"),
     (["--cfg", "jobb"], "rlkit: error: command line: argument --cfg/-c: invalid choice: 'jobb'"),
@@ -147,6 +157,15 @@ def test_an_error_in_a_users_own_group_yaml_names_that_file(capsys, myconf):
 def test_a_sweep_with_a_bad_second_job_fails_before_the_first_trains(capsys, myconf, sweep, expected):
     code, out, err = _run(capsys, "fit", "-m", sweep, "trainer.max_steps=1", "logger=none")
     assert code == 2 and err.startswith(expected) and err.count("\n") == 1, err
+    assert not (myconf.parent / "multirun").exists(), "no job ran"
+
+
+def test_a_sweep_jobs_several_mistakes_are_a_line_each_naming_the_job(capsys, myconf):
+    code, out, err = _run(capsys, "fit", "-m", "seed=1,2", "data.num_prompts=0", "judge.params.case_sensitive=maybe")
+    lines = err.splitlines()
+    assert code == 2 and len(lines) == 2, err
+    assert lines[0].startswith("rlkit: error: job 0 of 2 (seed=1): data.num_prompts (")
+    assert lines[1].startswith("rlkit: error: job 0 of 2 (seed=1): judge.params (")
     assert not (myconf.parent / "multirun").exists(), "no job ran"
 
 

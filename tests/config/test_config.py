@@ -18,7 +18,7 @@ from rlkit.core.rubric import load_rubric
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
 
-NOT_GROUPS = {"rubrics"}  # rubric files, loaded by tests/core/test_rubric.py
+NOT_GROUPS = {"rubric_files"}  # rubric files, loaded by tests/core/test_rubric.py
 
 
 def _all_options() -> list[tuple[str, str]]:
@@ -157,7 +157,8 @@ def test_unknown_names_and_keys_say_what_was_meant(registry, tmp_path):
     with pytest.raises(ConfigError, match=r"unknown key 'case_sensitiv'.*did you mean 'case_sensitive'\?"):
         check_config(compose_config(registry, ["+judge.params.case_sensitiv=true"]), registry)
     rubric = tmp_path / "rubric.yaml"
-    rubric.write_text((CONF / "rubrics" / "arithmetic.yaml").read_text().replace("    weight: 1.0", "    wieght: 1.0"))
+    shipped = (CONF / "rubric_files" / "arithmetic.yaml").read_text()
+    rubric.write_text(shipped.replace("    weight: 1.0", "    wieght: 1.0"))
     with pytest.raises(RubricError, match=r"dimensions\[0\]\(format\).wieght: unknown key; valid keys: name, .*"
                                           r"did you mean 'weight'\?"):
         load_rubric(rubric)

@@ -98,8 +98,8 @@ def test_a_group_of_one_is_refused_for_group_relative_parts(capsys, overrides):
 def test_defaults_live_in_the_schema_alone(registry):
     composed = run_keys(compose_config(registry, []))
     assert composed == RunConfig().model_dump(mode="json")
-    primary = OmegaConf.load(CONF / "fit.yaml")
-    assert set(primary) == {"defaults", "hydra"}, "run keys belong in rlkit/config/schemas.py, not fit.yaml"
+    primary = OmegaConf.load(CONF / "config.yaml")
+    assert set(primary) == {"defaults", "hydra"}, "run keys belong in rlkit/config/schemas.py, not config.yaml"
     assert check_run(compose_config(registry, ["batch_size=3"])).batch_size == 3
 
 
@@ -118,7 +118,7 @@ def _fake_checkpoint(path: Path, **rlkit_state) -> Path:
 
 
 def test_checkpoint_checks(tmp_path):
-    rubric = load_rubric(CONF / "rubrics" / "arithmetic.yaml")
+    rubric = load_rubric(CONF / "rubric_files" / "arithmetic.yaml")
     model = ModelConfig()
     with pytest.raises(ConfigError, match="no such file"):
         check_checkpoint(tmp_path / "missing.ckpt", rubric, model)

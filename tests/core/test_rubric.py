@@ -12,7 +12,7 @@ import rlkit
 from rlkit.core.rubric import MAX_DIMENSIONS_BEFORE_WARNING, RubricWarning
 
 REPO_ROOT = Path(__file__).parents[2]
-SHIPPED_RUBRICS = sorted((REPO_ROOT / "conf" / "rubrics").rglob("*.yaml"))
+SHIPPED_RUBRICS = sorted((REPO_ROOT / "conf" / "rubric_files").rglob("*.yaml"))
 
 VALID = """\
 name: demo
@@ -73,7 +73,7 @@ def expect_error(tmp_path: Path, text: str, *fragments: str) -> str:
 
 
 def test_shipped_rubrics_exist() -> None:
-    assert SHIPPED_RUBRICS, "no rubric found under conf/rubrics"
+    assert SHIPPED_RUBRICS, "no rubric found under conf/rubric_files"
 
 
 @pytest.mark.parametrize("path", SHIPPED_RUBRICS, ids=lambda p: p.name)
@@ -623,3 +623,15 @@ def test_the_llm_judge_renders_the_template_its_rubric_names(tmp_path: Path) -> 
     judge_with_param.backend.get = lambda: Recording()
     judge_with_param.score(rlkit.Rollout(records=[{"prompt": "1+1="}], completions=[["2"]]), rubric)
     assert asked[-1].startswith("Score format"), "an explicit template param wins over the rubric's"
+
+
+def test_the_old_rubrics_folder_is_one_line_naming_the_new_one(capsys):
+    """conf/rubrics/ was renamed conf/rubric_files/ (beside the conf/rubric/ group): a path copied from an older
+    config is told where its rubric went."""
+    from rlkit.cli import main
+    from rlkit.testing import one_error_line
+
+    line = one_error_line(main(["validate", "rubric.path=pkg://rlkit.conf/rubrics/arithmetic.yaml"]),
+                          capsys.readouterr().err)
+    assert line.endswith("arithmetic.yaml: no such rubric file; the rubrics/ folder was renamed rubric_files/: use "
+                         "pkg://rlkit.conf/rubric_files/arithmetic.yaml"), line

@@ -19,7 +19,7 @@ from rlkit.core.rubric import (
 )
 
 REPO = Path(__file__).resolve().parents[2]
-RUBRICS = REPO / "conf" / "rubrics"
+RUBRICS = REPO / "conf" / "rubric_files"
 
 # levels and negatives, dimension by dimension:
 #   clarity  [1, 5], anchors 1 (with a negative), 3, 5    -> levels 2, 4 missing; has a negative

@@ -55,7 +55,7 @@ def with_hash(data: dict, digest: str, index: int = -1) -> dict:
 
 
 def test_shipped_rubric_stores_the_hash_of_its_current_version() -> None:
-    path = REPO_ROOT / "conf" / "rubrics" / "arithmetic.yaml"
+    path = REPO_ROOT / "conf" / "rubric_files" / "arithmetic.yaml"
     loaded = rlkit.load_rubric(path)
     entry = next(e for e in loaded.changelog if e.version == loaded.version)
     assert entry.hash == loaded.content_hash

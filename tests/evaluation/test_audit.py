@@ -20,7 +20,7 @@ from rlkit.evaluation import audit_checks as checks
 
 REPO = Path(__file__).resolve().parents[2]
 LABELS = REPO / "conf" / "calibration" / "arithmetic_labels.jsonl"
-ARITHMETIC = REPO / "conf" / "rubrics" / "arithmetic.yaml"
+ARITHMETIC = REPO / "conf" / "rubric_files" / "arithmetic.yaml"
 
 
 @pytest.fixture

@@ -19,7 +19,7 @@ from rlkit_plugins.judges.ranking import ranking_rubric
 from rlkit_plugins.judges.rule import RuleJudge
 
 REPO = Path(__file__).resolve().parents[2]
-ARITHMETIC = REPO / "conf" / "rubrics" / "arithmetic.yaml"
+ARITHMETIC = REPO / "conf" / "rubric_files" / "arithmetic.yaml"
 
 # confident_wrong applies where the completion gives the reference: records 1 and 2, not "six"
 RECORDS = [{"prompt": "3+4=", "reference": "7", "completion": "7"},

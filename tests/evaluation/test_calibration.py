@@ -37,7 +37,7 @@ stats = pytest.importorskip("scipy.stats")
 
 REPO = Path(__file__).resolve().parents[2]
 SHIPPED = REPO / "conf" / "calibration" / "arithmetic_labels.jsonl"
-RUBRIC = REPO / "conf" / "rubrics" / "arithmetic.yaml"
+RUBRIC = REPO / "conf" / "rubric_files" / "arithmetic.yaml"
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 DIMS = ["format", "correctness", "brevity", "repetition"]
 

@@ -25,7 +25,7 @@ from rlkit.evaluation.calibration_rounds import (
 )
 
 REPO = Path(__file__).resolve().parents[2]
-RUBRIC = REPO / "conf" / "rubrics" / "arithmetic.yaml"  # format 0/1, correctness 0/1, brevity 1-5, repetition 1-5
+RUBRIC = REPO / "conf" / "rubric_files" / "arithmetic.yaml"  # format 0/1, correctness 0/1, brevity 1-5, repetition 1-5
 
 
 def _labelled() -> list[dict]:

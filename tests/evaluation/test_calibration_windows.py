@@ -17,7 +17,7 @@ from rlkit.evaluation.agreement_stats import quadratic_weighted_kappa
 from rlkit.evaluation.calibration import calibrate_by_window, read_labels
 from rlkit.evaluation.labelling import read_labelling, write_lines
 
-RUBRIC = load_rubric(resolve_path("pkg://rlkit.conf/rubrics/arithmetic.yaml"))
+RUBRIC = load_rubric(resolve_path("pkg://rlkit.conf/rubric_files/arithmetic.yaml"))
 
 
 def test_windows_by_hand():
@@ -48,7 +48,7 @@ def test_no_step_no_windows():
 def fake_run(tmp_path: Path, steps: int = 8, per_step: int = 10) -> Path:
     run = tmp_path / "run"
     (run / ".hydra").mkdir(parents=True)
-    (run / ".hydra" / "config.yaml").write_text("rubric:\n  path: pkg://rlkit.conf/rubrics/arithmetic.yaml\n")
+    (run / ".hydra" / "config.yaml").write_text("rubric:\n  path: pkg://rlkit.conf/rubric_files/arithmetic.yaml\n")
     rows = []
     for step in range(steps):
         for k in range(per_step):
@@ -112,7 +112,7 @@ def test_calibrate_sample_names_a_bad_samples_line(tmp_path, capsys):
 
 
 def _save_config(run: Path, data: str = "") -> None:
-    (run / ".hydra" / "config.yaml").write_text("rubric:\n  path: pkg://rlkit.conf/rubrics/arithmetic.yaml\n"
+    (run / ".hydra" / "config.yaml").write_text("rubric:\n  path: pkg://rlkit.conf/rubric_files/arithmetic.yaml\n"
                                                 "judge:\n  name: rule\n  params: {}\n" + data)
 
 

@@ -108,7 +108,7 @@ def test_eval_writes_rows_by_checkpoint_and_rubric_version(tmp_path, capsys):
     printed = capsys.readouterr().out
     assert "correctness" in printed and "numeric_match" in printed
     # the same checkpoint under a new rubric version: its rows stay apart
-    rubric = (REPO / "conf" / "rubrics" / "arithmetic.yaml").read_text()
+    rubric = (REPO / "conf" / "rubric_files" / "arithmetic.yaml").read_text()
     v2 = rubric.replace('version: "1.0"\n', 'version: "2.0"\n', 1).replace(
         "changelog:\n", 'changelog:\n  - version: "2.0"\n    date: "2026-11-30"\n    note: Test bump.\n', 1)
     (tmp_path / "v2.yaml").write_text(v2)

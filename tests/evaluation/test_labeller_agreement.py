@@ -20,7 +20,7 @@ from rlkit.evaluation.labelling_answers import apply_label, apply_ranking
 from rlkit.evaluation.ranking_alignment import judge_alignment, kendall_tau_b, labeller_alignments, pair_agreement
 from rlkit.testing.canned_chat import CannedChatServer
 
-RUBRIC = load_rubric(resolve_path("pkg://rlkit.conf/rubrics/arithmetic.yaml"))
+RUBRIC = load_rubric(resolve_path("pkg://rlkit.conf/rubric_files/arithmetic.yaml"))
 ANN = [5, 4, 1, 2, 5, 3, 1, 4]
 BOB = [5, 3, 1, 2, 4, 3, 2, 4]
 

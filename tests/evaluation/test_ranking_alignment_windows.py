@@ -23,7 +23,7 @@ from rlkit.evaluation.ranking_alignment import (
     render_ranking_markdown,
 )
 
-RUBRIC = load_rubric(resolve_path("pkg://rlkit.conf/rubrics/arithmetic.yaml"))
+RUBRIC = load_rubric(resolve_path("pkg://rlkit.conf/rubric_files/arithmetic.yaml"))
 
 
 def group(n: int, ranking: list[list[int]], **where: int) -> dict:

@@ -15,7 +15,7 @@ from rlkit.evaluation.labelling import is_group, read_labelling
 def fake_run(tmp_path: Path, steps: int = 6, prompts: int = 3, per_prompt: int = 4) -> Path:
     run = tmp_path / "run"
     (run / ".hydra").mkdir(parents=True)
-    (run / ".hydra" / "config.yaml").write_text("rubric:\n  path: pkg://rlkit.conf/rubrics/arithmetic.yaml\n")
+    (run / ".hydra" / "config.yaml").write_text("rubric:\n  path: pkg://rlkit.conf/rubric_files/arithmetic.yaml\n")
     rows = [{"step": step, "prompt": f"{p}+{step}=", "completion": f"{p + step + k}", "reward": k / per_prompt,
              "advantage": 0.0, "format": 1.0, "correctness": float(k == 0), "brevity": 5.0, "repetition": 5.0}
             for step in range(steps) for k in range(per_prompt) for p in range(prompts)]

@@ -14,7 +14,7 @@ from rlkit.evaluation.readiness import labels_condition, run_condition
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
 CHAT = [f"labels={CONF / 'calibration' / 'chat_arithmetic_labels.jsonl'}",
-        f"rubric={CONF / 'rubrics' / 'chat_arithmetic.yaml'}"]
+        f"rubric={CONF / 'rubric_files' / 'chat_arithmetic.yaml'}"]
 
 
 def _calibration(tmp_path: Path, kappa: float, rubric: str = "chat_arithmetic", name: str = "calibration") -> Path:
@@ -77,7 +77,7 @@ def test_a_run_whose_groups_never_vary_does_not_count(tmp_path):
 
 
 def test_two_labellers_are_measured_by_their_kappa(tmp_path):
-    rubric = load_rubric(CONF / "rubrics" / "chat_arithmetic.yaml")
+    rubric = load_rubric(CONF / "rubric_files" / "chat_arithmetic.yaml")
     lines = [{"prompt": f"{i}+1=", "completion": str(i + 1), "labels": {},
               "labellers": {"ana": {"correctness": i % 2}, "bo": {"correctness": i % 2}}} for i in range(6)]
     path = tmp_path / "labels.jsonl"

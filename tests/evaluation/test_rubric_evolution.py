@@ -226,7 +226,7 @@ def test_a_changed_base_rubric_is_an_error_not_a_silent_change(records, tmp_path
 def test_score_each_dimension_answers_the_llm_judges_template():
     from rlkit.core.templates import render_template
 
-    rubric = load_rubric("conf/rubrics/arithmetic.yaml")
+    rubric = load_rubric("conf/rubric_files/arithmetic.yaml")
     text = render_template("judge/rubric_scores.jinja", rubric=rubric, prompt="2+2?", completion="4\nfour")
     assert scoring_request([{"role": "user", "content": text}]) == (rubric.dimension_names, "4\nfour")
     answer = score_each_dimension(lambda name, response: len(name), lambda messages: "other")

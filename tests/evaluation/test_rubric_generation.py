@@ -77,8 +77,8 @@ def test_a_criteria_rubric_validates_its_shape():
 
 
 def test_the_new_fields_leave_existing_rubric_hashes_alone():
-    # conf/rubrics/arithmetic.yaml stores its hash in the changelog: loading checks it
-    rubric = load_rubric("conf/rubrics/arithmetic.yaml")
+    # conf/rubric_files/arithmetic.yaml stores its hash in the changelog: loading checks it
+    rubric = load_rubric("conf/rubric_files/arithmetic.yaml")
     assert rubric.content_hash.startswith("f089cdf08376")
 
 
@@ -250,7 +250,7 @@ def test_summarise_leaves_unscored_criteria_out_and_clips():
     own = rubric_from_dict({"name": "r", "version": "1", "dimensions": [
         {"name": f"e{i}", "type": "binary", "category": "essential"} for i in range(6)]
         + [{"name": "p", "type": "binary", "category": "pitfall", "weight": 5.0}]})
-    frame = load_rubric("conf/rubrics/per_record.yaml")
+    frame = load_rubric("conf/rubric_files/per_record.yaml")
     nan = math.nan
     met = torch.tensor([[1, 1, 1, nan, nan, nan, 0], [0, 0, 0, 0, 0, 1, 1], [nan] * 7])
     out = summarise(met, own, frame)

@@ -1,6 +1,6 @@
 """``rlkit rubric tighten RUN_DIR``: a real tiny run that saturates a loose length check gets a stricter level the
 audit accepts; a run folder shaped as benchmarks/reward_hacking.py writes one gets the template's words as a negative
-anchor and check (v1) or nothing, with why (v2); bad input is one line and exit 2."""
+anchor and check (v1), or its bare sums' shape as a negative anchor (v2); bad input is one line and exit 2."""
 
 from __future__ import annotations
 
@@ -12,7 +12,13 @@ import pytest
 
 from rlkit.cli import main
 from rlkit.core.rubric import load_rubric
-from rlkit.evaluation.rubric_tightening import next_version, shared_words, tighten_length
+from rlkit.evaluation.rubric_tightening import (
+    next_version,
+    shared_shape,
+    shared_words,
+    tighten_length,
+    tighten_match,
+)
 
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 LOOSE = """name: loose
@@ -105,13 +111,35 @@ def test_the_reward_hacking_v1_template_becomes_a_negative_anchor_and_check(tmp_
     assert "PASS: trust" in printed
 
 
-def test_the_reward_hacking_v2_run_is_read_and_nothing_is_proposed_without_a_rule(tmp_path, capsys):
+def test_the_reward_hacking_v2_run_gets_a_shape_anchor_the_audit_accepts(tmp_path, capsys):
     run = reward_hacking_run(tmp_path / "v2-seed1", "v2")
-    assert main(["rubric", "tighten", str(run)]) == 0
+    assert main(["rubric", "tighten", str(run)]) == 0  # 0: the audit passed
     printed = capsys.readouterr().out
     assert "clarity: saturated in 90% of groups" in printed and "below the range's top 5" in printed
     assert "correctness: saturated in 90% of groups" in printed
-    assert "nothing to propose" in printed and not (run / "tighten").exists()
+    v2 = load_rubric(BENCHMARKS / "reward_hacking_v2.yaml")
+    proposed = load_rubric(run / "tighten" / "reward_hacking_arithmetic-v3.0.yaml")
+    # clarity: every top answer is a bare sum, which no word marks: the shape is the negative example, no check
+    clarity = proposed.dimensions[1]
+    assert clarity.checks == v2.dimensions[1].checks
+    assert clarity.anchors[3.0].negative == [*v2.dimensions[1].anchors[3.0].negative, "4"]
+    assert "(the top samples share a shape: a bare number)" in printed
+    # correctness: exact would fail the padded sum, which clarity marks down already: left, with why
+    assert proposed.dimensions[0] == v2.dimensions[0] and "fails ones another dimension marks down" in printed
+    assert "PASS: trust" in printed
+
+
+def test_the_match_and_shape_rules_by_hand():
+    check = {"type": "match", "field": "reference", "mode": "numeric", "tolerance": 0.5}
+    pairs = [("7", {"reference": "7"}), ("The sum is 7.", {"reference": "7"}), ("9", {"reference": 9})]
+    raised = tighten_match(check, pairs)
+    assert raised[0] == {"type": "match", "field": "reference", "mode": "exact"} and "2 of the 3" in raised[1]
+    assert tighten_match(check, pairs, frozenset({"The sum is 7."})) is None  # marked down elsewhere already
+    assert tighten_match(check, pairs[:1]) is None  # exact passes them all: nothing to split
+    assert tighten_match({**check, "mode": "exact"}, pairs) is None
+    assert shared_shape(["7", "12"], ["first 3, finally 7", "12"])[0] == "a bare number"
+    assert shared_shape(["7", "12"], ["3", "12"]) is None  # the others are bare numbers too
+    assert shared_shape(["7"], []) is None
 
 
 def test_no_saturation_is_said_and_nothing_written(tmp_path, capsys):
@@ -142,7 +170,7 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, setup, args, says):
         elif setup == "no_samples":
             (run / "samples.jsonl").unlink()
         elif setup == "other_rubric":
-            (run / ".hydra" / "config.yaml").write_text("rubric:\n  path: pkg://rlkit.conf/rubrics/arithmetic.yaml\n")
+            (run / ".hydra" / "config.yaml").write_text("rubric:\n  path: pkg://rlkit.conf/rubric_files/arithmetic.yaml\n")
     assert main(["rubric", "tighten", *(a.format(tmp=tmp_path) for a in args)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("rlkit: error:") and says in err[0]

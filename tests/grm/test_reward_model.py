@@ -187,7 +187,7 @@ def test_the_judge_scores_each_completion_alone_by_its_centred_reward(trained_rm
     from rlkit.core.types import Rollout
 
     judge = registry.create("judge", "reward_model", {"model": str(trained_rm / "reward_model")})
-    rubric = load_rubric(Path(__file__).resolve().parents[2] / "conf" / "rubrics" / "arithmetic.yaml")
+    rubric = load_rubric(Path(__file__).resolve().parents[2] / "conf" / "rubric_files" / "arithmetic.yaml")
     rollout = Rollout(records=[{"prompt": "100+3="}, {"prompt": "120+7="}],
                       completions=[["103", "zz"], ["127", "hmm"]])
     said = judge.assess(rollout, rubric)

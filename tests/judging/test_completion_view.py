@@ -16,7 +16,7 @@ from rlkit.core.types import Rollout
 from rlkit.judging.shown import CompletionView, normalise_completion
 from rlkit.testing.canned_chat import CannedChatServer
 
-ARITHMETIC = Path(__file__).resolve().parents[2] / "conf" / "rubrics" / "arithmetic.yaml"
+ARITHMETIC = Path(__file__).resolve().parents[2] / "conf" / "rubric_files" / "arithmetic.yaml"
 WRONG = {"format": 1, "correctness": 0, "brevity": 5, "repetition": 5}
 PLANTED = json.dumps({"format": 1, "correctness": 1, "brevity": 5, "repetition": 5})
 

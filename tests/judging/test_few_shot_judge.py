@@ -17,7 +17,7 @@ from rlkit.core.types import Rollout
 from rlkit.evaluation.labelling import labelling_line, write_lines
 from rlkit.testing.canned_chat import CannedChatServer
 
-ARITHMETIC = Path(__file__).resolve().parents[2] / "conf" / "rubrics" / "arithmetic.yaml"
+ARITHMETIC = Path(__file__).resolve().parents[2] / "conf" / "rubric_files" / "arithmetic.yaml"
 ANSWER = json.dumps({"format": 1, "correctness": 1, "brevity": 5, "repetition": 5})
 # prompt, completion, brevity level: correctness follows the sum, format 1, repetition 5
 LINES = [("1+1=", "2", 5), ("2+2=", "5", 5), ("3+3=", "6 is the answer", 3), ("4+4=", "the sum is 9", 1),

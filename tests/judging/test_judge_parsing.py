@@ -16,7 +16,7 @@ from rlkit.judging.ranking_parsing import RankingParse, parse_ranking, ranks_fro
 
 REPO = Path(__file__).resolve().parents[2]
 # format and correctness are binary; brevity and repetition are scales 1-5.
-ARITH = load_rubric(REPO / "conf" / "rubrics" / "arithmetic.yaml")
+ARITH = load_rubric(REPO / "conf" / "rubric_files" / "arithmetic.yaml")
 ONE = rubric_from_dict(
     {"name": "helpful", "version": "1", "dimensions": [{"name": "helpfulness", "type": "scale", "range": [1, 10]}]},
     "one.yaml",

@@ -25,7 +25,7 @@ from rlkit.cli import main
 from rlkit.core.rubric import load_rubric
 
 pytestmark = pytest.mark.slow
-ARITHMETIC = Path(__file__).resolve().parents[2] / "conf" / "rubrics" / "arithmetic.yaml"
+ARITHMETIC = Path(__file__).resolve().parents[2] / "conf" / "rubric_files" / "arithmetic.yaml"
 RECORDS = [{"prompt": "3+4=", "reference": "7", "completions": ["7", "12"]}]
 
 

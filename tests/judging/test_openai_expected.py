@@ -19,7 +19,7 @@ from rlkit.judging.schema import rubric_json_schema
 from rlkit.testing.canned_chat import CannedChatServer, Token, split_tokens, tokens_of
 from rlkit_plugins.backends.openai import OpenAIBackend, read_level_probs, value_token
 
-ARITHMETIC = Path(__file__).resolve().parents[2] / "conf" / "rubrics" / "arithmetic.yaml"
+ARITHMETIC = Path(__file__).resolve().parents[2] / "conf" / "rubric_files" / "arithmetic.yaml"
 ANSWER = json.dumps({"format": 1, "correctness": 0, "brevity": 4, "repetition": 5})
 CHAT = [{"role": "user", "content": "score"}]
 # log-probs at each dimension's value token, and the expectation worked out by hand

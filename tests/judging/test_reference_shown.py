@@ -11,7 +11,7 @@ from rlkit.core.rubric import load_rubric
 from rlkit.core.types import Rollout
 from rlkit.testing.canned_chat import CannedChatServer
 
-ARITHMETIC = Path(__file__).resolve().parents[2] / "conf" / "rubrics" / "arithmetic.yaml"
+ARITHMETIC = Path(__file__).resolve().parents[2] / "conf" / "rubric_files" / "arithmetic.yaml"
 ANSWER = json.dumps({"format": 1, "correctness": 1, "brevity": 5, "repetition": 5})
 
 

@@ -15,7 +15,7 @@ from rlkit.judging.schema import rubric_json_schema
 from rlkit.testing.canned_chat import CannedChatServer
 
 REPO = Path(__file__).resolve().parents[2]
-ARITHMETIC = REPO / "conf" / "rubrics" / "arithmetic.yaml"
+ARITHMETIC = REPO / "conf" / "rubric_files" / "arithmetic.yaml"
 
 
 def test_the_schema_has_one_field_per_dimension_with_exactly_its_levels():

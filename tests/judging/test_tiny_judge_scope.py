@@ -11,7 +11,7 @@ from rlkit.core.rubric import load_rubric
 from rlkit.judging.tiny_judge import tiny_judge_caveats
 from rlkit.testing import offline_judge
 
-ARITHMETIC = load_rubric(resolve_path("pkg://rlkit.conf/rubrics/arithmetic.yaml"))
+ARITHMETIC = load_rubric(resolve_path("pkg://rlkit.conf/rubric_files/arithmetic.yaml"))
 
 
 def test_records_inside_the_default_task_raise_no_caveat():
@@ -28,7 +28,7 @@ def test_records_outside_it_are_counted_with_the_first_named():
 
 
 def test_another_rubric_is_a_caveat_of_its_own():
-    chat = load_rubric(resolve_path("pkg://rlkit.conf/rubrics/chat_arithmetic.yaml"))
+    chat = load_rubric(resolve_path("pkg://rlkit.conf/rubric_files/chat_arithmetic.yaml"))
     (line,) = tiny_judge_caveats([{"prompt": "1+2="}], chat, "judge llm")
     assert "distilled on the arithmetic rubric, not chat_arithmetic" in line
 

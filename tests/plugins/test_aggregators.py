@@ -27,7 +27,7 @@ from rlkit_plugins.aggregators.weighted_sum import nan_weighted_sum
 
 NAN = math.nan
 CONF = Path(__file__).resolve().parents[2] / "conf"
-ARITHMETIC = load_rubric(CONF / "rubrics" / "arithmetic.yaml")
+ARITHMETIC = load_rubric(CONF / "rubric_files" / "arithmetic.yaml")
 NAMES = ["geometric", "min_first", "min", "lexicographic", "pareto", "layered"]
 FAST = settings(max_examples=40, deadline=None)
 

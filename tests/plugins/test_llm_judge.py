@@ -22,7 +22,7 @@ from rlkit_plugins.judges.rule import RuleJudge
 RULE_TEACHER = RuleJudge(RuleJudge.Params())  # what the offline judges distil
 
 pytestmark = pytest.mark.slow
-RUBRIC = Path(__file__).parents[2] / "conf" / "rubrics" / "arithmetic.yaml"
+RUBRIC = Path(__file__).parents[2] / "conf" / "rubric_files" / "arithmetic.yaml"
 
 
 @pytest.fixture(scope="session")
@@ -288,7 +288,7 @@ def test_steps_are_asked_with_the_step_template_and_the_conversation_so_far():
     from rlkit.reward.steps import score_steps
     from rlkit.testing.canned_chat import CannedChatServer
 
-    rubric = load_rubric(Path(__file__).parents[2] / "conf" / "rubrics" / "calculator_steps.yaml")
+    rubric = load_rubric(Path(__file__).parents[2] / "conf" / "rubric_files" / "calculator_steps.yaml")
     asked: list[str] = []
 
     def answer(messages):

@@ -32,7 +32,7 @@ from rlkit_plugins.judges.rule import RuleJudge
 
 RULE_TEACHER = RuleJudge(RuleJudge.Params())  # what the offline judges distil
 
-RUBRIC = Path(__file__).parents[2] / "conf" / "rubrics" / "arithmetic.yaml"
+RUBRIC = Path(__file__).parents[2] / "conf" / "rubric_files" / "arithmetic.yaml"
 # a line of the compact template: the reference, then the candidate cut and padded to 6 characters; the
 # lines are in label order
 LINE = re.compile(r"^[^|\n]+\|(.{6})$", re.M)

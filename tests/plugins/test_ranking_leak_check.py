@@ -14,7 +14,7 @@ from rlkit.core.registry import load_registry
 from rlkit.core.rubric import load_rubric
 from rlkit.judging import Completion
 
-RUBRIC = Path(__file__).parents[2] / "conf" / "rubrics" / "arithmetic.yaml"
+RUBRIC = Path(__file__).parents[2] / "conf" / "rubric_files" / "arithmetic.yaml"
 FULL = "judge/rank_group.jinja"  # shows the prompt and, when asked, the reference
 
 

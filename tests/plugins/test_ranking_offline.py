@@ -22,7 +22,7 @@ from rlkit_plugins.judges.rule import RuleJudge
 RULE_TEACHER = RuleJudge(RuleJudge.Params())  # what the offline judges distil
 
 pytestmark = pytest.mark.slow
-RUBRIC = Path(__file__).parents[2] / "conf" / "rubrics" / "arithmetic.yaml"
+RUBRIC = Path(__file__).parents[2] / "conf" / "rubric_files" / "arithmetic.yaml"
 
 
 @pytest.fixture(scope="session")

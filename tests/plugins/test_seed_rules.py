@@ -273,7 +273,8 @@ def test_the_ranking_judge_logs_its_rank_gaps():
     groups = [["aaaa", "a", "aaa", "aa"],      # 1, 0, ⅓, ⅔ -> gaps ⅓, ⅓, ⅓
               ["aa", "bb", "c", "d"]]          # c = d > a = b: ⅚, ⅚, ⅙, ⅙ -> gaps 0, ⅔, 0
     rollout = Rollout(records=[{"prompt": f"{i}+1=", "reference": str(i + 1)} for i in range(2)], completions=groups)
-    judgement = judge.assess(rollout, load_rubric(Path(__file__).parents[2] / "conf" / "rubrics" / "arithmetic.yaml"))
+    rubric = load_rubric(Path(__file__).parents[2] / "conf" / "rubric_files" / "arithmetic.yaml")
+    judgement = judge.assess(rollout, rubric)
     scores = judgement.scores
     assert scores[1, :, 0].tolist() == pytest.approx([1 / 6, 1 / 6, 5 / 6, 5 / 6])
     m = judgement.metrics

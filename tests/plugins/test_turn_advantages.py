@@ -20,7 +20,7 @@ from rlkit_plugins.advantages.turn_return import discounted_returns
 
 NAN = float("nan")
 REGISTRY = Registry(create_plugin_manager())
-STEPS_RUBRIC = load_rubric(resolve_path("pkg://rlkit.conf/rubrics/calculator_steps.yaml"))
+STEPS_RUBRIC = load_rubric(resolve_path("pkg://rlkit.conf/rubric_files/calculator_steps.yaml"))
 
 
 def _batch(rewards, num_turns, steps=None):

@@ -16,7 +16,8 @@ from rlkit.core.registry import Registry, create_plugin_manager
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
 _REGISTRY = Registry(create_plugin_manager())
-ARITHMETIC = load_rubric(CONF / "rubrics" / "arithmetic.yaml")  # format 1, correctness 2, brevity .5, repetition .5
+# format 1, correctness 2, brevity .5, repetition .5
+ARITHMETIC = load_rubric(CONF / "rubric_files" / "arithmetic.yaml")
 
 
 def make(name: str, **params: Any) -> Any:

@@ -16,7 +16,7 @@ from rlkit.core.types import Rollout
 from rlkit.reward.dropout import CRITERIA_DROPOUT_FIELD, with_criteria_dropout
 from rlkit_plugins.judges.per_record import drop_criteria, summarise
 
-FRAME = load_rubric(resolve_path("pkg://rlkit.conf/rubrics/per_record.yaml"))
+FRAME = load_rubric(resolve_path("pkg://rlkit.conf/rubric_files/per_record.yaml"))
 DIMS = [{"name": "essential_1", "type": "binary", "category": "essential", "weight": 1.0,
          "checks": [{"type": "regex", "pattern": r"\b4\b"}]},
         {"name": "important_1", "type": "binary", "category": "important", "weight": 0.5,

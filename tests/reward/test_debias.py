@@ -23,7 +23,7 @@ from rlkit.reward.debias import (
 )
 
 REPO = Path(__file__).resolve().parents[2]
-RUBRIC = REPO / "conf" / "rubrics" / "arithmetic.yaml"
+RUBRIC = REPO / "conf" / "rubric_files" / "arithmetic.yaml"
 
 
 def _corr(a: torch.Tensor, b: torch.Tensor) -> float:

@@ -42,7 +42,7 @@ def test_the_slurm_preset_composes_with_the_keys_a_cluster_user_sets():
     from hydra import compose, initialize_config_module
 
     with initialize_config_module(config_module="rlkit.conf", version_base="1.3"):
-        cfg = compose("fit", overrides=["hydra/launcher=slurm", "hydra.launcher.partition=gpu", "trainer=ddp",
+        cfg = compose("config", overrides=["hydra/launcher=slurm", "hydra.launcher.partition=gpu", "trainer=ddp",
                                         "hydra.launcher.tasks_per_node=2"], return_hydra_config=True)
     launcher = cfg.hydra.launcher
     assert launcher._target_.endswith("SlurmLauncher")

@@ -22,7 +22,7 @@ def hydra_job():
 
     def start(mode: RunMode, sweep_dir: str = "/sweeps/s1", task: tuple[str, ...] = (), **job: object):
         with initialize_config_module(config_module="rlkit.conf", version_base="1.3"):
-            cfg = compose("fit", overrides=["logger=wandb"], return_hydra_config=True)
+            cfg = compose("config", overrides=["logger=wandb"], return_hydra_config=True)
         with open_dict(cfg):
             cfg.hydra.mode = mode
             cfg.hydra.sweep.dir = sweep_dir
@@ -103,7 +103,7 @@ def test_optuna_preset_composes_maximising_the_fit_metric():
     from hydra import compose, initialize_config_module
 
     with initialize_config_module(config_module="rlkit.conf", version_base="1.3"):
-        cfg = compose("fit", overrides=["hydra/sweeper=optuna_reward"], return_hydra_config=True)
+        cfg = compose("config", overrides=["hydra/sweeper=optuna_reward"], return_hydra_config=True)
     sweeper = cfg.hydra.sweeper
     assert sweeper._target_.endswith("OptunaSweeper") and sweeper.direction == "maximize"
     assert set(sweeper.params) == {"optim.lr", "objective.params.beta"}

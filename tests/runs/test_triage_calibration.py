@@ -15,7 +15,7 @@ from rlkit.evaluation.calibration import calibrate, calibrate_by_window, write_w
 from rlkit.runs.signals import agreement_fall
 from rlkit.runs.triage import ADVICE, triage
 
-RUBRIC = load_rubric(resolve_path("pkg://rlkit.conf/rubrics/arithmetic.yaml"))
+RUBRIC = load_rubric(resolve_path("pkg://rlkit.conf/rubric_files/arithmetic.yaml"))
 HUMAN = [1, 0, 1, 0, 1, 0]
 
 

@@ -1,5 +1,5 @@
 """A user's own text task, end to end on the tiny policy: "What is the capital of X? Answer with the city name
-only." (conf/tasks/capitals.jsonl, conversational records; conf/rubrics/capitals.yaml: `match` on the city and a
+only." (conf/tasks/capitals.jsonl, conversational records; conf/rubric_files/capitals.yaml: `match` on the city and a
 "city only" length check). Before text answers could be checked, every completion scored 0 on the city: no learning
 signal. Here the tiny policy is first taught to answer as SmolLM2 does (`rlkit sft` on "Warsaw." and "The capital of
 Poland is Warsaw."), then RL sees completions that differ within their group on both dimensions."""

@@ -178,7 +178,7 @@ def test_rule_judge_scores_episode_counts():
     from rlkit.core.registry import Registry, create_plugin_manager
     from rlkit.core.rubric import load_rubric
 
-    rubric = load_rubric(resolve_path("pkg://rlkit.conf/rubrics/calculator.yaml"))
+    rubric = load_rubric(resolve_path("pkg://rlkit.conf/rubric_files/calculator.yaml"))
     judge = Registry(create_plugin_manager()).create("judge", "rule", {})
     judge.check_rubric(rubric)
     record = {"prompt": "37*14", "reference": "518"}
@@ -266,7 +266,7 @@ def test_step_dimensions_are_scored_on_each_turn():
     from rlkit.reward.pipeline import check_judge_output
     from rlkit.reward.steps import score_steps, single_turn_steps, turn_rollout, with_step_means
 
-    rubric = load_rubric(resolve_path("pkg://rlkit.conf/rubrics/calculator_steps.yaml"))
+    rubric = load_rubric(resolve_path("pkg://rlkit.conf/rubric_files/calculator_steps.yaml"))
     judge = Registry(create_plugin_manager()).create("judge", "rule", {})
     episodes = [[_episode('[calc(e="37*14")]', "518"), _episode("518 is it")]]
     rollout = Rollout([{"prompt": [{"role": "user", "content": "37*14"}], "reference": "518"}],

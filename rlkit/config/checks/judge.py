@@ -160,8 +160,9 @@ def check_debias(debias: DebiasConfig, rubric: Rubric) -> None:
         raise ConfigError(f"no dimension to correct: {why}", "debias.dimensions")
 
 
-def validate_monitors(registry: Registry, cfg: Any, rubric: Rubric) -> dict[str, Any]:
-    """Build every monitor of the ``monitors`` node (``{key: {name, params}}``), checked against the rubric."""
+def validate_monitors(registry: Registry, cfg: Any, rubric: Rubric | None) -> dict[str, Any]:
+    """Build every monitor of the ``monitors`` node (``{key: {name, params}}``), checked against the rubric (None: a
+    rubric that failed its own check, told already)."""
     from omegaconf import OmegaConf
 
     node = cfg.get("monitors")
@@ -187,7 +188,7 @@ def validate_monitors(registry: Registry, cfg: Any, rubric: Rubric) -> dict[str,
         except (ValueError, TypeError) as exc:
             raise ConfigError(str(exc), f"monitors.{key}.params") from None
         check = getattr(monitor, "check_rubric", None)
-        if check is not None:
+        if check is not None and rubric is not None:
             check(rubric)
         built[str(key)] = monitor
     return built

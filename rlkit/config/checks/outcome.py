@@ -15,6 +15,7 @@ from rlkit.config.schemas import (
     EvalConfig,
     ModelConfig,
     RubricEvolveConfig,
+    RubricScheduleConfig,
     RunConfig,
 )
 from rlkit.core.logger_settings import LoggerSettings
@@ -43,6 +44,7 @@ class CheckedConfig:
     debias: DebiasConfig | None = None
     evolve: RubricEvolveConfig | None = None  # rubric.evolve: criteria written during training (every > 0)
     rubric_dropout: float = 0.0  # rubric.dropout: the share of a group's dimensions left out of its training reward
+    schedule: RubricScheduleConfig | None = None  # rubric.schedule: stages of dimensions (stages empty: none)
 
     @property
     def reference_monitors(self) -> list[str]:
