@@ -62,7 +62,7 @@ def check_stages(stages: Sequence[Sequence[str]], rubric: Rubric, where: str = W
 def check_rubric_schedule(result: Any) -> None:
     """``rlkit validate``'s check of ``rubric.schedule`` on a checked config (``rlkit.config.CheckedConfig``): the
     stages against the rubric, and a judge that scores the rubric's own dimensions."""
-    schedule = getattr(result, "schedule", None)
+    schedule = result.schedule
     if schedule is None or not schedule.stages:
         return
     check_stages(schedule.stages, result.rubric)

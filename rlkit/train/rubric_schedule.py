@@ -141,7 +141,7 @@ class RubricSchedule(L.Callback):
 
 def rubric_schedule_callbacks(validated: Any, run_dir: Path) -> list[L.Callback]:
     """``[RubricSchedule]`` when ``rubric.schedule.stages`` is set (``rlkit validate`` checked it), else []."""
-    schedule = getattr(validated, "schedule", None)
+    schedule = validated.schedule
     if schedule is None or not schedule.stages:
         return []
     return [RubricSchedule(schedule, validated.rubric, run_dir)]
