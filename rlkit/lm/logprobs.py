@@ -51,21 +51,27 @@ def importance_correction(old_logp: torch.Tensor, sampler_logp: torch.Tensor, ma
                           correction: ImportanceCorrection) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Per-token weights ``[N, C]`` (0 off the mask) that correct a loss for completions an engine sampled with other
     weights or numerics than the policy's, and masked sums over tokens for the step's metrics: ``ratio`` (the
-    uncorrected weight), ``clipped`` (tokens whose weight was capped), ``masked`` (tokens set to 0) and
+    uncorrected weight), ``clipped`` (tokens whose weight was capped), ``masked`` (tokens set to 0),
     ``mismatch_kl`` (``r - 1 - log r`` per token: the k3 estimate of KL(π_engine || π_old) from the engine's own
-    samples)."""
+    samples) and ``known`` (the tokens with a sampler log-prob: the mismatch KL's count).
+
+    A NaN in ``sampler_logp`` is a token the engine gave no log-prob (llama.cpp leaves out a token that ends partway
+    through a UTF-8 character): its log-ratio is taken as 0, so the policy's own log-prob stands in for the
+    sampler's (weight 1 at token level; nothing added to a sequence's sum; left out of the geometric mean), and it
+    adds nothing to ``mismatch_kl`` or ``known``."""
     # TRL GRPOTrainer (vllm_importance_sampling_correction): ratio = exp(old_per_token_logps -
     # sampling_per_token_logps), clamped at vllm_importance_sampling_cap (2.0), multiplied into the per-token loss.
     import torch
     keep = mask > 0
+    known = keep & ~sampler_logp.isnan()
     zero = torch.zeros_like(old_logp)
-    log_r = torch.where(keep, old_logp - sampler_logp, zero)
+    log_r = torch.where(known, old_logp - sampler_logp, zero)
     if correction.level == "token":
         log_w = log_r
     elif correction.level == "sequence":
         log_w = log_r.sum(-1, keepdim=True)
     elif correction.level == "geometric":
-        log_w = log_r.sum(-1, keepdim=True) / keep.sum(-1, keepdim=True).clamp(min=1)
+        log_w = log_r.sum(-1, keepdim=True) / known.sum(-1, keepdim=True).clamp(min=1)
     else:
         raise ValueError(f"level must be token, sequence or geometric, got {correction.level!r}")
     ratio = torch.exp(log_w.clamp(-_MAX_LOG_WEIGHT, _MAX_LOG_WEIGHT)).expand_as(old_logp)
@@ -81,7 +87,7 @@ def importance_correction(old_logp: torch.Tensor, sampler_logp: torch.Tensor, ma
     sums = {"ratio": torch.where(keep, ratio, zero).sum(),
             "clipped": (keep & out).sum().to(ratio.dtype) if correction.mode == "truncate" else zero.sum(),
             "masked": (keep & out).sum().to(ratio.dtype) if correction.mode == "mask" else zero.sum(),
-            "mismatch_kl": torch.where(keep, token_r - 1 - log_r, zero).sum()}
+            "mismatch_kl": torch.where(known, token_r - 1 - log_r, zero).sum(), "known": known.sum().to(ratio.dtype)}
     return torch.where(keep, weights, zero), sums
 
 

@@ -24,10 +24,13 @@ class SampledBatch:
     """Token tensors of B×G sequences (prompt + completion) and the completion texts ``[B][G]``.
 
     ``input_ids``/``attention_mask`` are ``[B*G, P+C]`` (prompt left-padded to P); the completion
-    is the last C positions, ``completion_mask`` ``[B*G, C]`` is 1 up to and including EOS.
+    is the last C positions, ``completion_mask`` ``[B*G, C]`` is 1 up to and including EOS (an engine's end token,
+    see :func:`assemble_sampled_batch`).
 
     A generator that samples elsewhere (an inference engine) may add what it knows of the sampling:
-    ``engine_logprobs`` ``float32 [B*G, C]``, the sampler's log-prob of each completion token (0 past the mask), and
+    ``engine_logprobs`` ``float32 [B*G, C]``, the sampler's log-prob of each completion token (0 past the mask; NaN
+    for a token the engine gave none: the importance correction then lets the trainer's own log-prob stand in, ratio
+    1, and leaves it out of the mismatch KL), and
     ``policy_version``, the weight version that sampled the batch, and ``policy_lag``, the optimiser steps the
     policy has taken since those weights (importance sampling against ``engine_logprobs`` corrects for both).
     """
@@ -293,21 +296,32 @@ def episode_tensors(prompts: Sequence[Sequence[int]], completions: Sequence[Sequ
 
 
 def assemble_sampled_batch(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, completion_ids: torch.Tensor,
-                           tokenizer: Any, num_generations: int) -> SampledBatch:
+                           tokenizer: Any, num_generations: int, *, lengths: Sequence[int] | None = None,
+                           stopped: Sequence[bool] | None = None) -> SampledBatch:
     """The ``SampledBatch`` the loop trains on, from ``[B*G, P]`` left-padded prompts (each prompt repeated G
     times, consecutively) and ``[B*G, C]`` completion ids; anything after a row's first EOS is ignored.
 
     A generator that produces tokens elsewhere (an inference engine) builds its result with this, so the mask,
-    texts and truncation flags follow one rule whichever engine sampled."""
+    texts and truncation flags follow one rule whichever engine sampled. An engine that knows more than the ids say
+    passes it: ``lengths``, the tokens it sampled per row (the mask covers exactly those, an end token that is not
+    the tokenizer's EOS included, padding never), and ``stopped``, whether it ended each row itself (an
+    end-of-generation token such as a chat template's ``<|im_end|>``, a stop string) rather than cutting it at the
+    length limit; a row not stopped is ``truncated``."""
     import torch
-    completion_mask = mask_after_eos(completion_ids, tokenizer.eos_token_id)
+    if lengths is None:
+        completion_mask = mask_after_eos(completion_ids, tokenizer.eos_token_id)
+    else:
+        positions = torch.arange(completion_ids.shape[1], device=completion_ids.device)
+        completion_mask = (positions < torch.tensor(list(lengths), device=completion_ids.device)[:, None]).long()
+    truncated = truncated_rows(completion_ids, tokenizer.eos_token_id) if stopped is None else \
+        ~torch.tensor(list(stopped), dtype=torch.bool, device=completion_ids.device)
     attention = torch.cat([prompt_mask, completion_mask.to(prompt_mask.dtype)], dim=1)
     texts_flat = tokenizer.batch_decode(completion_ids.masked_fill(completion_mask == 0, tokenizer.pad_token_id),
                                         skip_special_tokens=True)
     b = len(texts_flat) // num_generations
     texts = [texts_flat[i * num_generations:(i + 1) * num_generations] for i in range(b)]
     return SampledBatch(torch.cat([prompt_ids, completion_ids], dim=1), attention, completion_mask,
-                        prompt_ids.shape[1], texts, truncated_rows(completion_ids, tokenizer.eos_token_id))
+                        prompt_ids.shape[1], texts, truncated)
 
 
 def sequence_log_probs(model: Any, sampled: SampledBatch) -> torch.Tensor:

@@ -272,13 +272,17 @@ def completion_update(ctx: UpdateContext, objective: Any, sampled: SampledBatch,
         grad_norm, updated = optimizer_step(ctx, opt, loss)
         skipped = skipped or not updated
     sched.step()
-    # the engine correction's token sums over the step's (global) token count, reduced with the rest in one call
+    # the engine correction's token sums over the step's (global) token count, reduced with the rest in one call;
+    # the mismatch KL over the tokens the engine gave a log-prob (NaN in engine_logprobs: none), once reduced
     rollout = {} if engine is None else {
         f"rollout/{name}": torch.as_tensor(correction_sums.get(key, 0.0), device=device) / max(num_tokens, 1.0)
-        for key, name in (("ratio", "is_ratio_mean"), ("clipped", "is_clipped_frac"), ("masked", "is_masked_frac"),
-                          ("mismatch_kl", "mismatch_kl"))}
+        for key, name in (("ratio", "is_ratio_mean"), ("clipped", "is_clipped_frac"), ("masked", "is_masked_frac"))
+    } | {"rollout/mismatch_kl": correction_sums.get("mismatch_kl", 0.0),
+         "rollout/known_tokens": correction_sums.get("known", 0.0)}
     summed = spread.sum_all({"loss": loss, **weighted, "entropy": entropy_sum / max(num_tokens, 1.0), **rollout},
                             device)
+    if engine is not None:
+        summed["rollout/mismatch_kl"] /= max(summed.pop("rollout/known_tokens"), 1.0)
     loss_value = summed.pop("loss")
     summed["grad_norm"] = grad_norm  # the same on every process once DDP has averaged the gradients
     summed["train/skipped_nonfinite"] = float(skipped)

@@ -26,7 +26,22 @@ Wire (llama.cpp ``tools/server/README.md``, ``POST /completion``): ``prompt`` as
 sample a truncated distribution the trainer's log-probs do not describe), ``n_probs`` 1 with ``post_sampling_probs``
 off: each ``completion_probabilities[i].logprob`` is the sampled token's log-prob under the raw model distribution
 (softmax of the logits, no temperature), which is what the trainer computes and ``engine_logprobs`` promises.
-``return_tokens``: the sampled ids, an EOS that ends a completion among them.
+``return_tokens``: the sampled ids, the end-of-generation token that ends a completion among them.
+
+Two things in the answer are not one-per-token, and the generator reads them as the server builds them
+(``tools/server/server-context.cpp``, ``process_token`` and ``send_final_response``):
+
+* A token after which the text ends partway through a UTF-8 character gets no ``completion_probabilities`` entry
+  (the server withholds it until a later token completes the character; that token's entry carries its own ``id``
+  and log-prob), and neither do the tokens of a completion that ends mid-character. Entries are matched to tokens by
+  ``id`` in order: a token gets an entry's log-prob where every way of matching agrees (the leftmost and the
+  rightmost matching place the entry on it), NaN otherwise, and ``generator/logprobs_missing`` counts them each
+  step. The importance correction takes a NaN as "not known": ratio 1 there (the trainer's own log-prob stands in)
+  and the mismatch KL is averaged over the known tokens (``rlkit.lm.logprobs.importance_correction``).
+* Whether a completion ended or was cut is the server's ``stop_type`` (``eos``: any end-of-generation token of the
+  GGUF's vocabulary, e.g. a chat template's ``<|im_end|>`` where the tokenizer's EOS is another token; ``word``: a
+  stop string; ``limit``: ``n_predict``), not the presence of the tokenizer's EOS: each row's mask covers exactly the
+  tokens the engine sampled, its last one included.
 """
 
 from __future__ import annotations
@@ -62,7 +77,7 @@ from rlkit_plugins.generators.kept_alive import EngineConnections, RequestsOut
 WHERE = "generator.params"
 INSTALL_ENGINE = "pip install 'rlkit[judge-server]'"
 CONTEXT_STEP = 256  # slots' context rounded up to this, so prompts a little longer than the last do not reload
-Rows = list[tuple[list[int], list[float]]]
+Rows = list[tuple[list[int], list[float], bool | None]]
 
 
 def engine_installed() -> bool:
@@ -74,7 +89,7 @@ def engine_installed() -> bool:
 
 
 def _read_completions(n: int) -> Any:
-    """Reads a ``/completion`` answer: ``[(token ids, log-probs)] * n`` in ``index`` order, or None."""
+    """Reads a ``/completion`` answer: ``[(token ids, log-probs, ended)] * n`` in ``index`` order, or None."""
 
     def read(body: bytes) -> Rows | None:
         try:
@@ -83,15 +98,54 @@ def _read_completions(n: int) -> Any:
             out = []
             for result in results:
                 ids = [int(t) for t in result["tokens"]]
-                logps = [float(p["logprob"]) for p in result["completion_probabilities"]]
-                if len(ids) != len(logps):
+                # absent when no token has an entry (the server leaves an empty list out)
+                entries = [(int(p["id"]), float(p["logprob"])) for p in result.get("completion_probabilities", [])]
+                logps = aligned_logprobs(ids, entries)
+                if logps is None:
                     return None
-                out.append((ids, logps))
+                out.append((ids, logps, _ended(result)))
         except (ValueError, KeyError, TypeError, AttributeError):
             return None
         return out if len(out) == n else None
 
     return read
+
+
+def aligned_logprobs(ids: list[int], entries: list[tuple[int, float]]) -> list[float] | None:
+    """Each token's log-prob from the server's ``(id, logprob)`` entries, which are the tokens' in order with some
+    tokens left out (see the module doc); NaN for a token no entry is certainly for. None: the entries are not the
+    tokens' (not a subsequence of them).
+
+    Any matching places entry k between its leftmost and its rightmost place, so where those agree it is the only
+    one; where they differ (a left-out token with the id of the next token's entry), no token gets the entry."""
+    left, k = [], 0
+    for i, token in enumerate(ids):
+        if k < len(entries) and entries[k][0] == token:
+            left.append(i)
+            k += 1
+    if k < len(entries):
+        return None
+    right, k = [], len(entries) - 1
+    for i in range(len(ids) - 1, -1, -1):
+        if k >= 0 and entries[k][0] == ids[i]:
+            right.append(i)
+            k -= 1
+    out = [math.nan] * len(ids)
+    for (_, logp), first, last in zip(entries, left, reversed(right), strict=True):
+        if first == last:
+            out[first] = logp
+    return out
+
+
+def _ended(result: dict[str, Any]) -> bool | None:
+    """Whether the engine ended the completion (an end-of-generation token, a stop string) rather than cutting it at
+    ``n_predict``; None where the answer does not say (then the tokenizer's EOS decides)."""
+    stop = result.get("stop_type")
+    if isinstance(stop, str):
+        return stop in ("eos", "word")
+    if "stopped_eos" in result or "stopped_word" in result:  # llama.cpp before stop_type (2024)
+        return bool(result.get("stopped_eos") or result.get("stopped_word"))
+    return None
 
 
 class LlamaCppGenerator:
@@ -158,6 +212,7 @@ class LlamaCppGenerator:
         self._served: tuple[str, int, int] | None = None  # (file, slots, context) the engine serves
         self._connections: EngineConnections | None = None
         self._out: list[PendingBatch] = []
+        self.logprobs_missing = 0  # completion tokens without an engine log-prob since the last metrics()
 
     # --- lifecycle ----------------------------------------------------------------------------------------
 
@@ -195,9 +250,11 @@ class LlamaCppGenerator:
         return self._server
 
     def metrics(self) -> dict[str, float]:
-        """The syncs since the last call: ``time/sync`` (writing the GGUF file and reloading the engine on it) and
-        ``sync/bytes`` (the file's size)."""
-        return self.versions.metrics()
+        """Since the last call: the syncs' ``time/sync`` (writing the GGUF file and reloading the engine on it) and
+        ``sync/bytes`` (the file's size), and ``generator/logprobs_missing``, the completion tokens of the batches
+        read that have no engine log-prob (NaN in ``engine_logprobs``: see the module doc)."""
+        missing, self.logprobs_missing = self.logprobs_missing, 0
+        return {**self.versions.metrics(), "generator/logprobs_missing": float(missing)}
 
     @property
     def policy_version(self) -> int:
@@ -311,7 +368,8 @@ class LlamaCppGenerator:
         return batch
 
     def generate(self, policy: Any, tokenizer: Any, request: GenerationRequest) -> SampledBatch:
-        """B × G completions from the engine, with ``engine_logprobs``, ``policy_version`` and ``policy_lag``."""
+        """B × G completions from the engine, with ``engine_logprobs`` (NaN: unknown), ``policy_version`` and
+        ``policy_lag``."""
         return self.submit(policy, tokenizer, request).result()
 
 
@@ -343,7 +401,8 @@ class PendingBatch:
         generator, p = self._generator, self._generator.params
         if self in generator._out:
             generator._out.remove(self)
-        read, malformed = _read_completions(self._g), f"no {self._g} results with tokens and completion_probabilities"
+        read = _read_completions(self._g)
+        malformed = f"no {self._g} results with tokens and their completion_probabilities"
         self._rows, failure = self._requests.collect(read, malformed, p.retries, p.retry_backoff)
         server = generator._server
         if failure is not None and server is not None and not server.running:
@@ -373,17 +432,22 @@ class PendingBatch:
             raise GeneratorError(self._failure, WHERE)
         rows = [row for record in self._rows for row in (record or [])]
         tokenizer, g = self._tokenizer, self._g
-        width = max(1, max(len(ids) for ids, _ in rows))
+        width = max(1, max(len(ids) for ids, _, _ in rows))
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         completion = torch.full((len(rows), width), pad, dtype=self._prompt_ids.dtype)
         logps = torch.zeros(len(rows), width, dtype=torch.float32)
-        for r, (ids, values) in enumerate(rows):
+        for r, (ids, values, _) in enumerate(rows):
             completion[r, :len(ids)] = torch.tensor(ids, dtype=self._prompt_ids.dtype)
             logps[r, :len(values)] = torch.tensor(values, dtype=torch.float32)
+        # the engine's stop reason, where it gave one; else (an older server) the tokenizer's EOS, as for any engine
+        stopped = [bool(ids) and ids[-1] == tokenizer.eos_token_id if ended is None else ended
+                   for ids, _, ended in rows]
         batch = assemble_sampled_batch(self._prompt_ids.repeat_interleave(g, dim=0).to(self._device),
                                        self._prompt_mask.repeat_interleave(g, dim=0).to(self._device),
-                                       completion.to(self._device), tokenizer, g)
+                                       completion.to(self._device), tokenizer, g,
+                                       lengths=[len(ids) for ids, _, _ in rows], stopped=stopped)
         batch.engine_logprobs = logps.to(self._device).masked_fill(batch.completion_mask == 0, 0.0)
+        self._generator.logprobs_missing += int(batch.engine_logprobs.isnan().sum())
         batch.policy_version = self.policy_version
         batch.policy_lag = self._generator.versions.lag(self._served_at)
         self._batch = batch
