@@ -150,10 +150,11 @@ tools:
   audit [--fail-under X] audit.records=FILE [judge=... aggregator=...]
                            can the rubric be gamed: cheap-trick probes, a degradation ladder, judge consistency,
                            redundancy and human alignment; a trust score, a verdict, a card (docs/rubric-audit.md)
-  tighten RUN_DIR [--out FILE] [--rubric FILE] [--min-share X] [--no-audit]
+  tighten RUN_DIR [--out FILE] [--rubric FILE] [--min-share X] [--no-split] [--no-audit] [tighten.backend=...]
                            a harder version of the run's rubric for each dimension it saturated (a level raised
-                           to what its top samples meet, their shared pattern as a negative anchor), with the diff
-                           and the audit's verdict (docs/rubrics.md)"""
+                           to what its top samples meet, their shared pattern as a negative anchor, a dimension
+                           measuring two things split in two; anchors by a model with tighten.backend), with the
+                           diff and the audit's verdict (docs/rubrics.md)"""
 
 
 # the file tools and the files each takes, in order

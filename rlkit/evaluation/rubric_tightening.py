@@ -34,6 +34,14 @@ it. The rules, applied to each saturated dimension (the rule path: no model is a
    the same share and lift) becomes the negative example, an anchor only (:func:`add_shape` says why no check):
    reward_hacking_v2's clarity, whose top answers are all bare sums, gets one a model judge reads.
 
+3. **A split** (:mod:`rlkit.evaluation.rubric_splitting`): a dimension whose top samples still differ in something
+   a rule measures, and that measures two things (its checks two properties, or its top anchor two qualities joined
+   by "and"), becomes two dimensions with the total weight kept; a dimension left whole is said with why.
+
+With a model backend (``tighten.backend``, :mod:`rlkit.evaluation.rubric_tightening_model`) the model writes every
+saturated dimension's anchors (each part's, where it is split) from its top and lowest samples, in place of rule 2's
+negative example; the checks stay the rules'.
+
 A dimension no rule changes is said with why (its checks have no level to raise, its top samples share no pattern).
 The proposal is the same rubric name with the version bumped (``X.Y`` → ``X+1.0``, else ``<version>+tighten.1``)
 and a changelog entry naming each change and carrying the new content hash.
@@ -46,13 +54,16 @@ import datetime
 import math
 import re
 import statistics
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from rlkit.core.errors import ConfigError, DataError
 from rlkit.core.rubric import Dimension, Rubric, load_rubric, rubric_from_dict
+from rlkit.evaluation.rubric_splitting import Split, propose_split
+from rlkit.evaluation.rubric_tightening_model import MAX_SAMPLES as MODEL_SHOWN
+from rlkit.evaluation.rubric_tightening_model import AnchorRequest, levels_of
 from rlkit.runs.history import METRICS_FILE, read_history
 from rlkit.runs.signals import WINDOW
 from rlkit.runs.triage import metric_series, read_samples
@@ -64,6 +75,7 @@ PATTERN_SHARE = 0.5       # a shared word is in at least this share of the top s
 PATTERN_LIFT = 0.25       # ... and this much more often than in the others (rlkit's choice: a clear majority)
 MAX_PATTERN_WORDS = 5
 EXAMPLE_CHARS = 120
+LOW_SAMPLES = 10          # the lowest-scored samples a model backend is shown (at most; it shows fewer)
 _LETTER_WORD = re.compile(r"[^\W\d_]+")
 
 
@@ -82,6 +94,10 @@ class Saturation:
     top_pairs: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     # the top samples another dimension scores below its own ceiling: marked down already
     marked_down: frozenset[str] = frozenset()
+    # what a model backend writes anchors from: (prompt, completion) at the ceiling, and the run's lowest-scored
+    # (prompt, completion, score), lowest first; each completion once
+    top_samples: list[tuple[str, str]] = field(default_factory=list)
+    low_samples: list[tuple[str, str, float]] = field(default_factory=list)
 
     @property
     def at_top(self) -> bool:
@@ -97,6 +113,9 @@ class Proposal:
     floored: list[Saturation]
     changes: dict[str, list[str]] = field(default_factory=dict)   # dimension -> what changed, in words
     unchanged: dict[str, str] = field(default_factory=dict)       # dimension -> why no rule applied
+    splits: dict[str, Split] = field(default_factory=dict)        # dimension -> its two parts
+    whole: dict[str, str] = field(default_factory=dict)           # dimension -> why it is not split
+    anchors_by: str | None = None                                 # the model that wrote the anchors (None: rules)
     data: dict[str, Any] | None = None                            # the new rubric, as YAML data; None: no change
 
     @property
@@ -171,8 +190,14 @@ def read_saturation(run_dir: Path, rubric: Rubric, min_share: float = MIN_SHARE)
             (v := _score(r, d)) is not None and c is not None and v < c - 1e-6
             for d, c in ceilings.items() if d != name)}
         if share > min_share:
+            top_samples = {r["completion"]: (str(r.get("prompt", "")), r["completion"]) for r in top_rows}
+            low: dict[str, tuple[str, str, float]] = {}
+            for r, s in sorted(scored, key=lambda rs: rs[1]):
+                if ceiling is not None and s < ceiling - 1e-6 and len(low) < LOW_SAMPLES:
+                    low.setdefault(r["completion"], (str(r.get("prompt", "")), r["completion"], s))
             out.append(Saturation(name, share, (window[0][0], window[-1][0]), ceiling, at_ceiling,
-                                  _distinct(top), _distinct(others), list(pairs.values()), frozenset(elsewhere)))
+                                  _distinct(top), _distinct(others), list(pairs.values()), frozenset(elsewhere),
+                                  list(top_samples.values()), list(low.values())))
     return out
 
 
@@ -340,9 +365,17 @@ def next_version(version: str) -> str:
     return f"{base}+tighten.{int(n) + 1}" if sep and n.isdigit() else f"{version}+tighten.1"
 
 
-def propose(rubric: Rubric, saturation: Sequence[Saturation], judge: str | None) -> Proposal:
+# what a model backend is asked (:mod:`rlkit.evaluation.rubric_tightening_model`): each request's anchors, in order
+AnchorWriter = Callable[[Sequence[AnchorRequest]], list[dict[Any, dict[str, Any]]]]
+
+
+def propose(rubric: Rubric, saturation: Sequence[Saturation], judge: str | None, *, split: bool = True,
+            run_config: dict[str, Any] | None = None, anchors: AnchorWriter | None = None,
+            anchors_by: str | None = None) -> Proposal:
     """The harder rubric for the saturated dimensions at their ceiling (``judge``: the run's judge name; its
-    dimensions with checks are the rule judge's)."""
+    dimensions with checks are the rule judge's). ``split``: propose splitting a dimension in two where a split rule
+    applies (:mod:`rlkit.evaluation.rubric_splitting`; ``run_config``, the run's saved config, says which names it
+    uses). ``anchors``: a model writes every tightened dimension's anchors (``anchors_by`` names it)."""
     import yaml
 
     if rubric.source is None or not Path(rubric.source).is_file():
@@ -352,6 +385,7 @@ def propose(rubric: Rubric, saturation: Sequence[Saturation], judge: str | None)
     proposal = Proposal(rubric, at_top, [s for s in saturation if not s.at_top])
     new = copy.deepcopy(data)
     by_name = {d.name: i for i, d in enumerate(rubric.dimensions)}
+    taken = set(by_name)
     for sat in at_top:
         i = by_name[sat.name]
         dim, dim_data = rubric.dimensions[i], new["dimensions"][i]
@@ -383,6 +417,13 @@ def propose(rubric: Rubric, saturation: Sequence[Saturation], judge: str | None)
             changes.extend(add_pattern(dim_data, dim, words, sat.top, rule_checks))
         elif (shape := shared_shape(sat.top, sat.others)) is not None:
             changes.extend(add_shape(dim_data, dim, shape, sat.top))
+        if split:
+            parts = propose_split(dim, dim_data, rubric, sat.top, run_config, taken)
+            if isinstance(parts, Split):
+                proposal.splits[sat.name] = parts
+                changes.append(parts.describe(sat.name, dim.weight))
+            else:
+                proposal.whole[sat.name] = parts
         if changes:
             proposal.changes[sat.name] = changes
         else:
@@ -392,6 +433,11 @@ def propose(rubric: Rubric, saturation: Sequence[Saturation], judge: str | None)
             why.append("its top samples share no word or shape the others lack" if sat.others else
                        "every logged sample is at its ceiling, so no pattern sets the top ones apart")
             proposal.unchanged[sat.name] = "; ".join(why)
+    if anchors is not None and at_top:
+        _model_anchors(proposal, new, by_name, anchors, anchors_by or "the model backend")
+    for name, parts in proposal.splits.items():  # each split dimension's place: its two parts
+        i = next(j for j, d in enumerate(new["dimensions"]) if d.get("name") == name)
+        new["dimensions"][i:i + 1] = parts.parts
     if not proposal.changes:
         return proposal
     version = next_version(rubric.version)
@@ -402,6 +448,34 @@ def propose(rubric: Rubric, saturation: Sequence[Saturation], judge: str | None)
     entry["hash"] = rubric_from_dict(new, "<proposal>", verify_changelog=False).content_hash
     proposal.data = new
     return proposal
+
+
+def _model_anchors(proposal: Proposal, new: dict[str, Any], by_name: dict[str, int], anchors: AnchorWriter,
+                   who: str) -> None:
+    """Every saturated dimension's anchors (each part's, where it is split) written by the model from its top and
+    lowest samples, in place of the rules' negative examples; the rules' checks stay."""
+    targets: list[tuple[str, dict[str, Any], AnchorRequest]] = []
+    for sat in proposal.saturated:
+        dim = proposal.rubric.dimensions[by_name[sat.name]]
+        split = proposal.splits.get(sat.name)
+        datas = split.parts if split is not None else [new["dimensions"][by_name[sat.name]]]
+        for dim_data in datas:
+            levels = levels_of(dim.type == "binary", dim.low, dim.high, [float(v) for v in dim_data.get("anchors", {})])
+            targets.append((sat.name, dim_data, AnchorRequest(
+                str(dim_data["name"]), str(dim_data.get("description", "")), dim.type == "binary", levels,
+                copy.deepcopy(dim_data.get("anchors") or {}), tuple(sat.top_samples), tuple(sat.low_samples),
+                sat.name if split is not None else None)))
+    written = anchors([request for *_, request in targets])
+    for (name, dim_data, request), got in zip(targets, written, strict=True):
+        dim_data["anchors"] = got
+        changes = [c for c in proposal.changes.get(name, []) if not c.startswith("negative example")]
+        sat = next(s for s in proposal.saturated if s.name == name)
+        changes.append(f"anchors of {request.name} written by {who} from {min(len(sat.top_samples), MODEL_SHOWN)} "
+                       f"top and {min(len(sat.low_samples), MODEL_SHOWN)} lowest samples: levels "
+                       f"{', '.join(f'{float(lv):g}' for lv in got)}")
+        proposal.changes[name] = changes
+        proposal.unchanged.pop(name, None)
+    proposal.anchors_by = who
 
 
 def proposal_yaml(proposal: Proposal, run_dir: Path) -> str:
@@ -461,3 +535,15 @@ def run_judge(run_dir: Path) -> str | None:
         return None
     name = OmegaConf.select(OmegaConf.load(saved), "judge.name", default=None)
     return str(name) if name else None
+
+
+def run_config(run_dir: Path) -> dict[str, Any] | None:
+    """The run's saved config as plain data, unresolved (None when it is not there): what a split must not leave
+    naming a dimension that is gone."""
+    from omegaconf import OmegaConf
+
+    saved = run_dir / ".hydra" / "config.yaml"
+    if not saved.is_file():
+        return None
+    data = OmegaConf.to_container(OmegaConf.load(saved), resolve=False)
+    return data if isinstance(data, dict) else None
