@@ -29,6 +29,7 @@ from rlkit.core.errors import ConfigError, DataError, RubricError
 from rlkit.core.rubric import CATEGORY_WEIGHTS, MAX_CRITERIA, MIN_CRITERIA, Rubric, load_rubric, rubric_from_dict
 from rlkit.core.templates import render_file, template_hash
 from rlkit.data.records import prompt_text
+from rlkit.evaluation.reasking import ask_until_parsed
 
 TEMPLATE = "rubric/generate.jinja"
 RECORDS_NAME = "records.jsonl"
@@ -176,28 +177,12 @@ def ask_for_criteria(backend: Any, chats: Sequence[list[dict[str, str]]], option
                      require_positive: bool = True) -> list[list[tuple[str, str]] | str]:
     """Each chat's criteria, or the last problem with its answer after ``retries`` reminders. Also asks for the
     criteria of an evolving rubric (``rlkit.evaluation.rubric_evolution``: 0 to a few, pitfalls alone allowed)."""
-    results: list[list[tuple[str, str]] | str] = ["not asked"] * len(chats)
-    pending = {i: list(chat) for i, chat in enumerate(chats)}
-    for attempt in range(options.retries + 1):
-        order = sorted(pending)
-        answers = backend.complete([pending[i] for i in order])
-        for i, answer in zip(order, answers, strict=True):
-            try:
-                if answer.text is None:
-                    raise ValueError(f"no answer ({answer.error})")
-                results[i] = parse_criteria(answer.text, options.min_criteria, options.max_criteria,
-                                            require_positive=require_positive)
-                del pending[i]
-            except ValueError as exc:
-                results[i] = str(exc)
-                if attempt < options.retries and answer.text is not None:
-                    pending[i] = [*pending[i], {"role": "assistant", "content": answer.text},
-                                  {"role": "user", "content": f"That answer cannot be used: {exc}. Answer again with "
-                                   'one JSON object {"criteria": [{"criterion": ..., "category": ...}, ...]} '
-                                   f"holding {options.min_criteria} to {options.max_criteria} criteria."}]
-        if not pending:
-            break
-    return results
+    return ask_until_parsed(
+        lambda batch, _: backend.complete(batch), chats,
+        lambda _, text: parse_criteria(text, options.min_criteria, options.max_criteria,
+                                       require_positive=require_positive),
+        lambda _: ('Answer again with one JSON object {"criteria": [{"criterion": ..., "category": ...}, ...]} '
+                   f"holding {options.min_criteria} to {options.max_criteria} criteria."), options.retries)
 
 
 def generate_rubrics(records: Sequence[dict[str, Any]], lines: Sequence[int], data_path: Path, backend: Any,

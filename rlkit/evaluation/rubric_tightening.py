@@ -289,13 +289,8 @@ def add_shape(dim_data: dict[str, Any], dim: Dimension, shape: tuple[str, str], 
     name, pattern = shape
     pat = re.compile(pattern)
     example = min((t for t in top if pat.search(t)), key=len)[:EXAMPLE_CHARS]
-    anchors = dim_data.setdefault("anchors", {})
-    level = _negative_level(dim, anchors)
-    anchor = anchors.get(level)
-    anchor = {"text": anchor} if isinstance(anchor, str) else dict(anchor or {})
-    anchor.setdefault("text", f"Only {name}, as the top-scored answers all are: meets the checks, shows no more")
-    anchor["negative"] = [*anchor.get("negative", []), example]
-    anchors[level] = anchor
+    level = _add_negative_example(dim, dim_data, example,
+                                  f"Only {name}, as the top-scored answers all are: meets the checks, shows no more")
     return [f"negative example {example!r} on level {level:g} (the top samples share a shape: {name}); an anchor "
             "for a model judge, no check (every top answer has it: a check would move them all alike)"]
 
@@ -319,6 +314,19 @@ def shared_words(top: Sequence[str], others: Sequence[str]) -> list[str]:
     return [w for *_, w in sorted(lifted, key=lambda t: (-t[0], -t[1], t[2]))[:MAX_PATTERN_WORDS]]
 
 
+def _add_negative_example(dim: Any, dim_data: dict[str, Any], example: str, text: str) -> float:
+    """``example`` as a negative example on the level below the top (its anchor given ``text`` where it had none);
+    the level."""
+    anchors = dim_data.setdefault("anchors", {})
+    level = _negative_level(dim, anchors)
+    anchor = anchors.get(level)
+    anchor = {"text": anchor} if isinstance(anchor, str) else dict(anchor or {})
+    anchor.setdefault("text", text)
+    anchor["negative"] = [*anchor.get("negative", []), example]
+    anchors[level] = anchor
+    return level
+
+
 def _negative_level(dim: Dimension, anchors: dict[Any, Any]) -> Any:
     """The level a negative example of the shared pattern goes on: below the top (see the module docstring)."""
     if dim.type == "binary":
@@ -336,13 +344,8 @@ def add_pattern(dim_data: dict[str, Any], dim: Dimension, words: list[str], top:
     pattern = r"\b(?:" + "|".join(re.escape(w) for w in words) + r")\b"
     pat = re.compile(pattern, re.IGNORECASE)
     example = min((t for t in top if pat.search(t)), key=len)[:EXAMPLE_CHARS]
-    anchors = dim_data.setdefault("anchors", {})
-    level = _negative_level(dim, anchors)
-    anchor = anchors.get(level)
-    anchor = {"text": anchor} if isinstance(anchor, str) else dict(anchor or {})
-    anchor.setdefault("text", f"Leans on {', '.join(words)}, which the top-scored answers share, for no more merit")
-    anchor["negative"] = [*anchor.get("negative", []), example]
-    anchors[level] = anchor
+    level = _add_negative_example(
+        dim, dim_data, example, f"Leans on {', '.join(words)}, which the top-scored answers share, for no more merit")
     done = [f"negative example {example!r} on level {level:g} (the top samples share {', '.join(words)})"]
     if rule_checks:
         # heavier than every other check together: an answer with the pattern scores below one without, whatever the

@@ -24,6 +24,7 @@ from typing import Any
 
 from rlkit.core.errors import DataError
 from rlkit.core.templates import render_file, template_hash
+from rlkit.evaluation.reasking import ask_until_parsed
 
 TEMPLATE = "rubric/tighten.jinja"
 MAX_SAMPLES = 5        # top and lowest samples shown per dimension: enough contrast, a prompt a small model reads
@@ -189,32 +190,21 @@ class ModelAnchors:
 
     def __call__(self, requests: Sequence[AnchorRequest]) -> list[dict[int | float, dict[str, Any]]]:
         """Each request's anchors; DataError when one is still malformed after the retries."""
-        results: list[dict[int | float, dict[str, Any]] | None] = [None] * len(requests)
-        problems: dict[int, str] = {}
-        pending = {i: chat(r, self.rubric_name, self.rubric_description) for i, r in enumerate(requests)}
-        for attempt in range(self.retries + 1):
-            order = sorted(pending)
+        def complete(chats: list[list[dict[str, str]]], indices: list[int]) -> list[Any]:
             self.attempts += 1
-            answers = self._complete([pending[i] for i in order], [anchor_schema(requests[i].levels) for i in order])
-            for i, answer in zip(order, answers, strict=True):
-                try:
-                    if answer.text is None:
-                        raise ValueError(f"no answer ({answer.error})")
-                    results[i] = parse_anchors(answer.text, requests[i].levels)
-                    del pending[i]
-                except ValueError as exc:
-                    problems[i] = str(exc)
-                    if attempt < self.retries and answer.text is not None:
-                        levels = ", ".join(f"{_level(v)}" for v in requests[i].levels)
-                        pending[i] = [*pending[i], {"role": "assistant", "content": answer.text},
-                                      {"role": "user", "content": f"That answer cannot be used: {exc}. Answer again "
-                                       'with one JSON object {"anchors": [{"level": ..., "text": ...}, ...]} '
-                                       f"anchoring the top level and at least one below it, levels from {levels}."}]
-            if not pending:
-                break
-        if pending:
-            i = min(pending)
+            return self._complete(chats, [anchor_schema(requests[i].levels) for i in indices])
+
+        def reminder(i: int) -> str:
+            levels = ", ".join(f"{_level(v)}" for v in requests[i].levels)
+            return ('Answer again with one JSON object {"anchors": [{"level": ..., "text": ...}, ...]} anchoring the '
+                    f"top level and at least one below it, levels from {levels}.")
+
+        results = ask_until_parsed(complete, [chat(r, self.rubric_name, self.rubric_description) for r in requests],
+                                   lambda i, text: parse_anchors(text, requests[i].levels), reminder, self.retries)
+        failed = [i for i, result in enumerate(results) if isinstance(result, str)]
+        if failed:
+            i = failed[0]
             raise DataError(f"the model's anchors for dimension {requests[i].name} cannot be used after "
-                            f"{self.retries + 1} attempt{'s' if self.retries else ''}: {problems[i]}; nothing written",
+                            f"{self.retries + 1} attempt{'s' if self.retries else ''}: {results[i]}; nothing written",
                             "tighten.backend")
-        return [r for r in results if r is not None]
+        return results

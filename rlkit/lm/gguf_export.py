@@ -74,19 +74,20 @@ class ExportedGguf:
     bytes: int
 
 
-def _read_config(folder: Path, where: str) -> dict[str, Any]:
+def read_json_config(folder: Path, where: str, name: str = "config.json") -> dict[str, Any]:
+    """A model folder's JSON config (``config.json``, a peft ``adapter_config.json``); one line when unreadable."""
     try:
-        config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+        config = json.loads((folder / name).read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
-        raise ConfigError(f"config.json cannot be read: {exc}", where) from None
+        raise ConfigError(f"{name} cannot be read: {exc}", where) from None
     if not isinstance(config, dict):
-        raise ConfigError("config.json is not a JSON object", where)
+        raise ConfigError(f"{name} is not a JSON object", where)
     return config
 
 
 def check_architecture(folder: Path, where: str) -> str:
     """The llama.cpp architecture of the model in ``folder``; one ``ConfigError`` naming the supported ones else."""
-    model_type = _read_config(folder, where).get("model_type")
+    model_type = read_json_config(folder, where).get("model_type")
     if model_type not in ARCHITECTURES:
         raise ConfigError(f"the model is a {model_type!r} model; GGUF export supports {', '.join(ARCHITECTURES)} "
                           "(transformers' model_type)", where)

@@ -16,7 +16,6 @@ imported from; :func:`check_base` says whether a given GGUF holds the weights th
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import tempfile
@@ -26,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from rlkit.core.errors import ConfigError
-from rlkit.lm.gguf_export import ARCHITECTURES, EXPORT_TYPES, _permute, check_architecture
+from rlkit.lm.gguf_export import ARCHITECTURES, EXPORT_TYPES, _permute, check_architecture, read_json_config
 
 _PEFT_PREFIX = "base_model.model."
 # How far a GGUF tensor may lie from the base weight it stores, as ||stored - weight|| / ||weight||, by its type:
@@ -50,16 +49,6 @@ class ExportedLora:
     rank: int
     alpha: float
     bytes: int
-
-
-def _adapter_config(folder: Path, where: str) -> dict[str, Any]:
-    try:
-        config = json.loads((folder / "adapter_config.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise ConfigError(f"adapter_config.json cannot be read: {exc}", where) from None
-    if not isinstance(config, dict):
-        raise ConfigError("adapter_config.json is not a JSON object", where)
-    return config
 
 
 def _check_adapter(config: dict[str, Any], where: str) -> tuple[int, float, bool]:
@@ -124,7 +113,7 @@ def export_gguf_lora(adapter: str | Path, base: str | Path, out: str | Path, typ
     where = where or str(adapter)
     if type not in EXPORT_TYPES:
         raise ConfigError(f"unknown type {type!r}; a GGUF LoRA is written as one of {', '.join(EXPORT_TYPES)}", where)
-    r, alpha, rslora = _check_adapter(_adapter_config(adapter, where), where)
+    r, alpha, rslora = _check_adapter(read_json_config(adapter, where, "adapter_config.json"), where)
     architecture = check_architecture(base, where)
     from transformers import AutoConfig
 
