@@ -237,13 +237,19 @@ def test_score_each_dimension_answers_the_llm_judges_template():
 # --- rlkit validate ---------------------------------------------------------------------------------------------
 
 
-def test_validate_refuses_evolve_without_a_judge_backend_in_one_line(capsys):
-    assert main(["validate", "rubric=per_record", "judge=rule", "rubric.evolve.every=2"]) == 2
+def test_validate_refuses_evolve_without_a_judge_backend_in_one_line(capsys, records, tmp_path):
+    # records naming their own rubrics: the default task's do not, which validate reports as a mistake of its own
+    data = tmp_path / "records.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    per_record = ["rubric=per_record", f"data.path={data}"]
+    assert main(["validate", *per_record, "judge=rule", "rubric.evolve.every=2"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("rlkit: error: rubric.evolve.every: judge=rule has no model backend")
-    assert main(["validate", "rubric=per_record", *offline_judge("llm"), "rubric.evolve.every=2"]) == 2
+    # the rule judge also cannot score these records' criteria (they have no checks): validate reports that too
+    assert err[0].startswith("rlkit: error: rubric.evolve.every: judge=rule has no model backend")
+    assert len(err) == 2 and err[1].startswith("rlkit: error: ") and "the rule judge needs `checks`" in err[1]
+    assert main(["validate", *per_record, *offline_judge("llm"), "rubric.evolve.every=2"]) == 2
     assert "rubric.evolve.every: judge=llm's backend is the offline tiny judge" in capsys.readouterr().err
-    assert main(["validate", "rubric=per_record", "rubric.evolve.max_active=0"]) == 2
+    assert main(["validate", *per_record, "rubric.evolve.max_active=0"]) == 2
     assert "rubric.evolve.max_active" in capsys.readouterr().err
 
 
