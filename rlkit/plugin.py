@@ -132,7 +132,7 @@ if TYPE_CHECKING:
 
     # --- generators: what a sampler is asked for and hands back; models by path ---------------------------------
     from rlkit.lm.constrained import JsonSchemaConstraint
-    from rlkit.lm.decoding import decode_with_kv_cache, loop_can_decode
+    from rlkit.lm.decoding import decode_with_kv_cache, end_token_ids, loop_can_decode
     from rlkit.lm.gguf_export import EXPORT_TYPES, write_gguf
     from rlkit.lm.joined_files import QWEN_CODER_JUDGE, is_parts_ref, model_file
     from rlkit.lm.judge_models import JUDGE_MODELS, JudgeModel, installed_judge_model
@@ -269,6 +269,7 @@ __all__ = [
     "due",
     "group_labels",
     "decode_with_kv_cache",
+    "end_token_ids",
     "dimension_levels",
     "group_row_seeds",
     "hookimpl",

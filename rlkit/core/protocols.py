@@ -427,8 +427,9 @@ class GeneratorProtocol(_Stateful, PluginProtocol, Protocol):
     def generate(self, policy: Any, tokenizer: Any, request: GenerationRequest) -> SampledBatch:
         """B × ``request.num_generations`` sequences, each record's G completions consecutive: ``input_ids`` ``[B*G,
         P+C]`` (the prompt left-padded to P, then the completion), ``attention_mask``, ``completion_mask`` ``[B*G, C]``
-        (1 up to and including the first EOS), ``texts`` ``[B][G]``, ``truncated`` ``[B*G]``, in the policy tokenizer's
-        tokens (``rlkit.plugin.assemble_sampled_batch`` builds them). Follows ``request.temperature``, ``greedy`` and
+        (1 up to and including the first end token: the EOS or another the model ends on, ``end_token_ids``),
+        ``texts`` ``[B][G]``, ``truncated`` ``[B*G]``, in the policy tokenizer's tokens
+        (``rlkit.plugin.assemble_sampled_batch`` builds them). Follows ``request.temperature``, ``greedy`` and
         ``prompt_token_ids`` (sample after exactly those ids). Called once per training step and for evaluation."""
 
     def sync_weights(self, policy: Any) -> None:

@@ -49,6 +49,20 @@ def loop_can_decode(model: Any, generation_kwargs: dict[str, Any]) -> bool:
     return not set(diff) - _LOOP_CONFIG_FIELDS
 
 
+def end_token_ids(model: Any, tokenizer: Any) -> list[int]:
+    """The ids that end a completion: the tokenizer's EOS first, then each of the model's generation config's
+    ``eos_token_id`` (transformers allows a list: Qwen2.5-Instruct lists ``<|im_end|>`` and ``<|endoftext|>``,
+    Llama-3-Instruct ``<|end_of_text|>``, ``<|eom_id|>`` and ``<|eot_id|>``), as ``generate`` ends a row at any
+    of its config's."""
+    out: list[int] = []
+    config = getattr(_base_model(model), "generation_config", None)
+    listed = getattr(config, "eos_token_id", None)
+    for token in [tokenizer.eos_token_id, *(listed if isinstance(listed, (list, tuple)) else [listed])]:
+        if token is not None and int(token) not in out:
+            out.append(int(token))
+    return out
+
+
 def decode_with_kv_cache(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, *, max_new_tokens: int,
                          eos_token_id: int | list[int] | None, pad_token_id: int | None, temperature: float = 1.0,
                          greedy: bool = False, min_new_tokens: int = 0, logits_processor: Any = None,
@@ -59,10 +73,10 @@ def decode_with_kv_cache(model: Any, input_ids: torch.Tensor, attention_mask: to
     numbers: positions from the attention mask (0 under padding), float32 logits of the last position, EOS masked
     while fewer than ``min_new_tokens`` are out, ``logits_processor(ids, scores)`` (rlkit's seeded sampling),
     then argmax or ``multinomial(softmax(scores / temperature))``; rows past their EOS get ``pad_token_id``, and
-    the loop stops once every row has ended. ``eos_token_id`` may be several ids (any of them ends a row; the first
-    is the one masked by ``min_new_tokens`` and used as padding, as ``generate`` does). ``on_step(raw, tokens)``,
-    if given, sees each step's float32 logits before any masking or processing (what an inference server reports
-    as raw log-probs) and the tokens drawn.
+    the loop stops once every row has ended. ``eos_token_id`` may be several ids (:func:`end_token_ids`: any of them
+    ends a row and all are masked by ``min_new_tokens``; the first pads where ``pad_token_id`` is None, as
+    ``generate`` does). ``on_step(raw, tokens)``, if given, sees each step's float32 logits before any masking or
+    processing (what an inference server reports as raw log-probs) and the tokens drawn.
     """
     import torch
     from transformers import DynamicCache

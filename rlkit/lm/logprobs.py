@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
@@ -153,11 +154,12 @@ def _entropy_where_finite(x: torch.Tensor) -> torch.Tensor:
     return torch.logsumexp(x, dim=-1) - torch.where(p > 0, p * x, torch.zeros_like(x)).sum(-1)
 
 
-def mask_after_eos(completion_ids: torch.Tensor, eos_token_id: int) -> torch.Tensor:
-    """``[N, T]`` long mask: 1 up to and including the first EOS, 0 after (all 1 if a row has no EOS)."""
+def mask_after_eos(completion_ids: torch.Tensor, eos_token_id: int | Sequence[int]) -> torch.Tensor:
+    """``[N, T]`` long mask: 1 up to and including the first EOS (any of several ids), 0 after (all 1 if a row has
+    none)."""
     # TRL GRPOTrainer._generate_and_score_completions: eos_idx = first EOS, or T when there is none.
     import torch
-    is_eos = completion_ids == eos_token_id
+    is_eos = _is_end(completion_ids, eos_token_id)
     n, t = is_eos.shape
     eos_idx = torch.where(is_eos.any(dim=1), is_eos.int().argmax(dim=1),
                           torch.full((n,), t, device=completion_ids.device))
@@ -165,11 +167,21 @@ def mask_after_eos(completion_ids: torch.Tensor, eos_token_id: int) -> torch.Ten
     return (positions <= eos_idx.unsqueeze(1)).long()
 
 
-def truncated_rows(completion_ids: torch.Tensor, eos_token_id: int) -> torch.Tensor:
-    """``[N]`` bool: rows with no EOS at all (cut at the length limit), for ``mask_truncated_completions``."""
+def truncated_rows(completion_ids: torch.Tensor, eos_token_id: int | Sequence[int]) -> torch.Tensor:
+    """``[N]`` bool: rows with no EOS (none of several ids) at all, cut at the length limit, for
+    ``mask_truncated_completions``."""
     # TRL: truncated_completions = ~is_eos.any(dim=1); the trainer zeros these rows' mask (DAPO §3.4 overlong
     # filtering), so a reward for an unfinished answer never drives the update.
-    return ~(completion_ids == eos_token_id).any(dim=1)
+    return ~_is_end(completion_ids, eos_token_id).any(dim=1)
+
+
+def _is_end(completion_ids: torch.Tensor, eos_token_id: int | Sequence[int]) -> torch.Tensor:
+    """``[N, T]`` bool: the positions holding an end id."""
+    import torch
+    if isinstance(eos_token_id, int):
+        return completion_ids == eos_token_id
+    return torch.isin(completion_ids, torch.tensor(list(eos_token_id), dtype=completion_ids.dtype,
+                                                   device=completion_ids.device))
 
 
 def sequence_logp_sums(token_logps: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -24,8 +24,8 @@ class SampledBatch:
     """Token tensors of B×G sequences (prompt + completion) and the completion texts ``[B][G]``.
 
     ``input_ids``/``attention_mask`` are ``[B*G, P+C]`` (prompt left-padded to P); the completion
-    is the last C positions, ``completion_mask`` ``[B*G, C]`` is 1 up to and including EOS (an engine's end token,
-    see :func:`assemble_sampled_batch`).
+    is the last C positions, ``completion_mask`` ``[B*G, C]`` is 1 up to and including the token that ended the row
+    (EOS, or another of the model's end tokens such as ``<|im_end|>``: see :func:`assemble_sampled_batch`).
 
     A generator that samples elsewhere (an inference engine) may add what it knows of the sampling:
     ``engine_logprobs`` ``float32 [B*G, C]``, the sampler's log-prob of each completion token (0 past the mask; NaN
@@ -297,23 +297,27 @@ def episode_tensors(prompts: Sequence[Sequence[int]], completions: Sequence[Sequ
 
 def assemble_sampled_batch(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, completion_ids: torch.Tensor,
                            tokenizer: Any, num_generations: int, *, lengths: Sequence[int] | None = None,
-                           stopped: Sequence[bool] | None = None) -> SampledBatch:
+                           stopped: Sequence[bool] | None = None,
+                           end_ids: Sequence[int] | None = None) -> SampledBatch:
     """The ``SampledBatch`` the loop trains on, from ``[B*G, P]`` left-padded prompts (each prompt repeated G
-    times, consecutively) and ``[B*G, C]`` completion ids; anything after a row's first EOS is ignored.
+    times, consecutively) and ``[B*G, C]`` completion ids; anything after a row's first end token is ignored.
 
     A generator that produces tokens elsewhere (an inference engine) builds its result with this, so the mask,
-    texts and truncation flags follow one rule whichever engine sampled. An engine that knows more than the ids say
-    passes it: ``lengths``, the tokens it sampled per row (the mask covers exactly those, an end token that is not
-    the tokenizer's EOS included, padding never), and ``stopped``, whether it ended each row itself (an
-    end-of-generation token such as a chat template's ``<|im_end|>``, a stop string) rather than cutting it at the
-    length limit; a row not stopped is ``truncated``."""
+    texts and truncation flags follow one rule whichever engine sampled. The end tokens are ``end_ids`` (what the
+    generator stopped at: ``rlkit.lm.decoding.end_token_ids``, the tokenizer's EOS and the generation config's),
+    the tokenizer's EOS alone by default. An engine that knows more than the ids say passes it: ``lengths``, the
+    tokens it sampled per row (the mask covers exactly those, an end token that is not the tokenizer's EOS
+    included, padding never), and ``stopped``, whether it ended each row itself (an end-of-generation token such as
+    a chat template's ``<|im_end|>``, a stop string) rather than cutting it at the length limit; a row not stopped
+    is ``truncated``."""
     import torch
+    ends = tokenizer.eos_token_id if end_ids is None else list(end_ids)
     if lengths is None:
-        completion_mask = mask_after_eos(completion_ids, tokenizer.eos_token_id)
+        completion_mask = mask_after_eos(completion_ids, ends)
     else:
         positions = torch.arange(completion_ids.shape[1], device=completion_ids.device)
         completion_mask = (positions < torch.tensor(list(lengths), device=completion_ids.device)[:, None]).long()
-    truncated = truncated_rows(completion_ids, tokenizer.eos_token_id) if stopped is None else \
+    truncated = truncated_rows(completion_ids, ends) if stopped is None else \
         ~torch.tensor(list(stopped), dtype=torch.bool, device=completion_ids.device)
     attention = torch.cat([prompt_mask, completion_mask.to(prompt_mask.dtype)], dim=1)
     texts_flat = tokenizer.batch_decode(completion_ids.masked_fill(completion_mask == 0, tokenizer.pad_token_id),

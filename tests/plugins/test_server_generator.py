@@ -375,7 +375,7 @@ def test_token_ids_are_read_from_token_id_names_when_absent():
     choice = {"index": 0, "text": "ab", "finish_reason": "length",
               "logprobs": {"tokens": ["token_id:7", "token_id:9"], "token_logprobs": [-1.5, -0.25]}}
     answer = json.dumps({"choices": [choice]}).encode()
-    assert _read_choices(1)(answer) == [([7, 9], [-1.5, -0.25])]
+    assert _read_choices(1)(answer) == [([7, 9], [-1.5, -0.25], False)], "finish_reason length: cut"
     assert _read_choices(2)(answer) is None, "too few choices is a malformed answer (retried)"
     assert _read_choices(1)(json.dumps({"choices": [{"index": 0, "text": "x"}]}).encode()) is None
     assert _read_choices(1)(b"not json") is None

@@ -9,7 +9,9 @@ entry other than ``min_new_tokens``, a non-default field of the model's generati
 ``repetition_penalty``, an encoder-decoder model, FSDP over several processes) go through ``generate``. With
 ``per_prompt_seed`` each completion is drawn by the Gumbel-max trick from noise that is a hash of its record's
 seed, its position in the group and the decoding step: a record's completions then depend on its seed alone,
-not on the other prompts in the batch or on how many processes share the batch.
+not on the other prompts in the batch or on how many processes share the batch. A row ends at any of the
+model's end tokens (``end_token_ids``: the tokenizer's EOS and its generation config's ``eos_token_id``), which
+then ends its mask and marks it finished, not truncated.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from rlkit.plugin import (
     SeededSampling,
     assemble_sampled_batch,
     decode_with_kv_cache,
+    end_token_ids,
     group_row_seeds,
     hookimpl,
     loop_can_decode,
@@ -76,12 +79,15 @@ class HFGenerator:
             kwargs["logits_processor"] = LogitsProcessorList([SeededSampling(row_seeds, ids.shape[1],
                                                                              request.temperature)])
             sample = False  # the processor's argmax is the draw
+        # every end token of the model, as `generate` stops by default: the tokenizer's EOS alone would read a row
+        # ended by a chat template's <|im_end|> (Qwen2.5-Instruct's config lists it beside <|endoftext|>) as going on
+        ends = end_token_ids(policy, tokenizer)
         was_training = policy.training
         policy.eval()
         try:
             if self.params.decode_loop and loop_can_decode(policy, self.params.generation_kwargs):
                 completion = decode_with_kv_cache(
-                    policy, ids, attn, max_new_tokens=request.max_new_tokens, eos_token_id=tokenizer.eos_token_id,
+                    policy, ids, attn, max_new_tokens=request.max_new_tokens, eos_token_id=ends,
                     pad_token_id=tokenizer.pad_token_id, temperature=request.temperature, greedy=not sample,
                     min_new_tokens=int(self.params.generation_kwargs.get("min_new_tokens", 0)),
                     logits_processor=kwargs.get("logits_processor"))
@@ -89,12 +95,12 @@ class HFGenerator:
                 out = policy.generate(
                     input_ids=ids, attention_mask=attn, max_new_tokens=request.max_new_tokens, do_sample=sample,
                     temperature=request.temperature if sample else None, top_k=None, top_p=None,
-                    pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id, use_cache=True,
+                    pad_token_id=tokenizer.pad_token_id, eos_token_id=ends or None, use_cache=True,
                     **{**kwargs, **self.params.generation_kwargs})
                 completion = out[:, ids.shape[1]:]
         finally:
             policy.train(was_training)
-        return assemble_sampled_batch(ids, attn, completion, tokenizer, g)
+        return assemble_sampled_batch(ids, attn, completion, tokenizer, g, end_ids=ends)
 
     def sync_weights(self, policy: Any) -> None:
         """Nothing to copy: the next ``generate`` uses the updated policy itself."""

@@ -15,7 +15,11 @@ Wire fields relied on (checked against the engines' sources and docs):
   read when a server answers no ``token_ids``), ``skip_special_tokens``.
 * Response, ``CompletionResponse``: ``choices[i].index`` (prompt index × n + sample), ``choices[i].token_ids``,
   ``choices[i].logprobs.token_logprobs`` (one per token in ``token_ids``), ``choices[i].finish_reason``
-  (``CompletionResponseChoice`` in the same file). The EOS that ends a completion is one of its tokens.
+  (``CompletionResponseChoice`` in the same file): ``"stop"`` where the engine ended the completion (any of the
+  model's end tokens, ``<|im_end|>`` where the tokenizer's EOS is another, or a stop string), ``"length"`` where
+  ``max_tokens`` cut it (vLLM's ``FinishReason``; ``"abort"`` is read as cut). The token that ended it is one of
+  its ``token_ids``, so each row's mask covers exactly the tokens the engine sampled; an answer without
+  ``finish_reason`` is read by the end tokens (``end_token_ids``: the tokenizer's EOS and the generation config's).
   The log-probs are what the engine's ``logprobs_mode`` makes them: start vLLM with ``--logprobs-mode
   raw_logprobs`` (the default) for the raw model distribution, which is what ``engine_logprobs`` promises.
 * ``sync=adapter``: ``POST {root}/v1/load_lora_adapter`` ``{"lora_name", "lora_path", "load_inplace"}`` and
@@ -95,6 +99,7 @@ from rlkit.plugin import (
     SampledBatch,
     WeightVersions,
     assemble_sampled_batch,
+    end_token_ids,
     hookimpl,
     tokenize_prompts,
 )
@@ -106,11 +111,12 @@ if TYPE_CHECKING:
 
 WHERE = "generator.params"
 _SYNCS = ("auto", "full", "adapter", "none")
-Rows = list[tuple[list[int], list[float]]]  # per sample: token ids, their log-probs
+Rows = list[tuple[list[int], list[float], bool | None]]  # per sample: token ids, their log-probs, whether it ended
 
 
 def _read_choices(n: int) -> Any:
-    """Reads a completions answer's body: ``[(token_ids, token_logprobs)] * n`` in sample order, or None."""
+    """Reads a completions answer's body: ``[(token_ids, token_logprobs, ended)] * n`` in sample order, or None;
+    ``ended``: the engine stopped the sample itself (``finish_reason`` ``"stop"``), None where it does not say."""
 
     def read(body: bytes) -> Rows | None:
         try:
@@ -123,7 +129,9 @@ def _read_choices(n: int) -> Any:
                     ids = [int(name.removeprefix("token_id:")) for name in logprobs["tokens"]]
                 if len(ids) != len(logps) or not all(isinstance(t, int) for t in ids):
                     return None
-                out.append(([int(t) for t in ids], [float("nan") if v is None else float(v) for v in logps]))
+                reason = choice.get("finish_reason")
+                out.append(([int(t) for t in ids], [float("nan") if v is None else float(v) for v in logps],
+                            reason == "stop" if isinstance(reason, str) else None))
         except (ValueError, KeyError, IndexError, TypeError, AttributeError):
             return None
         return out if len(out) == n else None
@@ -484,7 +492,7 @@ class OpenAIServerGenerator:
                                            else int(seeds[i]))).encode() for i, prompt in enumerate(prompts)]
         device = next(policy.parameters()).device  # where the hf generator's batch lives too
         batch = PendingBatch(self, bodies, prompts, prompt_ids, prompt_mask, request.num_generations, tokenizer,
-                             device, request.greedy)
+                             device, request.greedy, end_token_ids(policy, tokenizer))
         self._out.append(batch)
         return batch
 
@@ -504,10 +512,11 @@ class PendingBatch:
 
     def __init__(self, generator: OpenAIServerGenerator, bodies: list[bytes], prompts: list[list[int]],
                  prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, g: int, tokenizer: Any, device: torch.device,
-                 greedy: bool = False) -> None:
+                 greedy: bool = False, end_ids: list[int] | None = None) -> None:
         self._generator, self._prompts = generator, prompts
         self._prompt_ids, self._prompt_mask, self._g = prompt_ids, prompt_mask, g
         self._tokenizer, self._device = tokenizer, device
+        self._end_ids = end_ids if end_ids is not None else [tokenizer.eos_token_id]  # for an answer without reason
         self.policy_version, self._served_at = generator.policy_version, generator.versions.pushed_at
         self._batch: SampledBatch | None = None
         self._rows: list[Rows | None] = []
@@ -534,7 +543,7 @@ class PendingBatch:
                                            f"of the batch: {failure[1]}", f"{WHERE}.base_url")
         elif p.reference_model is not None and self._trains:
             prompts = [self._prompts[r] for r, record in enumerate(self._rows) for _ in (record or [])]
-            completions = [ids for record in self._rows for ids, _ in (record or [])]
+            completions = [ids for record in self._rows for ids, _, _ in (record or [])]
             width = max(1, max((len(c) for c in completions), default=0))  # as result() assembles it
             self._reference = self._generator._score(prompts, completions, width, self._device)
 
@@ -556,21 +565,24 @@ class PendingBatch:
             self._generator._load_due()  # nothing sampled on the old weights is still out: the new ones can load
         rows = [row for record in self._rows for row in (record or [])]
         tokenizer, g, device = self._tokenizer, self._g, self._device
-        width = max(1, max(len(ids) for ids, _ in rows))
+        width = max(1, max(len(ids) for ids, _, _ in rows))
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         completion = torch.full((len(rows), width), pad, dtype=self._prompt_ids.dtype)
         logps = torch.zeros(len(rows), width, dtype=torch.float32)
-        for r, (ids, values) in enumerate(rows):
+        for r, (ids, values, _) in enumerate(rows):
             completion[r, :len(ids)] = torch.tensor(ids, dtype=self._prompt_ids.dtype)
             logps[r, :len(values)] = torch.tensor(values, dtype=torch.float32)
+        # the engine's finish_reason, where it gave one, else the end tokens, decides what ended (see the module doc)
+        stopped = [bool(ids) and ids[-1] in self._end_ids if ended is None else ended for ids, _, ended in rows]
         batch = assemble_sampled_batch(self._prompt_ids.repeat_interleave(g, dim=0).to(device),
                                        self._prompt_mask.repeat_interleave(g, dim=0).to(device),
-                                       completion.to(device), tokenizer, g)
+                                       completion.to(device), tokenizer, g,
+                                       lengths=[len(ids) for ids, _, _ in rows], stopped=stopped)
         batch.engine_logprobs = logps.to(device).masked_fill(batch.completion_mask == 0, 0.0)
         batch.policy_version = self.policy_version
         batch.policy_lag = self._generator.versions.lag(self._served_at)
-        # not a field: it never travels in a checkpoint. Scored as the engine returned the tokens; where the batch's
-        # masks read a row otherwise (a stop token that is not EOS, then padding that is), it is scored again
+        # not a field: it never travels in a checkpoint. Scored as the engine returned the tokens, which the masks
+        # now cover exactly; the check stays so that a mask read otherwise is scored again, never misaligned
         if self._reference is not None and self._reference.lengths == batch.completion_mask.sum(dim=1).tolist():
             batch.reference_scores = self._reference
         self._batch = batch
