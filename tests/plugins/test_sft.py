@@ -67,7 +67,9 @@ def test_demonstrations_from_records(tmp_path):
 
 def test_records_without_a_demonstration_are_named(registry, tmp_path):
     data = tmp_path / "prompts.jsonl"
-    data.write_text(json.dumps({"prompt": "1+1=", "completion": "2"}) + "\n" + json.dumps({"prompt": "2+2="}) + "\n")
+    # record 1 carries the reference the default rubric's correctness is scored from: its lack is a mistake of its own
+    data.write_text(json.dumps({"prompt": "1+1=", "completion": "2", "reference": "2"}) + "\n"
+                    + json.dumps({"prompt": "2+2="}) + "\n")
     cfg = compose_config(registry, ["objective=sft", f"data.path={data}"])
     with pytest.raises(DataError, match="record 2 has neither a `completion` nor a `reference`") as err:
         check_config(cfg, registry)
