@@ -20,7 +20,6 @@ from omegaconf import DictConfig, OmegaConf
 from rlkit.config import check_block
 from rlkit.core.errors import ConfigError, DataError
 from rlkit.data.pairs import PreferencePair, listwise_to_pairs
-from rlkit.data.records import prompt_text
 from rlkit.grm.reward_model import DEFAULT_MAX_TOKENS, ScalarRewardModel, check_causal_lm
 from rlkit.grm.training import PreferenceModule, PreferenceTrainConfig, check_preference_config
 
@@ -78,8 +77,8 @@ class RewardModelModule(PreferenceModule):
         self.settings: RmTrainConfig = settings
 
     def _rewards(self, pairs: list[PreferencePair]) -> tuple[torch.Tensor, torch.Tensor]:
-        texts = [ScalarRewardModel.text(prompt_text(p.prompt), p.chosen) for p in pairs]
-        texts += [ScalarRewardModel.text(prompt_text(p.prompt), p.rejected) for p in pairs]
+        texts = [ScalarRewardModel.text(p.prompt, p.chosen) for p in pairs]
+        texts += [ScalarRewardModel.text(p.prompt, p.rejected) for p in pairs]
         r = self.model(texts)  # chosen and rejected in one pass, as TRL's collator stacks them
         return r[:len(pairs)], r[len(pairs):]
 
@@ -98,7 +97,7 @@ class RewardModelModule(PreferenceModule):
 
 def completion_center(rm: ScalarRewardModel, pairs: list[PreferencePair], batch_size: int) -> float:
     """The mean reward over the distinct completions of ``pairs``: where the judge's σ(r - centre) is one half."""
-    texts = sorted({ScalarRewardModel.text(prompt_text(p.prompt), t) for p in pairs for t in (p.chosen, p.rejected)})
+    texts = sorted({ScalarRewardModel.text(p.prompt, t) for p in pairs for t in (p.chosen, p.rejected)})
     return float(rm.rewards(texts, batch_size).mean()) if texts else 0.0
 
 

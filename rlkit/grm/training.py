@@ -1,12 +1,14 @@
 """``rlkit train-grm``: train a generative reward model on preference data with Lightning.
 
-Pairwise objective: every training pair is asked in both label orders (chosen as A, then as B) and the model
-learns to answer the chosen one's label, so a preference for a position is trained away. Listwise objective:
-a whole ranked group is shown in a fresh random label order each time, and the label-token logits are
-trained as Plackett-Luce utilities of the ranks. Either way the held-out pairs are scored every epoch as the
-judge will score them (both orders, averaged), overall, per domain and controlled for length
-(:mod:`rlkit.grm.metrics`). The trained model is saved with ``save_pretrained`` under ``<run dir>/grm`` with a
-``grm.json`` that tells ``judge=grm`` how it was asked.
+Pairwise objective: every training pair is asked in both label orders (chosen as A, then as B) and the model learns
+to answer the chosen one's label, so a preference for a position is trained away. Listwise objective: a whole ranked
+group is shown in a fresh random label order each time, and the label-token logits are trained as Plackett-Luce
+utilities of the ranks. Either way the held-out pairs are scored every epoch as the judge will score them: with the
+trained objective's question (a listwise GRM sees each pair as a group of two), in both orders, averaged, overall,
+per domain and controlled for length (:mod:`rlkit.grm.metrics`). Every question holds the prompt as
+:func:`rlkit.grm.prompts.reward_prompt` renders it, as the judge's do. The trained model is saved with
+``save_pretrained`` under ``<run dir>/grm`` with a ``grm.json`` that tells ``judge=grm`` how it was asked (its
+templates and objective).
 """
 
 from __future__ import annotations
@@ -295,9 +297,8 @@ class GrmModule(PreferenceModule):
     def _pairwise_loss(self, pairs: Sequence[PreferencePair]) -> torch.Tensor:
         questions, targets = [], []
         for p in pairs:
-            prompt = prompt_text(p.prompt)
-            questions += [self.grm.pairwise_question(prompt, p.chosen, p.rejected, p.reference),
-                          self.grm.pairwise_question(prompt, p.rejected, p.chosen, p.reference)]
+            questions += [self.grm.pairwise_question(p.prompt, p.chosen, p.rejected, p.reference),
+                          self.grm.pairwise_question(p.prompt, p.rejected, p.chosen, p.reference)]
             targets += [self.grm.label_id(0), self.grm.label_id(1)]
         logits = self.grm.next_token_logits(questions)
         # over the whole vocabulary, so the model also *answers* with the label when asked to generate
@@ -309,8 +310,7 @@ class GrmModule(PreferenceModule):
         for g in groups:
             order = list(range(len(g.responses)))
             rng.shuffle(order)
-            questions.append(self.grm.listwise_question(prompt_text(g.prompt), [g.responses[i].text for i in order],
-                                                        g.reference))
+            questions.append(self.grm.listwise_question(g.prompt, [g.responses[i].text for i in order], g.reference))
             shown_ranks.append([g.responses[i].rank for i in order])
         logits = self.grm.next_token_logits(questions)
         losses = [plackett_luce_loss(logits[i, [self.grm.label_id(j) for j in range(len(r))]], r)
@@ -323,7 +323,8 @@ class GrmModule(PreferenceModule):
         return loss
 
     def validation_step(self, batch: list[PreferencePair], batch_idx: int) -> None:
-        items = [(prompt_text(p.prompt), p.chosen, p.rejected, p.reference) for p in batch]
+        # the trained objective's question (self.grm.objective), as judge=grm asks it
+        items = [(p.prompt, p.chosen, p.rejected, p.reference) for p in batch]
         self.add_outcomes(self.grm.prefer_first(items, self.settings.eval_batch_size).tolist(), batch)
 
 
@@ -411,7 +412,7 @@ def train_grm(cfg: DictConfig, run_dir: Path, registry: Any) -> dict[str, Any]:
     model, tokenizer = load_base_model(settings.model)
     if settings.model.lora.enabled:
         model = apply_lora(model, settings.model.lora)
-    grm = GenerativeRewardModel(model, tokenizer, grm_format(settings))
+    grm = GenerativeRewardModel(model, tokenizer, grm_format(settings), settings.objective)
     run = fit_preference_model(cfg, run_dir, GrmModule(grm, settings, total_steps=1), train, val, "train-grm")
     out = run_dir / "grm"
     save_policy(model, tokenizer, out, "merged")

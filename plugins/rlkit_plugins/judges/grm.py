@@ -1,10 +1,15 @@
 """The ``grm`` judge: a generative reward model trained with ``rlkit train-grm`` scores each group.
 
-Every two completions of a group are put to the model in both label orders (``rlkit.grm.model``); a completion's
-score is its mean preference over the others of its group, a soft win rate in [0, 1]. The scores follow a
-derived one-dimension rubric, ``preference`` (:meth:`GrmJudge.scored_rubric`); the rubric the GRM was trained
-to apply lives in the model, not in this config. The judgement's ``confidence`` is the model's order consistency per
-group: 1 when asking A-then-B and B-then-A always agree, lower as position decides more of its answer.
+The model is asked the question it was trained on (``objective: auto``, read from the folder's ``grm.json``; a folder
+without one is pairwise), or the one ``objective`` names. Pairwise: every two completions of a group are put to the
+model in both label orders. Listwise: the whole group is shown labelled A, B, C..., in its order and reversed, and
+the label logits are read as Plackett-Luce utilities, P(i before j) = σ(u_i - u_j) (``rlkit.grm.model``). Either way
+a completion's score is its mean preference over the others of its group, a soft win rate in [0, 1]. The scores
+follow a derived one-dimension rubric, ``preference`` (:meth:`GrmJudge.scored_rubric`); the rubric the GRM was
+trained to apply lives in the model, not in this config. The judgement's ``confidence`` is the model's order
+consistency per group: 1 when the two orders' answers always agree, lower as position decides more of its answer.
+The prompt in every question is rendered as in training: the model's question builders render it
+(``rlkit.grm.prompts.reward_prompt``), for ``train-grm`` and for this judge alike.
 
 The model is loaded on the first ``score`` call, so ``rlkit validate`` stays light; its folder is checked at
 once.
@@ -41,6 +46,8 @@ from rlkit.plugin import (
 if TYPE_CHECKING:
     import torch
 
+OBJECTIVES = ("auto", "pairwise", "listwise")
+MAX_LISTWISE = 26  # one label letter per completion, A to Z
 
 
 def preference_rubric(rubric: Rubric) -> Rubric:
@@ -62,6 +69,8 @@ class GrmJudge:
         dtype: str = "float32"
         device: str = "cpu"  # cpu | cuda | cuda:N
         batch_size: int = 64  # questions per forward pass
+        # auto: the question the GRM was trained on (its grm.json; pairwise without one) | pairwise | listwise
+        objective: str = "auto"
         # null: the whole model on `device`; auto | balanced | balanced_low_0 | sequential: planned by accelerate;
         # a device (cpu, cuda, cuda:N); or {module name: device} with devices GPU index, cpu or disk
         device_map: str | int | dict[str, int | str] | None = None
@@ -80,6 +89,8 @@ class GrmJudge:
             raise ParamError(exc.message, "model") from None
         if p.batch_size < 1:
             raise ParamError(f"must be >= 1, got {p.batch_size}", "batch_size")
+        if p.objective not in OBJECTIVES:
+            raise ParamError(f"one of {', '.join(OBJECTIVES)}, got {p.objective!r}", "objective")
         if p.device_map is not None and p.device != "cpu":
             raise ParamError(f"device_map places the model; leave device at cpu (got {p.device!r}) or set "
                               "device_map: null", "device")
@@ -126,10 +137,17 @@ class GrmJudge:
         if g < 2:
             raise JudgeError(f"compares the completions of a group and needs at least 2 per prompt, got {g}",
                              "judge 'grm'")
+        grm = self._load()
+        # auto: the objective GenerativeRewardModel.load read from the folder's grm.json
+        objective = grm.objective if self.params.objective == "auto" else self.params.objective
+        if objective == "listwise" and g > MAX_LISTWISE:
+            raise JudgeError(f"a listwise question labels at most {MAX_LISTWISE} completions (A to Z), got groups of "
+                             f"{g}; set judge.params.objective=pairwise", "judge 'grm'")
         start = time.perf_counter()
-        wins, consistency = self._load().group_rewards(rollout.records, rollout.completions, self.params.batch_size,
-                                                       with_consistency=True)
-        metrics = {"judge/grm_questions": float(b * g * (g - 1)), "judge/grm_seconds": time.perf_counter() - start,
+        wins, consistency = grm.group_rewards(rollout.records, rollout.completions, self.params.batch_size,
+                                              with_consistency=True, objective=objective)
+        metrics = {"judge/grm_questions": float(b * grm.questions_per_group(g, objective)),
+                   "judge/grm_seconds": time.perf_counter() - start,
                    "judge/swap_consistency": float(consistency.mean())}
         return Judgement(wins.unsqueeze(-1), confidence=consistency, metrics=metrics)
 

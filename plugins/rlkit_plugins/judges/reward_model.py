@@ -1,12 +1,13 @@
 """The ``reward_model`` judge: a Bradley-Terry reward model trained with ``rlkit train-rm`` scores each completion.
 
-The model reads the prompt's text followed by the completion and answers one number, r (``rlkit.plugin.
-ScalarRewardModel``). Its scores follow a derived one-dimension rubric, ``preference`` in [0, 1]
-(:meth:`RewardModelJudge.scored_rubric`): ``σ(r - c)``, where c is the mean reward of the held-out completions the
-model was trained with (``reward_model.json``'s ``center``). Under the Bradley-Terry model that is the probability the
-completion is preferred over a typical one of its training data, so 0.5 is "as good as usual", and two completions'
-scores keep the order of their rewards. Unlike ``judge=grm`` each completion is scored alone: a group of one is
-scored, and G completions cost G forward passes, not G·(G-1).
+The model reads the prompt, rendered as ``rlkit train-rm`` rendered it (one user message as its content alone,
+whether it comes as chat messages or as a labelling file's text; ``rlkit.grm.prompts``), followed by the completion,
+and answers one number, r (``rlkit.plugin.ScalarRewardModel``). Its scores follow a derived one-dimension rubric,
+``preference`` in [0, 1] (:meth:`RewardModelJudge.scored_rubric`): ``σ(r - c)``, where c is the mean reward of the
+held-out completions the model was trained with (``reward_model.json``'s ``center``). Under the Bradley-Terry model
+that is the probability the completion is preferred over a typical one of its training data, so 0.5 is "as good as
+usual", and two completions' scores keep the order of their rewards. Unlike ``judge=grm`` each completion is scored
+alone: a group of one is scored, and G completions cost G forward passes, not G·(G-1).
 
 Only a sigmoid of the centred reward lands in a rubric dimension's range without a scale picked by hand; the raw
 rewards' mean and spread are logged each step (``judge/rm_reward_mean``, ``judge/rm_reward_std``) so a drift of the
@@ -91,11 +92,10 @@ class RewardModelJudge:
         as metrics."""
         import torch
 
-        from rlkit.plugin import prompt_text
-
         rm = self._load()
         start = time.perf_counter()
-        texts = [rm.text(prompt_text(record.get("prompt", "")), completion)
+        # rm.text renders the prompt as train-rm did when it trained the model (rlkit.grm.prompts.reward_prompt)
+        texts = [rm.text(record.get("prompt", ""), completion)
                  for record, group in zip(rollout.records, rollout.completions, strict=True) for completion in group]
         rewards = rm.rewards(texts, self.params.batch_size).view(rollout.num_prompts, rollout.group_size)
         scores = torch.sigmoid(rewards - rm.center).unsqueeze(-1)
