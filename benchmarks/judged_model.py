@@ -15,8 +15,9 @@ Prints per run each dimension's held-out start → end, the wall time, the media
 the monitors' alerts and gold reward, and the blind comparison file of each seed's final policy against its start
 (``rlkit compare RUN serve=false``: written for people to label, never served here); plots each dimension's
 held-out curve per seed against the control to ``--plot``. The verdict follows the issue's targets: every
-model-judged dimension rises beyond the control's noise on every seed (exit 0 when it does, 1 when not); the blind
-comparison's target (trained policy preferred on >= 60% of non-tied items, 95% interval above 50%) needs people.
+model-judged dimension rises beyond the judge's noise (the spread of the runs' start evaluations, see
+``control_noise``) on every seed (exit 0 when it does, 1 when not); the blind comparison's target (trained policy
+preferred on >= 60% of non-tied items, 95% interval above 50%) needs people.
 
 The 1.5B judge does not tell SmolLM2's wrong definitions apart (docs/real-models.md, "A task rules cannot check":
 it scored three wrong definitions 3 of 3 on correctness), so a rise in the judged dimensions is what this judge
@@ -144,10 +145,13 @@ def prompt_text(prompt: Any) -> str:
     return str(prompt)
 
 
-def control_noise(controls: list[Run], dim: str) -> float:
-    """How far the lr=0 control's held-out score strayed from its start at any evaluation: the greedy answers of an
-    unchanged policy, so whatever moves is the judge's own nondeterminism (the engine's batching) and nothing else."""
-    return max((abs(v - r.start(dim)) for r in controls for _, v in r.curves[dim]), default=float("nan"))
+def control_noise(runs: list[Run], dim: str) -> float:
+    """The judge's own noise on identical answers: the spread of every run's start evaluation (the untrained policy's
+    greedy answers, the same in every run, each judged by its own engine process). Not the lr=0 control's start
+    against its later evaluations: within one run rlkit's response cache answers a (prompt, answer) pair it has
+    judged, so those agree to every digit whatever the judge's nondeterminism (the engine's batching)."""
+    starts = [r.start(dim) for r in runs if r.curves[dim]]
+    return max(starts) - min(starts) if len(starts) >= 2 else float("nan")
 
 
 def blind_comparison(run: Run, dims: list[str]) -> None:
@@ -261,13 +265,14 @@ def plot(learning: list[Run], controls: list[Run], dims: list[Dimension], path: 
 def verdict(learning: list[Run], controls: list[Run], dims: list[Dimension]) -> bool:
     """The issue's targets that a program can check, said one by one; the people's target said as pending."""
     judged = [d for d in dims if d.judge != "rule"]
-    ok = bool(controls)
+    runs = [*learning, *controls]
+    ok = len(runs) >= 2
     print("\nverdict (issue 48's targets):")
-    if not controls:
-        print("  judged dimensions against the control: no control run (--no-control), not checked")
+    if not ok:
+        print("  judged dimensions against the judge's noise: one run judges the start once, not checked")
     for d in judged:
-        noise = control_noise(controls, d.name) if controls else float("nan")
-        rises = [r.change(d.name) > noise + MIN_RISE for r in learning] if controls else []
+        noise = control_noise(runs, d.name)
+        rises = [r.change(d.name) > noise + MIN_RISE for r in learning] if ok else []
         ok = ok and all(rises)
         changes = ", ".join(f"seed {r.seed} {r.change(d.name):+.2f}" for r in learning)
         state = ("rises beyond the control's noise on every seed" if rises and all(rises) else
