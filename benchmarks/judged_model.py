@@ -266,18 +266,18 @@ def verdict(learning: list[Run], controls: list[Run], dims: list[Dimension]) -> 
     """The issue's targets that a program can check, said one by one; the people's target said as pending."""
     judged = [d for d in dims if d.judge != "rule"]
     runs = [*learning, *controls]
-    ok = len(runs) >= 2
+    measured = ok = len(runs) >= 2
     print("\nverdict (issue 48's targets):")
-    if not ok:
+    if not measured:
         print("  judged dimensions against the judge's noise: one run judges the start once, not checked")
     for d in judged:
         noise = control_noise(runs, d.name)
-        rises = [r.change(d.name) > noise + MIN_RISE for r in learning] if ok else []
+        rises = [r.change(d.name) > noise + MIN_RISE for r in learning] if measured else []
         ok = ok and all(rises)
-        changes = ", ".join(f"seed {r.seed} {r.change(d.name):+.2f}" for r in learning)
-        state = ("rises beyond the control's noise on every seed" if rises and all(rises) else
-                 "does NOT rise beyond the control's noise on every seed" if rises else "")
-        print(f"  {d.name}: {changes}; control noise {noise:.3f} (+{MIN_RISE}): {state}".rstrip(": "))
+        changes = ", ".join(f"seed {r.seed} {r.change(d.name):+.3f}" for r in learning)
+        state = ("rises beyond the judge's noise on every seed" if rises and all(rises) else
+                 "does NOT rise beyond the judge's noise on every seed" if rises else "")
+        print(f"  {d.name}: {changes}; the judge's noise {noise:.4f} (+{MIN_RISE}): {state}".rstrip(": "))
     for r in learning:
         falls = [g for g in r.gold if g[1] == g[1]]
         trend = f"gold reward {falls[0][1]:.2f} → {falls[-1][1]:.2f}" if falls else "no gold measurement"
