@@ -28,18 +28,6 @@ COMPACT = GrmFormat("grm/pairwise_compact.jinja", "grm/listwise_compact.jinja", 
 
 
 @pytest.fixture(scope="module")
-def cache(tmp_path_factory) -> Path:
-    return tmp_path_factory.mktemp("rlkit-cache")
-
-
-@pytest.fixture(autouse=True)
-def _isolated(tmp_path, monkeypatch, cache):
-    monkeypatch.setenv("RLKIT_CACHE", str(cache))
-    monkeypatch.setenv("WANDB_SILENT", "true")
-    monkeypatch.chdir(tmp_path)
-
-
-@pytest.fixture(scope="module")
 def untrained(cache) -> GenerativeRewardModel:
     from rlkit.lm.models import TinyPolicySpec, build_model, build_tokenizer
 

@@ -33,18 +33,6 @@ GROUPS = [["7", "8", "x7"], ["17", "1 7", "71"]]
 
 
 @pytest.fixture(scope="module")
-def cache(tmp_path_factory) -> Path:
-    return tmp_path_factory.mktemp("rlkit-cache")
-
-
-@pytest.fixture(autouse=True)
-def _isolated(tmp_path, monkeypatch, cache):
-    monkeypatch.setenv("RLKIT_CACHE", str(cache))
-    monkeypatch.setenv("WANDB_SILENT", "true")
-    monkeypatch.chdir(tmp_path)
-
-
-@pytest.fixture(scope="module")
 def trained(tmp_path_factory, cache) -> dict[str, Path]:
     """``rlkit train-grm`` for a few steps on micro settings, once per objective: {objective: the saved GRM}."""
     saved = {k: os.environ.get(k) for k in ("RLKIT_CACHE", "WANDB_SILENT")}

@@ -32,17 +32,6 @@ pytestmark = pytest.mark.filterwarnings("ignore:You are trying to `self.log\\(\\
 
 
 @pytest.fixture(scope="module")
-def cache(tmp_path_factory) -> Path:
-    return tmp_path_factory.mktemp("rlkit-cache")
-
-
-@pytest.fixture(autouse=True)
-def _isolated(tmp_path, monkeypatch, cache):
-    monkeypatch.setenv("RLKIT_CACHE", str(cache))
-    monkeypatch.chdir(tmp_path)
-
-
-@pytest.fixture(scope="module")
 def tiny(cache) -> tuple[Any, Any]:
     from rlkit.lm.models import TinyPolicySpec, build_model, build_tokenizer
 

@@ -41,18 +41,6 @@ def _jsonl(path: Path, rows: list[dict]) -> Path:
 
 
 @pytest.fixture(scope="module")
-def cache(tmp_path_factory) -> Path:
-    return tmp_path_factory.mktemp("rlkit-cache")
-
-
-@pytest.fixture(autouse=True)
-def _isolated(tmp_path, monkeypatch, cache):
-    monkeypatch.setenv("RLKIT_CACHE", str(cache))
-    monkeypatch.setenv("WANDB_SILENT", "true")
-    monkeypatch.chdir(tmp_path)
-
-
-@pytest.fixture(scope="module")
 def trained_rm(tmp_path_factory, cache) -> Path:
     """``rlkit train-rm`` on 40 toy pairs (30% of the prompts held out), 3 epochs: the run folder."""
     root = tmp_path_factory.mktemp("rm-run")
