@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -35,20 +34,14 @@ GROUPS = [["7", "8", "x7"], ["17", "1 7", "71"]]
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory, cache) -> dict[str, Path]:
     """``rlkit train-grm`` for a few steps on micro settings, once per objective: {objective: the saved GRM}."""
-    saved = {k: os.environ.get(k) for k in ("RLKIT_CACHE", "WANDB_SILENT")}
-    os.environ.update(RLKIT_CACHE=str(cache), WANDB_SILENT="true")
     folders = {}
-    try:
+    with pytest.MonkeyPatch.context() as env:  # module-scoped: the function-scoped monkeypatch cannot serve
+        env.setenv("RLKIT_CACHE", str(cache))
+        env.setenv("WANDB_SILENT", "true")
         for objective in ("pairwise", "listwise"):
             run = tmp_path_factory.mktemp(f"grm-{objective}")
             assert main(["train-grm", *MICRO, f"grm.objective={objective}", f"hydra.run.dir={run}"]) == 0
             folders[objective] = run / "grm"
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
     return folders
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import csv
 import json
-import os
 import random
 from pathlib import Path
 
@@ -45,17 +44,11 @@ def trained_rm(tmp_path_factory, cache) -> Path:
     """``rlkit train-rm`` on 40 toy pairs (30% of the prompts held out), 3 epochs: the run folder."""
     root = tmp_path_factory.mktemp("rm-run")
     pairs = _jsonl(root / "train.pairs.jsonl", toy_pairs(40))
-    saved = {k: os.environ.get(k) for k in ("RLKIT_CACHE", "WANDB_SILENT")}
-    os.environ.update(RLKIT_CACHE=str(cache), WANDB_SILENT="true")
-    try:
+    with pytest.MonkeyPatch.context() as env:  # module-scoped: the function-scoped monkeypatch cannot serve
+        env.setenv("RLKIT_CACHE", str(cache))
+        env.setenv("WANDB_SILENT", "true")
         assert main(["train-rm", *MICRO, f"rm.data.train={pairs}", "rm.data.val_fraction=0.3", "rm.epochs=3",
                      "rm.center_rewards_coefficient=0.01", f"hydra.run.dir={root / 'run'}"]) == 0
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
     return root / "run"
 
 
