@@ -27,8 +27,16 @@ each, run as a subprocess:
    (a group whose scores all tie has τ 0: it orders nothing). Each has a 95% percentile bootstrap interval that
    resamples held-out prompts.
 
+Every row's figures, commands and timings are kept in ``<work>/results.json``; a run updates the rows it ran and
+leaves the others as they were, and the table printed at the end holds them all. ``--rows`` runs only the rows named,
+and ``--reuse-training`` scores a row again with the model its earlier run left in ``<work>/runs/<row>`` instead of
+training it again (a scored file it replaces is kept as ``<row>.scored.previous.jsonl``). The data are made again
+from the labels each run (from-labels is deterministic); when a reused model's data differ from them, the run stops
+before anything is scored.
+
     python benchmarks/grm_from_labels.py                                      # every row
     python benchmarks/grm_from_labels.py --epochs 1 --max-pairs 60 --skip qwen --work /tmp/gfl
+    python benchmarks/grm_from_labels.py --work /tmp/gfl --rows smollm2_listwise --reuse-training   # score again
 """
 
 from __future__ import annotations
@@ -69,8 +77,8 @@ TITLES = {
 class Row:
     name: str
     commands: list[str] = field(default_factory=list)
-    train_s: float = 0.0
-    score_s: float = 0.0
+    train_s: float = math.nan  # nan: nothing trained, or the training reused and its time unknown
+    score_s: float = math.nan
     accuracy: tuple[float, float, float] = (math.nan,) * 3
     tau: tuple[float, float, float] = (math.nan,) * 3
     unscored: int = 0
@@ -240,7 +248,17 @@ def qwen_missing() -> str | None:
     return None
 
 
-def run_row(name: str, data: Path, pairs: Path, groups: Path, work: Path, a: argparse.Namespace) -> Row:
+def trained_model(name: str, run: Path) -> Path | None:
+    """The model a finished training of row ``name`` left in ``run`` (its metadata file written last), or None."""
+    for folder, info in (("grm", "grm.json"), ("reward_model", "reward_model.json")):
+        if (run / folder / info).is_file():
+            return run / folder
+    return None
+
+
+def run_row(name: str, data: Path, pairs: Path, groups: Path, work: Path, a: argparse.Namespace,
+            before: dict[str, Any] | None = None) -> Row:
+    """Train (or, with ``--reuse-training``, reuse) and score one row; ``before`` is its earlier results entry."""
     row = Row(name)
     run = work / "runs" / name
     if name == "shorter":
@@ -252,7 +270,13 @@ def run_row(name: str, data: Path, pairs: Path, groups: Path, work: Path, a: arg
         row.note = f"skipped: {why}"
         return row
     args = train_args(name, data, pairs, run, a)
-    if args:
+    if args and a.reuse_training and trained_model(name, run) is not None:
+        before = before or {}
+        row.commands.append(before.get("commands", [shown(args)])[0])
+        row.train_s = float(before.get("train_s", math.nan))
+        row.note = "training reused"
+        print(f"[{name}] reusing the model trained in {run}", flush=True)
+    elif args:
         row.commands.append(shown(args))
         print(f"[{name}] {row.commands[-1]}", flush=True)
         code, row.train_s, tail = rlkit(args, work, work / f"{name}.train.log")
@@ -260,6 +284,10 @@ def run_row(name: str, data: Path, pairs: Path, groups: Path, work: Path, a: arg
             row.note = f"training failed (exit {code}): {tail.strip().splitlines()[-1] if tail.strip() else ''}"
             return row
     out = work / f"{name}.scored.jsonl"
+    if out.is_file():
+        kept = out.with_name(f"{name}.scored.previous.jsonl")
+        out.replace(kept)
+        print(f"[{name}] the earlier scores are kept as {kept}", flush=True)
     args = ["score", f"rubric={RUBRIC}", *judge_args(name, run, a), f"data.path={groups}", f"score.output={out}",
             "logger=none", f"hydra.run.dir={work / 'runs' / (name + '_score')}"]
     row.commands.append(shown(args))
@@ -278,6 +306,37 @@ def fmt(value: tuple[float, float, float]) -> str:
     return "—" if math.isnan(point) else f"{point:.2f} [{low:.2f}, {high:.2f}]"
 
 
+def seconds(value: float) -> str:
+    return "—" if math.isnan(value) else f"{value:.0f}"
+
+
+def read_results(path: Path) -> dict[str, dict[str, Any]]:
+    """``results.json``'s rows by name (none when the file is absent)."""
+    return json.loads(path.read_text())["rows"] if path.is_file() else {}
+
+
+def write_results(path: Path, results: dict[str, dict[str, Any]], rows: list[Row]) -> dict[str, dict[str, Any]]:
+    """The rows run now over the earlier results (the others kept as they were), written whole or not at all."""
+    today = datetime.date.today().isoformat()
+    merged = dict(results)
+    for r in rows:
+        merged[r.name] = {"accuracy": list(r.accuracy), "tau": list(r.tau), "train_s": r.train_s,
+                          "score_s": r.score_s, "unscored": r.unscored, "note": r.note, "commands": r.commands,
+                          "date": today}
+    ordered = {name: merged[name] for name in ROWS if name in merged}
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps({"rows": ordered}, indent=2, allow_nan=True) + "\n")
+    tmp.replace(path)
+    return ordered
+
+
+def as_row(name: str, entry: dict[str, Any]) -> Row:
+    """An earlier run's row, from its results entry."""
+    note = "; ".join(n for n in (entry.get("note", ""), f"from the run of {entry['date']}") if n)
+    return Row(name, list(entry.get("commands", [])), float(entry["train_s"]), float(entry["score_s"]),
+               tuple(entry["accuracy"]), tuple(entry["tau"]), int(entry.get("unscored", 0)), note)
+
+
 def table(rows: list[Row], report: dict[str, Any]) -> str:
     held, train = report["heldout"], report["train"]
     lines = [f"held out: {held['prompts']} prompts, {held['completions']} answers, {held['pairs']} pairs; "
@@ -287,7 +346,7 @@ def table(rows: list[Row], report: dict[str, Any]) -> str:
     for r in rows:
         note = r.note or (f"{r.unscored} answers unscored" if r.unscored else "")
         lines.append(f"| {TITLES[r.name]} | {fmt(r.accuracy)} | {fmt(r.tau)} | "
-                     f"{r.train_s:.0f} | {r.score_s:.0f} | {note} |")
+                     f"{seconds(r.train_s)} | {seconds(r.score_s)} | {note} |")
     return "\n".join(lines)
 
 
@@ -299,6 +358,10 @@ def main() -> None:
     parser.add_argument("--max-pairs", type=int, default=0,
                         help="the pairwise GRMs and the RM train on at most this many pairs, a seeded sample (0: all)")
     parser.add_argument("--skip", nargs="*", default=[], choices=ROWS, help="rows to leave out")
+    parser.add_argument("--rows", nargs="+", default=None, choices=ROWS,
+                        help="run only these rows (the others keep their earlier results in <work>/results.json)")
+    parser.add_argument("--reuse-training", action="store_true",
+                        help="score a row again with the model its earlier run trained in <work>/runs/<row>")
     parser.add_argument("--heldout-fraction", type=float, default=0.3, help="prompts held out (0.3)")
     parser.add_argument("--seed", type=int, default=0)
     # conf/model/smollm2.yaml's LoRA rate for the policy (measured there); train_grm.yaml's 2e-3 is the tiny GRM's
@@ -314,6 +377,8 @@ def main() -> None:
     work = a.work or Path(tempfile.mkdtemp(prefix="rlkit-grm-labels-"))
     work.mkdir(parents=True, exist_ok=True)
     data = work / "data"
+    # a reused model must be scored on the held-out side of the data it was trained on
+    earlier = {f: (data / f).read_text() for f in ("train.jsonl", "heldout.jsonl") if (data / f).is_file()}
     if data.exists():
         shutil.rmtree(data)  # from-labels refuses a folder holding other files: a re-run starts its data afresh
     labels = labelling_file(work / "labelled.jsonl")
@@ -324,19 +389,26 @@ def main() -> None:
     if code != 0:
         raise SystemExit(f"rlkit data from-labels failed (exit {code}):\n{tail}")
     report = json.loads((data / "report.json").read_text())
+    if a.reuse_training and any((data / f).read_text() != text for f, text in earlier.items()):
+        raise SystemExit(f"the data made now differ from those in {data} before this run, which the reused models "
+                         "were trained on: run without --reuse-training")
     pairs, groups = capped_pairs(data, a.max_pairs, a.seed), heldout_groups(data)
 
+    results_path = work / "results.json"
+    results = read_results(results_path)
     started = time.perf_counter()
     rows = []
     for name in ROWS:
-        if name in a.skip:
+        if name in a.skip or (a.rows is not None and name not in a.rows):
             continue
-        rows.append(run_row(name, data, pairs, groups, work, a))
+        rows.append(run_row(name, data, pairs, groups, work, a, results.get(name)))
         print(f"[{name}] acc {fmt(rows[-1].accuracy)}, τ {fmt(rows[-1].tau)} {rows[-1].note}", flush=True)
+        results = write_results(results_path, results, rows[-1:])  # after each row: an interrupted run keeps it
 
     print(f"\n{datetime.date.today()}, {os.cpu_count()} CPUs, {time.perf_counter() - started:.0f} s; "
-          f"work folder {work}; training pairs used: {len(read_jsonl(pairs))}\n")
-    print(table(rows, report))
+          f"work folder {work}; training pairs used: {len(read_jsonl(pairs))}; every row's results: {results_path}\n")
+    ran = {r.name: r for r in rows}
+    print(table([ran.get(name) or as_row(name, entry) for name, entry in results.items()], report))
     print("\ncommands:")
     for r in rows:
         for c in r.commands:

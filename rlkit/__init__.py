@@ -15,6 +15,7 @@ MOVED_MODULES = {
     "rlkit.rubric": "rlkit.core.rubric",
     "rlkit.registry": "rlkit.core.registry",
     "rlkit.weighting": "rlkit.reward.weighting",
+    "rlkit.grm.prompts": "rlkit.data.prompts (reward_prompt, beside the held-out split's prompt_key)",
 }
 
 

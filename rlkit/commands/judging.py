@@ -197,7 +197,7 @@ def cmd_calibrate(overrides: Sequence[str]) -> int:
         _print_disagreements(console, worst)
     changes = moved = None
     if previous is not None:
-        changes, moved = compare_rounds(previous, report), line_changes(previous, lines)
+        changes, moved = compare_rounds(previous, report), line_changes(previous, lines, rubric)
         _print_round_changes(console, previous, changes, moved)
     windows = calibrate_by_window(labelled, scored.raw_scores, rubric, options.threshold)
     if len(windows) > 1 or (windows and run_dir is not None):

@@ -7,7 +7,9 @@ writes every labelled line's human and judge scores to ``calibration.json``; ``c
 and per line.
 
 Disagreement of a line: the mean over the dimensions with both a label and a score of ``|judge - human|`` divided
-by the dimension's span (``high - low``), so a binary miss and a 1-to-5 miss by four weigh alike (1.0).
+by the dimension's span (``high - low``), so a binary miss and a 1-to-5 miss by four weigh alike (1.0). Whether a
+line *agrees* (the lines a round fixed or broke) reads the judge's scores as κ does, each rounded to the nearest
+level: a judge that scores by expectation (``scoring: expected``) never has a disagreement of exactly 0.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import numpy as np
 from rlkit.core.errors import DataError
 from rlkit.core.markdown import md_cell, md_number
 from rlkit.core.rubric import Rubric
+from rlkit.evaluation.agreement_stats import to_levels
 
 ROUND_NAME = "calibration.json"
 ROUND_FORMAT = 1  # bump when the file's shape changes
@@ -45,9 +48,9 @@ class Disagreement:
 
     @property
     def differing(self) -> list[str]:
-        """The dimensions whose (rounded) judge level is not the human's."""
+        """The dimensions whose judge score, rounded to a level as κ rounds it (halves up), is not the human's."""
         return [name for name, h in self.human.items()
-                if name in self.judge and round(self.judge[name]) != round(h)]
+                if name in self.judge and math.floor(self.judge[name] + 0.5) != h]
 
 
 def _prompt_text(prompt: Any) -> str:
@@ -162,9 +165,23 @@ def compare_rounds(previous: dict[str, Any], report: Any) -> list[RoundChange]:
     return out
 
 
-def line_changes(previous: dict[str, Any], lines: Sequence[Disagreement]) -> tuple[int, int, int]:
+def agrees(human: dict[str, Any], scores: dict[str, Any], rubric: Rubric) -> bool:
+    """Whether the judge's ``scores`` give the human level on every dimension of ``rubric`` with both, each rounded to a
+    level as κ reads it (:func:`~rlkit.evaluation.agreement_stats.to_levels`: nearest level, halves up, clipped to
+    the range), so a fractional score of ``scoring: expected`` agrees when it rounds to the label."""
+    for dim in rubric.dimensions:
+        h, j = human.get(dim.name), scores.get(dim.name)
+        if h is None or j is None:
+            continue
+        if float(to_levels(float(j), dim.low, dim.high)) != float(h):
+            return False
+    return True
+
+
+def line_changes(previous: dict[str, Any], lines: Sequence[Disagreement], rubric: Rubric) -> tuple[int, int, int]:
     """Of the lines both rounds scored (matched by prompt and completion): how many the judge now gets right that it
-    got wrong, how many it now gets wrong that it got right, and how many were matched."""
+    got wrong, how many it now gets wrong that it got right, and how many were matched. Right is :func:`agrees`
+    over this round's dimensions, for both rounds' scores alike."""
     before = {(line.get("prompt"), line.get("completion")): line for line in previous.get("lines") or []
               if isinstance(line, dict)}
     fixed = broken = matched = 0
@@ -173,8 +190,8 @@ def line_changes(previous: dict[str, Any], lines: Sequence[Disagreement]) -> tup
         if old is None:
             continue
         matched += 1
-        was_right = float(old.get("disagreement") or 0.0) == 0.0
-        is_right = line.size == 0.0
+        was_right = agrees(old.get("human") or {}, old.get("judge") or {}, rubric)
+        is_right = agrees(line.human, line.judge, rubric)
         fixed += is_right and not was_right
         broken += was_right and not is_right
     return fixed, broken, matched

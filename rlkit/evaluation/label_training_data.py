@@ -31,15 +31,16 @@ tie. A judge file's groups are its runs of consecutive lines with one prompt (on
 score`` writes them in order; two records in a row with one prompt read as one group: its lines carry no record
 number).
 
-Then: the same prompt and completion (whitespace normalised) a second time is a duplicate, dropped (the first file
-given wins); a group left with fewer than two completions, or all tied, teaches no order and is dropped; prompts are
-split into train and held-out by a seeded hash of the prompt (``rlkit train-grm``'s rule: a prompt keeps its side as
-the data grows), so no prompt is in both. Every drop is counted by reason in the report.
+A prompt is compared as :func:`rlkit.data.prompts.prompt_key` reads it (whitespace normalised, and one chat question
+alike as ``user: q`` or as ``q``), for the groups, the duplicates and the split. Then: the same prompt and
+completion (whitespace normalised) a second time is a duplicate, dropped (the first file given wins); a group left
+with fewer than two completions, or all tied, teaches no order and is dropped; prompts are split into train and
+held-out by a seeded hash of the prompt (``rlkit train-grm``'s rule: a prompt keeps its side as the data grows), so
+no prompt is in both. Every drop is counted by reason in the report.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections import Counter
 from collections.abc import Sequence
@@ -50,7 +51,8 @@ from typing import Any, Literal
 
 from rlkit.core.errors import DataError
 from rlkit.data.pairs import ListwiseRecord, RankedResponse, listwise_to_pairs
-from rlkit.data.records import _prompt_problem, checked_json_lines, json_lines, prompt_text
+from rlkit.data.prompts import heldout_share, prompt_key
+from rlkit.data.records import _prompt_problem, checked_json_lines, json_lines
 from rlkit.evaluation.labelling import is_group, read_labelling
 from rlkit.text.similarity import normalize_whitespace
 
@@ -230,10 +232,6 @@ def combine_rankings(orders: Sequence[list[int]], combine: Combine) -> tuple[lis
 
 # --- lines to groups -----------------------------------------------------------------------------------------------
 
-def _prompt_key(prompt: Any) -> str:
-    return normalize_whitespace(prompt_text(prompt))
-
-
 def _text(value: Any) -> str | None:
     return None if value is None else str(value)
 
@@ -313,7 +311,7 @@ def labelling_groups(lines: list[dict[str, Any]], options: LabelOptions, tally: 
         judged = _completion_value(line, options, tally)
         if judged is None:
             continue
-        key = (_prompt_key(line["prompt"]), json.dumps(line.get("rubric"), sort_keys=True))
+        key = (prompt_key(line["prompt"]), json.dumps(line.get("rubric"), sort_keys=True))
         if key not in by_prompt:
             by_prompt[key] = (Group(line["prompt"], _text(line.get("reference")), _domain(line), [], [], []), [])
             groups.append(by_prompt[key][0])
@@ -330,7 +328,7 @@ def scored_groups(lines: list[dict[str, Any]], tally: Tally) -> list[Group]:
     last: tuple[str, str] | None = None
     for line in lines:
         tally.read["judge lines"] += 1
-        key = (_prompt_key(line["prompt"]), json.dumps(line.get("rubric"), sort_keys=True))
+        key = (prompt_key(line["prompt"]), json.dumps(line.get("rubric"), sort_keys=True))
         if key != last:
             groups.append(Group(line["prompt"], _text(line.get("reference")), _domain(line), [], [], []))
             last = key
@@ -350,7 +348,7 @@ def _deduplicated(groups: list[Group], tally: Tally) -> list[Group]:
     for group in groups:
         keep = []
         for i, text in enumerate(group.texts):
-            key = (_prompt_key(group.prompt), normalize_whitespace(text))
+            key = (prompt_key(group.prompt), normalize_whitespace(text))
             if key in seen:
                 tally.completions["duplicate (same prompt and completion)"] += 1
                 continue
@@ -370,16 +368,10 @@ def _deduplicated(groups: list[Group], tally: Tally) -> list[Group]:
 
 # --- the split and the outputs -------------------------------------------------------------------------------------
 
-def _hash_share(prompt: Any, seed: int) -> float:
-    # the share train-grm's own split draws (rlkit.grm.training._held_out), over the normalised prompt
-    digest = hashlib.sha256(f"{seed}/{_prompt_key(prompt)}".encode()).digest()
-    return int.from_bytes(digest[:8], "big") / 2**64
-
-
 def heldout_prompts(groups: Sequence[Group], fraction: float, seed: int) -> set[str]:
     """The prompts held out: those whose seeded hash falls below ``fraction``; at least one when ``fraction`` > 0
     and there are two prompts or more (the lowest hash), so a small file still has a held-out side."""
-    shares = {_prompt_key(g.prompt): _hash_share(g.prompt, seed) for g in groups}
+    shares = {prompt_key(g.prompt): heldout_share(g.prompt, seed) for g in groups}
     chosen = {k for k, share in shares.items() if share < fraction}
     if fraction > 0 and not chosen and len(shares) >= 2:
         chosen = {min(shares, key=lambda k: shares[k])}
@@ -402,13 +394,13 @@ def _pairs(groups: Sequence[Group], weighted: bool) -> tuple[list[dict[str, Any]
     records = [ListwiseRecord(g.prompt, tuple(RankedResponse(t, r) for t, r in zip(g.texts, g.ranks, strict=True)),
                               g.domain, None, g.reference) for g in groups]
     result = listwise_to_pairs(records, "all")
-    weight = {(_prompt_key(g.prompt), normalize_whitespace(t)): w for g in groups
+    weight = {(prompt_key(g.prompt), normalize_whitespace(t)): w for g in groups
               for t, w in zip(g.texts, g.weights, strict=True)}
     pairs = []
     for pair in result.pairs:
         row = pair.to_json()
         if weighted:
-            key = _prompt_key(pair.prompt)
+            key = prompt_key(pair.prompt)
             row["weight"] = round(min(weight[(key, normalize_whitespace(pair.chosen))],
                                       weight[(key, normalize_whitespace(pair.rejected))]), 6)
         pairs.append(row)
@@ -416,7 +408,7 @@ def _pairs(groups: Sequence[Group], weighted: bool) -> tuple[list[dict[str, Any]
 
 
 def _split_counts(groups: Sequence[Group], pairs: int) -> dict[str, int]:
-    return {"prompts": len({_prompt_key(g.prompt) for g in groups}), "groups": len(groups),
+    return {"prompts": len({prompt_key(g.prompt) for g in groups}), "groups": len(groups),
             "completions": sum(len(g.texts) for g in groups), "pairs": pairs}
 
 
@@ -432,8 +424,8 @@ def training_data(inputs: Sequence[tuple[Path, str, list[dict[str, Any]]]], opti
         group.ranks = competition_ranks(values)
     groups = _deduplicated(groups, tally)
     held = heldout_prompts(groups, options.heldout_fraction, options.seed)
-    train = [g for g in groups if _prompt_key(g.prompt) not in held]
-    heldout = [g for g in groups if _prompt_key(g.prompt) in held]
+    train = [g for g in groups if prompt_key(g.prompt) not in held]
+    heldout = [g for g in groups if prompt_key(g.prompt) in held]
     weighted = options.disagreement == "weight"
     train_pairs, train_dropped = _pairs(train, weighted)
     heldout_pairs, heldout_dropped = _pairs(heldout, weighted)

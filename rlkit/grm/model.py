@@ -14,7 +14,7 @@ group is shown in its order and reversed, and under Plackett-Luce response i com
 is the listwise ``q(i, j)``, and a response's reward is again its mean ``q`` against the others. For a pair it is the
 pairwise formula above, read from the listwise question. Two forward passes per group instead of G·(G-1).
 
-The prompt inside every question is :func:`rlkit.grm.prompts.reward_prompt`'s rendering, in training and in judging.
+The prompt inside every question is :func:`rlkit.data.prompts.reward_prompt`'s rendering, in training and in judging.
 
 Label tokens: ``" A"`` encodes to one token in most subword vocabularies; in a character-level one it is
 ``" "`` then ``"A"``. Whatever the labels share before their last token is appended to every question, and the
@@ -34,7 +34,7 @@ import torch
 
 from rlkit.core.errors import ConfigError
 from rlkit.core.templates import render_file, template_hash
-from rlkit.grm.prompts import reward_prompt
+from rlkit.data.prompts import reward_prompt
 from rlkit.lm.placement import Placement, input_device
 
 Prompt = str | Sequence[dict[str, str]]  # a record's prompt: text or chat messages
@@ -121,7 +121,7 @@ class GenerativeRewardModel:
 
     def pairwise_question(self, prompt: Prompt, a: str, b: str, reference: str | None = None) -> str:
         """Which of ``a`` (label A) and ``b`` is better, for ``prompt`` (text or chat messages, rendered by
-        :func:`~rlkit.grm.prompts.reward_prompt`)."""
+        :func:`~rlkit.data.prompts.reward_prompt`)."""
         f = self.format
         return render_file(f.pairwise_template, "grm.pairwise_template", prompt=reward_prompt(prompt),
                            reference=reference or "", a=_cut(a, f.max_response_chars), b=_cut(b, f.max_response_chars),

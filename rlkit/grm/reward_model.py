@@ -8,7 +8,7 @@ save exactly as a policy does (:func:`rlkit.lm.models.load_policy`, ``apply_lora
 saved beside it as ``reward_head.safetensors`` and ``reward_model.json`` says how texts were read and where the
 rewards of the held-out completions were centred.
 
-The text scored is the prompt as :func:`rlkit.grm.prompts.reward_prompt` renders it (in training and in judging
+The text scored is the prompt as :func:`rlkit.data.prompts.reward_prompt` renders it (in training and in judging
 alike: one user message as its content alone, whether it came as chat messages or as a labelling file's text; no
 chat template, so the labels a model is trained on need no policy) followed by the completion. It is cut from the
 left to ``max_tokens``, so the end of the completion, where the reward is read, is always seen (TRL drops a pair
@@ -25,8 +25,8 @@ from typing import Any
 import torch
 
 from rlkit.core.errors import ConfigError
+from rlkit.data.prompts import reward_prompt
 from rlkit.grm.model import left_padded
-from rlkit.grm.prompts import reward_prompt
 from rlkit.lm.placement import input_device
 
 HEAD_FILE = "reward_head.safetensors"
@@ -78,7 +78,7 @@ class ScalarRewardModel(torch.nn.Module):
 
     @staticmethod
     def text(prompt: str | Sequence[dict[str, str]], completion: str) -> str:
-        """What the model reads: the prompt (text or chat messages) as :func:`~rlkit.grm.prompts.reward_prompt`
+        """What the model reads: the prompt (text or chat messages) as :func:`~rlkit.data.prompts.reward_prompt`
         renders it, then the completion. ``train-rm`` and ``judge=reward_model`` both build their texts here."""
         return reward_prompt(prompt) + completion
 

@@ -6,14 +6,13 @@ group is shown in a fresh random label order each time, and the label-token logi
 utilities of the ranks. Either way the held-out pairs are scored every epoch as the judge will score them: with the
 trained objective's question (a listwise GRM sees each pair as a group of two), in both orders, averaged, overall,
 per domain and controlled for length (:mod:`rlkit.grm.metrics`). Every question holds the prompt as
-:func:`rlkit.grm.prompts.reward_prompt` renders it, as the judge's do. The trained model is saved with
+:func:`rlkit.data.prompts.reward_prompt` renders it, as the judge's do. The trained model is saved with
 ``save_pretrained`` under ``<run dir>/grm`` with a ``grm.json`` that tells ``judge=grm`` how it was asked (its
 templates and objective).
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import random
@@ -30,7 +29,7 @@ from rlkit.config import LoraConfig, check_block, resolve_path
 from rlkit.config.checkpoints import read_checkpoint_metadata
 from rlkit.core.errors import ConfigError, DataError, no_such
 from rlkit.data.pairs import ListwiseRecord, PreferencePair, listwise_to_pairs, read_preference_records
-from rlkit.data.records import prompt_text
+from rlkit.data.prompts import heldout_share
 from rlkit.grm.metrics import PairOutcome, pair_accuracy
 from rlkit.grm.model import GRM_INFO, GenerativeRewardModel, GrmFormat
 from rlkit.lm.models import make_adamw
@@ -160,9 +159,9 @@ def _read(path: str, where: str) -> list[ListwiseRecord | PreferencePair]:
 
 
 def _held_out(record: ListwiseRecord | PreferencePair, fraction: float, seed: int) -> bool:
-    # by prompt, so one prompt's answers never sit on both sides of the split
-    digest = hashlib.sha256(f"{seed}/{prompt_text(record.prompt)}".encode()).digest()
-    return int.from_bytes(digest[:8], "big") / 2**64 < fraction
+    # by prompt (`rlkit data from-labels`'s key), so one question's answers never sit on both sides of the split,
+    # whether a line holds it as `user: q` or as `q`
+    return heldout_share(record.prompt, seed) < fraction
 
 
 def synthetic_ranker(data: GrmDataConfig, registry: Any, block: str = "grm") -> Any:

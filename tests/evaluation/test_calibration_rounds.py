@@ -69,7 +69,27 @@ def test_a_round_compares_with_the_previous_one_per_dimension_and_line(tmp_path)
             assert changes[name].kappa_before == pytest.approx(row_before.kappa, abs=1e-6)
         assert changes[name].kappa_now is row_now.kappa
     # line a: agreed, now wrong on correctness; line b: wrong, now right; line c: wrong both times
-    assert line_changes(previous, line_scores(labelled, second, rubric)) == (1, 1, 3)
+    assert line_changes(previous, line_scores(labelled, second, rubric), rubric) == (1, 1, 3)
+
+
+def test_expected_scores_agree_at_the_level_they_round_to(tmp_path):
+    # scoring: expected gives probability-weighted levels, never exactly one: a line agrees when every score rounds
+    # (as κ rounds it: nearest level, halves up) to the human level
+    rubric = load_rubric(RUBRIC)
+    labelled = _labelled()
+    first = np.array([[0.9, 0.8, 4.6, 4.5],     # a: rounds to the labels everywhere (4.5 up to 5)
+                      [0.2, 0.4, 1.3, 4.9],     # b: format and correctness round to 0, the labels are 1
+                      [0.7, 0.6, 4.8, 1.4]])    # c: repetition rounds to 1, labelled 5
+    second = np.array([[0.9, 0.3, 4.6, 4.5],    # a: correctness now rounds to 0
+                       [0.6, 0.8, 2.0, 4.7],    # b: now rounds to the labels (brevity unlabelled)
+                       [0.7, 0.6, 4.8, 1.2]])   # c: still repetition
+    path = tmp_path / "calibration.json"
+    path.write_text(json.dumps(round_payload(calibrate(labelled, first, rubric, judge="llm"),
+                                             line_scores(labelled, first, rubric))))
+    lines = line_scores(labelled, second, rubric)
+    assert all(line.size > 0 for line in lines), "no fractional score is a disagreement of exactly 0"
+    assert line_changes(read_round(tmp_path, rubric), lines, rubric) == (1, 1, 3)
+    assert [line.differing for line in lines] == [["correctness"], [], ["repetition"]]
 
 
 @pytest.mark.parametrize("content, message", [

@@ -16,10 +16,10 @@ from rlkit.cli import main
 from rlkit.core.registry import load_registry
 from rlkit.core.rubric import load_rubric
 from rlkit.core.types import Rollout
+from rlkit.data.prompts import reward_prompt
 from rlkit.data.records import arithmetic_task, prompt_text
 from rlkit.evaluation.labelling import labelling_line
 from rlkit.grm.model import GRM_INFO, GenerativeRewardModel, GrmFormat
-from rlkit.grm.prompts import reward_prompt
 from rlkit.grm.reward_model import ScalarRewardModel
 from rlkit.grm.rm_training import RewardModelModule, RmTrainConfig
 from rlkit.grm.training import GrmDataConfig, GrmModule, GrmTrainConfig, load_preference_data

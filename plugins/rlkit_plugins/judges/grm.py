@@ -9,7 +9,7 @@ follow a derived one-dimension rubric, ``preference`` (:meth:`GrmJudge.scored_ru
 trained to apply lives in the model, not in this config. The judgement's ``confidence`` is the model's order
 consistency per group: 1 when the two orders' answers always agree, lower as position decides more of its answer.
 The prompt in every question is rendered as in training: the model's question builders render it
-(``rlkit.grm.prompts.reward_prompt``), for ``train-grm`` and for this judge alike.
+(``rlkit.data.prompts.reward_prompt``), for ``train-grm`` and for this judge alike.
 
 The model is loaded on the first ``score`` call, so ``rlkit validate`` stays light; its folder is checked at
 once.

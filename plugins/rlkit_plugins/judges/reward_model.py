@@ -1,7 +1,7 @@
 """The ``reward_model`` judge: a Bradley-Terry reward model trained with ``rlkit train-rm`` scores each completion.
 
 The model reads the prompt, rendered as ``rlkit train-rm`` rendered it (one user message as its content alone,
-whether it comes as chat messages or as a labelling file's text; ``rlkit.grm.prompts``), followed by the completion,
+whether it comes as chat messages or as a labelling file's text; ``rlkit.data.prompts``), followed by the completion,
 and answers one number, r (``rlkit.plugin.ScalarRewardModel``). Its scores follow a derived one-dimension rubric,
 ``preference`` in [0, 1] (:meth:`RewardModelJudge.scored_rubric`): ``σ(r - c)``, where c is the mean reward of the
 held-out completions the model was trained with (``reward_model.json``'s ``center``). Under the Bradley-Terry model
@@ -94,7 +94,7 @@ class RewardModelJudge:
 
         rm = self._load()
         start = time.perf_counter()
-        # rm.text renders the prompt as train-rm did when it trained the model (rlkit.grm.prompts.reward_prompt)
+        # rm.text renders the prompt as train-rm did when it trained the model (rlkit.data.prompts.reward_prompt)
         texts = [rm.text(record.get("prompt", ""), completion)
                  for record, group in zip(rollout.records, rollout.completions, strict=True) for completion in group]
         rewards = rm.rewards(texts, self.params.batch_size).view(rollout.num_prompts, rollout.group_size)
