@@ -19,7 +19,7 @@ from rlkit.core.errors import ConfigError, no_such
 
 GGUF_SUFFIX = ".gguf"
 GGUF_MAGIC = b"GGUF"
-_FORMAT = 1  # bump when what an import writes changes, so older cache folders are not reused
+_FORMAT = 2  # bump when what an import writes changes, so older cache folders are not reused
 _HASH_CHUNK = 1 << 22
 
 
@@ -34,6 +34,7 @@ class GgufHeader:
 
     path: Path
     architecture: str
+    end_of_generation: tuple[int, ...] = ()  # llama.cpp's EOG token ids (rlkit.lm.gguf_eog), the EOS first
 
 
 def supported_architectures() -> list[str]:
@@ -70,8 +71,12 @@ def read_header(path: str | Path, where: str | None = None) -> GgufHeader:
     where = where or str(path)
     from gguf import GGUFReader
 
+    from rlkit.lm.gguf_eog import read_end_of_generation
+
     try:
-        architecture = _field_text(GGUFReader(path), "general.architecture")  # the reader parses every tensor's info
+        reader = GGUFReader(path)  # it parses every tensor's info
+        architecture = _field_text(reader, "general.architecture")
+        end_of_generation = tuple(read_end_of_generation(reader))
     except Exception as exc:  # numpy and struct errors of a cut-off file; the reader has no error type of its own
         raise ConfigError(f"the GGUF file is truncated or corrupt: its reader stopped with "
                           f"{type(exc).__name__}: {' '.join(str(exc).split())[:200]}", where) from None
@@ -81,7 +86,7 @@ def read_header(path: str | Path, where: str | None = None) -> GgufHeader:
     if _RENAMED.get(architecture, architecture) not in supported:
         raise ConfigError(f"the GGUF file holds a {architecture!r} model, an architecture transformers' GGUF loader "
                           f"does not support; supported: {', '.join(supported)}", where)
-    return GgufHeader(path=path, architecture=architecture)
+    return GgufHeader(path=path, architecture=architecture, end_of_generation=end_of_generation)
 
 
 def _field_text(reader: object, key: str) -> str | None:
@@ -163,5 +168,9 @@ def _write_folder(header: GgufHeader, folder: Path, where: str) -> None:
     model.is_quantized = False
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
+    if header.end_of_generation:
+        # llama.cpp stops at each of these (SmolLM2: <|im_end|> and <|endoftext|>), the hf sampler at the
+        # generation config's ids: the same list makes both end the same completions
+        model.generation_config.eos_token_id = list(header.end_of_generation)
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)

@@ -11,6 +11,7 @@ import torch
 from rlkit.cli import main
 from rlkit.core.errors import ConfigError
 from rlkit.lm import gguf
+from rlkit.lm.decoding import end_token_ids
 from rlkit.lm.models import load_policy, locate_model
 from rlkit.testing import one_error_line
 from rlkit.testing.gguf_files import truncate_file, write_tiny_gguf
@@ -50,6 +51,10 @@ def test_import_gives_a_folder_whose_model_matches_the_source(tmp_path, cache, c
     assert torch.allclose(_logits(model, ids), _logits(expected_model, ids), atol=1e-4)
     assert model.config.model_type == architecture and tokenizer.padding_side == "left"
     assert tokenizer.eos_token == "<|im_end|>"
+    # llama.cpp ends a generation at <|endoftext|> too (a control token it knows by its text): the hf sampler
+    # stops at the same two, the file's EOS first
+    assert json.loads((folder / "generation_config.json").read_text())["eos_token_id"] == [2, 0]
+    assert end_token_ids(model, tokenizer) == [2, 0]
 
 
 def test_a_second_import_reuses_the_folder_and_a_gguf_path_is_a_model(tmp_path, cache, monkeypatch):
