@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import subprocess
 import sys
@@ -194,15 +195,30 @@ def fit(seed: int, args: argparse.Namespace, lr: float | None, dims: list[Dimens
         seconds = time.monotonic() - started
     if proc.returncode != 0:
         sys.exit(f"{' '.join(cmd)} failed:\n{proc.stderr[-3000:]}")
+    if resumed(folder):
+        # summary.json and this process timed the last job alone, and no file of the run keeps the earlier jobs'
+        # wall time: unknown, not a figure smaller than the steps' own sum
+        seconds = float("nan")
     rows = read_jsonl(folder / "metrics.jsonl")
     steps, judging = step_times(rows)
     run = Run("control lr=0" if lr == 0 else "RL", seed, folder, seconds,
               heldout_curves(rows, [d.name for d in dims] + ["reward"]), steps, judging, gold_points(rows),
               heldout_answers(folder), read_jsonl(folder / "alerts.jsonl"))
     changes = "  ".join(f"{d.name} {run.start(d.name):.2f} -> {run.end(d.name):.2f}" for d in dims)
-    print(f"{run.label:>12} seed {seed}: {changes}  |  {seconds:.0f} s, step median "
+    print(f"{run.label:>12} seed {seed}: {changes}  |  wall time {wall(seconds)}, step median "
           f"{statistics.median(steps):.1f} s, judging {run.judge_share():.0%} of step time", flush=True)
     return run
+
+
+def resumed(folder: Path) -> bool:
+    """Whether the run's last job resumed from a checkpoint (``ckpt_path=`` among its summary's overrides)."""
+    path = folder / "summary.json"
+    overrides = (json.loads(path.read_text()).get("overrides") or []) if path.is_file() else []
+    return any(str(o).startswith("ckpt_path=") for o in overrides)
+
+
+def wall(seconds: float) -> str:
+    return "unknown (resumed)" if math.isnan(seconds) else f"{seconds:.0f} s"
 
 
 def table(runs: list[Run], dims: list[Dimension]) -> str:
@@ -212,7 +228,7 @@ def table(runs: list[Run], dims: list[Dimension]) -> str:
     for r in runs:
         cells = " | ".join(f"{r.start(d.name):.2f} → {r.end(d.name):.2f} ({r.change(d.name):+.2f})" for d in dims)
         lines.append(f"| {r.label} | {r.seed} | {cells} | {r.start('reward'):.3f} → {r.end('reward'):.3f} | "
-                     f"{r.seconds:.0f} s | {statistics.median(r.step_seconds):.1f} s | {r.judge_share():.0%} |")
+                     f"{wall(r.seconds)} | {statistics.median(r.step_seconds):.1f} s | {r.judge_share():.0%} |")
     return "\n".join(lines)
 
 
@@ -330,8 +346,10 @@ def main() -> int:
     print(table(learning + controls, dims))
     for r in learning + controls:
         extra = r.seconds - sum(r.step_seconds)
+        outside = ("time outside them unknown: the run was resumed, and only its last job's wall time is kept"
+                   if math.isnan(extra) else f"{extra:.0f} s outside them")
         print(f"{r.label} seed {r.seed}: {len(r.step_seconds)} steps, {sum(r.step_seconds):.0f} s in steps "
-              f"(judging {sum(r.judge_seconds):.0f} s, {r.judge_share():.0%}); {extra:.0f} s outside them "
+              f"(judging {sum(r.judge_seconds):.0f} s, {r.judge_share():.0%}); {outside} "
               f"(model load, judge engine start, {len(r.curves['reward'])} held-out evaluations)")
     for r in learning:
         show_answers(r, dims)
