@@ -2,17 +2,45 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from lightning.pytorch.plugins import TorchCheckpointIO
 
 
+class _FirstOnly(logging.Filter):
+    """Lets through the first record whose message starts with ``prefix`` since ``seen`` was cleared, and every
+    record that does not start with it."""
+
+    def __init__(self, prefix: str) -> None:
+        super().__init__()
+        self.prefix = prefix
+        self.seen = False
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not record.getMessage().startswith(self.prefix):
+            return True
+        first, self.seen = not self.seen, True
+        return first
+
+
+# Lightning's signal connector registers its handlers, and logs this line, at every trainer.validate and .fit: a
+# run's start evaluation, training and end evaluation printed it three times under SLURM. Only the line is cut; the
+# handlers are registered as before.
+_SLURM_REQUEUE_LINE = _FirstOnly("SLURM auto-requeueing enabled")
+_SIGNAL_LOGGER = "lightning.pytorch.trainer.connectors.signal_connector"
+
+
 def quiet_lightning() -> None:
-    """Keep the console to progress and results: drop Lightning's tips and known-benign warnings."""
-    import logging
+    """Keep the console to progress and results: drop Lightning's tips and known-benign warnings, and say once per
+    run (each call starts one) that SLURM auto-requeueing is on."""
     import warnings
 
     logging.getLogger("lightning.pytorch.utilities.rank_zero").setLevel(logging.WARNING)
+    _SLURM_REQUEUE_LINE.seen = False
+    signals = logging.getLogger(_SIGNAL_LOGGER)
+    if _SLURM_REQUEUE_LINE not in signals.filters:
+        signals.addFilter(_SLURM_REQUEUE_LINE)
     # The frozen reference model is a submodule kept in eval mode on purpose.
     warnings.filterwarnings("ignore", message=r"Found \d+ module\(s\) in eval mode")
     warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)")

@@ -148,6 +148,8 @@ def test_a_slurm_requeue_signal_saves_requeues_and_the_requeued_job_resumes_exac
     assert signalled.returncode == 128 + signum, err[-2000:]
     assert "Traceback" not in err and f"rlkit: {signal.Signals(signum).name}: finishing this step" in err
     assert "rlkit: requeued SLURM job 4242" in err
+    # Lightning logs it at each of the run's start evaluation and training: said once
+    assert err.count("SLURM auto-requeueing enabled") == 1
     assert f"rlkit: preempted (SLURM's {signal.Signals(signum).name}; the job is requeued) after step" in err
     assert log.read_text().split() == ["requeue", "4242"]
     assert json.loads((run / "summary.json").read_text())["interrupted"]["step"] == 2
@@ -157,6 +159,7 @@ def test_a_slurm_requeue_signal_saves_requeues_and_the_requeued_job_resumes_exac
                            timeout=240)
     assert again.returncode == 0, again.stderr[-2000:]
     assert f"resuming from {run / 'checkpoints' / 'interrupted.ckpt'}" in again.stderr
+    assert again.stderr.count("SLURM auto-requeueing enabled") == 1, "training and the end evaluation: once"
     assert _rewards(run) == _rewards(straight), "the steps before the stop and the resumed ones, as never stopped"
     assert _same_policy(run, straight)
     assert log.read_text().split() == ["requeue", "4242"], "a run that finished asks for no requeue"
