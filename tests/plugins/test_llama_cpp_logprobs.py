@@ -20,7 +20,7 @@ pytest.importorskip("xllamacpp", reason="llama.cpp's engine is the judge-server 
 from rlkit.lm.logprobs import ImportanceCorrection, importance_correction  # noqa: E402
 from rlkit.lm.models import TinyPolicySpec, build_model, build_tokenizer  # noqa: E402
 from rlkit.lm.sampling import GenerationRequest, sequence_log_probs  # noqa: E402
-from rlkit_plugins.generators.llama_cpp import aligned_logprobs  # noqa: E402
+from rlkit_plugins.generators.llama_cpp_wire import aligned_logprobs  # noqa: E402
 
 _REGISTRY = Registry(create_plugin_manager())
 # é is two bytes and € three: the byte-level vocabulary (no merges) has one token per byte, so a sampled lead byte

@@ -20,28 +20,9 @@ mixes versions; with ``max_lag`` 1 the next step's batch is requested before thi
 version behind, corrected by ``objective.params.is_correction`` against ``engine_logprobs``. The counters travel in
 checkpoints under the same keys.
 
-Wire (llama.cpp ``tools/server/README.md``, ``POST /completion``): ``prompt`` as token ids (nothing re-tokenised),
-``n_cmpl`` = G completions of one prompt (the j-th seeded ``seed + j``; at most ``slots``), ``n_predict``,
-``temperature`` (0: greedy), ``top_k`` 0, ``top_p`` 1, ``min_p`` 0 (llama.cpp's defaults 40, 0.95 and 0.05 would
-sample a truncated distribution the trainer's log-probs do not describe), ``n_probs`` 1 with ``post_sampling_probs``
-off: each ``completion_probabilities[i].logprob`` is the sampled token's log-prob under the raw model distribution
-(softmax of the logits, no temperature), which is what the trainer computes and ``engine_logprobs`` promises.
-``return_tokens``: the sampled ids, the end-of-generation token that ends a completion among them.
-
-Two things in the answer are not one-per-token, and the generator reads them as the server builds them
-(``tools/server/server-context.cpp``, ``process_token`` and ``send_final_response``):
-
-* A token after which the text ends partway through a UTF-8 character gets no ``completion_probabilities`` entry
-  (the server withholds it until a later token completes the character; that token's entry carries its own ``id``
-  and log-prob), and neither do the tokens of a completion that ends mid-character. Entries are matched to tokens by
-  ``id`` in order: a token gets an entry's log-prob where every way of matching agrees (the leftmost and the
-  rightmost matching place the entry on it), NaN otherwise, and ``generator/logprobs_missing`` counts them each
-  step. The importance correction takes a NaN as "not known": ratio 1 there (the trainer's own log-prob stands in)
-  and the mismatch KL is averaged over the known tokens (``rlkit.lm.logprobs.importance_correction``).
-* Whether a completion ended or was cut is the server's ``stop_type`` (``eos``: any end-of-generation token of the
-  GGUF's vocabulary, e.g. a chat template's ``<|im_end|>`` where the tokenizer's EOS is another token; ``word``: a
-  stop string; ``limit``: ``n_predict``), not the presence of the tokenizer's EOS: each row's mask covers exactly the
-  tokens the engine sampled, its last one included.
+Wire: the request body and how the answer is read (token ids in, each sampled token's raw log-prob out, aligned
+where the server leaves entries out; ended or cut by the server's ``stop_type``) are in
+:mod:`rlkit_plugins.generators.llama_cpp_wire`.
 """
 
 from __future__ import annotations
@@ -73,11 +54,11 @@ from rlkit.plugin import (
     write_gguf,
 )
 from rlkit_plugins.generators.kept_alive import EngineConnections, RequestsOut
+from rlkit_plugins.generators.llama_cpp_wire import Rows, completion_body, read_completions
 
 WHERE = "generator.params"
 INSTALL_ENGINE = "pip install 'rlkit[judge-server]'"
 CONTEXT_STEP = 256  # slots' context rounded up to this, so prompts a little longer than the last do not reload
-Rows = list[tuple[list[int], list[float], bool | None]]
 
 
 def engine_installed() -> bool:
@@ -86,66 +67,6 @@ def engine_installed() -> bool:
         return importlib.util.find_spec("xllamacpp") is not None
     except ValueError:  # a module set to None in sys.modules: blocked
         return False
-
-
-def _read_completions(n: int) -> Any:
-    """Reads a ``/completion`` answer: ``[(token ids, log-probs, ended)] * n`` in ``index`` order, or None."""
-
-    def read(body: bytes) -> Rows | None:
-        try:
-            answer = json.loads(body)
-            results = sorted(answer if isinstance(answer, list) else [answer], key=lambda r: r.get("index", 0))
-            out = []
-            for result in results:
-                ids = [int(t) for t in result["tokens"]]
-                # absent when no token has an entry (the server leaves an empty list out)
-                entries = [(int(p["id"]), float(p["logprob"])) for p in result.get("completion_probabilities", [])]
-                logps = aligned_logprobs(ids, entries)
-                if logps is None:
-                    return None
-                out.append((ids, logps, _ended(result)))
-        except (ValueError, KeyError, TypeError, AttributeError):
-            return None
-        return out if len(out) == n else None
-
-    return read
-
-
-def aligned_logprobs(ids: list[int], entries: list[tuple[int, float]]) -> list[float] | None:
-    """Each token's log-prob from the server's ``(id, logprob)`` entries, which are the tokens' in order with some
-    tokens left out (see the module doc); NaN for a token no entry is certainly for. None: the entries are not the
-    tokens' (not a subsequence of them).
-
-    Any matching places entry k between its leftmost and its rightmost place, so where those agree it is the only
-    one; where they differ (a left-out token with the id of the next token's entry), no token gets the entry."""
-    left, k = [], 0
-    for i, token in enumerate(ids):
-        if k < len(entries) and entries[k][0] == token:
-            left.append(i)
-            k += 1
-    if k < len(entries):
-        return None
-    right, k = [], len(entries) - 1
-    for i in range(len(ids) - 1, -1, -1):
-        if k >= 0 and entries[k][0] == ids[i]:
-            right.append(i)
-            k -= 1
-    out = [math.nan] * len(ids)
-    for (_, logp), first, last in zip(entries, left, reversed(right), strict=True):
-        if first == last:
-            out[first] = logp
-    return out
-
-
-def _ended(result: dict[str, Any]) -> bool | None:
-    """Whether the engine ended the completion (an end-of-generation token, a stop string) rather than cutting it at
-    ``n_predict``; None where the answer does not say (then the tokenizer's EOS decides)."""
-    stop = result.get("stop_type")
-    if isinstance(stop, str):
-        return stop in ("eos", "word")
-    if "stopped_eos" in result or "stopped_word" in result:  # llama.cpp before stop_type (2024)
-        return bool(result.get("stopped_eos") or result.get("stopped_word"))
-    return None
 
 
 class LlamaCppGenerator:
@@ -331,16 +252,6 @@ class LlamaCppGenerator:
 
     # --- sampling -----------------------------------------------------------------------------------------
 
-    def _payload(self, prompt: list[int], request: GenerationRequest, seed: int | None) -> dict[str, Any]:
-        body: dict[str, Any] = {
-            "prompt": prompt, "n_cmpl": request.num_generations, "n_predict": request.max_new_tokens,
-            "temperature": 0.0 if request.greedy else request.temperature, "top_k": 0, "top_p": 1.0, "min_p": 0.0,
-            "n_probs": 1, "post_sampling_probs": False, "return_tokens": True,
-            "cache_prompt": self.params.prompt_cache, "stream": False, **(self.params.extra_body or {})}
-        if seed is not None:
-            body["seed"] = seed % (2**32 - 1)  # llama.cpp's seed is 32-bit, and 2**32 - 1 means "random"
-        return body
-
     def submit(self, policy: Any, tokenizer: Any, request: GenerationRequest) -> PendingBatch:
         """Send the request and return at once; ``.result()`` reads the batch."""
         if request.greedy and self.versions.behind:
@@ -360,8 +271,9 @@ class LlamaCppGenerator:
         context = self.params.context or -(-longest // CONTEXT_STEP) * CONTEXT_STEP
         if self._due or (self._served is not None and (slots > self._served[1] or context > self._served[2])):
             self._read_out()  # no batch on the old engine is still out when it reloads
-        bodies = [json.dumps(self._payload(prompt, request, None if seeds is None or request.greedy
-                                           else int(seeds[i]))).encode() for i, prompt in enumerate(prompts)]
+        bodies = [json.dumps(completion_body(prompt, request, None if seeds is None or request.greedy
+                                             else int(seeds[i]), self.params.prompt_cache,
+                                             self.params.extra_body)).encode() for i, prompt in enumerate(prompts)]
         batch = PendingBatch(self, bodies, prompt_ids, prompt_mask, g, tokenizer,
                              next(policy.parameters()).device, (slots, context))
         self._out.append(batch)
@@ -401,7 +313,7 @@ class PendingBatch:
         generator, p = self._generator, self._generator.params
         if self in generator._out:
             generator._out.remove(self)
-        read = _read_completions(self._g)
+        read = read_completions(self._g)
         malformed = f"no {self._g} results with tokens and their completion_probabilities"
         self._rows, failure = self._requests.collect(read, malformed, p.retries, p.retry_backoff)
         server = generator._server
