@@ -13,6 +13,14 @@ by more than the control's spread plus 0.1, and the control stays within 0.05 (i
 
     python benchmarks/real_model.py [--seeds 1 2 3] [--steps 40] [--every 10] [--plot PNG] [-- optim.lr=1e-4 ...]
     python benchmarks/real_model.py --seeds 1 --no-control -- optim.lr=2e-4     # one point of a learning-rate sweep
+    python benchmarks/real_model.py --generator llama_cpp --compare-builtin [-- generator.params.max_lag=1 ...]
+
+``--generator llama_cpp`` samples the RL runs' and the control's rollouts, and answers the held-out prompts, from a
+llama.cpp engine (``generator=llama_cpp``, the judge-server extra; f32 weights unless an override says
+``generator.params.weights=q8_0``). ``--compare-builtin`` also runs the built-in sampler on the same seeds and
+compares the median held-out correctness change (issue 51: within noise, the correctness noise above); with it the
+exit status is that comparison's and the control's. The peak RSS is ``/usr/bin/time``'s: the largest of the
+``rlkit fit`` process and its children (the engine), not their sum.
 """
 
 from __future__ import annotations
@@ -31,6 +39,7 @@ DIMENSIONS = ("bare_number", "correctness", "stops")
 INSTRUCTION_GAIN_TARGET = 0.5
 CONTROL_DRIFT_LIMIT = 0.05
 MONITORS = "monitors=[length_drift,repetition_drift,reward_collapse,template_phrases]"
+GENERATORS = ("hf", "llama_cpp")  # conf/generator/: the built-in sampler, and rollouts from a llama.cpp engine
 
 
 @dataclass
@@ -60,11 +69,13 @@ def heldout_curves(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
             for dim in (*DIMENSIONS, "reward")}
 
 
-def run(seed: int, steps: int, every: int, lr: float | None, root: Path, extra: list[str]) -> Run:
-    run_dir = root / f"seed{seed}-lr{lr}"
+def run(seed: int, steps: int, every: int, lr: float | None, root: Path, extra: list[str], generator: str = "hf"
+        ) -> Run:
+    run_dir = root / f"seed{seed}-lr{lr}-{generator}"
     cmd = ["/usr/bin/time", "-f", "peak-rss-kb %M", "rlkit", "fit", "experiment=smollm2_arithmetic", "logger=none",
-           f"seed={seed}", f"trainer.max_steps={steps}", f"heldout_every={every}", f"log_samples.every={steps - 1}",
-           MONITORS, f"hydra.run.dir={run_dir}", *extra]
+           f"seed={seed}", f"trainer.max_steps={steps}", f"heldout_every={every}",
+           f"log_samples.every={max(steps - 1, 1)}", MONITORS, f"hydra.run.dir={run_dir}",
+           *([f"generator={generator}"] if generator != "hf" else []), *extra]
     if lr is not None:
         cmd.append(f"optim.lr={lr}")
     started = time.monotonic()
@@ -76,7 +87,8 @@ def run(seed: int, steps: int, every: int, lr: float | None, root: Path, extra: 
     samples = [json.loads(line) for line in (run_dir / "samples.jsonl").read_text().splitlines()]
     alerts_file = run_dir / "alerts.jsonl"
     alerts = [json.loads(line) for line in alerts_file.read_text().splitlines()] if alerts_file.exists() else []
-    result = Run("control lr=0" if lr == 0 else "RL", seed, seconds, rss / 2**20, heldout_curves(run_dir),
+    label = ("control lr=0" if lr == 0 else "RL") + (f", {generator}" if generator != "hf" else "")
+    result = Run(label, seed, seconds, rss / 2**20, heldout_curves(run_dir),
                  [s for s in samples if s["step"] == 0][:3], [s for s in samples if s["step"] == steps - 1][:3],
                  alerts)
     changes = "  ".join(f"{d} {result.start(d):.3f} -> {result.end(d):.3f} ({result.change(d):+.3f})"
@@ -113,9 +125,32 @@ def plot(learning: list[Run], controls: list[Run], path: Path) -> None:
         ax.set(title=f"held-out {dim} (greedy)", xlabel="step", ylim=(-0.02, 1.02))
     axes[0].legend()
     seeds = " ".join(str(r.seed) for r in learning)
-    fig.suptitle(f"SmolLM2-135M-Instruct, experiment=smollm2_arithmetic, median over seeds {seeds}", fontsize=10)
+    fig.suptitle(f"SmolLM2-135M-Instruct, experiment=smollm2_arithmetic ({learning[0].label}), median over seeds "
+                 f"{seeds}", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=90)
+
+
+def correctness_noise(controls: list[Run]) -> float:
+    """How far held-out correctness may move by chance: the control's largest change plus 0.1 (issue 36's rule)."""
+    return max((abs(r.change("correctness")) for r in controls), default=0.0) + 0.1
+
+
+def same_learning(engine: list[Run], builtin: list[Run], controls: list[Run]) -> bool:
+    """Prints the engine's and the built-in sampler's median held-out correctness change over the same seeds; true
+    when they are within the correctness noise of each other and the control (if run) stayed put."""
+    ours = statistics.median(r.change("correctness") for r in engine)
+    theirs = statistics.median(r.change("correctness") for r in builtin)
+    noise = correctness_noise(controls)
+    drift = max((abs(r.change(d)) for r in controls for d in DIMENSIONS), default=0.0)
+
+    def per_seed(runs: list[Run]) -> str:
+        return ", ".join(f"{r.change('correctness'):+.3f}" for r in runs)
+
+    print(f"held-out correctness change, median of seeds: {engine[0].label} {ours:+.3f} ({per_seed(engine)}), "
+          f"built-in sampler {theirs:+.3f} ({per_seed(builtin)}); difference {ours - theirs:+.3f} (within noise: "
+          f"|difference| <= {noise:.2f}); control drift {drift:.3f} (<= {CONTROL_DRIFT_LIMIT})")
+    return abs(ours - theirs) <= noise and drift <= CONTROL_DRIFT_LIMIT
 
 
 def show_samples(title: str, samples: list[dict]) -> None:
@@ -131,17 +166,29 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--every", type=int, default=10)
     parser.add_argument("--no-control", action="store_true")
-    parser.add_argument("--plot", type=Path, default=Path(__file__).with_name("real_model.png"))
+    parser.add_argument("--plot", type=Path, default=None,
+                        help="default: real_model.png (real_model_llama_cpp.png with --generator llama_cpp)")
+    parser.add_argument("--generator", choices=GENERATORS, default="hf",
+                        help="where the rollouts come from: the built-in sampler or a llama.cpp engine")
+    parser.add_argument("--compare-builtin", action="store_true",
+                        help="with --generator llama_cpp: also the built-in sampler's RL runs on the same seeds")
     parser.add_argument("overrides", nargs="*", help="extra `rlkit fit` overrides, e.g. optim.lr=1e-4")
     args = parser.parse_args()
+    if args.compare_builtin and args.generator == "hf":
+        parser.error("--compare-builtin compares --generator llama_cpp with the built-in sampler")
+    plot_path = args.plot or Path(__file__).with_name(
+        "real_model.png" if args.generator == "hf" else f"real_model_{args.generator}.png")
     if args.overrides:
         print(f"overrides: {' '.join(args.overrides)}")
     with tempfile.TemporaryDirectory() as tmp:
-        learning = [run(s, args.steps, args.every, None, Path(tmp), args.overrides) for s in args.seeds]
-        controls = [] if args.no_control else [run(s, args.steps, args.every, 0.0, Path(tmp), args.overrides)
-                                                for s in args.seeds]
+        learning = [run(s, args.steps, args.every, None, Path(tmp), args.overrides, args.generator)
+                    for s in args.seeds]
+        builtin = [run(s, args.steps, args.every, None, Path(tmp), args.overrides) for s in args.seeds] \
+            if args.compare_builtin else []
+        controls = [] if args.no_control else [run(s, args.steps, args.every, 0.0, Path(tmp), args.overrides,
+                                                   args.generator) for s in args.seeds]
     print()
-    print(table(learning + controls))
+    print(table(learning + builtin + controls))
     print()
     for dim in DIMENSIONS:
         rl = statistics.median(r.change(dim) for r in learning)
@@ -153,13 +200,15 @@ def main() -> int:
         for alert in r.alerts:
             print(f"alert ({r.label}, seed {r.seed}): step {alert.get('step')} {alert.get('monitor')}: "
                   f"{alert.get('message')}")
-    plot(learning, controls, args.plot)
-    print(f"plot: {args.plot}")
+    plot(learning, controls, plot_path)
+    print(f"plot: {plot_path}")
+    if builtin:
+        return 0 if same_learning(learning, builtin, controls) else 1
     if not controls:
         return 0
     instruction = statistics.median(r.change("bare_number") for r in learning)
     correctness = statistics.median(r.change("correctness") for r in learning)
-    noise = max(abs(r.change("correctness")) for r in controls) + 0.1
+    noise = correctness_noise(controls)
     drift = max(abs(r.change(d)) for r in controls for d in DIMENSIONS)
     print(f"bare_number {instruction:+.3f} (target >= +{INSTRUCTION_GAIN_TARGET}), correctness {correctness:+.3f} "
           f"(target >= -{noise:.2f}), control drift {drift:.3f} (target <= {CONTROL_DRIFT_LIMIT})")
