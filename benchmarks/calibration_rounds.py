@@ -27,8 +27,9 @@ This script runs that loop with rlkit's own commands and keeps the revision hone
      "3 + 4 = 7" are alike), ties to the larger |judge - human| then the earlier line, leaving out a completion
      already an example on this dimension (the next most typical then);
   3. that completion (cut to 120 characters) becomes a ``positive`` example on anchor h (the judge template shows it
-     as "e.g."): a labelled anchor example at its human level. Never a ``negative`` one: rlkit's rubrics mean by it a
-     bad answer of the anchor's own level (docs/rubrics.md), which the template shows as "not: ...", the opposite;
+     as "e.g."): a labelled anchor example at its human level. Never a ``negative`` one on level j: rlkit's rubrics
+     mean by it an answer of the anchor's own level that may look better (docs/rubrics.md), which the judge templates
+     show as "also this level, though it may look better: ..." (before 2026-12-06 as "not: ...", the opposite);
   4. anchor j's text is tightened once with the sentence "Strictly: a reply like an example of level h is never
      level j." (said once per dimension and pair of levels; later rounds add examples only).
 
@@ -156,9 +157,9 @@ def revise(rubric_data: dict[str, Any], bounds: dict[str, tuple[float, float]],
         for key in (key_h, key_j):
             anchor = anchors.get(key)
             anchors[key] = {"text": anchor} if isinstance(anchor, str) else dict(anchor or {"text": f"level {key}"})
-        # only as a positive example: rlkit's rubrics read ``negative`` as a bad answer of the anchor's own level
-        # (docs/rubrics.md) while the judge template shows it as "not: ...", so a negative example says opposite
-        # things to the rubric's author and to the judge
+        # as an example of its human level h, never a negative one on j: rlkit's rubrics read ``negative`` as an
+        # answer of the anchor's own level (docs/rubrics.md), as the judge templates show it; this benchmark's
+        # measured rounds (benchmarks/README.md) ran while they showed it as "not: ...", and add positives only
         anchors[key_h]["positive"] = [*anchors[key_h].get("positive", []), example]
         sentence = TIGHTEN.format(h=f"{h:g}", j=f"{j:g}")
         tightened = ""

@@ -46,7 +46,7 @@ def test_revision_adds_the_most_typical_disagreement_at_its_human_level_and_tigh
     # 0 → 1 three times beats 1 → 0 once; of the three, "The answer is N." is the typical one, and the larger miss of
     # the two alike ("a", 0.9 against "b"'s 0.6)
     assert bare["anchors"][0]["positive"] == ["The answer is 7."]
-    assert "negative" not in bare["anchors"][1]  # the template would show it as "not:", the rubric means the opposite
+    assert "negative" not in bare["anchors"][1]  # a negative example is of its own level (docs/rubrics.md), not of j
     assert bare["anchors"][1]["text"] == "Only the number. " + cr.TIGHTEN.format(h="0", j="1")
     assert correctness == yaml.safe_load(RUBRIC.read_text())["dimensions"][1]  # no disagreement: unchanged
     assert "correctness: no disagreement" in changes[1]
