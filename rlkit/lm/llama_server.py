@@ -65,6 +65,18 @@ class LlamaServerSettings:
     kv_cache: str = "f16"
     """The KV cache's type (llama.cpp's ``--cache-type-k/-v``): f16, llama.cpp's default, or f32 (flash attention
     off too), which a sampler whose log-probs must match the trainer's float32 ones needs."""
+    poll: int = 50
+    """llama.cpp's ``--poll`` (its default, 50): how long an idle compute thread busy-waits for the next graph. Kept
+    at llama.cpp's default and set by ``benchmarks/engine_poll.py`` only: the wheel is an OpenMP build, where
+    llama.cpp never reads it (its poll loop is under ``#ifndef GGML_USE_OPENMP`` in ggml-cpu.c); 0 changed nothing
+    there (benchmarks/README.md, "Engine threads that wait")."""
+    omp_wait_policy: str | None = "PASSIVE"
+    """The engine's ``OMP_WAIT_POLICY`` (None: whatever the environment says), unless the environment sets one: the
+    user's word wins. The wheel's OpenMP (libgomp) makes a thread that waits at a barrier spin 300,000 rounds first
+    (libgomp manual, GOMP_SPINCOUNT), and llama.cpp meets a barrier at every operation of every token; beside a
+    trainer on the same cores those spins take the cores the other threads need. ``PASSIVE`` sleeps at once: a batch
+    of 16 completions beside a 2-thread torch loop took 11 s against >= 88 s
+    (``benchmarks/engine_poll.py``, benchmarks/README.md "Engine threads that wait")."""
 
     def to_params(self):  # type: ignore[no-untyped-def]
         """The ``xllamacpp.CommonParams`` these settings describe (in the child: the wheel is imported there only)."""
@@ -76,6 +88,7 @@ class LlamaServerSettings:
         params.n_parallel = self.slots
         params.n_ctx = self.context * self.slots
         params.cpuparams.n_threads = params.cpuparams_batch.n_threads = self.threads
+        params.cpuparams.poll = params.cpuparams_batch.poll = self.poll
         params.cont_batching = True  # the slots' requests decode in one batch (continuous batching)
         params.cache_prompt = self.prompt_cache
         params.cache_ram_mib = self.prompt_cache_mib if self.prompt_cache else 0
@@ -187,6 +200,8 @@ class LlamaServer:
         fd, log = tempfile.mkstemp(prefix="rlkit-llama-server.", suffix=".log")
         self._log = Path(log)
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        if self.settings.omp_wait_policy and "OMP_WAIT_POLICY" not in os.environ:
+            env["OMP_WAIT_POLICY"] = self.settings.omp_wait_policy  # read once, as libgomp loads in the child
         with os.fdopen(fd, "w") as stderr:
             self._process = subprocess.Popen(
                 [sys.executable, "-m", "rlkit.lm.llama_server", json.dumps(asdict(self.settings))],

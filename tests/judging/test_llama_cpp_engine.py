@@ -198,3 +198,26 @@ def test_an_engine_left_running_is_stopped_when_the_command_ends(tiny_gguf):
     judge.backend.get().complete(_chats(1))  # a judge whose engine was stopped starts it again when asked
     judge.close()
     assert _engine_children() == []
+
+
+def _environ(pid: int) -> dict[str, str]:
+    pairs = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    return dict(p.decode(errors="replace").split("=", 1) for p in pairs if b"=" in p)
+
+
+def test_the_engine_waits_passively_unless_the_environment_says_otherwise(tiny_gguf, monkeypatch):
+    # libgomp's spinning waits took the cores a trainer beside the engine needed (benchmarks/engine_poll.py)
+    from rlkit.lm.llama_server import LlamaServer, LlamaServerSettings
+
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    settings = LlamaServerSettings(model=str(tiny_gguf), slots=1, context=64, threads=1, prompt_cache=False)
+    for user, expected in ((None, "PASSIVE"), ("ACTIVE", "ACTIVE")):
+        if user is not None:
+            monkeypatch.setenv("OMP_WAIT_POLICY", user)
+        server = LlamaServer(settings, "test")
+        try:
+            server.ensure_running()
+            assert _environ(server.pid).get("OMP_WAIT_POLICY") == expected
+        finally:
+            server.stop()
+    assert _engine_children() == []
