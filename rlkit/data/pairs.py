@@ -24,7 +24,8 @@ import pydantic
 
 from rlkit.core.errors import DataError
 from rlkit.data.files import Reject, read_jsonl_records, sidecar_paths, write_data_files
-from rlkit.data.records import _prompt_problem, from_trl, prompt_text
+from rlkit.data.prompts import prompt_key  # one question in any shape is one prompt, as from-labels keys it
+from rlkit.data.records import _prompt_problem, from_trl
 from rlkit.text.dedup import SimilarityMethod, pair_similarities
 from rlkit.text.similarity import normalize_whitespace
 
@@ -198,10 +199,6 @@ def _candidates(record: ListwiseRecord, mode: PairMode, dropped: Counter[str]) -
             for hi, lo in level_pairs for better in by_rank[hi] for worse in by_rank[lo]]
 
 
-def _prompt_key(prompt: str | list[dict[str, str]]) -> str:
-    return normalize_whitespace(prompt_text(prompt))
-
-
 def listwise_to_pairs(records: list[PreferenceRecord], mode: PairMode = "all", near_duplicate: float = 0.9,
                       near_duplicate_method: SimilarityMethod = "ngram") -> PairsResult:
     """Pairs from listwise records (pairwise ones pass through), with ties, identical texts, near-duplicates,
@@ -235,7 +232,7 @@ def listwise_to_pairs(records: list[PreferenceRecord], mode: PairMode = "all", n
         if similarity >= near_duplicate:
             dropped["near_duplicate"] += 1
             continue
-        key = (_prompt_key(pair.prompt), chosen, rejected)
+        key = (prompt_key(pair.prompt), chosen, rejected)
         lines_by_order[key].append(pair.line)
         if key in seen:
             dropped["duplicate"] += 1

@@ -93,6 +93,13 @@ def test_pairwise_input_is_checked_and_deduplicated(tmp_path):
     assert result.dropped["duplicate"] == 1 and result.dropped["identical"] == 1
 
 
+def test_one_question_as_chat_messages_as_user_text_and_bare_is_one_prompt(tmp_path):
+    pair = {"chosen": "7", "rejected": "8"}
+    _, _, result = _convert(tmp_path, {"prompt": [{"role": "user", "content": "3+4="}], **pair},
+                            {"prompt": "user: 3+4=", **pair}, {"prompt": "3+4=", **pair})
+    assert len(result.pairs) == 1 and result.dropped["duplicate"] == 2
+
+
 def test_conflicting_labels_are_counted_listed_and_dropped(tmp_path):
     lines = [_ranked("q", ("first text", 1), ("second text", 2), ("third", 3)),
              {"prompt": "q", "chosen": "second text", "rejected": "first text"},
