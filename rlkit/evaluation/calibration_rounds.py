@@ -91,8 +91,10 @@ def line_scores(labelled: Sequence[dict[str, Any]], judge_scores: Any, rubric: R
 
 
 def worst_disagreements(lines: Sequence[Disagreement], limit: int) -> list[Disagreement]:
-    """The ``limit`` lines that disagree most (ties in the labels' order), leaving out lines that agree."""
-    ranked = sorted((line for line in lines if line.size > 0), key=lambda line: (-line.size, line.index))
+    """The ``limit`` lines that disagree most (ties in the labels' order), leaving out lines that agree at the level κ
+    reads (``differing`` is empty): under ``scoring: expected`` no score is exactly a level, so every line has some
+    gap, and a 0.9 against a human 1 is not a disagreement to revise a rubric for."""
+    ranked = sorted((line for line in lines if line.differing), key=lambda line: (-line.size, line.index))
     return ranked[:limit]
 
 

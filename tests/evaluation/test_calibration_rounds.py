@@ -90,6 +90,8 @@ def test_expected_scores_agree_at_the_level_they_round_to(tmp_path):
     assert all(line.size > 0 for line in lines), "no fractional score is a disagreement of exactly 0"
     assert line_changes(read_round(tmp_path, rubric), lines, rubric) == (1, 1, 3)
     assert [line.differing for line in lines] == [["correctness"], [], ["repetition"]]
+    assert [line.record_id for line in worst_disagreements(lines, 5)] == ["c", "a"], \
+        "b's scores round to its labels: not listed, though no score is exactly its label"
 
 
 @pytest.mark.parametrize("content, message", [
