@@ -229,6 +229,15 @@ def _rlkit_fit(size: str, precision: str, tuning: str, steps: int, warmup: int, 
     return out
 
 
+def _peft_lora() -> Any:
+    """``--tuning lora``'s adapter for TRL and the bound, as rlkit's ``model.lora`` gets it (r, alpha, every linear
+    layer, no dropout)."""
+    from peft import LoraConfig
+
+    return LoraConfig(r=LORA_R, lora_alpha=LORA_ALPHA, lora_dropout=0.0, target_modules="all-linear",
+                      task_type="CAUSAL_LM")
+
+
 def run_trl(size: str, precision: str, tuning: str, steps: int, warmup: int, workdir: Path) -> dict[str, Any]:
     from datasets import Dataset
     from transformers import AutoTokenizer, TrainerCallback
@@ -280,12 +289,8 @@ def run_trl(size: str, precision: str, tuning: str, steps: int, warmup: int, wor
         max_grad_norm=1.0, seed=42, dataloader_num_workers=0, disable_tqdm=True,
         # TRL turns activation checkpointing on by default; rlkit does not, and the work must be the same
         gradient_checkpointing=False)
-    peft_config = None
-    if tuning == "lora":  # TRL's reference under peft is the base with the adapter off, as rlkit's
-        from peft import LoraConfig
-
-        peft_config = LoraConfig(r=LORA_R, lora_alpha=LORA_ALPHA, lora_dropout=0.0, target_modules="all-linear",
-                                 task_type="CAUSAL_LM")
+    # TRL's reference under peft is the base with the adapter off, as rlkit's
+    peft_config = _peft_lora() if tuning == "lora" else None
     trainer = GRPOTrainer(model=str(path), reward_funcs=rubric_reward, args=args, train_dataset=dataset,
                           processing_class=AutoTokenizer.from_pretrained(path), callbacks=[StepTimes()],
                           peft_config=peft_config)
@@ -306,10 +311,9 @@ def run_bound(size: str, precision: str, tuning: str, steps: int, warmup: int, w
     shape = SIZES[size]
     model, tokenizer = load_policy(policy_path(size))
     if tuning == "lora":  # the reference is the base itself, the adapter off: no copy
-        from peft import LoraConfig, get_peft_model
+        from peft import get_peft_model
 
-        model = get_peft_model(model, LoraConfig(r=LORA_R, lora_alpha=LORA_ALPHA, lora_dropout=0.0,
-                                                 target_modules="all-linear", task_type="CAUSAL_LM"))
+        model = get_peft_model(model, _peft_lora())
         reference, adapter_off = model, model.disable_adapter
     else:
         reference, adapter_off = copy.deepcopy(model).eval().requires_grad_(False), contextlib.nullcontext
