@@ -136,13 +136,18 @@ def correctness_noise(controls: list[Run]) -> float:
     return max((abs(r.change("correctness")) for r in controls), default=0.0) + 0.1
 
 
+def control_drift(controls: list[Run]) -> float:
+    """The control's largest held-out change on any dimension (0 without a control): it should stay put."""
+    return max((abs(r.change(d)) for r in controls for d in DIMENSIONS), default=0.0)
+
+
 def same_learning(engine: list[Run], builtin: list[Run], controls: list[Run]) -> bool:
     """Prints the engine's and the built-in sampler's median held-out correctness change over the same seeds; true
     when they are within the correctness noise of each other and the control (if run) stayed put."""
     ours = statistics.median(r.change("correctness") for r in engine)
     theirs = statistics.median(r.change("correctness") for r in builtin)
     noise = correctness_noise(controls)
-    drift = max((abs(r.change(d)) for r in controls for d in DIMENSIONS), default=0.0)
+    drift = control_drift(controls)
 
     def per_seed(runs: list[Run]) -> str:
         return ", ".join(f"{r.change('correctness'):+.3f}" for r in runs)
@@ -209,7 +214,7 @@ def main() -> int:
     instruction = statistics.median(r.change("bare_number") for r in learning)
     correctness = statistics.median(r.change("correctness") for r in learning)
     noise = correctness_noise(controls)
-    drift = max(abs(r.change(d)) for r in controls for d in DIMENSIONS)
+    drift = control_drift(controls)
     print(f"bare_number {instruction:+.3f} (target >= +{INSTRUCTION_GAIN_TARGET}), correctness {correctness:+.3f} "
           f"(target >= -{noise:.2f}), control drift {drift:.3f} (target <= {CONTROL_DRIFT_LIMIT})")
     ok = instruction >= INSTRUCTION_GAIN_TARGET and correctness >= -noise and drift <= CONTROL_DRIFT_LIMIT
