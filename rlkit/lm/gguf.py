@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rlkit.core.errors import ConfigError, no_such
+from rlkit.lm.gguf_eog import read_end_of_generation
 
 GGUF_SUFFIX = ".gguf"
 GGUF_MAGIC = b"GGUF"
@@ -70,8 +71,6 @@ def read_header(path: str | Path, where: str | None = None) -> GgufHeader:
     path = check_file(path, where)
     where = where or str(path)
     from gguf import GGUFReader
-
-    from rlkit.lm.gguf_eog import read_end_of_generation
 
     try:
         reader = GGUFReader(path)  # it parses every tensor's info
