@@ -58,6 +58,22 @@ def test_divergence_alert_fires_when_training_rises_and_gold_falls_not_before():
     assert summary["measurements"] == 8 and summary["final_divergence"] == pytest.approx(0.375)
 
 
+def test_alert_when_gold_falls_and_the_training_reward_stays_level():
+    # a saturated training judge: its reward stays at 0.75 while the gold's falls 1, 1, 1, 0.875 (-0.1125 off the
+    # line through the last 4), so the gap widens 0.1125 > min_rise + min_fall = 0.1 at step 3; the old rule (the
+    # training reward must rise) stayed silent here
+    views = [step_view(s, 2, wrong) for s, wrong in enumerate([0, 0, 0, 1, 2, 3])]
+    _, alerts = run_monitor(gold_judge(window=3), views)
+    assert [a.step for a in alerts] == [3]
+    assert "fell -0.11" in alerts[0].message and "moved only +0.000" in alerts[0].message
+
+
+def test_no_alert_when_both_judges_fall_together():
+    # the policy got worse and both judges see it: the gap does not widen
+    views = [step_view(s, right, wrong) for s, (right, wrong) in enumerate([(4, 0)] * 3 + [(3, 1), (2, 2), (1, 3)])]
+    assert run_monitor(gold_judge(window=3), views)[1] == []
+
+
 def test_no_alert_when_both_rise_or_before_a_full_window():
     both_rise = [step_view(s, min(s, 4), max(0, 3 - s)) for s in range(8)]
     assert run_monitor(gold_judge(window=3), both_rise)[1] == []

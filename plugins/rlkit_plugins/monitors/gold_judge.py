@@ -1,6 +1,7 @@
 """``gold_judge``: a second judge the policy is never trained on scores the same completions as the training judge;
 the two rewards are logged side by side and an alert is raised when the training reward rises while the gold
-reward falls over a window of measurements, the signature of a policy learning to please its training judge
+reward falls over a window of measurements (or the gold reward falls while the training reward stays level), the
+signature of a policy learning to please its training judge
 rather than to answer better (the failure rubric dropout, arXiv 2608.11669, is cited for; ``rubric.dropout``).
 
 Which completions: with ``prompts`` (a JSONL of prompt records, e.g. a held-out file) the run's policy samples
@@ -48,8 +49,9 @@ WHERE = "monitors.gold_judge.params"
 class GoldJudge:
     """Logs ``gold/reward`` and ``train/reward`` (mean yardstick reward of the same completions under each judge),
     ``divergence`` (train − gold) and ``gold/unscored`` (share of completions the gold judge left unscored); alerts
-    when, over the last ``window`` measurements, the training reward rose more than ``min_rise`` while the gold
-    reward fell more than ``min_fall`` (changes read off a least-squares line, so one noisy point does not fire it)."""
+    when, over the last ``window`` measurements, the gold reward fell more than ``min_fall`` and the gap between the
+    two widened by more than ``min_rise + min_fall``: the training reward rose while the gold fell, or stayed level
+    while the gold fell further (changes read off a least-squares line, so one noisy point does not fire it)."""
 
     @dataclass
     class Params:
@@ -133,13 +135,20 @@ class GoldJudge:
             return
         recent = self.history[-window - 1:]
         train_change, gold_change = _change(recent, "train"), _change(recent, "gold")
-        now = train_change > self.params.min_rise and gold_change < -self.params.min_fall
+        # The gap must widen by both margins and the gold reward must fall: the training reward rising is the
+        # classic signature, but a saturated training judge can stay flat while the gold judge marks the answers
+        # down (judged_model seed 2: gold 0.93 -> 0.64, training +0.02), and that is the same failure.
+        margin = self.params.min_rise + self.params.min_fall
+        now = gold_change < -self.params.min_fall and train_change - gold_change > margin
         if now and not self.diverging:
-            self._alerts.append(Alert(
-                "gold_judge", step,
-                f"over the last {window} measurements the training reward rose {train_change:+.3f} while the gold "
-                f"judge's fell {gold_change:+.3f} on the same completions: the policy may be learning the training "
-                "judge rather than the task"))
+            if train_change > self.params.min_rise:
+                said = (f"the training reward rose {train_change:+.3f} while the gold judge's fell {gold_change:+.3f} "
+                        "on the same completions: the policy may be learning the training judge rather than the task")
+            else:
+                said = (f"the gold judge's reward fell {gold_change:+.3f} while the training reward moved only "
+                        f"{train_change:+.3f} on the same completions: the training judge does not see what the gold "
+                        "judge marks down (a saturated or fooled training judge)")
+            self._alerts.append(Alert("gold_judge", step, f"over the last {window} measurements {said}"))
         self.diverging = now
 
     def alerts(self) -> list[Alert]:
