@@ -21,15 +21,17 @@ This script runs that loop with rlkit's own commands and keeps the revision hone
   ``differing`` rule):
 
   1. the *direction* most of them share, judge level j → human level h (ties: the larger j); j is the level the
-     judge over-gives;
+     judge gives too often;
   2. the *representative* line of that direction: its medoid, the line whose completion is on average most alike the
      others of the direction (Jaccard similarity of their word sets, digits read as one symbol, so "7 + 5 = 12" and
      "3 + 4 = 7" are alike), ties to the larger |judge - human| then the earlier line, leaving out a completion
      already an example on this dimension (the next most typical then);
-  3. that completion (cut to 120 characters) becomes a ``positive`` example on anchor h (the judge template shows it
-     as "e.g."): a labelled anchor example at its human level. Never a ``negative`` one on level j: rlkit's rubrics
-     mean by it an answer of the anchor's own level that may look better (docs/rubrics.md), which the judge templates
-     show as "also this level, though it may look better: ..." (before 2026-12-06 as "not: ...", the opposite);
+  3. that completion (cut to 120 characters) becomes a labelled example on anchor h, its human level, never on j.
+     Where the judge over-gives (j > h) it is a ``negative`` example of h: rlkit's rubrics mean by it an answer of
+     the anchor's own level that may look better (docs/rubrics.md), which the judge templates show as "also this
+     level, though it may look better: ..." (before 2026-12-06 as "not: ...", the opposite, so the rounds measured
+     in benchmarks/README.md added positives only). Where it under-gives (j < h) it is a ``positive`` example of h
+     (shown as "e.g.");
   4. anchor j's text is tightened once with the sentence "Strictly: a reply like an example of level h is never
      level j." (said once per dimension and pair of levels; later rounds add examples only).
 
@@ -157,10 +159,12 @@ def revise(rubric_data: dict[str, Any], bounds: dict[str, tuple[float, float]],
         for key in (key_h, key_j):
             anchor = anchors.get(key)
             anchors[key] = {"text": anchor} if isinstance(anchor, str) else dict(anchor or {"text": f"level {key}"})
-        # as an example of its human level h, never a negative one on j: rlkit's rubrics read ``negative`` as an
-        # answer of the anchor's own level (docs/rubrics.md), as the judge templates show it; this benchmark's
-        # measured rounds (benchmarks/README.md) ran while they showed it as "not: ...", and add positives only
-        anchors[key_h]["positive"] = [*anchors[key_h].get("positive", []), example]
+        # always an example of its human level h, never of j: rlkit's rubrics read ``negative`` as an answer of the
+        # anchor's own level that may look better (docs/rubrics.md), which is what an over-given line (j > h) is; an
+        # under-given one (j < h) looks worse than h, a plain example. The measured rounds of benchmarks/README.md
+        # ran before the templates showed negatives so (they said "not: ...") and added positives only
+        kind = "negative" if j > h else "positive"
+        anchors[key_h][kind] = [*anchors[key_h].get(kind, []), example]
         sentence = TIGHTEN.format(h=f"{h:g}", j=f"{j:g}")
         tightened = ""
         if sentence not in anchors[key_j]["text"]:
@@ -168,7 +172,7 @@ def revise(rubric_data: dict[str, Any], bounds: dict[str, tuple[float, float]],
             tightened = f"; anchor {key_j} text tightened ({sentence!r})"
         changes.append(f"{name}: {len(missed)} disagreements, {count} judged {j:g} where humans gave {h:g}; their "
                        f"most typical, {group[best][4].get('id') or f'line {group[best][0] + 1}'} {example!r}, added "
-                       f"as a positive example on {key_h}{tightened}")
+                       f"as a {kind} example on {key_h}{tightened}")
     return changes
 
 

@@ -1,6 +1,7 @@
 """benchmarks/calibration_rounds.py's mechanical rubric revision: the most frequent direction of disagreement, its most
-typical line as a labelled anchor example at its human level, the over-given level's anchor tightened once, written
-as a new rubric version that loads; and a split by prompt that never puts a prompt on both sides."""
+typical line as a labelled anchor example at its human level (a negative one where the judge over-gives, a positive
+one where it under-gives), the judge's level's anchor tightened once, written as a new rubric version that loads; and
+a split by prompt that never puts a prompt on both sides."""
 
 from __future__ import annotations
 
@@ -44,14 +45,19 @@ def test_revision_adds_the_most_typical_disagreement_at_its_human_level_and_tigh
     changes = cr.revise(data, BOUNDS, LINES)
     bare, correctness, stops = data["dimensions"]
     # 0 → 1 three times beats 1 → 0 once; of the three, "The answer is N." is the typical one, and the larger miss of
-    # the two alike ("a", 0.9 against "b"'s 0.6)
-    assert bare["anchors"][0]["positive"] == ["The answer is 7."]
-    assert "negative" not in bare["anchors"][1]  # a negative example is of its own level (docs/rubrics.md), not of j
+    # the two alike ("a", 0.9 against "b"'s 0.6). Over-given (1 > 0): a negative example of level 0, an answer of that
+    # level that may look better (docs/rubrics.md), after the shipped ones
+    shipped = yaml.safe_load(RUBRIC.read_text())["dimensions"]
+    assert bare["anchors"][0]["negative"] == [*shipped[0]["anchors"][0]["negative"], "The answer is 7."]
+    assert "positive" not in bare["anchors"][0]
+    assert "negative" not in bare["anchors"][1]  # never on the judge's level j
     assert bare["anchors"][1]["text"] == "Only the number. " + cr.TIGHTEN.format(h="0", j="1")
-    assert correctness == yaml.safe_load(RUBRIC.read_text())["dimensions"][1]  # no disagreement: unchanged
+    assert correctness == shipped[1]  # no disagreement: unchanged
     assert "correctness: no disagreement" in changes[1]
-    # stops: the judge under-gives once (1 → 0): the example goes on 1, the tightening on 0
-    assert stops["anchors"][1]["positive"][-1] == "Seven, as everyone knows from school"
+    # stops: the judge under-gives once (0 < 1): a positive example on 1, the tightening on 0
+    assert stops["anchors"][1]["positive"] == [*shipped[2]["anchors"][1]["positive"],
+                                                "Seven, as everyone knows from school"]
+    assert stops["anchors"][1].get("negative", []) == shipped[2]["anchors"][1].get("negative", [])
     assert cr.TIGHTEN.format(h="1", j="0") in stops["anchors"][0]["text"]
 
     new = cr.write_version(data, changes, 1, tmp_path / "v1.1.yaml")
@@ -61,10 +67,44 @@ def test_revision_adds_the_most_typical_disagreement_at_its_human_level_and_tigh
 
     # the next round: an example is never added twice, the sentence is said once
     again = cr.revise(data, BOUNDS, LINES)
-    assert data["dimensions"][0]["anchors"][0]["positive"] == ["The answer is 7.", "The answer is 12."]
+    assert data["dimensions"][0]["anchors"][0]["negative"][-2:] == ["The answer is 7.", "The answer is 12."]
     assert data["dimensions"][0]["anchors"][1]["text"].count("Strictly") == 1
     assert "each already an example" in again[2]
 
+
+
+def test_over_given_majority_is_a_negative_example_and_under_given_a_positive_one_at_the_human_level(tmp_path):
+    # a small rubric of its own: a 1-3 scale the judge over-gives on, a binary dimension it under-gives on
+    data = {"name": "tiny", "version": "2.0", "dimensions": [
+        {"name": "tone", "range": [1, 3], "anchors": {1: "Rude", 2: "Plain", 3: {"text": "Warm", "positive": ["Hi!"]}}},
+        {"name": "detail", "type": "binary", "anchors": {0: "Bare", 1: "Explained"}},
+    ]}
+    lines = [
+        # tone: 3 → 1 twice (a polite-sounding reply that people still found rude), 2 → 1 once
+        {"id": "p", "completion": "Thank you so much, but no.", "human": {"tone": 1, "detail": 1},
+         "judge": {"tone": 2.9, "detail": 0.1}},
+        {"id": "q", "completion": "Thank you so much, but never.", "human": {"tone": 1, "detail": 1},
+         "judge": {"tone": 3.0, "detail": 0.2}},
+        {"id": "r", "completion": "Fine.", "human": {"tone": 1, "detail": 0}, "judge": {"tone": 2.1, "detail": 0.0}},
+    ]
+    changes = cr.revise(data, {"tone": (1.0, 3.0), "detail": (0.0, 1.0)}, lines)
+    tone, detail = (d["anchors"] for d in data["dimensions"])
+    # over-given (3 > 1): a negative example of the human level 1, never a positive one, nothing on 3's examples
+    assert tone[1]["negative"] == ["Thank you so much, but never."]  # the larger miss of the two alike
+    assert "positive" not in tone[1]
+    assert tone[3]["positive"] == ["Hi!"] and "negative" not in tone[3]
+    assert tone[3]["text"] == "Warm. " + cr.TIGHTEN.format(h="1", j="3")
+    assert "added as a negative example on 1" in changes[0]
+    # under-given (0 < 1): a positive example of the human level 1 (of the two alike, the larger miss: "p", 0.1)
+    assert detail[1]["positive"] == ["Thank you so much, but no."]
+    assert "negative" not in detail[1]
+    assert "added as a positive example on 1" in changes[1]
+
+    rubric = load_rubric(cr.write_version(data, changes, 1, tmp_path / "tiny-v2.1.yaml"))  # its hash checked too
+    assert rubric.version == "2.1"
+    tone_anchors = rubric.dimensions[0].anchors
+    assert tone_anchors[1.0].negative == ["Thank you so much, but never."] and tone_anchors[1.0].positive == []
+    assert rubric.dimensions[1].anchors[1.0].positive == detail[1]["positive"]
 
 def test_split_keeps_each_prompt_on_one_side(tmp_path):
     calibration, heldout, n_cal, n_held = cr.split_labels(REPO / "conf" / "calibration" /
