@@ -196,9 +196,7 @@ def fit(seed: int, args: argparse.Namespace, lr: float | None, dims: list[Dimens
     if proc.returncode != 0:
         sys.exit(f"{' '.join(cmd)} failed:\n{proc.stderr[-3000:]}")
     if resumed(folder):
-        # summary.json and this process timed the last job alone, and no file of the run keeps the earlier jobs'
-        # wall time: unknown, not a figure smaller than the steps' own sum
-        seconds = float("nan")
+        seconds = resumed_wall_time(folder)
     rows = read_jsonl(folder / "metrics.jsonl")
     steps, judging = step_times(rows)
     run = Run("control lr=0" if lr == 0 else "RL", seed, folder, seconds,
@@ -215,6 +213,17 @@ def resumed(folder: Path) -> bool:
     path = folder / "summary.json"
     overrides = (json.loads(path.read_text()).get("overrides") or []) if path.is_file() else []
     return any(str(o).startswith("ckpt_path=") for o in overrides)
+
+
+def resumed_wall_time(folder: Path) -> float:
+    """A resumed run's wall time over every job that trained it: its summary's ``wall_time_s`` where the summary
+    counts ``invocations`` (the time each earlier job spent after its last checkpoint is not in it); NaN for a
+    summary written before that, whose ``wall_time_s`` timed the last job alone: unknown, not a figure smaller than
+    the steps' own sum."""
+    summary = json.loads((folder / "summary.json").read_text())
+    if summary.get("invocations") is None:
+        return float("nan")
+    return float(summary["wall_time_s"])
 
 
 def wall(seconds: float) -> str:

@@ -58,7 +58,7 @@ def _fit_job(cfg, run_dir: Path, checked: CheckedConfigs | None = None) -> float
     # launcher's other process (which carries no registry and builds one where it runs) or a job nobody checked
     # validates its own.
     validated = (checked.take(cfg) if checked is not None else None) or check_config(cfg, run_registry())
-    summary = fit(validated, run_dir)
+    summary = fit(validated, run_dir, started)
     if summary["global_zero"]:
         print_summary(summary, validated)
         write_job_summary(run_dir, summary, time.monotonic() - started)  # a sweep's summary table reads it

@@ -42,8 +42,15 @@ def _finite(value: Any) -> float | None:
 
 
 def write_job_summary(run_dir: Path, summary: dict[str, Any], wall_time_s: float) -> Path:
-    """``run_dir/summary.json``: the job's overrides, held-out rewards at the start and end, steps and wall time."""
+    """``run_dir/summary.json``: the job's overrides, held-out rewards at the start and end, steps and wall time.
+
+    ``wall_time_s`` is this invocation's; the file's ``wall_time_s`` is the run's across every invocation that trained
+    it (the summary's ``earlier_wall_time_s``, as the checkpoint it resumed from saved them, added), beside
+    ``wall_time_this_invocation_s`` and ``invocations``. What an earlier invocation spent after its last checkpoint
+    is not counted (``rlkit.train.run_position.RunClock``). ``invocations`` is null where the checkpoint predates
+    the count: the earlier invocations' time is then unknown and ``wall_time_s`` is this invocation's alone."""
     hydra = _hydra_job()
+    invocations = summary.get("invocations", 1)
     data = {
         "job": int(hydra.job.num) if hydra is not None and hydra.job.get("num") is not None else None,
         "overrides": list(hydra.overrides.task) if hydra is not None else [],
@@ -51,7 +58,9 @@ def write_job_summary(run_dir: Path, summary: dict[str, Any], wall_time_s: float
         "start": {k: _finite(v) for k, v in summary["start"].items()},
         "end": {k: _finite(v) for k, v in summary["end"].items()},
         "steps": int(summary["steps"]),
-        "wall_time_s": round(wall_time_s, 3),
+        "wall_time_s": round(wall_time_s + float(summary.get("earlier_wall_time_s") or 0.0), 3),
+        "wall_time_this_invocation_s": round(wall_time_s, 3),
+        "invocations": None if invocations is None else int(invocations),
         "policy_dir": str(summary["policy_dir"]),
         # what the figures mean less than they seem to: no held-out split, no warm start, no learning signal
         "warnings": [*(summary.get("caveats") or {}).values(), *(summary.get("signal") or [])],

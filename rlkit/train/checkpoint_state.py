@@ -1,7 +1,8 @@
 """The run's own state in a Lightning checkpoint (``checkpoint["rlkit"]``): the rubric it was trained with, the model
 fingerprint, the weight scheduler, every process's RNG, the data and sampling positions, the objective's,
-debiasing's, monitors' and generator's state, rollouts requested ahead and the held-out start, so that a resumed run
-draws and trains what the uninterrupted one would have and reports the start it had.
+debiasing's, monitors' and generator's state, rollouts requested ahead, the held-out start and the wall time so far,
+so that a resumed run draws and trains what the uninterrupted one would have and reports the start and the cost it
+had.
 
 Under LoRA the checkpoint's ``state_dict`` holds the trainable weights alone (``"weights": "trainable"``): the frozen
 base is the model file the run names, loaded again on resume (SmolLM2-135M at r=16: 57 MB, the adapter and its AdamW
@@ -50,7 +51,8 @@ def save_run_state(run: CheckpointedParts, checkpoint: dict[str, Any]) -> None:
     rng_by_rank = spread.gather_objects(capture_rng_state())
     state: dict[str, Any] = {"rubric": run.rewards.rubric.identity(), "model": run.fingerprint(),
                              "weight_scheduler": parts.scheduler.state_dict(),
-                             "rng": rng_by_rank[0], "data_position": list(run.position.data)}
+                             "rng": rng_by_rank[0], "data_position": list(run.position.data),
+                             "wall_time": run.position.clock.state_dict()}
     checkpoint["rlkit"] = state
     if run.heldout_start:
         state["heldout_start"] = dict(run.heldout_start)
@@ -124,6 +126,7 @@ def load_run_state(run: CheckpointedParts, checkpoint: dict[str, Any], device: C
     by_rank = state.get("rng_by_rank")
     own = by_rank[spread.rank] if by_rank is not None and len(by_rank) == spread.world_size else None
     run.position.rng_to_restore = own or state.get("rng")
+    run.position.clock.resume_from(state.get("wall_time"))
     objective_state = state.get("objective")
     if objective_state is not None and callable(getattr(parts.objective, "load_state_dict", None)):
         parts.objective.load_state_dict(objective_state)

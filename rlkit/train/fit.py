@@ -261,19 +261,22 @@ def set_torch_threads(configured: int | None) -> ThreadChoice:
     return choice
 
 
-def fit(validated: CheckedConfig, run_dir: Path) -> dict[str, Any]:
+def fit(validated: CheckedConfig, run_dir: Path, started: float | None = None) -> dict[str, Any]:
     """Train, evaluate the held-out split before and after, and return the summary. Ctrl-C finishes what was
-    trained (``rlkit.core.interrupt``); the summary's ``interrupted`` then says at which step and where to resume."""
+    trained (``rlkit.core.interrupt``); the summary's ``interrupted`` then says at which step and where to resume.
+    ``started``: when this invocation began (``time.monotonic()``; default now), the origin of the wall time its
+    checkpoints carry; the summary's ``earlier_wall_time_s`` and ``invocations`` are those a resumed checkpoint held
+    (``rlkit.train.run_position.RunClock``)."""
     from rlkit.core.interrupt import InterruptGuard
     from rlkit.train.interrupt import requeue_at_exit
 
     with InterruptGuard("interrupted during start-up; nothing was trained") as guard:
-        summary = _fit(validated, run_dir, guard)
+        summary = _fit(validated, run_dir, guard, started)
     requeue_at_exit(guard)  # SLURM's requeue signal: the job runs again and resumes (requeued_checkpoint)
     return summary
 
 
-def _fit(validated: CheckedConfig, run_dir: Path, guard: Any) -> dict[str, Any]:
+def _fit(validated: CheckedConfig, run_dir: Path, guard: Any, started: float | None) -> dict[str, Any]:
     from rlkit.lm.models import save_policy
     from rlkit.train.datamodule import PromptDataModule
 
@@ -305,6 +308,8 @@ def _fit(validated: CheckedConfig, run_dir: Path, guard: Any) -> dict[str, Any]:
             for line in caveats.values():
                 print(f"rlkit: warning: {line}", file=sys.stderr)
         module = build_module(validated, datamodule.heldout_records, monitors=monitor_host(validated, run_dir))
+        if started is not None:  # the invocation's start-up (config check, model load) is part of its wall time
+            module.position.clock.started = started
         if trainer.is_global_zero and run.ckpt_path is not None:  # before the start evaluation: the earlier run's first
             carry_earlier_answers(run.ckpt_path, run_dir)
         # set before the start evaluation: each evaluation's answers go beside it (heldout_samples.jsonl); every
@@ -379,6 +384,9 @@ def _fit(validated: CheckedConfig, run_dir: Path, guard: Any) -> dict[str, Any]:
             "diagnostics": module.diagnostics, "global_zero": trainer.is_global_zero, "replicas": replicas,
             "monitors": monitors, "alerts": module.monitors.alerts if module.monitors is not None else [],
             "judge_spend": judge_spend(validated.plugins.get("judge")),
+            # the invocations before this one, as the checkpoint it resumed from kept them (0 and 1 when fresh)
+            "earlier_wall_time_s": module.position.clock.earlier_s,
+            "invocations": module.position.clock.invocations,
             "signal": module.signal_watch.summary_lines(), "caveats": caveats,  # whole run: held-out scoring included
             "interrupted": ({"step": stop.saved_at, "checkpoint": str(stop.checkpoint), "exit_code": guard.exit_code}
                             if stop.saved_at is not None else

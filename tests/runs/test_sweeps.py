@@ -75,6 +75,16 @@ def test_job_summary_records_overrides_rewards_and_time(hydra_job, tmp_path):
     assert data["wall_time_s"] == 12.346 and data["steps"] == 2
 
 
+def test_job_summary_adds_the_earlier_invocations_wall_time(tmp_path):
+    resumed = {**_summary(0.5, 0.5), "earlier_wall_time_s": 100.0, "invocations": 3}
+    data = json.loads(write_job_summary(tmp_path, resumed, wall_time_s=12.34567).read_text())
+    assert (data["wall_time_s"], data["wall_time_this_invocation_s"], data["invocations"]) == (112.346, 12.346, 3)
+    # resumed from a checkpoint that predates the count: the earlier time is unknown, said as null
+    old = {**_summary(0.5, 0.5), "earlier_wall_time_s": 0.0, "invocations": None}
+    data = json.loads(write_job_summary(tmp_path, old, wall_time_s=2.0).read_text())
+    assert data["invocations"] is None and data["wall_time_s"] == data["wall_time_this_invocation_s"] == 2.0
+
+
 def test_sweep_summary_table_is_printed_and_written(tmp_path, capsys):
     sweep = tmp_path / "sweep"
     for job, (aggregator, reward) in enumerate([("weighted_sum", 0.25), ("geometric", 0.5)]):
