@@ -405,6 +405,19 @@ def _median_result(runs: list[dict[str, Any]]) -> dict[str, Any]:
     return {key: statistics.median(run[key] for run in runs) for key in runs[0]}
 
 
+def _warn_if_loaded(threads: int) -> None:
+    """Say on stderr when other work already holds the cores a multi-threaded side needs. torch's threads wait for
+    each other at every op, so on a loaded machine a side at 2 threads is many times slower than at 1, and sides
+    given different thread counts (``--threads`` 2 against ``--server-split`` 1+1) are not comparable: on SmolLM2
+    at a load average of 8-10 on 2 cores a decode step took 11-13x as long at 2 threads as at 1 (full and LoRA alike),
+    which is what made TRL's LoRA step 161.7 s in the 2026-12-06 smoke (benchmarks/README.md)."""
+    cores, load = os.cpu_count() or 1, os.getloadavg()[0]
+    if threads > 1 and load + threads > cores:
+        print(f"vs_trl: warning: load average {load:.1f} on {cores} cores: the sides at {threads} torch threads will "
+              "be slowed many times over, the 1-thread ones much less; use --threads 1 or a quiet machine",
+              file=sys.stderr, flush=True)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--steps", type=int, default=8)
@@ -437,6 +450,7 @@ def main() -> int:
     split = tuple(int(n) for n in args.server_split.split("+")) if args.server_split else None
     if split is not None and len(split) != 2:
         raise SystemExit("--server-split takes T+S, e.g. 1+1")
+    _warn_if_loaded(max([args.threads or os.cpu_count() or 1, *(split or ())]))
     print(f"{args.steps} steps each, medians after {args.warmup} warm-up steps; beta={BETA} epsilon={EPSILON} "
           f"loss_type={LOSS_TYPE} num_iterations={NUM_ITERATIONS}; EOS suppressed (min_new_tokens, ignore_eos); "
           f"torch threads {args.threads or 'default'}"
