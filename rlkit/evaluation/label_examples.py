@@ -28,11 +28,14 @@ from rlkit.evaluation.label_training_data import consensus_level
 
 @dataclass(frozen=True)
 class LabelledExample:
-    """One labelled completion as an example of one dimension: the prompt as text, the completion, the level."""
+    """One labelled completion as an example of one dimension: the prompt as text, the completion, the level, and
+    the record's reference answer where it has one (a judge shown the reference of what it scores must see the
+    examples' too, or their levels read as judged without it)."""
 
     prompt: str
     completion: str
     level: float
+    reference: str | None = None
 
 
 def _declared(record: dict[str, Any]) -> set[str]:
@@ -63,7 +66,9 @@ def read_label_examples(path: str | Path, rubric: Rubric) -> dict[str, list[Labe
             for name in wanted:
                 level = consensus_level(record, name)
                 if level is not None:
-                    pool[name].append(LabelledExample(prompt_text(record["prompt"]), record["completion"], level))
+                    reference = record.get("reference")
+                    pool[name].append(LabelledExample(prompt_text(record["prompt"]), record["completion"], level,
+                                                      None if reference in (None, "") else str(reference)))
     if not any(pool.values()):
         raise DataError("no labelled completion in the file: label some first (`rlkit label <file>`)", str(path))
     return pool
