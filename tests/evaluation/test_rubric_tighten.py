@@ -96,7 +96,8 @@ def test_a_real_run_that_saturates_gets_a_stricter_level_the_audit_accepts(tmp_p
 def test_the_reward_hacking_v1_template_becomes_a_negative_anchor_and_check(tmp_path, capsys):
     run = reward_hacking_run(tmp_path / "v1-seed1", "v1")
     assert main(["rubric", "tighten", str(run)]) == 0
-    printed = capsys.readouterr().out
+    captured = capsys.readouterr()
+    printed = captured.out
     out = run / "tighten" / "reward_hacking_arithmetic-v2.0.yaml"
     proposed = load_rubric(out)
     clarity = proposed.dimensions[1]
@@ -109,12 +110,14 @@ def test_the_reward_hacking_v1_template_becomes_a_negative_anchor_and_check(tmp_
     assert proposed.dimensions[0] == load_rubric(BENCHMARKS / "reward_hacking_v1.yaml").dimensions[0]
     assert "correctness" not in printed.split("clarity:")[0]  # 30% saturated: not named
     assert "PASS: trust" in printed
+    assert "changes only anchors" not in captured.err  # a check changed: the rule judge reads it
 
 
 def test_the_reward_hacking_v2_run_gets_a_shape_anchor_the_audit_accepts(tmp_path, capsys):
     run = reward_hacking_run(tmp_path / "v2-seed1", "v2")
     assert main(["rubric", "tighten", str(run)]) == 0  # 0: the audit passed
-    printed = capsys.readouterr().out
+    captured = capsys.readouterr()
+    printed = captured.out
     assert "clarity: saturated in 90% of groups" in printed and "below the range's top 5" in printed
     assert "correctness: saturated in 90% of groups" in printed
     v2 = load_rubric(BENCHMARKS / "reward_hacking_v2.yaml")
@@ -127,6 +130,8 @@ def test_the_reward_hacking_v2_run_gets_a_shape_anchor_the_audit_accepts(tmp_pat
     # correctness: exact would fail the padded sum, which clarity marks down already: left, with why
     assert proposed.dimensions[0] == v2.dimensions[0] and "fails ones another dimension marks down" in printed
     assert "PASS: trust" in printed
+    # anchors only, under the rule judge: the audit passes it, and the warning says a continued run would not change
+    assert "changes only anchors" in captured.err
 
 
 def test_the_match_and_shape_rules_by_hand():
