@@ -28,14 +28,11 @@ from rlkit.evaluation.label_training_data import consensus_level
 
 @dataclass(frozen=True)
 class LabelledExample:
-    """One labelled completion as an example of one dimension: the prompt as text, the completion, the level, and
-    the record's reference answer where it has one (a judge shown the reference of what it scores must see the
-    examples' too, or their levels read as judged without it)."""
+    """One labelled completion as an example of one dimension: the prompt as text, the completion, the level."""
 
     prompt: str
     completion: str
     level: float
-    reference: str | None = None
 
 
 def _declared(record: dict[str, Any]) -> set[str]:
@@ -66,9 +63,7 @@ def read_label_examples(path: str | Path, rubric: Rubric) -> dict[str, list[Labe
             for name in wanted:
                 level = consensus_level(record, name)
                 if level is not None:
-                    reference = record.get("reference")
-                    pool[name].append(LabelledExample(prompt_text(record["prompt"]), record["completion"], level,
-                                                      None if reference in (None, "") else str(reference)))
+                    pool[name].append(LabelledExample(prompt_text(record["prompt"]), record["completion"], level))
     if not any(pool.values()):
         raise DataError("no labelled completion in the file: label some first (`rlkit label <file>`)", str(path))
     return pool

@@ -118,8 +118,7 @@ class FewShot:
 def rendered(chosen: dict[str, list[LabelledExample]], dimensions: Sequence[Any]) -> list[dict[str, Any]]:
     """The template's ``examples``: per shown dimension (in the prompt's order), its examples, texts cut."""
     return [{"dimension": d.name, "items": [{"prompt": _cut(e.prompt), "completion": _cut(e.completion),
-                                             "level": e.level, "reference": _cut(e.reference) if e.reference else None}
-                                            for e in chosen.get(d.name, [])]}
+                                             "level": e.level} for e in chosen.get(d.name, [])]}
             for d in dimensions if chosen.get(d.name)]
 
 
