@@ -79,6 +79,7 @@ class InterruptGuard:
         self._phase: Phase = "startup"
         self._previous: dict[int, Any] = {}
         self._installed = False
+        self._stop: tuple[str, int] | None = None  # the stop-at-once raised by a signal: its message and status
 
     @property
     def terminated(self) -> bool:
@@ -124,10 +125,15 @@ class InterruptGuard:
         self._installed = True
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
         if self._installed:
             for signum, previous in self._previous.items():
                 signal.signal(signum, previous)
+        if self._stop is not None and exc is not None and not isinstance(exc, RunInterrupted):
+            # the stop's RunInterrupted landed in code that turned it into another error (a SIGTERM during an import
+            # inside lightning once came out as scipy's "TypeError: expected a message argument"): it is still the
+            # stop, with its one line and status, not a traceback
+            raise RunInterrupted(*self._stop) from None
             self._previous, self._installed = {}, False
 
     def _handle(self, signum: int, frame: Any) -> None:
@@ -135,11 +141,13 @@ class InterruptGuard:
             self.signum = signum
         if self._phase == "startup":
             self.stopped = True
-            raise RunInterrupted(self._said(self.startup_message), self.exit_code)
+            self._stop = (self._said(self.startup_message), self.exit_code)
+            raise RunInterrupted(*self._stop)
         if self.requested:
             self.stopped = True
-            raise RunInterrupted("interrupted again: stopped at once; the last saved checkpoint, if any, is in the "
-                                 "run folder's checkpoints/", self.exit_code)
+            self._stop = ("interrupted again: stopped at once; the last saved checkpoint, if any, is in the run "
+                          "folder's checkpoints/", self.exit_code)
+            raise RunInterrupted(*self._stop)
         self.requested = True
         what, again = (signal.Signals(signum).name, "a second signal") if signum != signal.SIGINT else \
             ("interrupt", "Ctrl-C again")

@@ -206,6 +206,24 @@ def test_a_ctrl_c_a_destructor_swallowed_during_start_up_still_stops_the_run(ctr
     assert outer.stopped and signal.getsignal(signal.SIGINT) is ctrl_c_reaches_this_process
 
 
+def test_a_stop_that_other_code_turned_into_another_error_is_still_the_stop():
+    # CI saw a SIGTERM land inside an import in lightning, whose machinery turned the guard's RunInterrupted into
+    # "TypeError: expected a message argument": Hydra printed it and the run exited 1 instead of 143
+    from rlkit.core.interrupt import InterruptGuard, RunInterrupted
+
+    before = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(RunInterrupted) as stop, InterruptGuard("interrupted during start-up; nothing was trained"):
+        try:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(5)  # the handler raises here, at once
+        except RunInterrupted as exc:
+            raise TypeError("expected a message argument") from exc
+    assert stop.value.exit_code == 143 and str(stop.value).startswith("terminated (SIGTERM) during start-up")
+    assert signal.getsignal(signal.SIGTERM) is before
+    with pytest.raises(TypeError), InterruptGuard():  # an error with no stop behind it stays itself
+        raise TypeError("a real error")
+
+
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # the swallowing, shown
 def test_a_command_whose_ctrl_c_was_swallowed_still_exits_130(monkeypatch, capsys, ctrl_c_reaches_this_process):
     import rlkit.cli
