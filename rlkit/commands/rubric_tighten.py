@@ -114,14 +114,11 @@ def _model_writer(ref: Any, rubric: Any) -> tuple[Any, Any]:
 
 
 def cmd_rubric_tighten(args: Sequence[str]) -> int:
-    import yaml
-
     from rlkit.core.atomic import atomic_write_text
     from rlkit.core.rubric import load_rubric
     from rlkit.core.rubric_diff import diff_rubrics, render_diff
     from rlkit.evaluation.rubric_tightening import (
         MIN_SHARE,
-        anchors_only,
         audit_records,
         judging_overrides,
         proposal_yaml,
@@ -185,10 +182,10 @@ def cmd_rubric_tighten(args: Sequence[str]) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out, proposal_yaml(proposal, run_dir))
     written = load_rubric(out)  # what the file says, checked as a run will load it
-    console.print(render_diff(diff_rubrics(rubric, written), str(rubric.source), str(out)))
+    diff = diff_rubrics(rubric, written)
+    console.print(render_diff(diff, str(rubric.source), str(out)))
     print(f"wrote {out} ({written.name} v{written.version}, hash {written.short_hash})")
-    judge = run_judge(run_dir)
-    if judge == "rule" and anchors_only(yaml.safe_load(Path(rubric.source).read_text(encoding="utf-8")), proposal.data):
+    if diff.anchors_only and run_judge(run_dir) == "rule":
         # the audit scores with the run's judge too, so it passes a proposal that changes nothing that judge reads
         print("rlkit: warning: the proposal changes only anchors (their texts and examples), which the run's judge "
               "(rule) does not read: a run continued on it with the same judge trains as before. Judge these "

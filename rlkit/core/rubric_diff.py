@@ -51,6 +51,13 @@ class RubricDiff:
         return self.old_hash == self.new_hash
 
     @property
+    def anchors_only(self) -> bool:
+        """Whether the rubrics differ, and only in their dimensions' anchors (texts and examples): what a judge that
+        scores by checks alone, the rule judge, never reads."""
+        return bool(self.changed) and not (self.added or self.removed or self.rubric_changes) and all(
+            change.field.startswith("anchors[") for dim in self.changed for change in dim.changes)
+
+    @property
     def unbumped(self) -> bool:
         """Content changed but the version did not: what a changelog hash would have caught."""
         return not self.same_content and self.old_version == self.new_version

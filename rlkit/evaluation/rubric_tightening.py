@@ -529,15 +529,6 @@ def judging_overrides(run_dir: Path) -> list[str]:
     return out
 
 
-def anchors_only(old: dict[str, Any], new: dict[str, Any]) -> bool:
-    """Whether the rubric data ``new`` differs from ``old`` only in its dimensions' anchors (texts and examples):
-    what the rule judge, which scores by checks, never reads."""
-    def without_anchors(data: dict[str, Any]) -> list[dict[str, Any]]:
-        return [{k: v for k, v in dim.items() if k != "anchors"} for dim in data.get("dimensions") or []]
-
-    return without_anchors(old) == without_anchors(new)
-
-
 def run_judge(run_dir: Path) -> str | None:
     """The run's judge name from its saved config (None when it is not there)."""
     from omegaconf import OmegaConf
