@@ -74,12 +74,16 @@ class InterruptGuard:
     def __init__(self, startup_message: str = "interrupted") -> None:
         self.startup_message = startup_message
         self.requested = False
-        self.stopped = False
         self.signum: int | None = None  # the signal that asked first
         self._phase: Phase = "startup"
         self._previous: dict[int, Any] = {}
         self._installed = False
         self._stop: tuple[str, int] | None = None  # the stop-at-once raised by a signal: its message and status
+
+    @property
+    def stopped(self) -> bool:
+        """Whether a signal asked to stop at once (even where the exception it raised was swallowed)."""
+        return self._stop is not None
 
     @property
     def terminated(self) -> bool:
@@ -106,8 +110,8 @@ class InterruptGuard:
 
     @phase.setter
     def phase(self, phase: Phase) -> None:
-        if self._phase == "startup" and self.stopped:  # a start-up Ctrl-C that a __del__ swallowed
-            raise RunInterrupted(self._said(self.startup_message), self.exit_code)
+        if self._phase == "startup" and self._stop is not None:  # a start-up Ctrl-C that a __del__ swallowed
+            raise RunInterrupted(*self._stop)
         self._phase = phase
 
     def __enter__(self) -> InterruptGuard:
@@ -116,9 +120,9 @@ class InterruptGuard:
                 signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
             return self
         outer = getattr(signal.getsignal(signal.SIGINT), "__self__", None)
-        if isinstance(outer, InterruptGuard) and outer.stopped:
+        if isinstance(outer, InterruptGuard) and outer._stop is not None:
             # the outer guard's Ctrl-C was swallowed on the way here
-            raise RunInterrupted(outer._said(outer.startup_message), outer.exit_code)
+            raise RunInterrupted(*outer._stop)
         for signum in handled_signals():
             if signal.getsignal(signum) is not signal.SIG_IGN:  # a process told to ignore one keeps ignoring it
                 self._previous[signum] = signal.signal(signum, self._handle)
@@ -140,11 +144,9 @@ class InterruptGuard:
         if self.signum is None:
             self.signum = signum
         if self._phase == "startup":
-            self.stopped = True
             self._stop = (self._said(self.startup_message), self.exit_code)
             raise RunInterrupted(*self._stop)
         if self.requested:
-            self.stopped = True
             self._stop = ("interrupted again: stopped at once; the last saved checkpoint, if any, is in the run "
                           "folder's checkpoints/", self.exit_code)
             raise RunInterrupted(*self._stop)
