@@ -123,28 +123,25 @@ def main() -> int:
         out = work / f"k{k}"
         finished = out / "calibration.json"
         if same_setting and finished.exists() and (out / "seconds").exists():
-            lines = json.loads(finished.read_text(encoding="utf-8"))["lines"]
             seconds = float((out / "seconds").read_text(encoding="utf-8"))
-            rows.append((k, {d.name: agreement(lines, d, args.resamples, args.seed) for d in rubric.dimensions},
-                         seconds))
             print(f"k={k}: read back from {finished} (finished earlier, {seconds:.0f} s)", flush=True)
-            continue
-        shots = [f"judge.params.examples={examples}", f"judge.params.examples_k={k}",
-                 f"judge.params.examples_rule={args.rule}", f"judge.params.examples_seed={args.seed}"] if k else []
-        started = time.perf_counter()
-        done = subprocess.run([sys.executable, "-m", "rlkit", "calibrate", "judge=llm", f"rubric={args.rubric}",
-                               *backend, "judge.params.show_reference=true", *shots, f"calibrate.labels={heldout}",
-                               f"calibrate.output={out}", "calibrate.disagreements=0", "logger=none"],
-                              cwd=work, capture_output=True, text=True)
-        seconds = time.perf_counter() - started
-        if done.returncode != 0:
-            print(f"k={k}: rlkit calibrate exited {done.returncode}: {done.stderr.strip().splitlines()[-1:]}")
-            rows.append((k, None, seconds))
-            continue
-        lines = json.loads((out / "calibration.json").read_text(encoding="utf-8"))["lines"]
-        (out / "seconds").write_text(f"{seconds:.1f}", encoding="utf-8")
+        else:
+            shots = [f"judge.params.examples={examples}", f"judge.params.examples_k={k}",
+                     f"judge.params.examples_rule={args.rule}", f"judge.params.examples_seed={args.seed}"] if k else []
+            started = time.perf_counter()
+            done = subprocess.run([sys.executable, "-m", "rlkit", "calibrate", "judge=llm", f"rubric={args.rubric}",
+                                   *backend, "judge.params.show_reference=true", *shots, f"calibrate.labels={heldout}",
+                                   f"calibrate.output={out}", "calibrate.disagreements=0", "logger=none"],
+                                  cwd=work, capture_output=True, text=True)
+            seconds = time.perf_counter() - started
+            if done.returncode != 0:
+                print(f"k={k}: rlkit calibrate exited {done.returncode}: {done.stderr.strip().splitlines()[-1:]}")
+                rows.append((k, None, seconds))
+                continue
+            (out / "seconds").write_text(f"{seconds:.1f}", encoding="utf-8")
+            print(f"k={k}: done in {seconds:.0f} s", flush=True)
+        lines = json.loads(finished.read_text(encoding="utf-8"))["lines"]
         rows.append((k, {d.name: agreement(lines, d, args.resamples, args.seed) for d in rubric.dimensions}, seconds))
-        print(f"k={k}: done in {seconds:.0f} s", flush=True)
     names = [d.name for d in rubric.dimensions]
     print(f"\n| k ({args.rule}) | " + " | ".join(f"{n} κ [95%]" + f" | {n} ρ [95%]" for n in names) + " | wall s |")
     print("|---" * (1 + 2 * len(names)) + "|--:|")
