@@ -63,6 +63,8 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import reward_hacking as rh  # noqa: E402  (the tiny preset is its v2 run, reused rather than copied)
 
+from rlkit.runs.signals import WINDOW as SIGNAL_WINDOW  # noqa: E402 (phase 1's last steps: tighten's window)
+
 PRESETS = ("real", "tiny")
 ARMS = ("tightened", "unchanged")
 DEFAULT_STEPS = {"real": 40, "tiny": 150}     # real_model.py's 40 steps saturate; reward_hacking.py's 150 steps
@@ -71,7 +73,6 @@ REAL = ["experiment=smollm2_arithmetic", "logger=csv"]
 REAL_SAMPLES = ["log_samples.every=1", "log_samples.rows=16"]
 TINY = [f"max_completion_length={rh.MAX_LEN}", "logger=csv", "torch_threads=1"]
 REWARD_FALL_LIMIT = 0.05
-SIGNAL_WINDOW = 10  # phase 1's last steps, the window tighten reads saturation over (rlkit.runs.signals.WINDOW)
 ZERO_ADV, REWARD_STD = "advantages/frac_zero_groups", "reward/std"
 STOPPED = 1
 TEMPLATE_SHARE = 0.10  # reward_hacking.py's --template-share default: the warm start's templated demonstrations
@@ -197,9 +198,7 @@ def tightened_dimensions(original: Path, proposal: Path) -> tuple[list[str], boo
 
     diff = diff_rubrics(load_rubric(original), load_rubric(proposal))
     names = [*diff.added, *(c.name for c in diff.changed)]
-    text_only = not diff.added and not diff.removed and all(
-        f.field.startswith(("anchors", "description")) for c in diff.changed for f in c.changes)
-    return names, text_only
+    return names, diff.text_only
 
 
 def ranges_of(*rubrics: Path) -> dict[str, tuple[float, float]]:

@@ -185,12 +185,12 @@ def cmd_rubric_tighten(args: Sequence[str]) -> int:
     diff = diff_rubrics(rubric, written)
     console.print(render_diff(diff, str(rubric.source), str(out)))
     print(f"wrote {out} ({written.name} v{written.version}, hash {written.short_hash})")
-    if diff.anchors_only and run_judge(run_dir) == "rule":
+    if diff.text_only and run_judge(run_dir) == "rule":
         # the audit scores with the run's judge too, so it passes a proposal that changes nothing that judge reads
-        print("rlkit: warning: the proposal changes only anchors (their texts and examples), which the run's judge "
-              "(rule) does not read: a run continued on it with the same judge trains as before. Judge these "
-              "dimensions with a model (judge=llm, or judge=hybrid routing them to it) or tighten their checks by "
-              "hand (docs/rubrics.md)", file=sys.stderr)
+        print("rlkit: warning: the proposal changes only anchors or descriptions (texts a model reads), which "
+              "the run's judge (rule) does not read: a run continued on it with the same judge trains as before. "
+              "Judge these dimensions with a model (judge=llm, or judge=hybrid routing them to it) or tighten their "
+              "checks by hand (docs/rubrics.md)", file=sys.stderr)
     if not audit:
         print(f"not audited (--no-audit); before training on it: rlkit rubric audit rubric.path={out} "
               "audit.records=FILE")

@@ -51,11 +51,11 @@ class RubricDiff:
         return self.old_hash == self.new_hash
 
     @property
-    def anchors_only(self) -> bool:
-        """Whether the rubrics differ, and only in their dimensions' anchors (texts and examples): what a judge that
-        scores by checks alone, the rule judge, never reads."""
+    def text_only(self) -> bool:
+        """Whether the rubrics differ, and only in the texts of their dimensions (anchors, their examples, the
+        descriptions): what a model judge reads and a judge that scores by checks alone, the rule judge, never does."""
         return bool(self.changed) and not (self.added or self.removed or self.rubric_changes) and all(
-            change.field.startswith("anchors[") for dim in self.changed for change in dim.changes)
+            change.field.startswith(("anchors[", "description")) for dim in self.changed for change in dim.changes)
 
     @property
     def unbumped(self) -> bool:
