@@ -125,6 +125,17 @@ def test_diff_reports_added_removed_and_each_changed_field() -> None:
     assert not diff.unbumped and not diff.same_content
 
 
+def test_text_only_when_anchors_and_descriptions_alone_differ() -> None:
+    old = rubric()
+    texts = rubric(BASE.replace('positive: ["7"]}', 'positive: ["7", "42"]}').replace("5: Short", "5: Terse")
+                   .replace("type: binary", "type: binary\n    description: A number first"), version="1.1")
+    assert diff_rubrics(old, texts).text_only
+    assert not diff_rubrics(old, old).text_only  # no difference at all
+    assert not diff_rubrics(old, rubric(BASE.replace("max: 12", "max: 10"), version="1.1")).text_only  # a check
+    assert not diff_rubrics(old, rubric(BASE.replace("5: Short", "5: Terse").replace("weight: 0.5", "weight: 0.75"),
+                                        version="1.1")).text_only  # an anchor and a weight
+
+
 def test_diff_of_removed_dimension_range_gate_and_order() -> None:
     old = rubric()
     swapped = yaml.safe_load(BASE)
