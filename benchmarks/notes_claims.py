@@ -5,11 +5,13 @@ arithmetic task (``experiment=smollm2_arithmetic``: "What is a + b? Reply with o
 Each claim is a small experiment of real ``rlkit fit`` runs, one run folder per cell and seed under ``--out``
 (``<out>/<cell>-s<steps>/seed<N>``); a folder whose run finished (``summary.json``, which fit writes last) is read,
 never run again, so a long benchmark can be continued across sessions and re-read with ``--read-finished`` (runs
-nothing; a cell not yet run shows as such). A folder left by an interrupted run is moved aside
-(``seed<N>.unfinished-<k>``), never overwritten. Claims share cells where they are the same run (the preset is the
-3-dimension arm, G = 4 and correctness weight 2; GRPO at G = 8 is the group-size arm and GDPO's opponent), and
-every claim is read against one control, the preset at ``optim.lr=0`` (greedy held-out answers of an unchanged
-policy: what moves there is not learning).
+nothing; a cell not yet run shows as such). Each finished run's figures are also kept as one line of ``--records``
+(default ``benchmarks/notes_claims_runs.jsonl``, committed): a machine whose run folders are gone reads a seed from
+there instead of training it again, and the tables in benchmarks/README.md are re-printed from that file alone. A
+folder left by an interrupted run is moved aside (``seed<N>.unfinished-<k>``), never overwritten. Claims share cells
+where they are the same run (the preset is the 3-dimension arm, G = 4 and correctness weight 2; GRPO at G = 8 is the
+group-size arm and GDPO's opponent), and every claim is read against one control, the preset at ``optim.lr=0``
+(greedy held-out answers of an unchanged policy: what moves there is not learning).
 
 The figure each table reports is the change of greedy held-out correctness (the run's 32 held-out sums, start →
 end; one sum is 0.031) as the mean over seeds with a 95% t-interval (mean ± t·sd/√n; none with one seed), or the
@@ -58,6 +60,7 @@ benchmarks/README.md):
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib.util
 import itertools
 import json
@@ -254,6 +257,37 @@ class Result:
         return self.end[dim] - self.start[dim]
 
 
+# ------------------------------------------------------------------------------------------------------- records
+def read_records(path: Path) -> dict[tuple[str, int, int], Result]:
+    """(cell, steps, seed) → the kept figures of a finished run; a line for a cell this script no longer has (or
+    whose overrides changed since) is left out, so an edited cell is trained again rather than read stale."""
+    records: dict[tuple[str, int, int], Result] = {}
+    for n, line in enumerate(path.read_text().splitlines() if path.is_file() else [], 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+            cell, steps, overrides, result = row["cell"], row["steps"], row["overrides"], row["result"]
+        except (json.JSONDecodeError, KeyError, TypeError) as e:
+            raise SystemExit(f"{path}:{n}: not a notes_claims record ({e})") from e
+        if cell in CELLS and list(CELLS[cell].overrides) == overrides:
+            result["curve"] = [tuple(point) for point in result["curve"]]
+            records[(cell, steps, result["seed"])] = Result(**result)
+    return records
+
+
+def keep_record(path: Path, cell: str, steps: int, result: Result) -> None:
+    row = {"cell": cell, "steps": steps, "overrides": list(CELLS[cell].overrides), "commit": source_commit(),
+           "result": dataclasses.asdict(result)}
+    with path.open("a") as f:
+        f.write(json.dumps(row) + "\n")
+
+
+def source_commit() -> str | None:
+    done = subprocess.run(["git", "-C", str(HERE), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    return done.stdout.strip() or None
+
+
 def mean_of(rows: list[dict], key: str) -> float | None:
     values = [r[key] for r in rows if key in r and r[key] is not None and math.isfinite(r[key])]
     return statistics.fmean(values) if values else None
@@ -445,7 +479,9 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=Path("outputs/notes_claims"))
     parser.add_argument("--plot", type=Path, help="a PNG of the held-out correctness curves")
     parser.add_argument("--read-finished", action="store_true",
-                        help="run nothing: read the finished cells under --out and print the tables")
+                        help="run nothing: read the finished cells under --out and --records and print the tables")
+    parser.add_argument("--records", type=Path, default=HERE / "notes_claims_runs.jsonl",
+                        help="one line of figures per finished run, read before training (default %(default)s)")
     args = parser.parse_args()
     claims = list(CLAIMS) if "all" in args.claims else args.claims
     seeds = list(range(1, args.seeds + 1))
@@ -458,16 +494,21 @@ def main() -> int:
     if args.steps < 40 or len(seeds) < 3:
         print("smaller than the benchmark (40 steps, 3 seeds): a smoke of the code path, not a result")
     by_cell: dict[str, list[Result]] = {}
+    records = read_records(args.records)
     started = time.monotonic()
     for cell, seed in itertools.product(cells, seeds):
         path = run_dir(args.out, cell, args.steps, seed)
+        if (cell, args.steps, seed) in records:
+            by_cell.setdefault(cell, []).append(records[(cell, args.steps, seed)])
+            continue
         if not args.read_finished:
             train(cell, seed, args.steps, every, args.out)
         if finished(path):
             overrides = " ".join(CELLS[cell].overrides)
-            by_cell.setdefault(cell, []).append(read_run(path, seed, noisy=f"rubric.dropout={DROPOUT}" in overrides,
-                                                         advantages="gdpo_note" not in overrides,
-                                                         iterations=CELLS[cell].iterations))
+            result = read_run(path, seed, noisy=f"rubric.dropout={DROPOUT}" in overrides,
+                              advantages="gdpo_note" not in overrides, iterations=CELLS[cell].iterations)
+            keep_record(args.records, cell, args.steps, result)
+            by_cell.setdefault(cell, []).append(result)
     control = by_cell.get("control", [])
     for claim in claims:
         print(scale_table() if claim == "scale" else table(claim, by_cell, control))

@@ -1,0 +1,47 @@
+"""benchmarks/notes_claims.py's kept records: a finished run's figures written as one line and read back equal, a
+cell whose overrides changed since is trained again (not read stale), and a damaged line is named by file and line."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "benchmarks"))
+import notes_claims as nc  # noqa: E402
+
+
+def a_result(seed: int) -> nc.Result:
+    return nc.Result(seed=seed, start={"correctness": 0.25}, end={"correctness": 0.75}, wall=312.5, step_s=6.0,
+                     zero_adv=0.4, clip=None, attribution=0.61, noise=None, curve=[(0, 0.25), (40, 0.75)])
+
+
+def test_a_kept_run_reads_back_equal_and_is_keyed_by_cell_steps_and_seed(tmp_path):
+    path = tmp_path / "runs.jsonl"
+    nc.keep_record(path, "g2", 40, a_result(1))
+    nc.keep_record(path, "g2", 1, a_result(2))
+    records = nc.read_records(path)
+    assert set(records) == {("g2", 40, 1), ("g2", 1, 2)}
+    assert records[("g2", 40, 1)] == a_result(1)
+    assert records[("g2", 40, 1)].change() == 0.5
+
+
+def test_a_record_made_with_other_overrides_is_not_read(tmp_path):
+    path = tmp_path / "runs.jsonl"
+    nc.keep_record(path, "g8", 40, a_result(1))
+    row = json.loads(path.read_text())
+    row["overrides"] = ["num_generations=6"]
+    path.write_text(json.dumps(row) + "\n")
+    assert nc.read_records(path) == {}
+    assert nc.read_records(tmp_path / "absent.jsonl") == {}
+
+
+def test_a_damaged_line_is_named(tmp_path):
+    path = tmp_path / "runs.jsonl"
+    nc.keep_record(path, "w1", 40, a_result(1))
+    path.write_text(path.read_text() + "\n{\"cell\": \"w3\"}\n")
+    with pytest.raises(SystemExit, match=r"runs\.jsonl:3: not a notes_claims record"):
+        nc.read_records(path)
