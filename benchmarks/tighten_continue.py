@@ -24,8 +24,7 @@
    reward's std (``reward/std``) averaged over the continued steps, beside phase 1's last 10 steps (does the tightened
    rubric give the groups a signal again?); the held-out answers (greedy, the run's held-out split) at the start
    (step 0 of the tightened arm: the phase-1 policy) and at each arm's end, all scored with `rlkit score` under BOTH
-   rubrics, per dimension and reward, with the phase-1 run's judge, aggregator, weights and experiment overrides
-   (`data.chat=false data.instruction=null` beside an experiment: its synthetic-task keys, which a data file refuses).
+   rubrics, per dimension and reward, with the phase-1 run's judge, aggregator, weights and experiment overrides.
 
 **Verdict rule.** The *tightened dimensions* are those the proposal adds or changes (`rlkit rubric diff`). A seed's
 gain of an arm is the mean, over the tightened dimensions, of the held-out end minus start under the proposal, each
@@ -337,10 +336,6 @@ def main() -> int:
                   "one's twin)", flush=True)
         rubrics = {"original": original, "proposal": proposal}
         judging = judging_overrides(run_dir)
-        if any(o.lstrip("+~").startswith("experiment=") for o in judging):
-            # the preset also shapes the synthetic task's prompts, which a data file refuses: the held-out answers
-            # are scored as they were written (chat messages where the run used the chat template)
-            judging += ["data.chat=false", "data.instruction=null"]
         results = []
         for seed in args.seeds:
             runs, times = {}, {}

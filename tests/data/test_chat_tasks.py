@@ -79,3 +79,17 @@ def test_a_chat_record_of_an_unknown_role_or_non_text_content_is_one_line(tmp_pa
     assert main(["validate", f"data.path={data}"]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"rlkit: error: {data}:2: {expected}") and err.count("\n") == 1, err
+
+
+def test_a_chat_preset_scores_a_file_of_completions(tmp_path, capsys):
+    """`rlkit score` judges completions as they are, so the preset's synthetic-task keys are no error there: scoring a
+    file with the judge, rubric and weights a chat run trained with is one override (experiment=...)."""
+    records = tmp_path / "completions.jsonl"
+    records.write_text('{"prompt": "3+4=", "reference": "7", "completion": "7"}\n'
+                       '{"prompt": "3+5=", "reference": "8", "completion": "9"}\n')
+    out = tmp_path / "scores.jsonl"
+    assert main(["score", f"data.path={records}", "data.chat=true", "data.instruction=Be brief.",
+                 f"score.output={out}"]) == 0
+    scored = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [row["completion"] for row in scored] == ["7", "9"]
+    assert scored[0]["reward"] > scored[1]["reward"]

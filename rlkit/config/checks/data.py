@@ -31,7 +31,9 @@ def check_data_source(registry: Registry, cfg: DictConfig, result: CheckedConfig
 
     data = result.data
     if data.path is not None:
-        if data.chat or data.instruction is not None:
+        # a file of completions (score, calibrate) is judged as it is: no prompt is rendered, so a chat preset's
+        # synthetic-task keys (experiment=smollm2_arithmetic's data.chat) mean nothing there and are no error
+        if (data.chat or data.instruction is not None) and not need_completions:
             key = "data.chat" if data.chat else "data.instruction"
             raise ConfigError("shapes the synthetic task's prompts; a data file's records are read as they are (write "
                               "its prompts as chat messages, TRL's conversational format, to have them rendered with "
