@@ -31,7 +31,7 @@ def check_data_source(registry: Registry, cfg: DictConfig, result: CheckedConfig
 
     data = result.data
     if data.path is not None:
-        # a file of completions (score, calibrate) is judged as it is: no prompt is rendered, so a chat preset's
+        # a file of completions (rlkit score) is judged as it is: no prompt is rendered, so a chat preset's
         # synthetic-task keys (experiment=smollm2_arithmetic's data.chat) mean nothing there and are no error
         if (data.chat or data.instruction is not None) and not need_completions:
             key = "data.chat" if data.chat else "data.instruction"
