@@ -185,9 +185,8 @@ def fit(seed: int, args: argparse.Namespace, lr: float | None, dims: list[Dimens
         cmd.append(f"data.heldout_fraction={args.heldout / sum(1 for _ in TASK.open())}")
     if lr is not None:
         cmd.append(f"optim.lr={lr}")
-    if finished and args.read_finished:
-        # read, not run again: its wall time is the one its summary kept
-        seconds = float(json.loads((folder / "summary.json").read_text()).get("wall_time_s") or float("nan"))
+    read_back = finished and args.read_finished
+    if read_back:
         proc = subprocess.CompletedProcess(cmd, 0, "", "")
     else:
         started = time.monotonic()
@@ -195,8 +194,11 @@ def fit(seed: int, args: argparse.Namespace, lr: float | None, dims: list[Dimens
         seconds = time.monotonic() - started
     if proc.returncode != 0:
         sys.exit(f"{' '.join(cmd)} failed:\n{proc.stderr[-3000:]}")
-    if resumed(folder):
-        seconds = resumed_wall_time(folder)
+    summary = json.loads((folder / "summary.json").read_text())
+    if resumed(summary):
+        seconds = resumed_wall_time(summary)
+    elif read_back:  # read, not run again: its wall time is the one its summary kept
+        seconds = float(summary.get("wall_time_s") or float("nan"))
     rows = read_jsonl(folder / "metrics.jsonl")
     steps, judging = step_times(rows)
     run = Run("control lr=0" if lr == 0 else "RL", seed, folder, seconds,
@@ -208,19 +210,16 @@ def fit(seed: int, args: argparse.Namespace, lr: float | None, dims: list[Dimens
     return run
 
 
-def resumed(folder: Path) -> bool:
+def resumed(summary: dict) -> bool:
     """Whether the run's last job resumed from a checkpoint (``ckpt_path=`` among its summary's overrides)."""
-    path = folder / "summary.json"
-    overrides = (json.loads(path.read_text()).get("overrides") or []) if path.is_file() else []
-    return any(str(o).startswith("ckpt_path=") for o in overrides)
+    return any(str(o).startswith("ckpt_path=") for o in summary.get("overrides") or [])
 
 
-def resumed_wall_time(folder: Path) -> float:
+def resumed_wall_time(summary: dict) -> float:
     """A resumed run's wall time over every job that trained it: its summary's ``wall_time_s`` where the summary
     counts ``invocations`` (the time each earlier job spent after its last checkpoint is not in it); NaN for a
     summary written before that, whose ``wall_time_s`` timed the last job alone: unknown, not a figure smaller than
     the steps' own sum."""
-    summary = json.loads((folder / "summary.json").read_text())
     if summary.get("invocations") is None:
         return float("nan")
     return float(summary["wall_time_s"])

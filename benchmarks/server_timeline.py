@@ -1,4 +1,4 @@
-"""A timeline of the trainer and the inference server on one clock, for ``vs_trl.py``'s server sides.
+"""A timeline of the trainer and the inference server on one clock, for ``vs_trl.py``'s server and llama.cpp sides.
 
 Runs ``vs_trl.py``'s sides (by default ``server1`` and ``server0`` on SmolLM2-135M, 1 torch thread in the trainer and
 1 in the server, and the built-in sampler at 2 threads for comparison) with ``RLKIT_TIMELINE`` set, so the trainer
@@ -21,6 +21,13 @@ Where the spans come from:
   ``wait: rollout answers`` (reading the engine's answers), ``wait: server loads weights`` (a load request until
   it is answered) and ``save weights`` (``save_pretrained`` of the version the server will load).
 
+For the llama.cpp sides (``llama0``, ``llama1``, ``llama0q8``, ``llama1q8``: ``generator=llama_cpp``) the engine is
+llama.cpp's C++ server in a child process, which writes no spans; the trainer's side of it is traced instead:
+``wait: rollout answers`` (the generator's ``PendingBatch.collect``), ``save weights`` (writing the policy as a GGUF
+file) and ``wait: server loads weights`` (the engine started or reloaded on a new file), and the engine's own work is
+read from ``/proc``: the cores its process used, sampled with the machine's load (the "engine process" lane, darker
+is busier; its mean is printed). The sampled cores are also given for the server sides' engine process.
+
 The trainer counts as busy inside a step except while it waits on the server (the three ``wait`` spans); the server
 as busy inside any span except ``gather burst``. Each phase's ``cpu`` is the CPU seconds its process spent in it over
 its wall seconds: under 100% on one thread, the phase waited (for I/O, or for a core another process held). The
@@ -30,8 +37,9 @@ darker is busier).
 
 Usage::
 
-    python benchmarks/server_timeline.py [--size smollm2] [--sides server1 server0 rlkit] [--steps 6] [--warmup 2]
-                                         [--show 3] [--server-split 1+1] [--threads 2]
+    python benchmarks/server_timeline.py [--size smollm2] [--sides server1 server0 rlkit llama1 ...] [--steps 6]
+                                         [--warmup 2]
+                                         [--show 3] [--server-split 1+1] [--threads 2] [--tuning full|lora]
                                          [--out benchmarks/server_timeline_smollm2.png] [--keep-traces DIR]
 """
 
@@ -55,6 +63,8 @@ from rlkit.core.timeline import ENV, read_spans, record, span  # noqa: E402
 
 WAITS = {"wait: rollout answers", "wait: server loads weights", "reference wait"}
 SERVER_IDLE = {"gather burst"}
+# the command lines of the engine processes a side starts: the project's torch server, and llama.cpp's child
+ENGINE_MARKERS = (b"rlkit.testing.openai_server", b"rlkit.lm.llama_server")
 # lanes, top to bottom: (label, process, span names)
 LANES = [
     ("trainer", "trainer", ["generation", "judge", "log-prob passes", "policy forward", "policy backward",
@@ -96,6 +106,7 @@ def trace_trainer_phases() -> None:
     ``time/*`` columns, which have no trace of their own), and the generator's waits on the engine."""
     from rlkit.train.module import RubricRLModule
     from rlkit.train.step_rewards import RewardPipeline
+    from rlkit_plugins.generators import llama_cpp
     from rlkit_plugins.generators.openai_server import OpenAIServerGenerator, PendingBatch
 
     _traced(RubricRLModule, "training_step", "step", step_field=True)
@@ -104,6 +115,10 @@ def trace_trainer_phases() -> None:
     _traced(PendingBatch, "collect", "wait: rollout answers")
     _traced(OpenAIServerGenerator, "_send", "wait: server loads weights")
     _traced(OpenAIServerGenerator, "_save", "save weights")
+    # llama.cpp: its engine (re)loads inside _engine when a new file is due, which is otherwise a lookup
+    _traced(llama_cpp.PendingBatch, "collect", "wait: rollout answers")
+    _traced(llama_cpp.LlamaCppGenerator, "_engine", "wait: server loads weights")
+    _traced(llama_cpp.LlamaCppGenerator, "_write", "save weights")
 
 
 # --- what else the machine was doing ------------------------------------------------------------------------------
@@ -111,13 +126,24 @@ def trace_trainer_phases() -> None:
 
 class MachineLoad(threading.Thread):
     """Every ``every`` seconds, the machine's busy cores (``/proc/stat``: user, nice, system, irq, softirq), the
-    hypervisor's steal, and the cores this benchmark's own processes used (this one and its descendants: the side and
-    the server it starts), written to the trace as ``machine`` spans."""
+    hypervisor's steal, the cores this benchmark's own processes used (this one and its descendants: the side and
+    the server it starts) and of those the engine process's (``ENGINE_MARKERS``), written to the trace as
+    ``machine`` spans."""
 
     def __init__(self, every: float = 0.5) -> None:
         super().__init__(daemon=True)
         self.every, self._stop_event = every, threading.Event()
         self._hz = os.sysconf("SC_CLK_TCK")
+        self._engines: dict[int, bool] = {}  # pid -> whether it is an engine process (a pid's command line is fixed)
+
+    def _is_engine(self, pid: int) -> bool:
+        if pid not in self._engines:
+            try:
+                cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+            except OSError:
+                return False
+            self._engines[pid] = any(marker in cmdline for marker in ENGINE_MARKERS)
+        return self._engines[pid]
 
     @staticmethod
     def _ours() -> dict[int, int]:
@@ -150,9 +176,10 @@ class MachineLoad(threading.Thread):
         while not self._stop_event.wait(self.every):
             cur = self._sample()
             dt = (cur[0] - prev[0]) * self._hz
-            ours = sum(j - prev[3][pid] for pid, j in cur[3].items() if pid in prev[3])
+            used = {pid: j - prev[3][pid] for pid, j in cur[3].items() if pid in prev[3]}
+            engine = sum(j for pid, j in used.items() if self._is_engine(pid))
             record("machine", "cpu", prev[0], cur[0], busy=(cur[1] - prev[1]) / dt, steal=(cur[2] - prev[2]) / dt,
-                   ours=ours / dt)
+                   ours=sum(used.values()) / dt, engine=engine / dt)
             prev = cur
 
     def stop(self) -> None:
@@ -231,7 +258,9 @@ def summarise(spans: list[dict[str, Any]], lo: float, hi: float, n_steps: int) -
     weights = [min(s["end"], hi) - max(s["start"], lo) for s in samples]
 
     def mean(field: str) -> float | None:
-        return sum(w * s[field] for w, s in zip(weights, samples, strict=True)) / sum(weights) if samples else None
+        if not samples or any(field not in s for s in samples):  # traces kept before a field was sampled lack it
+            return None
+        return sum(w * s[field] for w, s in zip(weights, samples, strict=True)) / sum(weights)
     others = None if not samples else mean("busy") - mean("ours")
     trainer_steps = clip(by_name[("trainer", "step")], lo, hi)
     trainer_waits = clip([iv for name in WAITS for iv in by_name.get(("trainer", name), [])], lo, hi)
@@ -243,7 +272,7 @@ def summarise(spans: list[dict[str, Any]], lo: float, hi: float, n_steps: int) -
     return {"wall": wall, "per_step": wall / n_steps, "phases": phases,
             "trainer_busy": length(trainer_busy) / wall, "server_busy": length(server_busy) / wall,
             "both_busy": length(both) / wall, "has_server": bool(server_busy), "cpu_share": cpu_share,
-            "others": others, "steal": mean("steal"), "ours": mean("ours")}
+            "others": others, "steal": mean("steal"), "ours": mean("ours"), "engine": mean("engine")}
 
 
 def print_summary(side: str, result: dict[str, Any] | None, summary: dict[str, Any]) -> None:
@@ -254,7 +283,8 @@ def print_summary(side: str, result: dict[str, Any] | None, summary: dict[str, A
           + (f", server busy {100 * summary['server_busy']:.0f}%, both at once {100 * summary['both_busy']:.0f}%"
              if summary["has_server"] else ""))
     if summary["others"] is not None:
-        print(f"  cores used meanwhile: this side's processes {summary['ours']:.2f}, other processes "
+        engine = f" (its engine process {summary['engine']:.2f})" if summary["engine"] else ""
+        print(f"  cores used meanwhile: this side's processes {summary['ours']:.2f}{engine}, other processes "
               f"{summary['others']:.2f}, hypervisor steal {summary['steal']:.2f} (of {os.cpu_count()})")
     shares = summary["cpu_share"]
     for proc in ("trainer", "server"):
@@ -291,18 +321,26 @@ def draw(panels: list[tuple[str, list[dict[str, Any]], float, float, list[float]
                                    hatch="//" if name in WAITS | SERVER_IDLE else None)
                     used[name] = COLOURS.get(name, "#cccccc")
         samples = [s for s in spans if s["proc"] == "machine" and s["end"] > lo and s["start"] < hi]
-        if samples:  # the bottom lane: how many cores other processes used, 0 white to all of them black
+        # an engine that writes no spans (llama.cpp) is drawn from its sampled cores, in a lane under the others
+        engine_lane = bool(summary["engine"]) and not summary["has_server"]
+        if samples:  # the bottom lanes: how many cores other processes (and the engine) used, 0 white to all black
             cores = os.cpu_count() or 1
             for s in samples:
                 a, b = max(s["start"], lo), min(s["end"], hi)
                 share = min(max((s["busy"] - s["ours"]) / cores, 0.0), 1.0)
                 ax.broken_barh([(a - lo, b - a)], (-1 - 0.3, 0.6), facecolors=plt.cm.Greys(share), edgecolor="none")
+                if engine_lane:
+                    share = min(max(s.get("engine", 0.0) / cores, 0.0), 1.0)
+                    ax.broken_barh([(a - lo, b - a)], (-2 - 0.3, 0.6), facecolors=plt.cm.Oranges(share),
+                                   edgecolor="none")
         for start in starts:
             ax.axvline(start - lo, color="black", linestyle="--", linewidth=0.8)
         labels = [lane[0] for lane in reversed(lanes)]
         ticks = list(range(len(lanes)))
         if samples:
             ticks, labels = [-1, *ticks], ["other processes\n(black: all cores)", *labels]
+        if samples and engine_lane:
+            ticks, labels = [-2, *ticks], ["engine process\n(dark: all cores)", *labels]
         ax.set_yticks(ticks)
         ax.set_yticklabels(labels, fontsize=8)
         ax.set_xlim(0, longest)
@@ -310,6 +348,8 @@ def draw(panels: list[tuple[str, list[dict[str, Any]], float, float, list[float]
         if summary["has_server"]:
             busy += (f", server busy {100 * summary['server_busy']:.0f}%, both at once "
                      f"{100 * summary['both_busy']:.0f}%")
+        if engine_lane:
+            busy += f", engine {summary['engine']:.1f} cores"
         if summary["others"] is not None:
             busy += f"; other processes {summary['others']:.1f} cores"
         ax.set_title(f"{label}: {summary['per_step']:.2f} s a step; {busy}", fontsize=9, loc="left")
@@ -324,7 +364,9 @@ def draw(panels: list[tuple[str, list[dict[str, Any]], float, float, list[float]
 
 
 SIDE_LABELS = {"server1": "server1 (max_lag 1)", "server0": "server0 (max_lag 0)",
-               "server1r": "server1r (max_lag 1, reference on the server)", "rlkit": "rlkit (built-in sampler)"}
+               "server1r": "server1r (max_lag 1, reference on the server)", "rlkit": "rlkit (built-in sampler)",
+               "llama0": "llama0 (llama.cpp, f32, max_lag 0)", "llama1": "llama1 (llama.cpp, f32, max_lag 1)",
+               "llama0q8": "llama0q8 (llama.cpp, q8_0, max_lag 0)", "llama1q8": "llama1q8 (llama.cpp, q8_0, max_lag 1)"}
 
 
 def main() -> int:
@@ -341,8 +383,10 @@ def main() -> int:
                         help="of the steps after the warm-up, show the --show consecutive ones during which other "
                              "processes used the fewest cores (default: the first after the warm-up)")
     parser.add_argument("--server-split", default="1+1", metavar="T+S",
-                        help="torch threads of the server sides: T in the trainer, S in the server")
+                        help="threads of the server and llama.cpp sides: T in the trainer, S in the engine")
     parser.add_argument("--threads", type=int, default=2, help="torch threads of the built-in sampler's side")
+    parser.add_argument("--tuning", default="full", choices=["full", "lora"],
+                        help="full fine-tuning or LoRA (r 16), as vs_trl.py's --tuning")
     parser.add_argument("--out", default=str(Path(__file__).resolve().parent / "server_timeline_smollm2.png"))
     parser.add_argument("--keep-traces", default=None, metavar="DIR", help="copy each side's JSONL trace here")
     parser.add_argument("--from-traces", default=None, metavar="DIR",
@@ -374,9 +418,10 @@ def main() -> int:
             summary = summarise(spans, lo, hi, len(starts))
             steps = f"steps {first}-{first + len(starts) - 1} of {step_count(spans)}"
             print_summary(f"{side} ({steps})", result, summary)
-            threads = f"{split[0]} + {split[1]} threads" if side.startswith("server") else f"{args.threads} threads"
+            threads = f"{split[0]} + {split[1]} threads" if side in vs_trl.ENGINE_SIDES else f"{args.threads} threads"
             panels.append((f"{SIDE_LABELS.get(side, side)}, {threads}, {steps}", spans, lo, hi, starts, summary))
-    draw(panels, Path(args.out), f"{args.size}, fp32: the trainer and server processes on one clock")
+    draw(panels, Path(args.out), f"{args.size}, fp32, {args.tuning} fine-tuning: the trainer and engine processes "
+                                 "on one clock")
     return 0
 
 
@@ -388,7 +433,7 @@ def run_side(side: str, args: argparse.Namespace, split: tuple[int, ...], trace:
     load = MachineLoad()
     load.start()
     try:
-        return vs_trl.measure(side, args.size, "fp32", args.steps, args.warmup, args.threads, split)
+        return vs_trl.measure(side, args.size, "fp32", args.steps, args.warmup, args.threads, split, args.tuning)
     finally:
         load.stop()
         del os.environ[ENV]

@@ -56,7 +56,7 @@ def test_a_resumed_run_reports_the_wall_time_of_both_invocations(tmp_path, monke
     assert this > 0 and summary["wall_time_s"] == pytest.approx(carried["seconds"] + this, abs=2e-3)
     assert summary["wall_time_s"] > this
     # the benchmark that printed "unknown" for a resumed run reads the total; a summary from before does not
-    assert judged_model.resumed_wall_time(resumed) == summary["wall_time_s"]
+    assert judged_model.resumed(summary) and judged_model.resumed_wall_time(summary) == summary["wall_time_s"]
     old = {k: v for k, v in summary.items() if k not in ("invocations", "wall_time_this_invocation_s")}
-    (resumed / "summary.json").write_text(json.dumps(old))
-    assert math.isnan(judged_model.resumed_wall_time(resumed))
+    assert math.isnan(judged_model.resumed_wall_time(old))
+    assert not judged_model.resumed(fresh)
