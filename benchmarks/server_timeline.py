@@ -261,7 +261,8 @@ def summarise(spans: list[dict[str, Any]], lo: float, hi: float, n_steps: int) -
         if not samples or any(field not in s for s in samples):  # traces kept before a field was sampled lack it
             return None
         return sum(w * s[field] for w, s in zip(weights, samples, strict=True)) / sum(weights)
-    others = None if not samples else mean("busy") - mean("ours")
+    # the two reads are half a second apart, so an idle machine can come out a hair below zero
+    others = None if not samples else max(0.0, mean("busy") - mean("ours"))
     trainer_steps = clip(by_name[("trainer", "step")], lo, hi)
     trainer_waits = clip([iv for name in WAITS for iv in by_name.get(("trainer", name), [])], lo, hi)
     trainer_busy = subtract(trainer_steps, trainer_waits)
