@@ -133,12 +133,12 @@ class InterruptGuard:
         if self._installed:
             for signum, previous in self._previous.items():
                 signal.signal(signum, previous)
+            self._previous, self._installed = {}, False
         if self._stop is not None and exc is not None and not isinstance(exc, RunInterrupted):
             # the stop's RunInterrupted landed in code that turned it into another error (a SIGTERM during an import
             # inside lightning once came out as scipy's "TypeError: expected a message argument"): it is still the
             # stop, with its one line and status, not a traceback
             raise RunInterrupted(*self._stop) from None
-            self._previous, self._installed = {}, False
 
     def _handle(self, signum: int, frame: Any) -> None:
         if self.signum is None:
