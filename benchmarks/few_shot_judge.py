@@ -94,6 +94,8 @@ def main() -> int:
     parser.add_argument("--model", default=None, help="a GGUF file or pkg:// path; default: the best judge installed")
     parser.add_argument("--rule", default="stratified", choices=["stratified", "random"])
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--order", default="ascending", choices=["ascending", "descending", "shuffled"],
+                        help="the order the examples are shown in (judge.params.examples_order)")
     parser.add_argument("--examples-share", type=float, default=0.3, help="share of prompts whose lines teach")
     parser.add_argument("--every", type=int, default=1, help="calibrate on every Nth held-out line (a sample)")
     parser.add_argument("--context", type=int, default=8192, help="the engine's context per slot, in tokens")
@@ -114,7 +116,8 @@ def main() -> int:
     # A k whose calibration finished in this work folder, on this same split and judge, is read back rather than
     # re-run: a session that ends part way through the hours of judging loses only the k it was on.
     setting = {"labels": str(args.labels), "rubric": args.rubric, "model": args.model, "rule": args.rule,
-               "seed": args.seed, "examples_share": args.examples_share, "every": args.every, "context": args.context}
+               "order": args.order, "seed": args.seed, "examples_share": args.examples_share, "every": args.every,
+               "context": args.context}
     setting_file = work / "setting.json"
     same_setting = setting_file.exists() and json.loads(setting_file.read_text(encoding="utf-8")) == setting
     setting_file.write_text(json.dumps(setting, indent=1), encoding="utf-8")
@@ -127,7 +130,8 @@ def main() -> int:
             print(f"k={k}: read back from {finished} (finished earlier, {seconds:.0f} s)", flush=True)
         else:
             shots = [f"judge.params.examples={examples}", f"judge.params.examples_k={k}",
-                     f"judge.params.examples_rule={args.rule}", f"judge.params.examples_seed={args.seed}"] if k else []
+                     f"judge.params.examples_rule={args.rule}", f"judge.params.examples_seed={args.seed}",
+                     f"judge.params.examples_order={args.order}"] if k else []
             started = time.perf_counter()
             done = subprocess.run([sys.executable, "-m", "rlkit", "calibrate", "judge=llm", f"rubric={args.rubric}",
                                    *backend, "judge.params.show_reference=true", *shots, f"calibrate.labels={heldout}",
@@ -143,7 +147,8 @@ def main() -> int:
         lines = json.loads(finished.read_text(encoding="utf-8"))["lines"]
         rows.append((k, {d.name: agreement(lines, d, args.resamples, args.seed) for d in rubric.dimensions}, seconds))
     names = [d.name for d in rubric.dimensions]
-    print(f"\n| k ({args.rule}) | " + " | ".join(f"{n} κ [95%]" + f" | {n} ρ [95%]" for n in names) + " | wall s |")
+    print(f"\n| k ({args.rule}, {args.order}) | " + " | ".join(f"{n} κ [95%] | {n} ρ [95%]" for n in names)
+          + " | wall s |")
     print("|---" * (1 + 2 * len(names)) + "|--:|")
     for k, result, seconds in rows:
         cells = [c for n in names for c in ((fmt(result[n][0]), fmt(result[n][1])) if result else ("failed", ""))]

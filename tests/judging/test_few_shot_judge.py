@@ -95,6 +95,28 @@ def test_k_and_the_rule_and_the_seed_choose_the_examples(tmp_path, monkeypatch):
     assert all(sum(d == "brevity" for d, _, _ in _examples(text)) == 3 for text in drawn)
 
 
+def test_the_order_the_examples_are_shown_in(tmp_path, monkeypatch):
+    """Ascending puts the top level last, read just before the judged completion (the recency suspect); descending
+    the lowest; shuffled a seeded order of the very same examples."""
+    file = _labelling(tmp_path / "labels.jsonl")
+    judged = Rollout(records=[{"prompt": "20+1=", "reference": "21"}], completions=[["21"]])
+
+    def shown(order: str, seed: int = 0) -> list[tuple[str, int, str]]:
+        (text,) = _asked(tmp_path / f"{order}{seed}", monkeypatch, judged, examples=str(file), examples_k=4,
+                         examples_order=order, examples_seed=seed)
+        return _examples(text)
+
+    up, down = shown("ascending"), shown("descending")
+    assert [lvl for d, lvl, _ in up if d == "brevity"] == [1, 1, 3, 5]
+    assert [lvl for d, lvl, _ in down if d == "brevity"] == [5, 3, 1, 1]
+    assert sorted(up) == sorted(down), "the order changes, not the examples"
+    shuffled = [shown("shuffled", seed) for seed in (0, 0, 1, 2, 3)]
+    assert shuffled[0] == shuffled[1], "seeded"
+    assert sorted(shuffled[0]) == sorted(up), "seed 0 draws the same examples in another order"
+    orders = {tuple(lvl for d, lvl, _ in s if d == "brevity") for s in shuffled}
+    assert len(orders) > 1 and any(o != tuple(sorted(o)) for o in orders), "not always ascending"
+
+
 def test_never_an_example_of_the_prompt_being_judged_and_the_same_examples_for_the_rest(tmp_path, monkeypatch):
     file = _labelling(tmp_path / "labels.jsonl")
     outside = Rollout(records=[{"prompt": "20+1=", "reference": "21"}], completions=[["21"]])

@@ -10,7 +10,10 @@ same file, rubric and seed give the same examples on every machine and every run
   with no example left gives its place to the next example of a seeded draw over all levels.
 * ``random``: k drawn at random (seeded) from all of the dimension's examples.
 
-Examples are shown lowest level first, so the judge reads them as a scale.
+Shown in ``examples_order``: ``ascending`` (default) lowest level first, so the judge reads them as a scale;
+``descending`` highest first; ``shuffled`` a seeded order. Small models lean toward the labels they read last in a
+few-shot prompt (recency bias: Zhao et al. 2021, "Calibrate Before Use", arXiv 2102.09690), and in ascending order the
+label read last before the scored completion is always the top one: the other two orders are there to measure that.
 
 **Never the prompt being judged.** The choice is made once for the run; a completion whose prompt (whitespace
 normalised) is the prompt of one of the chosen examples is judged with that example left out and the next of the
@@ -32,6 +35,7 @@ from typing import Any, Literal
 from rlkit.plugin import LabelledExample
 
 Rule = Literal["stratified", "random"]
+Order = Literal["ascending", "descending", "shuffled"]
 # an example's prompt and completion are each cut to this many characters (head and tail): k examples a dimension
 # must leave the judge's context room for the completion it scores (a 2,048-token llama.cpp slot by default)
 EXAMPLE_CHARS = 400
@@ -75,6 +79,7 @@ class FewShot:
     k: int
     rule: Rule
     seed: int
+    order: Order = "ascending"
 
     def __post_init__(self) -> None:
         # the seeded draws, over each dimension's whole pool: leaving an example out later moves no other one
@@ -91,7 +96,7 @@ class FewShot:
             return same_prompt_key(e.prompt) not in excluded
 
         if self.rule == "random":
-            return [e for e in self._drawn[name] if allowed(e)][:self.k]
+            return self._ordered(name, [e for e in self._drawn[name] if allowed(e)][:self.k])
         queues = {level: [e for e in queue if allowed(e)] for level, queue in self._queues[name].items()}
         taken: list[LabelledExample] = []
         for level in spread_levels(self._levels[name], self.k):
@@ -100,7 +105,15 @@ class FewShot:
         # a level with no example left: its place goes to the next of the seeded draw over every level
         rest = [e for e in self._drawn[name] if allowed(e) and e not in taken]
         taken += rest[:self.k - len(taken)]
-        return sorted(taken, key=lambda e: e.level)
+        return self._ordered(name, taken)
+
+    def _ordered(self, name: str, examples: list[LabelledExample]) -> list[LabelledExample]:
+        """``examples`` in the order the prompt shows them: by level (stable, so ties keep the draw's order), or a
+        draw seeded by the dimension and the examples themselves (a prompt's substitute reorders only its own)."""
+        if self.order == "shuffled":
+            salt = "order:" + "|".join(sorted(f"{e.level:g}:{e.prompt}:{e.completion}" for e in examples))
+            return _seeded(examples, self.seed, name, salt)
+        return sorted(examples, key=lambda e: e.level, reverse=self.order == "descending")
 
     def shortfall(self) -> dict[str, int]:
         """Dimensions with fewer than k examples in the file, and how many they have."""

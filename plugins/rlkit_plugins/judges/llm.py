@@ -80,7 +80,7 @@ from rlkit.plugin import (
     template_path,
     tiny_judge_caveats,
 )
-from rlkit_plugins.judges.few_shot import FewShot, Rule, digest, rendered
+from rlkit_plugins.judges.few_shot import FewShot, Order, Rule, digest, rendered
 from rlkit_plugins.judges.per_record import (
     RecordRubrics,
     absent_categories,
@@ -164,6 +164,8 @@ class LLMJudge:
         """``stratified``: spread over the levels present (k = 2: the lowest and the highest); ``random``."""
         examples_seed: int = 0
         """Seeds the draw of the examples: the same file, rubric and seed give the same examples."""
+        examples_order: Order = "ascending"
+        """How they are shown: ``ascending`` (lowest level first), ``descending`` or ``shuffled`` (seeded)."""
 
     def __init__(self, params: Params) -> None:
         from rlkit.plugin import build_tiny_judge
@@ -256,7 +258,7 @@ class LLMJudge:
             except DataError as exc:
                 raise ParamError(f"{exc.where}: {exc.message}" if exc.where else exc.message, "examples") from None
             self._few_shot[rubric.content_hash] = FewShot(pool, self.params.examples_k, self.params.examples_rule,
-                                                          self.params.examples_seed)
+                                                          self.params.examples_seed, self.params.examples_order)
         return self._few_shot[rubric.content_hash]
 
     def _orders(self, rubric: Rubric) -> list[list[int]]:
