@@ -181,8 +181,8 @@ def test_ensemble_logs_agreement_per_dimension(cache_env):
                                        [*offline_judge("ensemble"), "aggregator=lexicographic"]])
 def test_fit_with_hybrid_and_ensemble_judges(cache_env, tmp_path, capsys, overrides):
     run_dir = tmp_path / "run"
-    # model=tiny_random: the yardstick check needs the held-out reward to move in 4 steps, as it does from random
-    # weights at their rate (the warm-started policy's moved 0.0009)
+    # model=tiny_random: an untrained policy's held-out answers, whose weighted sum (0.06 here) is far from the 0.5 a
+    # rank within a group of one would give
     assert main(["fit", "model=tiny_random", *overrides, "logger=csv", "trainer.max_steps=4", "batch_size=4",
                  "num_generations=4", f"hydra.run.dir={run_dir}"]) == 0
     rows = _rows(run_dir)
@@ -206,8 +206,10 @@ def _assert_weighted_sum_yardstick(run_dir: Path, out: str) -> None:
 
     assert start["heldout/reward"] == pytest.approx(weighted_sum(start), abs=1e-6)
     assert end["heldout/reward"] == pytest.approx(weighted_sum(end), abs=1e-6)
-    change = end["heldout/reward"] - start["heldout/reward"]
-    assert change == pytest.approx(weighted_sum(end) - weighted_sum(start), abs=1e-6) and abs(change) > 1e-3
+    # what a lone completion's rank would give whatever it says: the yardstick must be seen to be something else (a
+    # check that the reward moved instead rested on the tiny judge's noise: a 1600-step judge scored the untrained
+    # policy's answers alike before and after its 4 steps)
+    assert all(abs(row["heldout/reward"] - 0.5) > 0.1 for row in (start, end)), (start, end)
     words = " ".join(out.split())  # the table's title wraps at the table's width
     assert "aggregator=lexicographic ranks within groups: held-out reward = weighted_sum" in words
     assert "final held-out mean normalised reward (weighted_sum yardstick):" in words
