@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import copy
 import json
+import os
+import signal
 
 import pytest
 
@@ -136,6 +138,9 @@ def test_an_engine_that_dies_is_restarted_once_then_stops_the_run(policy):
         with pytest.warns(UserWarning, match="restarting it once"):
             batch = generator.generate(model, tokenizer, _request())
         assert _gap(model, batch) < F32_ATOL and generator.server.restarts == 1
+        # frozen first, so the batch is surely out when the engine dies: the tiny policy answers in milliseconds, and
+        # killed right after submit a fast engine had sometimes answered the whole batch already (CI, "did not raise")
+        os.kill(generator.server.pid, signal.SIGSTOP)
         pending = generator.submit(model, tokenizer, _request())
         generator.server.crash_for_test()  # with the batch out
         with pytest.raises(EngineError, match="stopped again") as failed:
