@@ -115,9 +115,10 @@ def main() -> int:
         backend.append(f"++judge.params.backend.params.model={args.model}")
     # A k whose calibration finished in this work folder, on this same split and judge, is read back rather than
     # re-run: a session that ends part way through the hours of judging loses only the k it was on.
-    setting = {"labels": str(args.labels), "rubric": args.rubric, "model": args.model, "rule": args.rule,
-               "order": args.order, "seed": args.seed, "examples_share": args.examples_share, "every": args.every,
-               "context": args.context}
+    # the labels by content, not by path: a snapshot of the repository elsewhere reads back the same work folder
+    setting = {"labels": hashlib.sha256(args.labels.read_bytes()).hexdigest(), "rubric": args.rubric,
+               "model": args.model, "rule": args.rule, "order": args.order, "seed": args.seed,
+               "examples_share": args.examples_share, "every": args.every, "context": args.context}
     setting_file = work / "setting.json"
     same_setting = setting_file.exists() and json.loads(setting_file.read_text(encoding="utf-8")) == setting
     setting_file.write_text(json.dumps(setting, indent=1), encoding="utf-8")
