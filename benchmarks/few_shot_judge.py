@@ -86,6 +86,27 @@ def fmt(triple: tuple[float, float, float]) -> str:
     return f"{value:.2f} [{low:.2f}, {high:.2f}]" if not math.isnan(low) else f"{value:.2f}"
 
 
+def content_hash(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def mark_finished(out: Path, setting: dict, seconds: float) -> None:
+    """Record that the calibration in ``out`` finished under ``setting`` (everything its figures depend on)."""
+    (out / "finished.json").write_text(json.dumps({"setting": setting, "seconds": round(seconds, 1)}, indent=1),
+                                       encoding="utf-8")
+
+
+def finished_seconds(out: Path, setting: dict) -> float | None:
+    """The wall seconds of a calibration that finished in ``out`` under this same ``setting``, else None: such a one
+    is read back rather than run again, so a session that ends part way through hours of judging loses only the part
+    it was on, and a folder left by another setting is never read as this one's."""
+    marker = out / "finished.json"
+    if not marker.exists() or not (out / "calibration.json").exists():
+        return None
+    done = json.loads(marker.read_text(encoding="utf-8"))
+    return float(done["seconds"]) if done.get("setting") == setting else None
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--ks", type=int, nargs="+", default=[0, 2, 4, 8])
@@ -113,21 +134,16 @@ def main() -> int:
     backend = ["judge.params.backend.name=llama_cpp", f"++judge.params.backend.params.context={args.context}"]
     if args.model:
         backend.append(f"++judge.params.backend.params.model={args.model}")
-    # A k whose calibration finished in this work folder, on this same split and judge, is read back rather than
-    # re-run: a session that ends part way through the hours of judging loses only the k it was on.
     # the labels by content, not by path: a snapshot of the repository elsewhere reads back the same work folder
-    setting = {"labels": hashlib.sha256(args.labels.read_bytes()).hexdigest(), "rubric": args.rubric,
-               "model": args.model, "rule": args.rule, "order": args.order, "seed": args.seed,
-               "examples_share": args.examples_share, "every": args.every, "context": args.context}
-    setting_file = work / "setting.json"
-    same_setting = setting_file.exists() and json.loads(setting_file.read_text(encoding="utf-8")) == setting
-    setting_file.write_text(json.dumps(setting, indent=1), encoding="utf-8")
+    setting = {"labels": content_hash(args.labels), "rubric": args.rubric, "model": args.model, "rule": args.rule,
+               "order": args.order, "seed": args.seed, "examples_share": args.examples_share, "every": args.every,
+               "context": args.context}
     rows = []
     for k in args.ks:
         out = work / f"k{k}"
         finished = out / "calibration.json"
-        if same_setting and finished.exists() and (out / "seconds").exists():
-            seconds = float((out / "seconds").read_text(encoding="utf-8"))
+        seconds = finished_seconds(out, {**setting, "k": k})
+        if seconds is not None:
             print(f"k={k}: read back from {finished} (finished earlier, {seconds:.0f} s)", flush=True)
         else:
             shots = [f"judge.params.examples={examples}", f"judge.params.examples_k={k}",
@@ -143,7 +159,7 @@ def main() -> int:
                 print(f"k={k}: rlkit calibrate exited {done.returncode}: {done.stderr.strip().splitlines()[-1:]}")
                 rows.append((k, None, seconds))
                 continue
-            (out / "seconds").write_text(f"{seconds:.1f}", encoding="utf-8")
+            mark_finished(out, {**setting, "k": k}, seconds)
             print(f"k={k}: done in {seconds:.0f} s", flush=True)
         lines = json.loads(finished.read_text(encoding="utf-8"))["lines"]
         rows.append((k, {d.name: agreement(lines, d, args.resamples, args.seed) for d in rubric.dimensions}, seconds))

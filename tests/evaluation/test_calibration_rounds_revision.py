@@ -112,3 +112,23 @@ def test_split_keeps_each_prompt_on_one_side(tmp_path):
     sides = [{json.loads(x)["prompt"] for x in path.read_text().splitlines()} for path in (calibration, heldout)]
     assert n_cal + n_held == 264 and n_cal > 50 and n_held > 50
     assert not sides[0] & sides[1]
+
+
+def test_a_finished_part_is_read_back_only_under_the_same_judge_rubric_and_labels(tmp_path):
+    rubric, labels = tmp_path / "rubric.yaml", tmp_path / "part.jsonl"
+    rubric.write_text(RUBRIC.read_text())
+    labels.write_text(json.dumps({"id": "a", "prompt": "What is 3 + 4?", "completion": "7"}) + "\n")
+    out = tmp_path / "round1" / "held-out"
+    out.mkdir(parents=True)
+    written = {"lines": [{"id": "a"}], "dimensions": {}}
+    (out / "calibration.json").write_text(json.dumps(written))
+    setting = {"judge": "judge.gguf"}
+    part = {**setting, "rubric": cr.content_hash(rubric), "labels": cr.content_hash(labels)}
+    cr.mark_finished(out, part, 12.34)
+    # read back without judging: no rlkit is run (there is no server to run it against)
+    assert cr.calibrate_part([], rubric, labels, out, tmp_path, None, setting) == (written, 12.3, "", True)
+    assert cr.finished_seconds(out, {**part, "judge": "another.gguf"}) is None
+    rubric.write_text(rubric.read_text() + "\n# revised\n")
+    assert cr.finished_seconds(out, {**setting, "rubric": cr.content_hash(rubric), "labels": part["labels"]}) is None
+    (out / "calibration.json").unlink()
+    assert cr.finished_seconds(out, part) is None, "a marker without its calibration is not a finished part"
