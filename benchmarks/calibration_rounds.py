@@ -75,7 +75,6 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from few_shot_judge import (  # noqa: E402 (the sibling benchmark's split, bootstrap and read-back)
     agreement,
-    content_hash,
     finished_seconds,
     fmt,
     mark_finished,
@@ -83,6 +82,8 @@ from few_shot_judge import (  # noqa: E402 (the sibling benchmark's split, boots
 )
 from llama_cpp_judge import LlamaCppServer, get_json, import_xllamacpp, rlkit  # noqa: E402
 from real_judges import qwen_gguf, served_backend  # noqa: E402
+
+from rlkit.lm.gguf import content_hash  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 LABELS = REPO / "conf" / "calibration" / "chat_arithmetic_labels.jsonl"

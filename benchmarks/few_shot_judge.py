@@ -32,6 +32,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from rlkit.lm.gguf import content_hash
+
 REPO = Path(__file__).resolve().parents[1]
 LABELS = REPO / "conf" / "calibration" / "chat_arithmetic_labels.jsonl"
 
@@ -84,10 +86,6 @@ def fmt(triple: tuple[float, float, float]) -> str:
     if math.isnan(value):
         return "—"
     return f"{value:.2f} [{low:.2f}, {high:.2f}]" if not math.isnan(low) else f"{value:.2f}"
-
-
-def content_hash(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def mark_finished(out: Path, setting: dict, seconds: float) -> None:
