@@ -3,13 +3,13 @@ end), shows them before/after in its report, and a run resumed into a new folder
 
 from __future__ import annotations
 
-import json
 import statistics
 
 import pytest
 
 from rlkit.cli import main
 from rlkit.runs.heldout_answers import SAMPLES_FILE, read_heldout_answers, read_heldout_samples
+from rlkit.runs.history import read_history
 
 ARGS = ["fit", "model=tiny_random", "logger=none", "batch_size=2", "num_generations=2", "data.num_prompts=24",
         "heldout_every=2", "checkpoint_every=2"]
@@ -30,10 +30,8 @@ def test_every_evaluation_is_kept_as_text_and_a_resumed_run_holds_the_whole_run(
     # the end is evaluated afresh: the trained policy's own answers (two steps from random weights change them), and
     # the end figures are those answers' means, not the start's carried over
     assert [r["completion"] for r in earlier[1].rows] != [r["completion"] for r in earlier[0].rows]
-    logged = [row["metrics"] for row in map(json.loads, (first / "metrics.jsonl").read_text().splitlines())
-              if row["step"] == 2 and "heldout/reward" in row["metrics"]]
     end_mean = statistics.fmean(r["reward"] for r in earlier[1].rows)
-    assert logged and logged[-1]["heldout/reward"] == pytest.approx(end_mean)
+    assert dict(read_history(first / "metrics.jsonl"))[2]["heldout/reward"] == pytest.approx(end_mean)
     assert "## What the model said, before and after" in (first / "report" / "report.md").read_text()
 
     assert main([*ARGS, "trainer.max_steps=4", f"ckpt_path={first / 'checkpoints' / 'last.ckpt'}",
