@@ -6,7 +6,10 @@
    tighten reads from) and a checkpoint at the end. ``--preset tiny``: the reward-hacking benchmark's v2 run, taken
    from ``benchmarks/reward_hacking.py`` by import (its data, its `rlkit sft` warm start, its `fit` with rubric v2,
    monitors and golden set), ``--steps`` 150 as there; ``--tiny-rubric v1`` takes its hackable v1 run instead (the
-   template saturates clarity at its top, and tighten writes a check, not only an anchor).
+   template saturates clarity at its top, and tighten writes a check, not only an anchor). ``--rubric FILE`` gives
+   the real preset's phase 1 another rubric, which the unchanged arm keeps: ``benchmarks/chat_arithmetic_length.yaml``
+   is the preset's with `stops`'s regex written as a one-line regex and a 40-character ``length`` check, scoring
+   the same (checked on 800 logged SmolLM2 completions), so tighten has a level to raise.
 2. `rlkit rubric tighten PHASE1 --out tighten/proposal.yaml`, with its audit (exit 0 pass, 1 fail: recorded, the run
    goes on either way), then `rlkit rubric diff ORIGINAL PROPOSAL`. Where tighten writes nothing (no dimension
    saturated, or no rule makes a saturated one harder) the script says so and stops, exit 1: that is the finding.
@@ -37,8 +40,9 @@ Exit 0 only for "keeps learning" with the audit passed.
 A proposal that changes only anchors and descriptions changes nothing the rule judge reads (it reads checks): the two
 arms then get the same rewards and the script says so before training them. Usage:
 
-    python benchmarks/tighten_continue.py [--preset real|tiny [--tiny-rubric v1|v2]] [--seeds 1 2 3] [--steps N]
-                                          [--more 20] [--phase1-seed S] [--out DIR] [-- optim.lr=1e-4 ...]
+    python benchmarks/tighten_continue.py [--preset real [--rubric FILE]|tiny [--tiny-rubric v1|v2]]
+                                          [--seeds 1 2 3] [--steps N] [--more 20] [--phase1-seed S] [--out DIR]
+                                          [-- optim.lr=1e-4 ...]
 
 With ``--out`` every run folder is kept (phase 2 under ``after-<phase-1 run>/``), and a run that finished there (its
 ``summary.json``) is read, not run again: give each preset and step count its own ``--out`` (the tiny preset's v1 and
@@ -206,8 +210,8 @@ def ranges_of(*rubrics: Path) -> dict[str, tuple[float, float]]:
     return {d.name: (d.low, d.high) for path in rubrics for d in load_rubric(path).dimensions}
 
 
-def phase1(preset: str, seed: int, steps: int, out: Path, extra: list[str], tiny_rubric: str = "v2"
-           ) -> tuple[Path, float]:
+def phase1(preset: str, seed: int, steps: int, out: Path, extra: list[str], tiny_rubric: str = "v2",
+           rubric: Path | None = None) -> tuple[Path, float]:
     """The saturated run and its wall time (NaN when an earlier invocation's finished run is read again)."""
     if preset == "tiny":
         root = out / "phase1"
@@ -222,7 +226,8 @@ def phase1(preset: str, seed: int, steps: int, out: Path, extra: list[str], tiny
     run_dir = out / "phase1" / f"seed{seed}"
     if (run_dir / "summary.json").is_file():
         return run_dir, float("nan")
-    _, seconds = must(["fit", *REAL, *REAL_SAMPLES, f"seed={seed}", f"trainer.max_steps={steps}",
+    own = [f"rubric.path={rubric.resolve()}"] if rubric else []
+    _, seconds = must(["fit", *REAL, *REAL_SAMPLES, *own, f"seed={seed}", f"trainer.max_steps={steps}",
                        f"checkpoint_every={steps}", f"hydra.run.dir={run_dir}", *extra], out / "phase1.log")
     return run_dir, seconds
 
@@ -299,12 +304,16 @@ def main() -> int:
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     parser.add_argument("--tiny-rubric", choices=tuple(rh.RUBRICS), default="v2",
                         help="with --preset tiny: phase 1's reward-hacking rubric (v1: the hackable one)")
+    parser.add_argument("--rubric", type=Path, default=None,
+                        help="with --preset real: phase 1's rubric in place of the preset's (the unchanged arm's too)")
     parser.add_argument("--steps", type=int, default=None, help="phase 1's steps (real: 40, tiny: 150)")
     parser.add_argument("--more", type=int, default=20, help="each arm's continued steps")
     parser.add_argument("--phase1-seed", type=int, default=None, help="the saturated run's seed (the first of --seeds)")
     parser.add_argument("--out", type=Path, default=None, help="keep the runs here (default: a temporary folder)")
     parser.add_argument("overrides", nargs="*", help="extra `rlkit fit` overrides for every run, e.g. optim.lr=1e-4")
     args = parser.parse_args()
+    if args.rubric and args.preset != "real":
+        parser.error("--rubric is phase 1's rubric of --preset real; the tiny preset's is --tiny-rubric")
     steps = args.steps or DEFAULT_STEPS[args.preset]
     p1_seed = args.seeds[0] if args.phase1_seed is None else args.phase1_seed
     started = time.monotonic()
@@ -313,7 +322,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         out = args.out or Path(tmp)
         out.mkdir(parents=True, exist_ok=True)
-        run_dir, seconds = phase1(args.preset, p1_seed, steps, out, args.overrides, args.tiny_rubric)
+        run_dir, seconds = phase1(args.preset, p1_seed, steps, out, args.overrides, args.tiny_rubric, args.rubric)
         before = read_signal(run_dir, SIGNAL_WINDOW)
         print(f"phase 1 ({args.preset}, seed {p1_seed}, {steps} steps, {seconds:.0f} s): {run_dir}; held-out "
               f"{heldout_change(run_dir)}", flush=True)

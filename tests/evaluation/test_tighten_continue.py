@@ -7,6 +7,7 @@ import json
 import sys
 from pathlib import Path
 
+import torch
 import yaml
 
 REPO = Path(__file__).resolve().parents[2]
@@ -92,3 +93,26 @@ def test_the_tightened_dimensions_are_those_the_proposal_changes_and_an_anchor_o
     anchors_only = tmp_path / "v3.yaml"
     anchors_only.write_text(yaml.safe_dump(data))
     assert tc.tightened_dimensions(v2, anchors_only) == (["clarity"], True)
+
+
+def test_the_length_variant_of_the_chat_rubric_scores_as_the_preset_and_gives_tighten_a_level_to_raise():
+    from rlkit.core.rubric import load_rubric
+    from rlkit.core.types import Rollout
+    from rlkit.evaluation.rubric_tightening import tighten_length
+    from rlkit_plugins.judges.rule import RuleJudge
+
+    shipped = load_rubric(REPO / "conf" / "rubric_files" / "chat_arithmetic.yaml")
+    variant = load_rubric(REPO / "benchmarks" / "chat_arithmetic_length.yaml")
+    assert variant.dimension_names == shipped.dimension_names
+    # the logged SmolLM2 answers' kinds, and the edges of stops's 40 characters and one line
+    answers = ["42", "42.", "17 + 25 = 42", "17 + 25 = 32", "The answer is 42.", "42\n\nThis is a classic example",
+               "x" * 40, "x" * 41, " 42 ", "", "   ", "\n42\n", "The sum of seventeen and twenty-five is forty-two"]
+    rollout = Rollout(records=[{"prompt": "What is 17 + 25?", "reference": "42"}], completions=[answers])
+    a, b = RuleJudge().score(rollout, shipped), RuleJudge().score(rollout, variant)
+    assert torch.equal(a.nan_to_num(-9.0), b.nan_to_num(-9.0))
+    assert a[0, :, shipped.dimension_names.index("stops")].tolist()[6:8] == [1.0, 0.0]  # 40 passes, 41 does not
+    stops = variant.dimensions[variant.dimension_names.index("stops")]
+    length = next(c for c in stops.checks if c["type"] == "length")
+    # restated sums of 9, 11, 12 and 12 characters at the ceiling: 11 passes half of them, 9 a quarter
+    raised, said = tighten_length(length, ["3 + 4 = 7", "3 + 11 = 14", "16 + 15 = 31", "16 + 19 = 35"])
+    assert raised["max"] == 11 and "40 → 11 chars: 2 of the 4" in said
