@@ -83,7 +83,7 @@ from few_shot_judge import (  # noqa: E402 (the sibling benchmark's split, boots
 from llama_cpp_judge import LlamaCppServer, get_json, import_xllamacpp, rlkit  # noqa: E402
 from real_judges import qwen_gguf, served_backend  # noqa: E402
 
-from rlkit.lm.gguf import content_hash  # noqa: E402
+from rlkit.core.digest import file_sha256  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 LABELS = REPO / "conf" / "calibration" / "chat_arithmetic_labels.jsonl"
@@ -218,7 +218,7 @@ def calibrate_part(overrides: list[str], rubric_file: Path, labels: Path, out: P
     """One ``rlkit calibrate`` of the served judge with ``rubric_file`` on ``labels``: its ``calibration.json``
     (None when it failed), its wall seconds, on failure the end of its output, and whether it was read back: one
     that finished in ``out`` under ``setting`` with this same rubric version and labels is not judged again."""
-    part_setting = {**setting, "rubric": content_hash(rubric_file), "labels": content_hash(labels)}
+    part_setting = {**setting, "rubric": file_sha256(rubric_file), "labels": file_sha256(labels)}
     seconds = finished_seconds(out, part_setting)
     if seconds is not None:
         print(f"{out.relative_to(work)}: read back (finished earlier, {seconds:.0f} s)", flush=True)

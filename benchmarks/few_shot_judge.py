@@ -32,7 +32,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from rlkit.lm.gguf import content_hash
+from rlkit.core.digest import file_sha256
 
 REPO = Path(__file__).resolve().parents[1]
 LABELS = REPO / "conf" / "calibration" / "chat_arithmetic_labels.jsonl"
@@ -133,7 +133,7 @@ def main() -> int:
     if args.model:
         backend.append(f"++judge.params.backend.params.model={args.model}")
     # the labels by content, not by path: a snapshot of the repository elsewhere reads back the same work folder
-    setting = {"labels": content_hash(args.labels), "rubric": args.rubric, "model": args.model, "rule": args.rule,
+    setting = {"labels": file_sha256(args.labels), "rubric": args.rubric, "model": args.model, "rule": args.rule,
                "order": args.order, "seed": args.seed, "examples_share": args.examples_share, "every": args.every,
                "context": args.context}
     rows = []

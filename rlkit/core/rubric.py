@@ -14,6 +14,7 @@ import pydantic
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from rlkit.core.digest import file_sha256
 from rlkit.core.errors import RlkitError, RubricError, did_you_mean, no_such, yaml_syntax_error
 from rlkit.core.package_files import package_dir
 
@@ -235,7 +236,7 @@ class Rubric(_Strict):
             if dim.get("scope") == "episode":
                 dim.pop("scope", None)
         if self.templates:
-            data["templates"] = {judge: hashlib.sha256(path.read_bytes()).hexdigest()
+            data["templates"] = {judge: file_sha256(path)
                                  for judge in sorted(self.templates) if (path := self.template_path(judge))}
         return data
 

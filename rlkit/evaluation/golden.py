@@ -19,6 +19,7 @@ import lightning as L
 import torch
 
 from rlkit.core.atomic import atomic_write_text
+from rlkit.core.digest import file_sha256
 from rlkit.core.errors import ConfigError, DataError
 from rlkit.core.rubric import Rubric
 from rlkit.core.stats import json_number, nan_mean_std
@@ -89,11 +90,6 @@ def load_golden(path: Path, validated: Any) -> list[dict[str, Any]]:
     training, name = training_prompts(validated)
     check_no_overlap(records, path, training, name)
     return records
-
-
-def file_hash(path: Path) -> str:
-    """sha256 of the golden file's bytes: rows from different golden sets never compare by accident."""
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 # --- options ---------------------------------------------------------------------------------------
@@ -284,7 +280,7 @@ def evaluate(generator: Any, policy: Any, tokenizer: Any, records: Sequence[dict
     raw, rewards = scorer.score(records, completions)
     refs = reference_scores(records, completions, options.reference_field, embedder)
     return GoldenResult(checkpoint, scorer.rubric.identity(), scorer.judge_name, str(options.prompts),
-                        file_hash(options.prompts), scorer.rubric.dimension_names, raw, rewards, refs, completions,
+                        file_sha256(options.prompts), scorer.rubric.dimension_names, raw, rewards, refs, completions,
                         step)
 
 

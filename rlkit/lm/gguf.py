@@ -10,18 +10,17 @@ and renamed when complete, so an interrupted import leaves nothing a later run w
 
 from __future__ import annotations
 
-import hashlib
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from rlkit.core.digest import file_sha256
 from rlkit.core.errors import ConfigError, no_such
 from rlkit.lm.gguf_eog import read_end_of_generation
 
 GGUF_SUFFIX = ".gguf"
 GGUF_MAGIC = b"GGUF"
 _FORMAT = 2  # bump when what an import writes changes, so older cache folders are not reused
-_HASH_CHUNK = 1 << 22
 
 
 def is_gguf(ref: str | Path) -> bool:
@@ -95,15 +94,6 @@ def _field_text(reader: object, key: str) -> str | None:
     return bytes(field.parts[field.data[0]]).decode("utf-8", errors="replace")
 
 
-def content_hash(path: Path) -> str:
-    """sha256 of the file's bytes (a renamed or moved copy imports to the same folder)."""
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        while chunk := handle.read(_HASH_CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def is_imported(folder: Path) -> bool:
     """Whether ``folder`` holds a complete import (the marker is written last, before the rename)."""
     return (folder / _DONE).is_file()
@@ -119,7 +109,7 @@ def import_gguf(path: str | Path, out: str | Path | None = None, cache_dir: str 
     from rlkit.lm.model_cache import build_cached, default_cache_dir
 
     source = check_file(path, where)
-    digest = content_hash(source)
+    digest = file_sha256(source)  # a renamed or moved copy imports to the same folder
     if out is not None:
         target = Path(out).expanduser()
         if target.exists() and not (target.is_dir() and not any(target.iterdir())):

@@ -185,14 +185,15 @@ def check_base(gguf_file: str | Path, base: str | Path, where: str) -> str:
     trained on ``base`` needs under it); a sentence saying how it was told, else one ``ConfigError`` naming
     ``where``. A base imported from a GGUF file (``rlkit model import``) is that file when the bytes hash alike;
     any other file is read tensor by tensor and compared with the folder's weights, within its type's rounding."""
-    from rlkit.lm.gguf import check_file, content_hash
+    from rlkit.core.digest import file_sha256
+    from rlkit.lm.gguf import check_file
 
     gguf_file, base = Path(gguf_file).expanduser(), Path(base).expanduser()
     check_file(gguf_file, where)
     marker = base / "rlkit_gguf_import.txt"  # rlkit.lm.gguf's import record: the source's name and sha256
     if marker.is_file():
         lines = marker.read_text(encoding="utf-8").splitlines()
-        if len(lines) > 1 and content_hash(gguf_file) == lines[1]:
+        if len(lines) > 1 and file_sha256(gguf_file) == lines[1]:
             return f"the file the base {base} was imported from"
     import gguf
     import numpy as np

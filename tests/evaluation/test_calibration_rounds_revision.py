@@ -123,12 +123,12 @@ def test_a_finished_part_is_read_back_only_under_the_same_judge_rubric_and_label
     written = {"lines": [{"id": "a"}], "dimensions": {}}
     (out / "calibration.json").write_text(json.dumps(written))
     setting = {"judge": "judge.gguf"}
-    part = {**setting, "rubric": cr.content_hash(rubric), "labels": cr.content_hash(labels)}
+    part = {**setting, "rubric": cr.file_sha256(rubric), "labels": cr.file_sha256(labels)}
     cr.mark_finished(out, part, 12.34)
     # read back without judging: no rlkit is run (there is no server to run it against)
     assert cr.calibrate_part([], rubric, labels, out, tmp_path, None, setting) == (written, 12.3, "", True)
     assert cr.finished_seconds(out, {**part, "judge": "another.gguf"}) is None
     rubric.write_text(rubric.read_text() + "\n# revised\n")
-    assert cr.finished_seconds(out, {**setting, "rubric": cr.content_hash(rubric), "labels": part["labels"]}) is None
+    assert cr.finished_seconds(out, {**setting, "rubric": cr.file_sha256(rubric), "labels": part["labels"]}) is None
     (out / "calibration.json").unlink()
     assert cr.finished_seconds(out, part) is None, "a marker without its calibration is not a finished part"
