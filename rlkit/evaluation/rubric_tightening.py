@@ -15,9 +15,14 @@ The dimension's *top samples* are the window's samples at that ceiling; the *oth
 it. The rules, applied to each saturated dimension (the rule path: no model is asked):
 
 1. **Raise a level** (:func:`tighten_length`): a ``length`` check in ``chars`` or ``words`` gets as its ``max`` (a
-   ``min``-only check: its ``min``) the top samples' size that passes closest to half of them, so part of what
-   saturates now still passes and the groups spread again (the median, where sizes do not tie). Kept only if it is
-   stricter than the old level and splits the top samples. ``tokens`` need the policy's tokenizer and are left.
+   ``min``-only check: its ``min``) the top samples' size that splits the most of the window's *saturated groups*
+   (a step's logged completions of one prompt, all at the ceiling), some passing and some not, so those groups
+   spread again; among levels splitting as many, the one passing closest to half of the top samples. Kept only if it
+   is stricter than the old level and splits at least one such group: a level that only sets prompts apart (short
+   sums pass, long ones fail, each group alike inside) gives no group an advantage (a saturated SmolLM2 run's
+   restated sums: a pooled median of 11 characters split 2 of 38 groups, benchmarks/README.md). A run whose
+   logged samples hold no two completions of one prompt in one step falls back to the pooled top samples' median.
+   ``tokens`` need the policy's tokenizer and are left.
    A ``match`` check in mode ``numeric`` or ``contains`` (:func:`tighten_match`) is raised to ``exact``: the answer
    is the reference and nothing around it (reward_hacking_v2's correctness: a sum padded with words passes
    ``numeric``, not ``exact``). Kept only if ``exact`` splits the top samples (compared as the rule judge does,
@@ -51,6 +56,7 @@ from __future__ import annotations
 
 import copy
 import datetime
+import json
 import math
 import re
 import statistics
@@ -98,6 +104,9 @@ class Saturation:
     # (prompt, completion, score), lowest first; each completion once
     top_samples: list[tuple[str, str]] = field(default_factory=list)
     low_samples: list[tuple[str, str, float]] = field(default_factory=list)
+    # the window's saturated groups at the ceiling: each group's logged completions (a step's samples of one prompt,
+    # two or more, all at the ceiling); what a raised level must split to give a group an advantage again
+    top_groups: list[list[str]] = field(default_factory=list)
 
     @property
     def at_top(self) -> bool:
@@ -190,6 +199,12 @@ def read_saturation(run_dir: Path, rubric: Rubric, min_share: float = MIN_SHARE)
             (v := _score(r, d)) is not None and c is not None and v < c - 1e-6
             for d, c in ceilings.items() if d != name)}
         if share > min_share:
+            groups: dict[tuple[int, str], list[tuple[str, bool]]] = {}
+            for r, s in recent:
+                at = ceiling is not None and math.isclose(s, ceiling, abs_tol=1e-6)
+                groups.setdefault((r["step"], _group_key(r)), []).append((r["completion"], at))
+            top_groups = [[c for c, _ in members] for members in groups.values()
+                          if len(members) > 1 and all(at for _, at in members)]
             top_samples = {r["completion"]: (str(r.get("prompt", "")), r["completion"]) for r in top_rows}
             low: dict[str, tuple[str, str, float]] = {}
             for r, s in sorted(scored, key=lambda rs: rs[1]):
@@ -197,8 +212,16 @@ def read_saturation(run_dir: Path, rubric: Rubric, min_share: float = MIN_SHARE)
                     low.setdefault(r["completion"], (str(r.get("prompt", "")), r["completion"], s))
             out.append(Saturation(name, share, (window[0][0], window[-1][0]), ceiling, at_ceiling,
                                   _distinct(top), _distinct(others), list(pairs.values()), frozenset(elsewhere),
-                                  list(top_samples.values()), list(low.values())))
+                                  list(top_samples.values()), list(low.values()), top_groups))
     return out
+
+
+def _group_key(row: dict[str, Any]) -> str:
+    # a group is one prompt's completions in one step: the record's id where the data has one, else the prompt
+    record = row.get("record")
+    if isinstance(record, dict) and record.get("id") is not None:
+        return f"id:{record['id']}"
+    return "prompt:" + json.dumps(row.get("prompt"), sort_keys=True)
 
 
 def _size(text: str, unit: str) -> int:
@@ -206,9 +229,12 @@ def _size(text: str, unit: str) -> int:
     return len(text) if unit == "chars" else len(text.split())
 
 
-def tighten_length(check: dict[str, Any], top: Sequence[str]) -> tuple[dict[str, Any], str] | None:
-    """Rule 1: the check with its level moved to the top samples' size that splits them closest to half, and what
-    changed; None where no level is stricter than the old one and splits them."""
+def tighten_length(check: dict[str, Any], top: Sequence[str], groups: Sequence[Sequence[str]] = ()
+                   ) -> tuple[dict[str, Any], str] | None:
+    """Rule 1: the check with its level moved to the top samples' size that splits the most ``groups`` (the window's
+    saturated groups: some of a group's completions pass, some not), then closest to half of ``top``, and what
+    changed; None where no level is stricter than the old one and splits a group. Without ``groups`` (a run that
+    logged no two completions of one prompt in one step) the level that splits ``top`` closest to half."""
     unit = check.get("unit", "chars")
     if unit not in ("chars", "words") or not top or ("max" not in check and "min" not in check):
         return None
@@ -216,16 +242,41 @@ def tighten_length(check: dict[str, Any], top: Sequence[str]) -> tuple[dict[str,
     key = "max" if "max" in check else "min"
     if key == "max":  # a level passes what is at most it; the largest size passes everything
         levels = [lv for lv in sorted(set(sizes))[:-1] if 1 <= lv < check["max"]]
-        passing = {lv: sum(s <= lv for s in sizes) for lv in levels}
+        passes: Callable[[int, int], bool] = lambda size, lv: size <= lv  # noqa: E731
     else:  # a min passes what is at least it; the smallest size passes everything
         levels = [lv for lv in sorted(set(sizes))[1:] if lv > check.get("min", 0)]
-        passing = {lv: sum(s >= lv for s in sizes) for lv in levels}
+        passes = lambda size, lv: size >= lv  # noqa: E731
+    passing = {lv: sum(passes(s, lv) for s in sizes) for lv in levels}
+    group_sizes = [[_size(t, unit) for t in g] for g in groups]
+    split = {lv: sum(len({passes(s, lv) for s in g}) == 2 for g in group_sizes) for lv in levels}
+    if group_sizes:
+        levels = [lv for lv in levels if split[lv]]
     if not levels:
         return None
-    level = min(levels, key=lambda lv: (abs(passing[lv] / len(sizes) - 0.5), lv if key == "max" else -lv))
+    level = min(levels, key=lambda lv: (-split[lv], abs(passing[lv] / len(sizes) - 0.5),
+                                        lv if key == "max" else -lv))
     new = {**check, key: level}
-    return new, (f"length check {key} {check[key]:g} → {level} {unit}: {passing[level]} of the {len(sizes)} top "
-                 f"samples still pass (the level that splits them closest to half)")
+    said = (f"length check {key} {check[key]:g} → {level} {unit}: {passing[level]} of the {len(sizes)} top "
+            f"samples still pass")
+    if group_sizes:
+        return new, (f"{said}, and {split[level]} of the window's {len(group_sizes)} saturated groups split (the "
+                     "level that splits the most)")
+    return new, f"{said} (the level that splits them closest to half; no saturated group was logged)"
+
+
+def _length_left(check: dict[str, Any], sat: Saturation) -> str:
+    """Why :func:`tighten_length` left a length check as it is."""
+    unit = check.get("unit", "chars")
+    if unit == "tokens":
+        return "its length check counts tokens, which need the policy's tokenizer"
+    sizes = {_size(t, unit) for t in sat.top}
+    if len(sizes) == 1:
+        return f"its length check ({unit}) has no stricter level that splits the top samples (all {sizes.pop()} {unit})"
+    if sat.top_groups:
+        return (f"its length check ({unit}) has no stricter level that splits a saturated group: the top samples' "
+                "sizes differ between prompts, not within one, so a level would set prompts apart and give no group "
+                "an advantage")
+    return f"its length check ({unit}) has no stricter level that splits the top samples"
 
 
 def _plain(text: Any) -> str:
@@ -404,16 +455,12 @@ def propose(rubric: Rubric, saturation: Sequence[Saturation], judge: str | None,
                     why.append("its match check's exact mode passes all or none of the top samples, or fails ones "
                                "another dimension marks down already")
             if check.get("type") == "length":
-                tightened = tighten_length(check, sat.top)
+                tightened = tighten_length(check, sat.top, sat.top_groups)
                 if tightened is not None:
                     dim_data["checks"][j] = tightened[0]
                     changes.append(tightened[1])
                 else:
-                    unit = check.get("unit", "chars")
-                    why.append(f"its length check ({unit}) has no stricter level that splits the top samples" +
-                               (f" (all {_size(sat.top[0], unit)} {unit})" if len({_size(t, unit) for t in sat.top})
-                                == 1 and unit != "tokens" else " (tokens need the policy's tokenizer)"
-                                if unit == "tokens" else ""))
+                    why.append(_length_left(check, sat))
         words = shared_words(sat.top, sat.others)
         if words:
             rule_checks = bool(dim.checks) and dim.judge in (None, "rule") and judge in ("rule", "hybrid", None)

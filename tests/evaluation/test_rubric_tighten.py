@@ -13,7 +13,9 @@ import pytest
 from rlkit.cli import main
 from rlkit.core.rubric import load_rubric
 from rlkit.evaluation.rubric_tightening import (
+    Saturation,
     next_version,
+    propose,
     shared_shape,
     shared_words,
     tighten_length,
@@ -85,10 +87,14 @@ def test_a_real_run_that_saturates_gets_a_stricter_level_the_audit_accepts(tmp_p
     assert (proposed.name, proposed.version) == ("loose", "2.0")
     new_max = proposed.dimensions[0].checks[0]["max"]
     assert 1 <= new_max < 400
-    # the level splits the run's own completions: some pass, some do not
-    lengths = [len(json.loads(line)["completion"]) for line in (run / "samples.jsonl").read_text().splitlines()]
-    assert min(lengths) <= new_max < max(lengths)
+    # the level splits one of the run's own groups (a step's completions of one prompt): some pass, some do not
+    groups: dict[tuple, list[int]] = {}
+    for line in (run / "samples.jsonl").read_text().splitlines():
+        row = json.loads(line)
+        groups.setdefault((row["step"], row["record"]["id"]), []).append(len(row["completion"]))
+    assert any(min(sizes) <= new_max < max(sizes) for sizes in groups.values())
     assert "short: saturated in 100% of groups" in printed and f"max 400 → {new_max} chars" in printed
+    assert "saturated groups split (the level that splits the most)" in printed
     assert "+++ " in printed and "version 2.0" in printed  # the diff of `rlkit rubric diff`
     assert "PASS: trust" in printed
 
@@ -185,6 +191,28 @@ def test_the_rules_by_hand():
     # the level that passes closest to half: sizes 1,2,2,5 → max 2 passes 3 of 4, max 1 passes 1 of 4; a tie → max 1
     assert tighten_length({"type": "length", "max": 10}, ["a", "bb", "cc", "eeeee"])[0]["max"] == 1
     assert tighten_length({"type": "length", "max": 10}, ["bb", "cc"]) is None  # all alike: nothing splits them
+    # with the run's saturated groups, the level that splits the most of them. Restated sums are one size within a
+    # prompt's group: the pooled rule's max 9 (sizes 1, 9, 12, 15, 18: 2 of 5 pass) sets prompts apart and splits
+    # no group; max 1 splits the one group where a bare answer sits beside restated ones
+    alike = [["10 + 20 = 30"] * 4, ["100 + 200 = 300"] * 4, ["1000 + 2000 = 3000"] * 4]
+    groups = [*alike, ["3 + 4 = 7"] * 3 + ["7"]]
+    top = sorted({t for g in groups for t in g})
+    assert tighten_length({"type": "length", "max": 40}, top)[0]["max"] == 9
+    raised, said = tighten_length({"type": "length", "max": 40}, top, groups)
+    assert raised["max"] == 1 and "1 of the window's 4 saturated groups split" in said
+    # every group alike inside: no level gives one an advantage, so none is proposed
+    assert tighten_length({"type": "length", "max": 40}, top, alike) is None
+
+
+def test_a_length_level_that_would_only_set_prompts_apart_is_left_with_why(tmp_path):
+    rubric = tmp_path / "loose.yaml"
+    rubric.write_text(LOOSE)
+    alike = [["10 + 20 = 30"] * 4, ["100 + 200 = 300"] * 4]
+    top = ["10 + 20 = 30", "100 + 200 = 300"]
+    sat = Saturation("short", 0.9, (0, 9), 1.0, 1.0, top, [], top_groups=alike)
+    proposal = propose(load_rubric(rubric), [sat], "rule", split=False)
+    assert proposal.data is None and "short" not in proposal.changes
+    assert "sizes differ between prompts, not within one" in proposal.unchanged["short"]
     words = ["a", "a b", "a b c", "a b c d"]
     assert tighten_length({"type": "length", "min": 1, "unit": "words"}, words)[0]["min"] == 3
     assert tighten_length({"type": "length", "max": 10, "unit": "tokens"}, ["a", "bb b"]) is None
