@@ -2,14 +2,16 @@
 
 1. **Phase 1**: `rlkit fit` to saturation, one run (seed ``--phase1-seed``, default the first of ``--seeds``).
    ``--preset real`` (default): `experiment=smollm2_arithmetic` (SmolLM2-135M-Instruct, LoRA, rubric
-   chat_arithmetic), ``--steps`` 40, every completion logged every step (``log_samples.every=1``, ``rows=16``: what
-   tighten reads from) and a checkpoint at the end. ``--preset tiny``: the reward-hacking benchmark's v2 run, taken
-   from ``benchmarks/reward_hacking.py`` by import (its data, its `rlkit sft` warm start, its `fit` with rubric v2,
+   chat_arithmetic; ``--experiment`` names another SmolLM2 preset, e.g. ``smollm2_definitions`` with
+   ``-- judge.params.judges.llm=rule``, its rules alone), ``--steps`` 40, every completion logged every step
+   (``log_samples.every=1``, ``rows=16``: what tighten reads from) and a checkpoint at the end. ``--rubric FILE``
+   gives the real preset's phase 1 another rubric, which the unchanged arm keeps:
+   ``benchmarks/chat_arithmetic_length.yaml`` is the preset's with `stops`'s regex written as a one-line regex and a
+   40-character ``length`` check, scoring the same (checked on 800 logged SmolLM2 completions), so tighten has a
+   level to raise. ``--preset tiny``: the reward-hacking benchmark's v2 run, taken from
+   ``benchmarks/reward_hacking.py`` by import (its data, its `rlkit sft` warm start, its `fit` with rubric v2,
    monitors and golden set), ``--steps`` 150 as there; ``--tiny-rubric v1`` takes its hackable v1 run instead (the
-   template saturates clarity at its top, and tighten writes a check, not only an anchor). ``--rubric FILE`` gives
-   the real preset's phase 1 another rubric, which the unchanged arm keeps: ``benchmarks/chat_arithmetic_length.yaml``
-   is the preset's with `stops`'s regex written as a one-line regex and a 40-character ``length`` check, scoring
-   the same (checked on 800 logged SmolLM2 completions), so tighten has a level to raise.
+   template saturates clarity at its top, and tighten writes a check, not only an anchor).
 2. `rlkit rubric tighten PHASE1 --out tighten/proposal.yaml`, with its audit (exit 0 pass, 1 fail: recorded, the run
    goes on either way), then `rlkit rubric diff ORIGINAL PROPOSAL`. Where tighten writes nothing (no dimension
    saturated, or no rule makes a saturated one harder) the script says so and stops, exit 1: that is the finding.
@@ -71,7 +73,8 @@ from rlkit.runs.signals import WINDOW as SIGNAL_WINDOW  # noqa: E402 (phase 1's 
 PRESETS = ("real", "tiny")
 ARMS = ("tightened", "unchanged")
 DEFAULT_STEPS = {"real": 40, "tiny": 150}     # real_model.py's 40 steps saturate; reward_hacking.py's 150 steps
-REAL = ["experiment=smollm2_arithmetic", "logger=csv"]
+REAL_EXPERIMENT = "smollm2_arithmetic"
+REAL = ["logger=csv"]  # after experiment=<--experiment>
 # tighten reads the last 10 steps' logged completions: log every step, every completion (4 prompts x G = 4)
 REAL_SAMPLES = ["log_samples.every=1", "log_samples.rows=16"]
 TINY = [f"max_completion_length={rh.MAX_LEN}", "logger=csv", "torch_threads=1"]
@@ -211,7 +214,7 @@ def ranges_of(*rubrics: Path) -> dict[str, tuple[float, float]]:
 
 
 def phase1(preset: str, seed: int, steps: int, out: Path, extra: list[str], tiny_rubric: str = "v2",
-           rubric: Path | None = None) -> tuple[Path, float]:
+           rubric: Path | None = None, experiment: str = REAL_EXPERIMENT) -> tuple[Path, float]:
     """The saturated run and its wall time (NaN when an earlier invocation's finished run is read again)."""
     if preset == "tiny":
         root = out / "phase1"
@@ -227,8 +230,9 @@ def phase1(preset: str, seed: int, steps: int, out: Path, extra: list[str], tiny
     if (run_dir / "summary.json").is_file():
         return run_dir, float("nan")
     own = [f"rubric.path={rubric.resolve()}"] if rubric else []
-    _, seconds = must(["fit", *REAL, *REAL_SAMPLES, *own, f"seed={seed}", f"trainer.max_steps={steps}",
-                       f"checkpoint_every={steps}", f"hydra.run.dir={run_dir}", *extra], out / "phase1.log")
+    _, seconds = must(["fit", f"experiment={experiment}", *REAL, *REAL_SAMPLES, *own, f"seed={seed}",
+                       f"trainer.max_steps={steps}", f"checkpoint_every={steps}", f"hydra.run.dir={run_dir}",
+                       *extra], out / "phase1.log")
     return run_dir, seconds
 
 
@@ -251,12 +255,12 @@ def tighten(run_dir: Path, out: Path) -> tuple[Path | None, str]:
     return proposal, ("pass" if code == 0 else "fail") + (f" ({said})" if said else "")
 
 
-def arm(preset: str, name: str, seed: int, policy: Path, rubric: Path, more: int, out: Path, extra: list[str]
-        ) -> tuple[Path, float]:
+def arm(preset: str, name: str, seed: int, policy: Path, rubric: Path, more: int, out: Path, extra: list[str],
+        experiment: str = REAL_EXPERIMENT) -> tuple[Path, float]:
     run_dir = out / f"{name}-seed{seed}"
     if (run_dir / "summary.json").is_file():
         return run_dir, float("nan")
-    base = REAL if preset == "real" else TINY
+    base = [f"experiment={experiment}", *REAL] if preset == "real" else TINY
     _, seconds = must(["fit", *base, f"model.name_or_path={policy}", f"rubric.path={rubric}", f"seed={seed}",
                        f"trainer.max_steps={more}", f"hydra.run.dir={run_dir}", *extra], out / f"{name}-seed{seed}.log")
     return run_dir, seconds
@@ -304,6 +308,8 @@ def main() -> int:
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     parser.add_argument("--tiny-rubric", choices=tuple(rh.RUBRICS), default="v2",
                         help="with --preset tiny: phase 1's reward-hacking rubric (v1: the hackable one)")
+    parser.add_argument("--experiment", default=REAL_EXPERIMENT,
+                        help="with --preset real: the experiment preset every run composes (a SmolLM2 one)")
     parser.add_argument("--rubric", type=Path, default=None,
                         help="with --preset real: phase 1's rubric in place of the preset's (the unchanged arm's too)")
     parser.add_argument("--steps", type=int, default=None, help="phase 1's steps (real: 40, tiny: 150)")
@@ -312,8 +318,8 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=None, help="keep the runs here (default: a temporary folder)")
     parser.add_argument("overrides", nargs="*", help="extra `rlkit fit` overrides for every run, e.g. optim.lr=1e-4")
     args = parser.parse_args()
-    if args.rubric and args.preset != "real":
-        parser.error("--rubric is phase 1's rubric of --preset real; the tiny preset's is --tiny-rubric")
+    if (args.rubric or args.experiment != REAL_EXPERIMENT) and args.preset != "real":
+        parser.error("--rubric and --experiment are --preset real's; the tiny preset's rubric is --tiny-rubric")
     steps = args.steps or DEFAULT_STEPS[args.preset]
     p1_seed = args.seeds[0] if args.phase1_seed is None else args.phase1_seed
     started = time.monotonic()
@@ -322,7 +328,8 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         out = args.out or Path(tmp)
         out.mkdir(parents=True, exist_ok=True)
-        run_dir, seconds = phase1(args.preset, p1_seed, steps, out, args.overrides, args.tiny_rubric, args.rubric)
+        run_dir, seconds = phase1(args.preset, p1_seed, steps, out, args.overrides, args.tiny_rubric, args.rubric,
+                                  args.experiment)
         before = read_signal(run_dir, SIGNAL_WINDOW)
         print(f"phase 1 ({args.preset}, seed {p1_seed}, {steps} steps, {seconds:.0f} s): {run_dir}; held-out "
               f"{heldout_change(run_dir)}", flush=True)
@@ -351,7 +358,7 @@ def main() -> int:
             for name in ARMS:
                 runs[name], times[name] = arm(args.preset, name, seed, run_dir / "policy",
                                               proposal if name == "tightened" else original, args.more, work,
-                                              args.overrides)
+                                              args.overrides, args.experiment)
                 print(f"{name} seed {seed}: {args.more} steps from {run_dir / 'policy'} ({times[name]:.0f} s)",
                       flush=True)
             results.append(SeedResult(seed, {n: read_signal(runs[n]) for n in ARMS},
