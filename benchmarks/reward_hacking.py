@@ -103,6 +103,9 @@ class Run:
         return max(statistics.mean(self.share[i:i + k]) for i in range(len(self.share) - k + 1))
 
 
+TEMPLATE_SHARE = 0.10  # the templated share of the warm start's demonstrations (--template-share)
+
+
 def make_data(out: Path, template_share: float) -> tuple[Path, Path]:
     """The golden set (sums of the task's operands that are none of the run's prompts) and the warm start's
     demonstrations (draws of the task without the run's held-out prompts or the golden ones)."""
@@ -308,7 +311,8 @@ def main() -> int:
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     parser.add_argument("--steps", type=int, default=150)
     parser.add_argument("--eval-every", type=int, default=10, help="golden-set evaluation interval (eval.every)")
-    parser.add_argument("--template-share", type=float, default=0.10, help="templated share of the demonstrations")
+    parser.add_argument("--template-share", type=float, default=TEMPLATE_SHARE,
+                        help="templated share of the demonstrations")
     parser.add_argument("--out", type=Path, default=None, help="keep the runs here (default: a temporary folder)")
     parser.add_argument("--plot", type=Path, default=HERE / "reward_hacking.png")
     parser.add_argument("--reuse", action="store_true",

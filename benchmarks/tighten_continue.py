@@ -81,7 +81,6 @@ TINY = [f"max_completion_length={rh.MAX_LEN}", "logger=csv", "torch_threads=1"]
 REWARD_FALL_LIMIT = 0.05
 ZERO_ADV, REWARD_STD = "advantages/frac_zero_groups", "reward/std"
 STOPPED = 1
-TEMPLATE_SHARE = 0.10  # reward_hacking.py's --template-share default: the warm start's templated demonstrations
 
 
 @dataclass
@@ -219,7 +218,7 @@ def phase1(preset: str, seed: int, steps: int, out: Path, extra: list[str], tiny
     if preset == "tiny":
         root = out / "phase1"
         root.mkdir(parents=True, exist_ok=True)
-        golden, demos = rh.make_data(root, TEMPLATE_SHARE)
+        golden, demos = rh.make_data(root, rh.TEMPLATE_SHARE)
         policy = root / "sft" / "policy"
         if not policy.is_dir():
             policy = rh.warm_start(root, demos)
