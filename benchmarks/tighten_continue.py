@@ -135,15 +135,18 @@ def heldout_answers(run_dir: Path, tag: str, first: bool) -> list[dict]:
     """The run's held-out answers of its first (or last) evaluation, as `rlkit score` records tagged ``tag``."""
     rows = read_rows(run_dir / "heldout_samples.jsonl")
     step = (min if first else max)(r["step"] for r in rows)
-    return [{"id": f"{tag}-{i}", "prompt": r["prompt"], "completion": r["completion"], "reference": r["reference"],
-             "answers": tag} for i, r in enumerate(r for r in rows if r["step"] == step)]
+    # the record's fields (a check's `field:`, e.g. the definitions task's `forms`) where the run kept them
+    return [{**r.get("record", {}), **({"reference": r["reference"]} if "reference" in r else {}), "id": f"{tag}-{i}",
+             "prompt": r["prompt"], "completion": r["completion"], "answers": tag}
+            for i, r in enumerate(r for r in rows if r["step"] == step)]
 
 
 def heldout_change(run_dir: Path) -> str:
     """The run's own held-out means (``heldout/<dimension>``), first → last evaluation."""
     rows = [r["metrics"] for r in read_rows(run_dir / "metrics.jsonl")]
     keys = dict.fromkeys(k for m in rows for k in m if k.startswith("heldout/"))
-    series = {k.removeprefix("heldout/"): [m[k] for m in rows if k in m] for k in keys}
+    # a dimension no judge scored (NaN, written null) has no figure to show
+    series = {k.removeprefix("heldout/"): [m[k] for m in rows if m.get(k) is not None] for k in keys}
     return ", ".join(f"{k} {v[0]:.3f} → {v[-1]:.3f}" for k, v in series.items() if v)
 
 

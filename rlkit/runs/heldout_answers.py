@@ -6,9 +6,11 @@ after, on the dimensions that moved).
 One JSON object per held-out prompt per evaluation, an evaluation's lines together in the split's order: ``step``
 (0 for the start), ``prompt`` (text or chat messages, as in the record), ``reference`` (when the record has one),
 ``completion`` (the policy's greedy answer), ``reward`` and ``scores`` (``{dimension: raw score or null}``) as the
-held-out table summed them. A run without a held-out split (``data.heldout_fraction=0``) answers its first training
-prompts instead, as its start/end table does. A run resumed with ``ckpt_path=`` writes into a new folder; its file
-starts with the earlier run's evaluations up to the checkpoint's step, so one file holds the whole run.
+held-out table summed them, and ``record`` (the record's fields besides its prompt, as ``samples.jsonl`` keeps them:
+what a check's ``field:`` reads, so the answers can be scored again under another rubric with `rlkit score`). A
+run without a held-out split (``data.heldout_fraction=0``) answers its first training prompts instead, as its
+start/end table does. A run resumed with ``ckpt_path=`` writes into a new folder; its file starts with the earlier
+run's evaluations up to the checkpoint's step, so one file holds the whole run.
 
 Runs of versions before this file kept the start and the end alone, as ``heldout/start.jsonl`` and
 ``heldout/end.jsonl`` (the same lines); they are still read.
@@ -48,7 +50,8 @@ def heldout_samples_path(run_dir: str | Path) -> Path:
 
 def answer_rows(records: Sequence[dict[str, Any]], completions: Sequence[str], rewards: Sequence[float],
                 scores: Sequence[Sequence[float]], dimensions: Sequence[str], step: int) -> list[dict[str, Any]]:
-    """The file's lines for one evaluation: each record's prompt (and reference), its answer, reward and scores."""
+    """The file's lines for one evaluation: each record's prompt (and reference), its answer, reward and scores, and
+    the record's other fields."""
     from rlkit.core.stats import json_number  # torch: only where a run writes, never where `rlkit compare` reads
 
     rows = []
@@ -57,7 +60,8 @@ def answer_rows(records: Sequence[dict[str, Any]], completions: Sequence[str], r
         if record.get("reference") is not None:
             line["reference"] = record["reference"]
         line.update(completion=completion, reward=json_number(float(reward)),
-                    scores={name: json_number(float(v)) for name, v in zip(dimensions, row, strict=True)})
+                    scores={name: json_number(float(v)) for name, v in zip(dimensions, row, strict=True)},
+                    record={k: v for k, v in record.items() if k != "prompt"})
         rows.append(line)
     return rows
 

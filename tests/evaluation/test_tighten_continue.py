@@ -116,3 +116,17 @@ def test_the_length_variant_of_the_chat_rubric_scores_as_the_preset_and_gives_ti
     # restated sums of 9, 11, 12 and 12 characters at the ceiling: 11 passes half of them, 9 a quarter
     raised, said = tighten_length(length, ["3 + 4 = 7", "3 + 11 = 14", "16 + 15 = 31", "16 + 19 = 35"])
     assert raised["max"] == 11 and "40 → 11 chars: 2 of the 4" in said
+
+
+def test_heldout_answers_carry_the_records_fields_and_an_unscored_dimension_is_left_out_of_the_change(tmp_path):
+    # the definitions task: no reference, the `forms` a match check reads, and the judge's dimensions unscored (null)
+    forms = ["hug", "hugs", "hugged", "hugging"]
+    write_jsonl(tmp_path / "heldout_samples.jsonl", [
+        {"step": 0, "prompt": "Define hug.", "completion": "A hug is ... I hugged her.",
+         "record": {"id": "def-7", "word": "hug", "forms": forms}}])
+    (answer,) = tc.heldout_answers(tmp_path, "start", first=True)
+    assert answer["forms"] == forms and answer["id"] == "start-0" and "reference" not in answer
+    write_jsonl(tmp_path / "metrics.jsonl", [
+        {"step": 0, "metrics": {"heldout/brevity": 0.5, "heldout/correctness": None}},
+        {"step": 40, "metrics": {"heldout/brevity": 1.0, "heldout/correctness": None}}])
+    assert tc.heldout_change(tmp_path) == "brevity 0.500 → 1.000"

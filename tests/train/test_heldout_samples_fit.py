@@ -24,7 +24,8 @@ def test_every_evaluation_is_kept_as_text_and_a_resumed_run_holds_the_whole_run(
     assert [e.step for e in earlier] == [0, 2]
     n = len(earlier[0].rows)
     assert n >= 2 and len(earlier[1].rows) == n
-    assert set(earlier[0].rows[0]) == {"step", "prompt", "reference", "completion", "reward", "scores"}
+    assert set(earlier[0].rows[0]) == {"step", "prompt", "reference", "completion", "reward", "scores", "record"}
+    assert earlier[0].rows[0]["record"]["reference"] == earlier[0].rows[0]["reference"]
     assert set(earlier[0].rows[0]["scores"]) == {"format", "correctness", "brevity", "repetition"}
     assert not (first / "heldout").exists(), "one file, not start.jsonl and end.jsonl beside it"
     # the end is evaluated afresh: the trained policy's own answers (two steps from random weights change them), and
