@@ -259,25 +259,42 @@ def tighten(run_dir: Path, out: Path) -> tuple[Path | None, str]:
 
 def arm(preset: str, name: str, seed: int, policy: Path, rubric: Path, more: int, out: Path, extra: list[str],
         experiment: str = REAL_EXPERIMENT) -> tuple[Path, float]:
+    from rlkit.core.digest import file_sha256
+
     run_dir = out / f"{name}-seed{seed}"
+    # the rubric an arm trained on, beside it: a finished arm is read again only under the same rubric (a proposal
+    # rewritten by a later tighten, or another --rubric, trains it again; the old folder is moved aside)
+    trained_on, digest = out / f"{name}-seed{seed}.rubric.sha256", file_sha256(rubric)
     if (run_dir / "summary.json").is_file():
-        return run_dir, float("nan")
+        if not trained_on.is_file():
+            print(f"note: {run_dir} records no rubric (an earlier version of this script); read as trained on {rubric}")
+            return run_dir, float("nan")
+        if trained_on.read_text().strip() == digest:
+            return run_dir, float("nan")
+        stale = next(run_dir.with_name(f"{run_dir.name}.stale-{k}") for k in range(1, 1000)
+                     if not run_dir.with_name(f"{run_dir.name}.stale-{k}").exists())
+        run_dir.rename(stale)
+        print(f"{run_dir} trained on another version of {rubric}: moved to {stale}", flush=True)
     base = [f"experiment={experiment}", *REAL] if preset == "real" else TINY
     _, seconds = must(["fit", *base, f"model.name_or_path={policy}", f"rubric.path={rubric}", f"seed={seed}",
                        f"trainer.max_steps={more}", f"hydra.run.dir={run_dir}", *extra], out / f"{name}-seed{seed}.log")
+    trained_on.write_text(digest + "\n")
     return run_dir, seconds
 
 
 def score_heldout(seed: int, runs: dict[str, Path], rubrics: dict[str, Path], judging: list[str], out: Path
                   ) -> dict[str, dict[str, dict[str, float]]]:
     """The start's and each arm's final held-out answers scored under each rubric."""
+    from rlkit.core.digest import file_sha256
+
     records = out / f"heldout-seed{seed}.jsonl"
     answers = [*heldout_answers(runs["tightened"], "start", first=True),
                *(a for name in ARMS for a in heldout_answers(runs[name], name, first=False))]
     records.write_text("".join(json.dumps(a) + "\n" for a in answers))
     scores = {}
     for label, rubric in rubrics.items():
-        scored = out / f"heldout-seed{seed}-{label}.scored.jsonl"
+        # named by what it scored: answers of arms trained again, or a rewritten proposal, are scored again
+        scored = out / f"heldout-seed{seed}-{label}-{file_sha256(records)[:12]}-{file_sha256(rubric)[:12]}.scored.jsonl"
         if not scored.is_file():
             must(["score", f"data.path={records}", f"rubric.path={rubric}", f"score.output={scored}", *judging],
                  out / f"score-seed{seed}-{label}.log")

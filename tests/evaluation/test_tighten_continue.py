@@ -4,6 +4,7 @@ output per answer set, which dimensions a proposal tightens, and the verdict rul
 from __future__ import annotations
 
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -130,3 +131,25 @@ def test_heldout_answers_carry_the_records_fields_and_an_unscored_dimension_is_l
         {"step": 0, "metrics": {"heldout/brevity": 0.5, "heldout/correctness": None}},
         {"step": 40, "metrics": {"heldout/brevity": 1.0, "heldout/correctness": None}}])
     assert tc.heldout_change(tmp_path) == "brevity 0.500 → 1.000"
+
+
+def test_a_finished_arm_is_read_again_only_under_the_rubric_it_trained_on(tmp_path, monkeypatch):
+    trained = []
+
+    def fake_fit(args, log=None):  # stands in for `rlkit fit`: the run folder with its summary.json, written last
+        run_dir = Path(next(a for a in args if a.startswith("hydra.run.dir=")).split("=", 1)[1])
+        run_dir.mkdir(parents=True)
+        (run_dir / "summary.json").write_text("{}")
+        trained.append(run_dir.name)
+        return "", 1.0
+
+    monkeypatch.setattr(tc, "must", fake_fit)
+    proposal = tmp_path / "proposal.yaml"
+    proposal.write_text("version: 2.0\n")
+    first = tc.arm("real", "tightened", 1, tmp_path / "policy", proposal, 20, tmp_path, [])
+    again = tc.arm("real", "tightened", 1, tmp_path / "policy", proposal, 20, tmp_path, [])
+    assert first[1] == 1.0 and math.isnan(again[1]) and trained == ["tightened-seed1"]
+    proposal.write_text("version: 2.0\n# rewritten by a later tighten\n")
+    rerun = tc.arm("real", "tightened", 1, tmp_path / "policy", proposal, 20, tmp_path, [])
+    assert rerun[1] == 1.0 and trained == ["tightened-seed1"] * 2
+    assert (tmp_path / "tightened-seed1.stale-1" / "summary.json").is_file()
