@@ -266,15 +266,14 @@ def arm(preset: str, name: str, seed: int, policy: Path, rubric: Path, more: int
     # rewritten by a later tighten, or another --rubric, trains it again; the old folder is moved aside)
     trained_on, digest = out / f"{name}-seed{seed}.rubric.sha256", file_sha256(rubric)
     if (run_dir / "summary.json").is_file():
-        if not trained_on.is_file():
-            print(f"note: {run_dir} records no rubric (an earlier version of this script); read as trained on {rubric}")
+        if trained_on.is_file() and trained_on.read_text().strip() == digest:
             return run_dir, float("nan")
-        if trained_on.read_text().strip() == digest:
-            return run_dir, float("nan")
+        # another version of the rubric, or one an earlier version of this script did not record: trained again
         stale = next(run_dir.with_name(f"{run_dir.name}.stale-{k}") for k in range(1, 1000)
                      if not run_dir.with_name(f"{run_dir.name}.stale-{k}").exists())
         run_dir.rename(stale)
-        print(f"{run_dir} trained on another version of {rubric}: moved to {stale}", flush=True)
+        print(f"{run_dir} was not trained on this version of {rubric} (or did not record it): moved to {stale}",
+              flush=True)
     base = [f"experiment={experiment}", *REAL] if preset == "real" else TINY
     _, seconds = must(["fit", *base, f"model.name_or_path={policy}", f"rubric.path={rubric}", f"seed={seed}",
                        f"trainer.max_steps={more}", f"hydra.run.dir={run_dir}", *extra], out / f"{name}-seed{seed}.log")

@@ -153,3 +153,6 @@ def test_a_finished_arm_is_read_again_only_under_the_rubric_it_trained_on(tmp_pa
     rerun = tc.arm("real", "tightened", 1, tmp_path / "policy", proposal, 20, tmp_path, [])
     assert rerun[1] == 1.0 and trained == ["tightened-seed1"] * 2
     assert (tmp_path / "tightened-seed1.stale-1" / "summary.json").is_file()
+    (tmp_path / "tightened-seed1.rubric.sha256").unlink()  # a folder that recorded no rubric is not trusted either
+    tc.arm("real", "tightened", 1, tmp_path / "policy", proposal, 20, tmp_path, [])
+    assert trained == ["tightened-seed1"] * 3 and (tmp_path / "tightened-seed1.stale-2").is_dir()
