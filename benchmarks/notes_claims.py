@@ -142,10 +142,11 @@ def finished(path: Path) -> bool:
     return (path / "summary.json").is_file()
 
 
-def set_aside(path: Path) -> Path:
-    """An interrupted run's folder, moved to the first free ``<name>.unfinished-<k>`` (nothing is overwritten)."""
+def set_aside(path: Path, why: str = "unfinished") -> Path:
+    """A run's folder that is not to be read (by default an interrupted one), moved to the first free
+    ``<name>.<why>-<k>`` (nothing is overwritten)."""
     for k in itertools.count(1):
-        target = path.with_name(f"{path.name}.unfinished-{k}")
+        target = path.with_name(f"{path.name}.{why}-{k}")
         if not target.exists():
             path.rename(target)
             return target

@@ -67,6 +67,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import reward_hacking as rh  # noqa: E402  (the tiny preset is its v2 run, reused rather than copied)
+from notes_claims import set_aside  # noqa: E402  (a run folder moved aside, never overwritten)
 
 from rlkit.runs.signals import WINDOW as SIGNAL_WINDOW  # noqa: E402 (phase 1's last steps: tighten's window)
 
@@ -269,9 +270,7 @@ def arm(preset: str, name: str, seed: int, policy: Path, rubric: Path, more: int
         if trained_on.is_file() and trained_on.read_text().strip() == digest:
             return run_dir, float("nan")
         # another version of the rubric, or one an earlier version of this script did not record: trained again
-        stale = next(run_dir.with_name(f"{run_dir.name}.stale-{k}") for k in range(1, 1000)
-                     if not run_dir.with_name(f"{run_dir.name}.stale-{k}").exists())
-        run_dir.rename(stale)
+        stale = set_aside(run_dir, "stale")
         print(f"{run_dir} was not trained on this version of {rubric} (or did not record it): moved to {stale}",
               flush=True)
     base = [f"experiment={experiment}", *REAL] if preset == "real" else TINY
@@ -291,9 +290,10 @@ def score_heldout(seed: int, runs: dict[str, Path], rubrics: dict[str, Path], ju
                *(a for name in ARMS for a in heldout_answers(runs[name], name, first=False))]
     records.write_text("".join(json.dumps(a) + "\n" for a in answers))
     scores = {}
+    answered = file_sha256(records)[:12]
     for label, rubric in rubrics.items():
         # named by what it scored: answers of arms trained again, or a rewritten proposal, are scored again
-        scored = out / f"heldout-seed{seed}-{label}-{file_sha256(records)[:12]}-{file_sha256(rubric)[:12]}.scored.jsonl"
+        scored = out / f"heldout-seed{seed}-{label}-{answered}-{file_sha256(rubric)[:12]}.scored.jsonl"
         if not scored.is_file():
             must(["score", f"data.path={records}", f"rubric.path={rubric}", f"score.output={scored}", *judging],
                  out / f"score-seed{seed}-{label}.log")
