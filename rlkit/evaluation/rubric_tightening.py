@@ -34,7 +34,11 @@ it. The rules, applied to each saturated dimension (the rule path: no model is a
    level below the top, else its middle), and, on a dimension the rule judge scores (it reads checks, never
    anchors), an ``absent: true`` regex check on them weighing one more than the dimension's other checks together,
    so an answer with the pattern always scores below one without (reward_hacking_v2.yaml's clarity fix: 4 of 7;
-   a lighter check left the template ahead and the audit's ``enumerated_template`` probe flagged it).
+   a lighter check left the template ahead and the audit's ``enumerated_template`` probe flagged it). With the
+   window's saturated groups logged, the check reads the words' subset that splits the most of them
+   (:func:`splitting_words`, the length rule's test), and none where no subset splits a group: a word in nearly
+   every answer (``an`` in a SmolLM2 run's definitions) fails whole groups alike, trading the ceiling for a floor
+   (benchmarks/README.md: an any-of check with ``an`` in it left one of 320 training samples passing).
    Where the top samples share no word, their shared *shape* (:data:`SHAPES`: a bare number, no letters, one line;
    the same share and lift) becomes the negative example, an anchor only (:func:`add_shape` says why no check):
    reward_hacking_v2's clarity, whose top answers are all bare sums, gets one a model judge reads.
@@ -56,6 +60,7 @@ from __future__ import annotations
 
 import copy
 import datetime
+import itertools
 import json
 import math
 import re
@@ -365,6 +370,29 @@ def shared_words(top: Sequence[str], others: Sequence[str]) -> list[str]:
     return [w for *_, w in sorted(lifted, key=lambda t: (-t[0], -t[1], t[2]))[:MAX_PATTERN_WORDS]]
 
 
+def _words_pattern(words: Sequence[str]) -> str:
+    return r"\b(?:" + "|".join(re.escape(w) for w in words) + r")\b"
+
+
+def splitting_words(words: Sequence[str], groups: Sequence[Sequence[str]]) -> tuple[list[str], int] | None:
+    """Rule 2's check on a run with saturated ``groups``: the subset of ``words`` whose absent check (any of them
+    fails a completion) splits the most groups (some of a group's completions have one, some not), and that count;
+    among subsets splitting as many, the largest (the whole pattern, not a piece of it), then the most distinctive
+    words. None where no subset splits a group: the words are in all or none of each group's completions, so the
+    check would move whole groups alike and give none an advantage (a word in nearly every answer, as ``an`` in a
+    SmolLM2 run's definitions, fails them all: benchmarks/README.md)."""
+    best: tuple[int, int, int] | None = None
+    chosen: list[str] = []
+    for k in range(len(words), 0, -1):
+        for rank, subset in enumerate(itertools.combinations(words, k)):
+            pat = re.compile(_words_pattern(subset), re.IGNORECASE)
+            split = sum(len({pat.search(t) is not None for t in g}) == 2 for g in groups)
+            key = (split, k, -rank)
+            if split and (best is None or key > best):
+                best, chosen = key, list(subset)
+    return None if best is None else (chosen, best[0])
+
+
 def _add_negative_example(dim: Any, dim_data: dict[str, Any], example: str, text: str) -> float:
     """``example`` as a negative example on the level below the top (its anchor given ``text`` where it had none);
     the level."""
@@ -390,23 +418,37 @@ def _negative_level(dim: Dimension, anchors: dict[Any, Any]) -> Any:
 
 
 def add_pattern(dim_data: dict[str, Any], dim: Dimension, words: list[str], top: Sequence[str],
-                rule_checks: bool) -> list[str]:
-    """Rule 2 on one dimension's YAML data: the negative example and, for a rule-judged dimension, the check."""
-    pattern = r"\b(?:" + "|".join(re.escape(w) for w in words) + r")\b"
+                rule_checks: bool, groups: Sequence[Sequence[str]] = ()) -> list[str]:
+    """Rule 2 on one dimension's YAML data: the negative example and, for a rule-judged dimension, the check. With
+    the window's saturated ``groups``, the check reads the words' subset that splits the most of them
+    (:func:`splitting_words`), and where none splits one there is no check, only the anchor."""
+    splitting = splitting_words(words, groups) if rule_checks and groups else None
+    left = [w for w in words if splitting is not None and w not in splitting[0]]
+    if splitting is not None:
+        words = splitting[0]
+    pattern = _words_pattern(words)
     pat = re.compile(pattern, re.IGNORECASE)
     example = min((t for t in top if pat.search(t)), key=len)[:EXAMPLE_CHARS]
     level = _add_negative_example(
         dim, dim_data, example, f"Leans on {', '.join(words)}, which the top-scored answers share, for no more merit")
     done = [f"negative example {example!r} on level {level:g} (the top samples share {', '.join(words)})"]
-    if rule_checks:
+    if rule_checks and groups and splitting is None:
+        done.append(f"no check: each of the window's {len(groups)} saturated groups has these words in all of its "
+                    "completions or in none, so a check would move whole groups alike and give none an advantage")
+    elif rule_checks:
         # heavier than every other check together: an answer with the pattern scores below one without, whatever the
         # others say (reward_hacking_v2.yaml's clarity: 4 of 7 against the three words' 3)
         weight = sum(float(c.get("weight", 1.0)) for c in dim_data.get("checks", [])) + 1
         weight = int(weight) if weight.is_integer() else weight
         dim_data["checks"] = [*dim_data.get("checks", []),
                               {"type": "regex", "pattern": pattern, "absent": True, "weight": weight}]
-        done.append(f"check: regex {pattern!r} absent, weight {weight:g} (more than the other checks together), the "
-                    "negative example as the rule judge reads it")
+        said = (f"check: regex {pattern!r} absent, weight {weight:g} (more than the other checks together), the "
+                "negative example as the rule judge reads it")
+        if splitting is not None:
+            said += f"; it splits {splitting[1]} of the window's {len(groups)} saturated groups"
+            if left:
+                said += f" (without {', '.join(left)}: with them it splits fewer)"
+        done.append(said)
     return done
 
 
@@ -464,7 +506,7 @@ def propose(rubric: Rubric, saturation: Sequence[Saturation], judge: str | None,
         words = shared_words(sat.top, sat.others)
         if words:
             rule_checks = bool(dim.checks) and dim.judge in (None, "rule") and judge in ("rule", "hybrid", None)
-            changes.extend(add_pattern(dim_data, dim, words, sat.top, rule_checks))
+            changes.extend(add_pattern(dim_data, dim, words, sat.top, rule_checks, sat.top_groups))
         elif (shape := shared_shape(sat.top, sat.others)) is not None:
             changes.extend(add_shape(dim_data, dim, shape, sat.top))
         if split:

@@ -18,6 +18,7 @@ from rlkit.evaluation.rubric_tightening import (
     propose,
     shared_shape,
     shared_words,
+    splitting_words,
     tighten_length,
     tighten_match,
 )
@@ -222,3 +223,49 @@ def test_a_length_level_that_would_only_set_prompts_apart_is_left_with_why(tmp_p
     assert shared_words(["x"], []) == []
     assert [next_version(v) for v in ("1.0", "2", "2026-01", "1.0+tighten.1")] == \
         ["2.0", "3.0", "2026-01+tighten.1", "1.0+tighten.2"]
+
+
+USES_WORD = """name: uses
+version: "1.0"
+description: The answer uses the word after defining it.
+dimensions:
+  - name: uses_word
+    description: The word appears after the first sentence.
+    type: binary
+    anchors:
+      0: {text: "Only defined", negative: ["To borrow is to take something."]}
+      1: {text: "Used in an example", positive: ["To borrow is to take something. May I borrow it?"]}
+    checks:
+      - {type: regex, pattern: "[.!?].*\\bx\\b"}
+"""
+# a SmolLM2 definitions run's scaffold (benchmarks/README.md): "An example sentence using X is" in most answers, the
+# article `an` in nearly all of them
+SCAFFOLD = "An x is a thing. An example sentence using x is: I saw an x."
+PLAIN = "An x is a thing. An example sentence with x is: I saw an x."
+BARE = "X is a thing. I saw an x."
+
+
+def test_a_pattern_check_reads_the_words_that_split_groups():
+    words = ["an", "using", "sentence", "example"]
+    groups = [[SCAFFOLD, SCAFFOLD, PLAIN, SCAFFOLD], [SCAFFOLD, PLAIN, PLAIN, BARE], [SCAFFOLD] * 4]
+    # `an` is in every answer: any subset with it fails them all; `using` splits the first two groups,
+    # `sentence`/`example` only the second (BARE lacks them)
+    assert splitting_words(words, groups) == (["using"], 2)
+    assert splitting_words(["an"], groups) is None
+    assert splitting_words(words, [[SCAFFOLD] * 4, [PLAIN] * 2]) is None  # each group alike inside
+
+
+def test_a_pattern_no_group_splits_is_an_anchor_without_a_check(tmp_path):
+    rubric = tmp_path / "uses.yaml"
+    rubric.write_text(USES_WORD)
+    top, others = [SCAFFOLD, PLAIN], ["An x is a thing. I saw an x.", "An x is a thing."]
+    sat = Saturation("uses_word", 0.9, (0, 9), 1.0, 1.0, top, others, top_groups=[[SCAFFOLD] * 4, [PLAIN] * 4])
+    proposal = propose(load_rubric(rubric), [sat], "rule", split=False)
+    checks = proposal.new_rubric.dimensions[0].checks
+    assert len(checks) == 1  # the check stays the rubric's own
+    assert any("no check: each of the window's 2 saturated groups" in c for c in proposal.changes["uses_word"])
+    mixed = Saturation("uses_word", 0.9, (0, 9), 1.0, 1.0, top, others, top_groups=[[SCAFFOLD, PLAIN] * 2])
+    proposal = propose(load_rubric(rubric), [mixed], "rule", split=False)
+    added = proposal.new_rubric.dimensions[0].checks[-1]
+    assert added["absent"] and re.search(added["pattern"], SCAFFOLD) and not re.search(added["pattern"], PLAIN)
+    assert any("splits 1 of the window's 1 saturated groups" in c for c in proposal.changes["uses_word"])
