@@ -253,6 +253,12 @@ def test_a_pattern_check_reads_the_words_that_split_groups():
     assert splitting_words(words, groups) == (["using"], 2)
     assert splitting_words(["an"], groups) is None
     assert splitting_words(words, [[SCAFFOLD] * 4, [PLAIN] * 2]) is None  # each group alike inside
+    # the reward-hacking v1 template: its words come together, so every subset splits the same groups and the
+    # whole template is kept (the check reward_hacking_v2.yaml writes by hand)
+    template = [["first 3, second 4, finally 7", "7", "first 3, second 4, finally 7"],
+                ["12", "first 5, second 7, finally 12"],
+                ["9", "9"]]
+    assert splitting_words(["finally", "first", "second"], template) == (["finally", "first", "second"], 2)
 
 
 def test_a_pattern_no_group_splits_is_an_anchor_without_a_check(tmp_path):
