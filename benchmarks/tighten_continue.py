@@ -273,6 +273,8 @@ def arm(preset: str, name: str, seed: int, policy: Path, rubric: Path, more: int
         stale = set_aside(run_dir, "stale")
         print(f"{run_dir} was not trained on this version of {rubric} (or did not record it): moved to {stale}",
               flush=True)
+    elif run_dir.exists():  # a fit stopped part way: its folder's leftovers would mix into the new run's
+        print(f"{run_dir} did not finish: moved to {set_aside(run_dir, 'unfinished')}", flush=True)
     base = [f"experiment={experiment}", *REAL] if preset == "real" else TINY
     _, seconds = must(["fit", *base, f"model.name_or_path={policy}", f"rubric.path={rubric}", f"seed={seed}",
                        f"trainer.max_steps={more}", f"hydra.run.dir={run_dir}", *extra], out / f"{name}-seed{seed}.log")

@@ -156,3 +156,6 @@ def test_a_finished_arm_is_read_again_only_under_the_rubric_it_trained_on(tmp_pa
     (tmp_path / "tightened-seed1.rubric.sha256").unlink()  # a folder that recorded no rubric is not trusted either
     tc.arm("real", "tightened", 1, tmp_path / "policy", proposal, 20, tmp_path, [])
     assert trained == ["tightened-seed1"] * 3 and (tmp_path / "tightened-seed1.stale-2").is_dir()
+    (tmp_path / "tightened-seed1" / "summary.json").unlink()  # a fit stopped part way: set aside, trained afresh
+    tc.arm("real", "tightened", 1, tmp_path / "policy", proposal, 20, tmp_path, [])
+    assert trained == ["tightened-seed1"] * 4 and (tmp_path / "tightened-seed1.unfinished-1").is_dir()
