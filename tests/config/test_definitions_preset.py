@@ -46,6 +46,18 @@ def test_the_prompts_are_a_few_hundred_distinct_words_asked_as_chat(preset):
     assert len(wordings) >= 8, "a little variety in how the question is asked"
 
 
+def test_a_one_syllable_word_ending_vowel_consonant_doubles_it_in_its_forms(preset):
+    # `uses_word` passes an example only with one of the forms: a misspelled form fails every right example that
+    # uses it ("wrap" once had "wraped", "wraping", so "wrapped" failed)
+    _, records, _ = preset
+    short = [r for r in records if re.fullmatch(r"[^aeiou]*[aeiou][^aeiouwxy]", r["word"])]
+    assert {"hug", "plan", "wrap", "wet"} <= {r["word"] for r in short}
+    for r in short:
+        doubled = r["word"] + r["word"][-1]
+        suffixed = [f for f in r["forms"] if re.search(r"(?:ed|ing|er|est)$", f) and f.startswith(r["word"])]
+        assert all(f.startswith(doubled) for f in suffixed), (r["word"], r["forms"])
+
+
 def test_the_held_out_split_is_large_enough_for_a_blind_comparison(preset):
     cfg, records, _ = preset
     train, held = split_heldout(records, cfg.data.heldout_fraction)
