@@ -113,6 +113,26 @@ def _model_writer(ref: Any, rubric: Any) -> tuple[Any, Any]:
     return ModelAnchors(wrapper.get(), int(retries), rubric.name, rubric.description), wrapper
 
 
+def _rule_rescorer(rubric: Any) -> Any:
+    """The rule judge's scores of one dimension under ``rubric`` (the run's): what tighten's pattern rule reads to
+    tell whether the top samples' score rests on their shared words (rlkit.evaluation.rubric_tightening)."""
+    import math
+
+    from rlkit import Rollout
+    from rlkit.commands.common import run_registry
+
+    judge = run_registry().create("judge", "rule", {}, "rubric tighten")
+
+    def rescore(name: str, pairs: Sequence[tuple[str, dict[str, Any]]]) -> list[float | None]:
+        if not pairs:
+            return []
+        at = rubric.dimension_names.index(name)
+        scores = judge.score(Rollout(records=[dict(r) for _, r in pairs], completions=[[t] for t, _ in pairs]), rubric)
+        return [None if math.isnan(v) else float(v) for v in scores[:, 0, at].tolist()]
+
+    return rescore
+
+
 def cmd_rubric_tighten(args: Sequence[str]) -> int:
     from rlkit.core.atomic import atomic_write_text
     from rlkit.core.rubric import load_rubric
@@ -150,7 +170,8 @@ def cmd_rubric_tighten(args: Sequence[str]) -> int:
     try:
         proposal = propose(rubric, saturation, run_judge(run_dir), split="no-split" not in flags,
                            run_config=run_config(run_dir), anchors=writer,
-                           anchors_by=writer.label if writer is not None else None)
+                           anchors_by=writer.label if writer is not None else None,
+                           rescore=_rule_rescorer(rubric))
     finally:
         if wrapper is not None:
             wrapper.close()

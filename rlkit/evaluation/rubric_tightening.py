@@ -38,7 +38,12 @@ it. The rules, applied to each saturated dimension (the rule path: no model is a
    window's saturated groups logged, the check reads the words' subset that splits the most of them
    (:func:`splitting_words`, the length rule's test), and none where no subset splits a group: a word in nearly
    every answer (``an`` in a SmolLM2 run's definitions) fails whole groups alike, trading the ceiling for a floor
-   (benchmarks/README.md: an any-of check with ``an`` in it left one of 320 training samples passing).
+   (benchmarks/README.md: an any-of check with ``an`` in it left one of 320 training samples passing). And the
+   check needs the top samples' score to rest on its words (:func:`pattern_carries`): taken out of them, the score
+   falls under the run's rubric (the rule judge rescoring them; the command passes it). A template the checks count
+   does; a phrase the top answers share beside what the checks read does not, and a check against it teaches the
+   policy to say the phrase another way (a SmolLM2 run's "An example sentence using X is:", whose examples used the
+   word: the continued run dropped `using` for "with the word", benchmarks/README.md). Such words stay an anchor.
    Where the top samples share no word, their shared *shape* (:data:`SHAPES`: a bare number, no letters, one line;
    the same share and lift) becomes the negative example, an anchor only (:func:`add_shape` says why no check):
    reward_hacking_v2's clarity, whose top answers are all bare sums, gets one a model judge reads.
@@ -374,23 +379,48 @@ def _words_pattern(words: Sequence[str]) -> str:
     return r"\b(?:" + "|".join(re.escape(w) for w in words) + r")\b"
 
 
-def splitting_words(words: Sequence[str], groups: Sequence[Sequence[str]]) -> tuple[list[str], int] | None:
+def splitting_words(words: Sequence[str], groups: Sequence[Sequence[str]],
+                    keep: Callable[[list[str]], bool] | None = None) -> tuple[list[str], int] | None:
     """Rule 2's check on a run with saturated ``groups``: the subset of ``words`` whose absent check (any of them
     fails a completion) splits the most groups (some of a group's completions have one, some not), and that count;
     among subsets splitting as many, the largest (the whole pattern, not a piece of it), then the most distinctive
     words. None where no subset splits a group: the words are in all or none of each group's completions, so the
     check would move whole groups alike and give none an advantage (a word in nearly every answer, as ``an`` in a
-    SmolLM2 run's definitions, fails them all: benchmarks/README.md)."""
-    best: tuple[int, int, int] | None = None
-    chosen: list[str] = []
+    SmolLM2 run's definitions, fails them all: benchmarks/README.md). ``keep``: a subset must also pass it (the
+    top samples' score rests on its words, :func:`pattern_carries`)."""
+    ranked = []
     for k in range(len(words), 0, -1):
         for rank, subset in enumerate(itertools.combinations(words, k)):
             pat = re.compile(_words_pattern(subset), re.IGNORECASE)
             split = sum(len({pat.search(t) is not None for t in g}) == 2 for g in groups)
-            key = (split, k, -rank)
-            if split and (best is None or key > best):
-                best, chosen = key, list(subset)
-    return None if best is None else (chosen, best[0])
+            if split:
+                ranked.append(((split, k, -rank), list(subset)))
+    ranked.sort(key=lambda kv: kv[0], reverse=True)
+    return next(((subset, key[0]) for key, subset in ranked if keep is None or keep(subset)), None)
+
+
+# a dimension's scores under the run's rubric for (completion, record) pairs, by the rule judge (None: not scored);
+# the command passes one built from the run's registry
+Rescorer = Callable[[str, Sequence[tuple[str, dict[str, Any]]]], list[float | None]]
+
+
+def strip_words(text: str, words: Sequence[str]) -> str:
+    """``text`` with ``words`` (whole words, any case) taken out and the spaces left behind closed up."""
+    return re.sub(r"[ \t]{2,}", " ", re.sub(_words_pattern(words), "", text, flags=re.IGNORECASE)).strip()
+
+
+def pattern_carries(sat: Saturation, words: Sequence[str], rescore: Rescorer) -> bool:
+    """Whether the top samples' score rests on ``words``: taken out of the top samples that have them, does any
+    score fall below the ceiling (under the run's rubric, as the rule judge scores it)? A template its checks count
+    (reward_hacking_v1's `first`, `second`, `finally`) does; a phrase the top answers share beside what the checks
+    read does not (a SmolLM2 run's "An example sentence using X is: ...", whose example still uses the word), and a
+    check against it would penalise the answers the dimension rewards for a phrase they happen to share."""
+    pat = re.compile(_words_pattern(words), re.IGNORECASE)
+    pairs = sat.top_pairs or [(t, {}) for t in sat.top]
+    having = [(strip_words(t, words), record) for t, record in pairs if pat.search(t)]
+    if not having or sat.ceiling is None:
+        return True  # nothing to tell it by: as before this test
+    return any(v is not None and v < sat.ceiling - 1e-6 for v in rescore(sat.name, having))
 
 
 def _add_negative_example(dim: Any, dim_data: dict[str, Any], example: str, text: str) -> float:
@@ -417,12 +447,21 @@ def _negative_level(dim: Dimension, anchors: dict[Any, Any]) -> Any:
     return next((k for k in anchors if float(k) == float(level)), level)
 
 
-def add_pattern(dim_data: dict[str, Any], dim: Dimension, words: list[str], top: Sequence[str],
-                rule_checks: bool, groups: Sequence[Sequence[str]] = ()) -> list[str]:
+def add_pattern(dim_data: dict[str, Any], dim: Dimension, words: list[str], sat: Saturation, rule_checks: bool,
+                rescore: Rescorer | None = None) -> list[str]:
     """Rule 2 on one dimension's YAML data: the negative example and, for a rule-judged dimension, the check. With
-    the window's saturated ``groups``, the check reads the words' subset that splits the most of them
-    (:func:`splitting_words`), and where none splits one there is no check, only the anchor."""
-    splitting = splitting_words(words, groups) if rule_checks and groups else None
+    the window's saturated groups, the check reads the words' subset that splits the most of them
+    (:func:`splitting_words`), and where none splits one there is no check, only the anchor. With ``rescore``, only
+    words the top samples' score rests on (:func:`pattern_carries`) get a check."""
+    top, groups = sat.top, sat.top_groups
+    keep = (lambda subset: pattern_carries(sat, subset, rescore)) if rule_checks and rescore is not None else None
+    splitting, unfounded = None, False
+    if rule_checks and groups:
+        splitting = splitting_words(words, groups, keep)
+        # subsets that split groups, none of them one the score rests on
+        unfounded = splitting is None and keep is not None and splitting_words(words, groups) is not None
+    elif keep is not None:
+        unfounded = not keep(words)
     left = [w for w in words if splitting is not None and w not in splitting[0]]
     if splitting is not None:
         words = splitting[0]
@@ -432,7 +471,10 @@ def add_pattern(dim_data: dict[str, Any], dim: Dimension, words: list[str], top:
     level = _add_negative_example(
         dim, dim_data, example, f"Leans on {', '.join(words)}, which the top-scored answers share, for no more merit")
     done = [f"negative example {example!r} on level {level:g} (the top samples share {', '.join(words)})"]
-    if rule_checks and groups and splitting is None:
+    if unfounded:
+        done.append("no check: the top samples keep their score with these words taken out, so the score rests on "
+                    "something else; a check would penalise the answers the dimension rewards for a phrase they share")
+    elif rule_checks and groups and splitting is None:
         done.append(f"no check: each of the window's {len(groups)} saturated groups has these words in all of its "
                     "completions or in none, so a check would move whole groups alike and give none an advantage")
     elif rule_checks:
@@ -447,7 +489,8 @@ def add_pattern(dim_data: dict[str, Any], dim: Dimension, words: list[str], top:
         if splitting is not None:
             said += f"; it splits {splitting[1]} of the window's {len(groups)} saturated groups"
             if left:
-                said += f" (without {', '.join(left)}: with them it splits fewer)"
+                said += f" (without {', '.join(left)}: with them it splits fewer" + \
+                    (", or the score does not rest on them)" if keep is not None else ")")
         done.append(said)
     return done
 
@@ -467,11 +510,12 @@ AnchorWriter = Callable[[Sequence[AnchorRequest]], list[dict[Any, dict[str, Any]
 
 def propose(rubric: Rubric, saturation: Sequence[Saturation], judge: str | None, *, split: bool = True,
             run_config: dict[str, Any] | None = None, anchors: AnchorWriter | None = None,
-            anchors_by: str | None = None) -> Proposal:
+            anchors_by: str | None = None, rescore: Rescorer | None = None) -> Proposal:
     """The harder rubric for the saturated dimensions at their ceiling (``judge``: the run's judge name; its
     dimensions with checks are the rule judge's). ``split``: propose splitting a dimension in two where a split rule
     applies (:mod:`rlkit.evaluation.rubric_splitting`; ``run_config``, the run's saved config, says which names it
-    uses). ``anchors``: a model writes every tightened dimension's anchors (``anchors_by`` names it)."""
+    uses). ``anchors``: a model writes every tightened dimension's anchors (``anchors_by`` names it). ``rescore``:
+    the rule judge's scores under ``rubric``, which a pattern check needs to rest on (:func:`pattern_carries`)."""
     import yaml
 
     if rubric.source is None or not Path(rubric.source).is_file():
@@ -506,7 +550,7 @@ def propose(rubric: Rubric, saturation: Sequence[Saturation], judge: str | None,
         words = shared_words(sat.top, sat.others)
         if words:
             rule_checks = bool(dim.checks) and dim.judge in (None, "rule") and judge in ("rule", "hybrid", None)
-            changes.extend(add_pattern(dim_data, dim, words, sat.top, rule_checks, sat.top_groups))
+            changes.extend(add_pattern(dim_data, dim, words, sat, rule_checks, rescore))
         elif (shape := shared_shape(sat.top, sat.others)) is not None:
             changes.extend(add_shape(dim_data, dim, shape, sat.top))
         if split:

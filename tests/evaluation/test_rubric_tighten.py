@@ -225,7 +225,7 @@ def test_a_length_level_that_would_only_set_prompts_apart_is_left_with_why(tmp_p
         ["2.0", "3.0", "2026-01+tighten.1", "1.0+tighten.2"]
 
 
-USES_WORD = """name: uses
+USES_WORD = r"""name: uses
 version: "1.0"
 description: The answer uses the word after defining it.
 dimensions:
@@ -236,7 +236,7 @@ dimensions:
       0: {text: "Only defined", negative: ["To borrow is to take something."]}
       1: {text: "Used in an example", positive: ["To borrow is to take something. May I borrow it?"]}
     checks:
-      - {type: regex, pattern: "[.!?].*\\bx\\b"}
+      - {type: regex, pattern: '[.!?].*\bx\b'}
 """
 # a SmolLM2 definitions run's scaffold (benchmarks/README.md): "An example sentence using X is" in most answers, the
 # article `an` in nearly all of them
@@ -275,3 +275,26 @@ def test_a_pattern_no_group_splits_is_an_anchor_without_a_check(tmp_path):
     added = proposal.new_rubric.dimensions[0].checks[-1]
     assert added["absent"] and re.search(added["pattern"], SCAFFOLD) and not re.search(added["pattern"], PLAIN)
     assert any("splits 1 of the window's 1 saturated groups" in c for c in proposal.changes["uses_word"])
+
+
+def test_a_pattern_check_needs_the_score_to_rest_on_its_words(tmp_path):
+    from rlkit.commands.rubric_tighten import _rule_rescorer
+
+    # uses_word's check reads the word after the first sentence: the scaffold's `using` splits the group, but taken
+    # out, every top answer still passes, so the score does not rest on it and no check is proposed
+    rubric = tmp_path / "uses.yaml"
+    rubric.write_text(USES_WORD)
+    loaded = load_rubric(rubric)
+    top, others = [SCAFFOLD, PLAIN], ["An x is a thing. I saw an x.", "An x is a thing."]
+    mixed = Saturation("uses_word", 0.9, (0, 9), 1.0, 1.0, top, others, top_groups=[[SCAFFOLD, PLAIN] * 2])
+    proposal = propose(loaded, [mixed], "rule", split=False, rescore=_rule_rescorer(loaded))
+    assert len(proposal.new_rubric.dimensions[0].checks) == 1
+    assert any("keep their score with these words taken out" in c for c in proposal.changes["uses_word"])
+    # a check that reads the phrase itself: taken out, the answers fail it, so the pattern check stands
+    reads_phrase = tmp_path / "phrase.yaml"
+    reads_phrase.write_text(USES_WORD.replace(r"'[.!?].*\bx\b'", r"'\busing\b'"))
+    loaded = load_rubric(reads_phrase)
+    assert loaded.dimensions[0].checks[0]["pattern"] == r"\busing\b"
+    proposal = propose(loaded, [mixed], "rule", split=False, rescore=_rule_rescorer(loaded))
+    added = proposal.new_rubric.dimensions[0].checks[-1]
+    assert added["absent"] and re.search(added["pattern"], SCAFFOLD) and not re.search(added["pattern"], PLAIN)
