@@ -43,7 +43,8 @@ it. The rules, applied to each saturated dimension (the rule path: no model is a
    falls under the run's rubric (the rule judge rescoring them; the command passes it). A template the checks count
    does; a phrase the top answers share beside what the checks read does not, and a check against it teaches the
    policy to say the phrase another way (a SmolLM2 run's "An example sentence using X is:", whose examples used the
-   word: the continued run dropped `using` for "with the word", benchmarks/README.md). Such words stay an anchor.
+   word: the continued runs dropped `using`, for "An example sentence:" or "with the word", and their examples used
+   the word as often as before, benchmarks/README.md). Such words stay an anchor.
    Where the top samples share no word, their shared *shape* (:data:`SHAPES`: a bare number, no letters, one line;
    the same share and lift) becomes the negative example, an anchor only (:func:`add_shape` says why no check):
    reward_hacking_v2's clarity, whose top answers are all bare sums, gets one a model judge reads.
