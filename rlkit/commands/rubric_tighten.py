@@ -144,6 +144,7 @@ def cmd_rubric_tighten(args: Sequence[str]) -> int:
         proposal_yaml,
         propose,
         read_saturation,
+        rule_scored,
         run_config,
         run_judge,
         run_rubric,
@@ -206,10 +207,13 @@ def cmd_rubric_tighten(args: Sequence[str]) -> int:
     diff = diff_rubrics(rubric, written)
     console.print(render_diff(diff, str(rubric.source), str(out)))
     print(f"wrote {out} ({written.name} v{written.version}, hash {written.short_hash})")
-    if diff.text_only and run_judge(run_dir) == "rule":
+    judge = run_judge(run_dir)
+    by_name = {d.name: d for d in rubric.dimensions}
+    if diff.text_only and all(rule_scored(by_name[name], judge) or judge == "rule" for name in proposal.changes):
         # the audit scores with the run's judge too, so it passes a proposal that changes nothing that judge reads
-        print("rlkit: warning: the proposal changes only anchors or descriptions (texts a model reads), which "
-              "the run's judge (rule) does not read: a run continued on it with the same judge trains as before. "
+        print("rlkit: warning: the proposal changes only anchors or descriptions (texts a model reads) of "
+              f"dimensions the run's judge ({judge}) scores by rules, which do not read them: a run continued on it "
+              "with the same judge trains as before. "
               "Judge these dimensions with a model (judge=llm, or judge=hybrid routing them to it) or tighten their "
               "checks by hand (docs/rubrics.md)", file=sys.stderr)
     if not audit:

@@ -496,6 +496,12 @@ def add_pattern(dim_data: dict[str, Any], dim: Dimension, words: list[str], sat:
     return done
 
 
+def rule_scored(dim: Dimension, judge: str | None) -> bool:
+    """Whether the run's judge (``judge``, its name) scores ``dim`` by its checks: the rule judge, or a hybrid
+    routing it to rules; such a dimension reads checks, never anchors."""
+    return bool(dim.checks) and dim.judge in (None, "rule") and judge in ("rule", "hybrid", None)
+
+
 def next_version(version: str) -> str:
     """``X.Y`` → ``X+1.0``; any other form gets ``+tighten.1`` (``+tighten.N+1`` after a ``+tighten.N``)."""
     major, _, minor = version.partition(".")
@@ -550,7 +556,7 @@ def propose(rubric: Rubric, saturation: Sequence[Saturation], judge: str | None,
                     why.append(_length_left(check, sat))
         words = shared_words(sat.top, sat.others)
         if words:
-            rule_checks = bool(dim.checks) and dim.judge in (None, "rule") and judge in ("rule", "hybrid", None)
+            rule_checks = rule_scored(dim, judge)
             changes.extend(add_pattern(dim_data, dim, words, sat, rule_checks, rescore))
         elif (shape := shared_shape(sat.top, sat.others)) is not None:
             changes.extend(add_shape(dim_data, dim, shape, sat.top))

@@ -298,3 +298,27 @@ def test_a_pattern_check_needs_the_score_to_rest_on_its_words(tmp_path):
     proposal = propose(loaded, [mixed], "rule", split=False, rescore=_rule_rescorer(loaded))
     added = proposal.new_rubric.dimensions[0].checks[-1]
     assert added["absent"] and re.search(added["pattern"], SCAFFOLD) and not re.search(added["pattern"], PLAIN)
+
+
+def test_a_hybrid_run_whose_shared_phrase_is_not_the_loophole_gets_an_anchor_and_the_warning(tmp_path, capsys):
+    # a run folder as a hybrid-judged definitions run leaves it: uses_word routed to rules and saturated by a
+    # scaffold whose examples use the word (SCAFFOLD and PLAIN share groups)
+    rubric = tmp_path / "uses.yaml"
+    rubric.write_text(USES_WORD.replace("    type: binary\n", "    type: binary\n    judge: rule\n"))
+    run = tmp_path / "run"
+    (run / ".hydra").mkdir(parents=True)
+    (run / ".hydra" / "config.yaml").write_text(f"rubric:\n  path: {rubric}\njudge:\n  name: hybrid\n")
+    (run / ".hydra" / "overrides.yaml").write_text(f"- rubric.path={rubric}\n- judge=hybrid\n")
+    (run / "metrics.jsonl").write_text("".join(json.dumps({"step": t, "metrics": {
+        "rewards/uses_word/saturated_groups": 0.8}}) + "\n" for t in range(12)))
+    rows = [{"step": t, "prompt": f"Define x{i}.", "completion": text, "uses_word": 1.0, "record": {"id": f"x{i}"}}
+            for t in (8, 9, 10, 11) for i in range(3) for text in (SCAFFOLD, PLAIN)]
+    rows += [{"step": 0, "prompt": "Define x0.", "completion": "An x is a thing.", "uses_word": 0.0,
+              "record": {"id": "x0"}}]
+    (run / "samples.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert main(["rubric", "tighten", str(run), "--no-audit"]) == 0
+    captured = capsys.readouterr()
+    assert "keep their score with these words taken out" in captured.out
+    assert load_rubric(run / "tighten" / "uses-v2.0.yaml").dimensions[0].checks == \
+        load_rubric(rubric).dimensions[0].checks
+    assert "changes only anchors" in captured.err and "(hybrid) scores by rules" in captured.err
