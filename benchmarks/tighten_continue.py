@@ -112,6 +112,9 @@ def rlkit(args: list[str], log: Path | None = None) -> tuple[int, str, float]:
     return proc.returncode, proc.stdout, time.monotonic() - started
 
 
+UNSCORED_EXIT = 3  # `rlkit score`: a dimension scored on none of the completions (the file is written all the same)
+
+
 def must(args: list[str], log: Path | None = None) -> tuple[str, float]:
     """An rlkit command that has to succeed: exits with its stderr's tail when it fails."""
     code, out, seconds = rlkit(args, log)
@@ -297,8 +300,17 @@ def score_heldout(seed: int, runs: dict[str, Path], rubrics: dict[str, Path], ju
         # named by what it scored: answers of arms trained again, or a rewritten proposal, are scored again
         scored = out / f"heldout-seed{seed}-{label}-{answered}-{file_sha256(rubric)[:12]}.scored.jsonl"
         if not scored.is_file():
-            must(["score", f"data.path={records}", f"rubric.path={rubric}", f"score.output={scored}", *judging],
-                 out / f"score-seed{seed}-{label}.log")
+            log = out / f"score-seed{seed}-{label}.log"
+            args = ["score", f"data.path={records}", f"rubric.path={rubric}", f"score.output={scored}", *judging]
+            code, _, _ = rlkit(args, log)
+            if code == UNSCORED_EXIT and scored.is_file():
+                # the run's judge leaves dimensions unscored by design (judge.params.judges.llm=rule: the model's
+                # dimensions): the file has the others, and those are left out of the means, counted as unscored
+                said = next((line for line in log.read_text().splitlines() if "rlkit: error:" in line), "")
+                print(f"rlkit score ({label}, seed {seed}): {said.removeprefix('rlkit: error: ')}; read without them",
+                      flush=True)
+            elif code != 0:
+                sys.exit(f"rlkit {' '.join(args)} failed (exit {code}); its output: {log}")
         scores[label] = read_scored(scored)
     return scores
 

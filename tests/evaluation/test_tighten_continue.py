@@ -8,6 +8,7 @@ import math
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 import yaml
 
@@ -159,3 +160,32 @@ def test_a_finished_arm_is_read_again_only_under_the_rubric_it_trained_on(tmp_pa
     (tmp_path / "tightened-seed1" / "summary.json").unlink()  # a fit stopped part way: set aside, trained afresh
     tc.arm("real", "tightened", 1, tmp_path / "policy", proposal, 20, tmp_path, [])
     assert trained == ["tightened-seed1"] * 4 and (tmp_path / "tightened-seed1.unfinished-1").is_dir()
+
+
+def test_held_out_scores_are_read_where_the_judge_leaves_dimensions_unscored_by_design(tmp_path, monkeypatch, capsys):
+    runs = {}
+    for name in tc.ARMS:
+        runs[name] = tmp_path / name
+        runs[name].mkdir()
+        write_jsonl(runs[name] / "heldout_samples.jsonl", [
+            {"step": s, "prompt": "Define hug.", "completion": f"A hug is ... ({name} {s})"} for s in (0, 20)])
+    rubric = tmp_path / "rubric.yaml"
+    rubric.write_text("name: r\n")
+
+    def fake_rlkit(args, log=None):  # `rlkit score` under judge.params.judges.llm=rule: written, then exit 3
+        out = Path(next(a for a in args if a.startswith("score.output=")).split("=", 1)[1])
+        rows = [{**json.loads(line), "scores": {"uses_word": 1.0, "correctness": None}, "reward": 1.0}
+                for line in Path(next(a for a in args if a.startswith("data.path=")).split("=", 1)[1]).read_text()
+                .splitlines()]
+        write_jsonl(out, rows)
+        log.write_text("--- stderr ---\nrlkit: error: score: judge hybrid scored correctness on none of the 3\n")
+        return 3, "", 1.0
+
+    monkeypatch.setattr(tc, "rlkit", fake_rlkit)
+    scores = tc.score_heldout(1, runs, {"original": rubric}, [], tmp_path)
+    assert scores["original"]["start"]["uses_word"] == 1.0
+    assert scores["original"]["start"]["unscored/correctness"] == 1.0
+    assert "scored correctness on none of the 3; read without them" in capsys.readouterr().out
+    monkeypatch.setattr(tc, "rlkit", lambda args, log=None: (2, "", 1.0))  # anything else still stops the script
+    with pytest.raises(SystemExit, match="failed \\(exit 2\\)"):
+        tc.score_heldout(1, runs, {"proposal": rubric}, [], tmp_path)
