@@ -44,6 +44,7 @@ arms then get the same rewards and the script says so before training them. Usag
 
     python benchmarks/tighten_continue.py [--preset real [--rubric FILE]|tiny [--tiny-rubric v1|v2]]
                                           [--seeds 1 2 3] [--steps N] [--more 20] [--phase1-seed S] [--out DIR]
+                                          [--proposal FILE]
                                           [-- optim.lr=1e-4 ...]
 
 With ``--out`` every run folder is kept (phase 2 under ``after-<phase-1 run>/``), and a run that finished there (its
@@ -344,6 +345,9 @@ def main() -> int:
                         help="with --preset real: the experiment preset every run composes (a SmolLM2 one)")
     parser.add_argument("--rubric", type=Path, default=None,
                         help="with --preset real: phase 1's rubric in place of the preset's (the unchanged arm's too)")
+    parser.add_argument("--proposal", type=Path, default=None,
+                        help="continue on this rubric instead of running tighten (an earlier tighten's proposal, or "
+                             "one written by hand; not audited here)")
     parser.add_argument("--steps", type=int, default=None, help="phase 1's steps (real: 40, tiny: 150)")
     parser.add_argument("--more", type=int, default=20, help="each arm's continued steps")
     parser.add_argument("--phase1-seed", type=int, default=None, help="the saturated run's seed (the first of --seeds)")
@@ -365,11 +369,15 @@ def main() -> int:
         before = read_signal(run_dir, SIGNAL_WINDOW)
         print(f"phase 1 ({args.preset}, seed {p1_seed}, {steps} steps, {seconds:.0f} s): {run_dir}; held-out "
               f"{heldout_change(run_dir)}", flush=True)
-        from rlkit.evaluation.rubric_tightening import judging_overrides, run_judge, run_rubric
+        from rlkit.core.rubric import load_rubric
+        from rlkit.evaluation.rubric_tightening import judging_overrides, rule_scored, run_judge, run_rubric
 
         original = Path(str(run_rubric(run_dir, None).source))
         work = out / f"after-{run_dir.name}"  # phase 2 of this phase-1 run (the tiny presets share one --out)
-        proposal, audit = tighten(run_dir, work)
+        if args.proposal is not None:
+            proposal, audit = args.proposal.resolve(), "not run (--proposal)"
+        else:
+            proposal, audit = tighten(run_dir, work)
         if proposal is None:
             print(f"FINDING: `rlkit rubric tighten` proposed no rubric for this run (see above); nothing to continue "
                   f"with. Phase 1's last {SIGNAL_WINDOW} steps: zero-advantage share {before.zero_adv:.2f}")
@@ -378,10 +386,11 @@ def main() -> int:
         print(f"$ rlkit rubric diff {original} {proposal}")
         print(rlkit(["rubric", "diff", str(original), str(proposal)])[1], flush=True)
         dims, text_only = tightened_dimensions(original, proposal)
-        if text_only and run_judge(run_dir) == "rule":
-            print(f"note: the proposal changes only anchors or descriptions of {', '.join(dims)}; the rule judge reads "
-                  "checks, never anchors, so both arms get the same rewards (the tightened arm is the unchanged "
-                  "one's twin)", flush=True)
+        judge, by_name = run_judge(run_dir), {d.name: d for d in load_rubric(original).dimensions}
+        if text_only and all(judge == "rule" or rule_scored(by_name[d], judge) for d in dims if d in by_name):
+            print(f"note: the proposal changes only anchors or descriptions of {', '.join(dims)}; the run's judge "
+                  f"({judge}) scores them by rules, which read checks, never anchors, so both arms get the same "
+                  "rewards (the tightened arm is the unchanged one's twin)", flush=True)
         rubrics = {"original": original, "proposal": proposal}
         judging = judging_overrides(run_dir)
         results = []
