@@ -44,7 +44,7 @@ it. The rules, applied to each saturated dimension (the rule path: no model is a
    does; a phrase the top answers share beside what the checks read does not, and a check against it teaches the
    policy to say the phrase another way (a SmolLM2 run's "An example sentence using X is:", whose examples used the
    word: the continued runs dropped `using`, for "An example sentence:" or "with the word", and their examples used
-   the word as often as before, benchmarks/README.md). Such words stay an anchor.
+   the word as often as before, benchmarks/README.md). Such words get neither check nor negative example.
    Where the top samples share no word, their shared *shape* (:data:`SHAPES`: a bare number, no letters, one line;
    the same share and lift) becomes the negative example, an anchor only (:func:`add_shape` says why no check):
    reward_hacking_v2's clarity, whose top answers are all bare sums, gets one a model judge reads.
@@ -449,11 +449,12 @@ def _negative_level(dim: Dimension, anchors: dict[Any, Any]) -> Any:
 
 
 def add_pattern(dim_data: dict[str, Any], dim: Dimension, words: list[str], sat: Saturation, rule_checks: bool,
-                rescore: Rescorer | None = None) -> list[str]:
-    """Rule 2 on one dimension's YAML data: the negative example and, for a rule-judged dimension, the check. With
-    the window's saturated groups, the check reads the words' subset that splits the most of them
-    (:func:`splitting_words`), and where none splits one there is no check, only the anchor. With ``rescore``, only
-    words the top samples' score rests on (:func:`pattern_carries`) get a check."""
+                rescore: Rescorer | None = None) -> tuple[list[str], str | None]:
+    """Rule 2 on one dimension's YAML data: the negative example and, for a rule-judged dimension, the check; what
+    changed, and why nothing did where nothing did. With the window's saturated groups, the check reads the words'
+    subset that splits the most of them (:func:`splitting_words`), and where none splits one there is no check, only
+    the anchor. With ``rescore``, words the top samples' score does not rest on (:func:`pattern_carries`) get
+    neither: nothing says they stand in for merit."""
     top, groups = sat.top, sat.top_groups
     keep = (lambda subset: pattern_carries(sat, subset, rescore)) if rule_checks and rescore is not None else None
     splitting, unfounded = None, False
@@ -463,6 +464,9 @@ def add_pattern(dim_data: dict[str, Any], dim: Dimension, words: list[str], sat:
         unfounded = splitting is None and keep is not None and splitting_words(words, groups) is not None
     elif keep is not None:
         unfounded = not keep(words)
+    if unfounded:
+        return [], (f"its top samples share {', '.join(words)}, but keep their score with them taken out: the score "
+                    "rests on something else, so neither a check nor a negative example against them")
     left = [w for w in words if splitting is not None and w not in splitting[0]]
     if splitting is not None:
         words = splitting[0]
@@ -472,10 +476,7 @@ def add_pattern(dim_data: dict[str, Any], dim: Dimension, words: list[str], sat:
     level = _add_negative_example(
         dim, dim_data, example, f"Leans on {', '.join(words)}, which the top-scored answers share, for no more merit")
     done = [f"negative example {example!r} on level {level:g} (the top samples share {', '.join(words)})"]
-    if unfounded:
-        done.append("no check: the top samples keep their score with these words taken out, so the score rests on "
-                    "something else; a check would penalise the answers the dimension rewards for a phrase they share")
-    elif rule_checks and groups and splitting is None:
+    if rule_checks and groups and splitting is None:
         done.append(f"no check: each of the window's {len(groups)} saturated groups has these words in all of its "
                     "completions or in none, so a check would move whole groups alike and give none an advantage")
     elif rule_checks:
@@ -493,7 +494,7 @@ def add_pattern(dim_data: dict[str, Any], dim: Dimension, words: list[str], sat:
                 said += f" (without {', '.join(left)}: with them it splits fewer" + \
                     (", or the score does not rest on them)" if keep is not None else ")")
         done.append(said)
-    return done
+    return done, None
 
 
 def rule_scored(dim: Dimension, judge: str | None) -> bool:
@@ -557,7 +558,10 @@ def propose(rubric: Rubric, saturation: Sequence[Saturation], judge: str | None,
         words = shared_words(sat.top, sat.others)
         if words:
             rule_checks = rule_scored(dim, judge)
-            changes.extend(add_pattern(dim_data, dim, words, sat, rule_checks, rescore))
+            added, left_why = add_pattern(dim_data, dim, words, sat, rule_checks, rescore)
+            changes.extend(added)
+            if left_why:
+                why.append(left_why)
         elif (shape := shared_shape(sat.top, sat.others)) is not None:
             changes.extend(add_shape(dim_data, dim, shape, sat.top))
         if split:
@@ -573,8 +577,9 @@ def propose(rubric: Rubric, saturation: Sequence[Saturation], judge: str | None,
             kinds = sorted({str(c.get("type")) for c in dim.checks or []} - {"length", "match"})
             if kinds:
                 why.append(f"its {', '.join(kinds)} checks have no level a rule can raise")
-            why.append("its top samples share no word or shape the others lack" if sat.others else
-                       "every logged sample is at its ceiling, so no pattern sets the top ones apart")
+            if not words:
+                why.append("its top samples share no word or shape the others lack" if sat.others else
+                           "every logged sample is at its ceiling, so no pattern sets the top ones apart")
             proposal.unchanged[sat.name] = "; ".join(why)
     if anchors is not None and at_top:
         _model_anchors(proposal, new, by_name, anchors, anchors_by or "the model backend")

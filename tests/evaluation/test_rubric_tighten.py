@@ -288,8 +288,8 @@ def test_a_pattern_check_needs_the_score_to_rest_on_its_words(tmp_path):
     top, others = [SCAFFOLD, PLAIN], ["An x is a thing. I saw an x.", "An x is a thing."]
     mixed = Saturation("uses_word", 0.9, (0, 9), 1.0, 1.0, top, others, top_groups=[[SCAFFOLD, PLAIN] * 2])
     proposal = propose(loaded, [mixed], "rule", split=False, rescore=_rule_rescorer(loaded))
-    assert len(proposal.new_rubric.dimensions[0].checks) == 1
-    assert any("keep their score with these words taken out" in c for c in proposal.changes["uses_word"])
+    assert proposal.data is None and "uses_word" not in proposal.changes  # no check, and no anchor saying "no merit"
+    assert "but keep their score with them taken out" in proposal.unchanged["uses_word"]
     # a check that reads the phrase itself: taken out, the answers fail it, so the pattern check stands
     reads_phrase = tmp_path / "phrase.yaml"
     reads_phrase.write_text(USES_WORD.replace(r"'[.!?].*\bx\b'", r"'\busing\b'"))
@@ -300,25 +300,43 @@ def test_a_pattern_check_needs_the_score_to_rest_on_its_words(tmp_path):
     assert added["absent"] and re.search(added["pattern"], SCAFFOLD) and not re.search(added["pattern"], PLAIN)
 
 
-def test_a_hybrid_run_whose_shared_phrase_is_not_the_loophole_gets_an_anchor_and_the_warning(tmp_path, capsys):
-    # a run folder as a hybrid-judged definitions run leaves it: uses_word routed to rules and saturated by a
-    # scaffold whose examples use the word (SCAFFOLD and PLAIN share groups)
+def hybrid_run(run_dir: Path, rubric: Path, rows: list[dict]) -> Path:
+    """A run folder as a hybrid-judged run leaves it, its one dimension routed to rules and saturated."""
+    (run_dir / ".hydra").mkdir(parents=True)
+    (run_dir / ".hydra" / "config.yaml").write_text(f"rubric:\n  path: {rubric}\njudge:\n  name: hybrid\n")
+    (run_dir / ".hydra" / "overrides.yaml").write_text(f"- rubric.path={rubric}\n- judge=hybrid\n")
+    name = load_rubric(rubric).dimension_names[0]
+    (run_dir / "metrics.jsonl").write_text("".join(json.dumps({"step": t, "metrics": {
+        f"rewards/{name}/saturated_groups": 0.8}}) + "\n" for t in range(12)))
+    (run_dir / "samples.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return run_dir
+
+
+def test_a_hybrid_run_whose_shared_phrase_is_not_the_loophole_gets_no_change(tmp_path, capsys):
+    # a definitions-like run: uses_word routed to rules and saturated by a scaffold whose examples use the word
     rubric = tmp_path / "uses.yaml"
     rubric.write_text(USES_WORD.replace("    type: binary\n", "    type: binary\n    judge: rule\n"))
-    run = tmp_path / "run"
-    (run / ".hydra").mkdir(parents=True)
-    (run / ".hydra" / "config.yaml").write_text(f"rubric:\n  path: {rubric}\njudge:\n  name: hybrid\n")
-    (run / ".hydra" / "overrides.yaml").write_text(f"- rubric.path={rubric}\n- judge=hybrid\n")
-    (run / "metrics.jsonl").write_text("".join(json.dumps({"step": t, "metrics": {
-        "rewards/uses_word/saturated_groups": 0.8}}) + "\n" for t in range(12)))
     rows = [{"step": t, "prompt": f"Define x{i}.", "completion": text, "uses_word": 1.0, "record": {"id": f"x{i}"}}
             for t in (8, 9, 10, 11) for i in range(3) for text in (SCAFFOLD, PLAIN)]
-    rows += [{"step": 0, "prompt": "Define x0.", "completion": "An x is a thing.", "uses_word": 0.0,
-              "record": {"id": "x0"}}]
-    (run / "samples.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    rows.append({"step": 0, "prompt": "Define x0.", "completion": "An x is a thing.", "uses_word": 0.0,
+                 "record": {"id": "x0"}})
+    run = hybrid_run(tmp_path / "run", rubric, rows)
+    assert main(["rubric", "tighten", str(run), "--no-audit"]) == 0
+    printed = capsys.readouterr().out
+    assert "but keep their score with them taken out" in printed and "nothing to propose" in printed
+    assert not (run / "tighten").exists()
+
+
+def test_an_anchor_only_proposal_on_a_hybrid_runs_rule_routed_dimension_is_warned_of(tmp_path, capsys):
+    # bare sums, all one size: no level splits them, no word is shared, their shape becomes an anchor a rule
+    # never reads, and the judge is a hybrid routing the dimension to rules
+    rubric = tmp_path / "loose.yaml"
+    rubric.write_text(LOOSE.replace("    type: binary\n", "    type: binary\n    judge: rule\n"))
+    rows = [{"step": t, "prompt": f"{i}+{i}=", "completion": str(i), "short": 1.0, "record": {"id": f"s{i}"}}
+            for t in (8, 9, 10, 11) for i in range(1, 10) for _ in range(2)]
+    rows.append({"step": 0, "prompt": "1+1=", "completion": "two " * 120, "short": 0.0, "record": {"id": "s1"}})
+    run = hybrid_run(tmp_path / "run", rubric, rows)
     assert main(["rubric", "tighten", str(run), "--no-audit"]) == 0
     captured = capsys.readouterr()
-    assert "keep their score with these words taken out" in captured.out
-    assert load_rubric(run / "tighten" / "uses-v2.0.yaml").dimensions[0].checks == \
-        load_rubric(rubric).dimensions[0].checks
+    assert "(the top samples share a shape: a bare number)" in captured.out
     assert "changes only anchors" in captured.err and "(hybrid) scores by rules" in captured.err
