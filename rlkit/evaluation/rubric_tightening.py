@@ -34,10 +34,10 @@ it. The rules, applied to each saturated dimension (the rule path: no model is a
    level below the top, else its middle), and, on a dimension the rule judge scores (it reads checks, never
    anchors), an ``absent: true`` regex check on them weighing one more than the dimension's other checks together,
    so an answer with the pattern always scores below one without (reward_hacking_v2.yaml's clarity fix: 4 of 7;
-   a lighter check left the template ahead and the audit's ``enumerated_template`` probe flagged it). With the
-   window's saturated groups logged, the check reads the words' subset that splits the most of them
-   (:func:`splitting_words`, the length rule's test), and none where no subset splits a group: a word in nearly
-   every answer (``an`` in a SmolLM2 run's definitions) fails whole groups alike, trading the ceiling for a floor
+   a lighter check left the template ahead and the audit's ``enumerated_template`` probe flagged it). The check
+   reads the largest subset of the words that at least ``MIN_PATTERN_PASS`` of the window's samples lack
+   (:func:`passing_words`), and there is none where every subset fails nearly all of them: a word in nearly every
+   answer (``an`` in a SmolLM2 run's definitions) fails whole groups alike, trading the ceiling for a floor
    (benchmarks/README.md: an any-of check with ``an`` in it left one of 320 training samples passing). And the
    check needs the top samples' score to rest on its words (:func:`pattern_carries`): taken out of them, the score
    falls under the run's rubric (the rule judge rescoring them; the command passes it). A template the checks count
@@ -91,6 +91,9 @@ AT_CEILING = 0.5          # a saturated dimension is at its ceiling when this sh
 PATTERN_SHARE = 0.5       # a shared word is in at least this share of the top samples ...
 PATTERN_LIFT = 0.25       # ... and this much more often than in the others (rlkit's choice: a clear majority)
 MAX_PATTERN_WORDS = 5
+MIN_PATTERN_PASS = 0.1    # a pattern check passes at least this share of the window's samples (rlkit's choice: a
+                          # tiny reward-hacking v1 run's plain answers, 50% of its window, pass; a SmolLM2 definitions
+                          # run's four shared words, which 3.7% of its window lack, do not)
 EXAMPLE_CHARS = 120
 LOW_SAMPLES = 10          # the lowest-scored samples a model backend is shown (at most; it shows fewer)
 _LETTER_WORD = re.compile(r"[^\W\d_]+")
@@ -118,6 +121,8 @@ class Saturation:
     # the window's saturated groups at the ceiling: each group's logged completions (a step's samples of one prompt,
     # two or more, all at the ceiling); what a raised level must split to give a group an advantage again
     top_groups: list[list[str]] = field(default_factory=list)
+    # every logged completion of the window, whatever its score: what a pattern check must let some of pass
+    window: list[str] = field(default_factory=list)
 
     @property
     def at_top(self) -> bool:
@@ -216,6 +221,7 @@ def read_saturation(run_dir: Path, rubric: Rubric, min_share: float = MIN_SHARE)
                 groups.setdefault((r["step"], _group_key(r)), []).append((r["completion"], at))
             top_groups = [[c for c, _ in members] for members in groups.values()
                           if len(members) > 1 and all(at for _, at in members)]
+            window = [r["completion"] for r, _ in recent]
             top_samples = {r["completion"]: (str(r.get("prompt", "")), r["completion"]) for r in top_rows}
             low: dict[str, tuple[str, str, float]] = {}
             for r, s in sorted(scored, key=lambda rs: rs[1]):
@@ -223,7 +229,7 @@ def read_saturation(run_dir: Path, rubric: Rubric, min_share: float = MIN_SHARE)
                     low.setdefault(r["completion"], (str(r.get("prompt", "")), r["completion"], s))
             out.append(Saturation(name, share, (window[0][0], window[-1][0]), ceiling, at_ceiling,
                                   _distinct(top), _distinct(others), list(pairs.values()), frozenset(elsewhere),
-                                  list(top_samples.values()), list(low.values()), top_groups))
+                                  list(top_samples.values()), list(low.values()), top_groups, window))
     return out
 
 
@@ -380,24 +386,23 @@ def _words_pattern(words: Sequence[str]) -> str:
     return r"\b(?:" + "|".join(re.escape(w) for w in words) + r")\b"
 
 
-def splitting_words(words: Sequence[str], groups: Sequence[Sequence[str]],
-                    keep: Callable[[list[str]], bool] | None = None) -> tuple[list[str], int] | None:
-    """Rule 2's check on a run with saturated ``groups``: the subset of ``words`` whose absent check (any of them
-    fails a completion) splits the most groups (some of a group's completions have one, some not), and that count;
-    among subsets splitting as many, the largest (the whole pattern, not a piece of it), then the most distinctive
-    words. None where no subset splits a group: the words are in all or none of each group's completions, so the
-    check would move whole groups alike and give none an advantage (a word in nearly every answer, as ``an`` in a
-    SmolLM2 run's definitions, fails them all: benchmarks/README.md). ``keep``: a subset must also pass it (the
-    top samples' score rests on its words, :func:`pattern_carries`)."""
-    ranked = []
+def passing_words(words: Sequence[str], window: Sequence[str],
+                  keep: Callable[[list[str]], bool] | None = None) -> tuple[list[str], float] | None:
+    """Rule 2's check: the largest subset of ``words`` (then the most distinctive) whose absent check (any of them
+    fails a completion) still passes at least ``MIN_PATTERN_PASS`` of the window's logged completions, and that
+    share; None where every subset fails nearly all of them. A check the policy's answers almost all fail gives its
+    groups no advantage, only a floor: a SmolLM2 definitions run's shared words had `an` among them, 3.7% of its
+    window lacked all four, and one of 320 samples passed in the run continued on them (benchmarks/README.md).
+    ``keep``: a subset must also pass it (the top samples' score rests on its words, :func:`pattern_carries`)."""
+    if not window:
+        return None
     for k in range(len(words), 0, -1):
-        for rank, subset in enumerate(itertools.combinations(words, k)):
+        for subset in itertools.combinations(words, k):
             pat = re.compile(_words_pattern(subset), re.IGNORECASE)
-            split = sum(len({pat.search(t) is not None for t in g}) == 2 for g in groups)
-            if split:
-                ranked.append(((split, k, -rank), list(subset)))
-    ranked.sort(key=lambda kv: kv[0], reverse=True)
-    return next(((subset, key[0]) for key, subset in ranked if keep is None or keep(subset)), None)
+            share = sum(pat.search(t) is None for t in window) / len(window)
+            if share >= MIN_PATTERN_PASS and (keep is None or keep(list(subset))):
+                return list(subset), share
+    return None
 
 
 # a dimension's scores under the run's rubric for (completion, record) pairs, by the rule judge (None: not scored);
@@ -451,34 +456,35 @@ def _negative_level(dim: Dimension, anchors: dict[Any, Any]) -> Any:
 def add_pattern(dim_data: dict[str, Any], dim: Dimension, words: list[str], sat: Saturation, rule_checks: bool,
                 rescore: Rescorer | None = None) -> tuple[list[str], str | None]:
     """Rule 2 on one dimension's YAML data: the negative example and, for a rule-judged dimension, the check; what
-    changed, and why nothing did where nothing did. With the window's saturated groups, the check reads the words'
-    subset that splits the most of them (:func:`splitting_words`), and where none splits one there is no check, only
-    the anchor. With ``rescore``, words the top samples' score does not rest on (:func:`pattern_carries`) get
-    neither: nothing says they stand in for merit."""
-    top, groups = sat.top, sat.top_groups
+    changed, and why nothing did where nothing did. The check reads the largest subset of the words that lets some
+    of the window's samples pass (:func:`passing_words`), and where none does there is no check, only the anchor.
+    With ``rescore``, words the top samples' score does not rest on (:func:`pattern_carries`) get neither: nothing
+    says they stand in for merit."""
+    top, window = sat.top, sat.window
     keep = (lambda subset: pattern_carries(sat, subset, rescore)) if rule_checks and rescore is not None else None
-    splitting, unfounded = None, False
-    if rule_checks and groups:
-        splitting = splitting_words(words, groups, keep)
-        # subsets that split groups, none of them one the score rests on
-        unfounded = splitting is None and keep is not None and splitting_words(words, groups) is not None
+    chosen, unfounded = None, False
+    if rule_checks and window:
+        chosen = passing_words(words, window, keep)
+        # subsets that let samples pass, none of them one the score rests on
+        unfounded = chosen is None and keep is not None and passing_words(words, window) is not None
     elif keep is not None:
         unfounded = not keep(words)
     if unfounded:
         return [], (f"its top samples share {', '.join(words)}, but keep their score with them taken out: the score "
                     "rests on something else, so neither a check nor a negative example against them")
-    left = [w for w in words if splitting is not None and w not in splitting[0]]
-    if splitting is not None:
-        words = splitting[0]
+    left = [w for w in words if chosen is not None and w not in chosen[0]]
+    if chosen is not None:
+        words = chosen[0]
     pattern = _words_pattern(words)
     pat = re.compile(pattern, re.IGNORECASE)
     example = min((t for t in top if pat.search(t)), key=len)[:EXAMPLE_CHARS]
     level = _add_negative_example(
         dim, dim_data, example, f"Leans on {', '.join(words)}, which the top-scored answers share, for no more merit")
     done = [f"negative example {example!r} on level {level:g} (the top samples share {', '.join(words)})"]
-    if rule_checks and groups and splitting is None:
-        done.append(f"no check: each of the window's {len(groups)} saturated groups has these words in all of its "
-                    "completions or in none, so a check would move whole groups alike and give none an advantage")
+    if rule_checks and window and chosen is None:
+        done.append(f"no check: fewer than {MIN_PATTERN_PASS:.0%} of the window's {len(window)} samples lack these "
+                    "words (each, or any few of them): a check would fail nearly all the policy writes, a floor with "
+                    "nothing to learn towards")
     elif rule_checks:
         # heavier than every other check together: an answer with the pattern scores below one without, whatever the
         # others say (reward_hacking_v2.yaml's clarity: 4 of 7 against the three words' 3)
@@ -488,10 +494,10 @@ def add_pattern(dim_data: dict[str, Any], dim: Dimension, words: list[str], sat:
                               {"type": "regex", "pattern": pattern, "absent": True, "weight": weight}]
         said = (f"check: regex {pattern!r} absent, weight {weight:g} (more than the other checks together), the "
                 "negative example as the rule judge reads it")
-        if splitting is not None:
-            said += f"; it splits {splitting[1]} of the window's {len(groups)} saturated groups"
+        if chosen is not None:
+            said += f"; {chosen[1]:.0%} of the window's {len(window)} samples pass it"
             if left:
-                said += f" (without {', '.join(left)}: with them it splits fewer" + \
+                said += f" (without {', '.join(left)}: with them under {MIN_PATTERN_PASS:.0%} pass" + \
                     (", or the score does not rest on them)" if keep is not None else ")")
         done.append(said)
     return done, None

@@ -15,10 +15,10 @@ from rlkit.core.rubric import load_rubric
 from rlkit.evaluation.rubric_tightening import (
     Saturation,
     next_version,
+    passing_words,
     propose,
     shared_shape,
     shared_words,
-    splitting_words,
     tighten_length,
     tighten_match,
 )
@@ -64,7 +64,8 @@ def reward_hacking_run(run_dir: Path, version: str, steps: int = 12) -> Path:
     for t in (0, 5, 10):
         for a, b in [(3, 4), (5, 9), (12, 7), (2, 2), (8, 1), (6, 6)]:
             s = a + b
-            templated = version == "v1" and t >= 5 or (a, b) == (3, 4)
+            # v1: the template on all but one prompt by the end (a check a policy's answers all fail is a floor)
+            templated = version == "v1" and t >= 5 and (a, b) != (8, 1) or (a, b) == (3, 4)
             text = f"first {a}, second {b}, finally {s}" if templated else str(s)
             rows.append({"step": t, "prompt": f"{a}+{b}=", "completion": text, "reward": 0.9, "advantage": 0.0,
                          "correctness": 1.0, "clarity": template if templated else plain,
@@ -245,36 +246,37 @@ PLAIN = "An x is a thing. An example sentence with x is: I saw an x."
 BARE = "X is a thing. I saw an x."
 
 
-def test_a_pattern_check_reads_the_words_that_split_groups():
+def test_a_pattern_check_reads_the_largest_subset_of_words_some_answers_lack():
     words = ["an", "using", "sentence", "example"]
-    groups = [[SCAFFOLD, SCAFFOLD, PLAIN, SCAFFOLD], [SCAFFOLD, PLAIN, PLAIN, BARE], [SCAFFOLD] * 4]
-    # `an` is in every answer: any subset with it fails them all; `using` splits the first two groups,
-    # `sentence`/`example` only the second (BARE lacks them)
-    assert splitting_words(words, groups) == (["using"], 2)
-    assert splitting_words(["an"], groups) is None
-    assert splitting_words(words, [[SCAFFOLD] * 4, [PLAIN] * 2]) is None  # each group alike inside
-    # the reward-hacking v1 template: its words come together, so every subset splits the same groups and the
-    # whole template is kept (the check reward_hacking_v2.yaml writes by hand)
-    template = [["first 3, second 4, finally 7", "7", "first 3, second 4, finally 7"],
-                ["12", "first 5, second 7, finally 12"],
-                ["9", "9"]]
-    assert splitting_words(["finally", "first", "second"], template) == (["finally", "first", "second"], 2)
+    window = [SCAFFOLD] * 6 + [PLAIN] * 3 + [BARE]
+    # `an` is in every answer: a subset with it fails them all. Without it, `using, sentence, example` passes BARE
+    # alone (1 in 10, the least kept); with BARE gone only `using` lets some pass (PLAIN, 3 in 9)
+    assert passing_words(words, window) == (["using", "sentence", "example"], 0.1)
+    assert passing_words(words, window[:-1]) == (["using"], 3 / 9)
+    assert passing_words(["an"], window) is None and passing_words(words, []) is None
+    assert passing_words(words, window, keep=lambda subset: subset != ["using", "sentence", "example"]) == \
+        (["using", "sentence"], 0.1)
+    # the reward-hacking v1 template: its words come together, and the plain sums pass
+    template = ["first 3, second 4, finally 7", "7", "first 3, second 4, finally 7", "12", "9", "9",
+                "first 5, second 7, finally 12"]
+    assert passing_words(["finally", "first", "second"], template) == (["finally", "first", "second"], 4 / 7)
 
 
-def test_a_pattern_no_group_splits_is_an_anchor_without_a_check(tmp_path):
+def test_a_pattern_every_answer_has_is_an_anchor_without_a_check(tmp_path):
     rubric = tmp_path / "uses.yaml"
     rubric.write_text(USES_WORD)
     top, others = [SCAFFOLD, PLAIN], ["An x is a thing. I saw an x.", "An x is a thing."]
-    sat = Saturation("uses_word", 0.9, (0, 9), 1.0, 1.0, top, others, top_groups=[[SCAFFOLD] * 4, [PLAIN] * 4])
+    sat = Saturation("uses_word", 0.9, (0, 9), 1.0, 1.0, top, others, window=[SCAFFOLD] * 8)
     proposal = propose(load_rubric(rubric), [sat], "rule", split=False)
     checks = proposal.new_rubric.dimensions[0].checks
     assert len(checks) == 1  # the check stays the rubric's own
-    assert any("no check: each of the window's 2 saturated groups" in c for c in proposal.changes["uses_word"])
-    mixed = Saturation("uses_word", 0.9, (0, 9), 1.0, 1.0, top, others, top_groups=[[SCAFFOLD, PLAIN] * 2])
+    assert any("no check: fewer than 10% of the window's 8 samples lack these words" in c
+               for c in proposal.changes["uses_word"])
+    mixed = Saturation("uses_word", 0.9, (0, 9), 1.0, 1.0, top, others, window=[SCAFFOLD, PLAIN] * 4)
     proposal = propose(load_rubric(rubric), [mixed], "rule", split=False)
     added = proposal.new_rubric.dimensions[0].checks[-1]
     assert added["absent"] and re.search(added["pattern"], SCAFFOLD) and not re.search(added["pattern"], PLAIN)
-    assert any("splits 1 of the window's 1 saturated groups" in c for c in proposal.changes["uses_word"])
+    assert any("50% of the window's 8 samples pass it" in c for c in proposal.changes["uses_word"])
 
 
 def test_a_pattern_check_needs_the_score_to_rest_on_its_words(tmp_path):
@@ -286,7 +288,7 @@ def test_a_pattern_check_needs_the_score_to_rest_on_its_words(tmp_path):
     rubric.write_text(USES_WORD)
     loaded = load_rubric(rubric)
     top, others = [SCAFFOLD, PLAIN], ["An x is a thing. I saw an x.", "An x is a thing."]
-    mixed = Saturation("uses_word", 0.9, (0, 9), 1.0, 1.0, top, others, top_groups=[[SCAFFOLD, PLAIN] * 2])
+    mixed = Saturation("uses_word", 0.9, (0, 9), 1.0, 1.0, top, others, window=[SCAFFOLD, PLAIN] * 4)
     proposal = propose(loaded, [mixed], "rule", split=False, rescore=_rule_rescorer(loaded))
     assert proposal.data is None and "uses_word" not in proposal.changes  # no check, and no anchor saying "no merit"
     assert "but keep their score with them taken out" in proposal.unchanged["uses_word"]
