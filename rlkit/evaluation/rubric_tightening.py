@@ -426,7 +426,9 @@ def pattern_carries(sat: Saturation, words: Sequence[str], rescore: Rescorer) ->
     having = [(strip_words(t, words), record) for t, record in pairs if pat.search(t)]
     if not having or sat.ceiling is None:
         return True  # nothing to tell it by: as before this test
-    return any(v is not None and v < sat.ceiling - 1e-6 for v in rescore(sat.name, having))
+    scores = [v for v in rescore(sat.name, having) if v is not None]
+    # none scored (a check reads a record field the logged samples do not carry): nothing to tell it by either
+    return not scores or any(v < sat.ceiling - 1e-6 for v in scores)
 
 
 def _add_negative_example(dim: Any, dim_data: dict[str, Any], example: str, text: str) -> float:

@@ -300,6 +300,10 @@ def test_a_pattern_check_needs_the_score_to_rest_on_its_words(tmp_path):
     proposal = propose(loaded, [mixed], "rule", split=False, rescore=_rule_rescorer(loaded))
     added = proposal.new_rubric.dimensions[0].checks[-1]
     assert added["absent"] and re.search(added["pattern"], SCAFFOLD) and not re.search(added["pattern"], PLAIN)
+    # a rescorer that can score nothing (a check reading a record field the samples lack) tells nothing: as before
+    unscored = propose(load_rubric(rubric), [mixed], "rule", split=False,
+                       rescore=lambda name, pairs: [None] * len(pairs))
+    assert unscored.new_rubric.dimensions[0].checks[-1]["absent"]
 
 
 def hybrid_run(run_dir: Path, rubric: Path, rows: list[dict]) -> Path:
