@@ -370,7 +370,7 @@ def main() -> int:
         print(f"phase 1 ({args.preset}, seed {p1_seed}, {steps} steps, {seconds:.0f} s): {run_dir}; held-out "
               f"{heldout_change(run_dir)}", flush=True)
         from rlkit.core.rubric import load_rubric
-        from rlkit.evaluation.rubric_tightening import judging_overrides, rule_scored, run_judge, run_rubric
+        from rlkit.evaluation.rubric_tightening import judging_overrides, read_by_rules, run_judge, run_rubric
 
         original = Path(str(run_rubric(run_dir, None).source))
         work = out / f"after-{run_dir.name}"  # phase 2 of this phase-1 run (the tiny presets share one --out)
@@ -386,8 +386,8 @@ def main() -> int:
         print(f"$ rlkit rubric diff {original} {proposal}")
         print(rlkit(["rubric", "diff", str(original), str(proposal)])[1], flush=True)
         dims, text_only = tightened_dimensions(original, proposal)
-        judge, by_name = run_judge(run_dir), {d.name: d for d in load_rubric(original).dimensions}
-        if text_only and all(judge == "rule" or rule_scored(by_name[d], judge) for d in dims if d in by_name):
+        judge = run_judge(run_dir)
+        if text_only and read_by_rules(load_rubric(original), dims, judge):
             print(f"note: the proposal changes only anchors or descriptions of {', '.join(dims)}; the run's judge "
                   f"({judge}) scores them by rules, which read checks, never anchors, so both arms get the same "
                   "rewards (the tightened arm is the unchanged one's twin)", flush=True)

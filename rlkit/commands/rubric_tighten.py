@@ -143,8 +143,8 @@ def cmd_rubric_tighten(args: Sequence[str]) -> int:
         judging_overrides,
         proposal_yaml,
         propose,
+        read_by_rules,
         read_saturation,
-        rule_scored,
         run_config,
         run_judge,
         run_rubric,
@@ -208,8 +208,7 @@ def cmd_rubric_tighten(args: Sequence[str]) -> int:
     console.print(render_diff(diff, str(rubric.source), str(out)))
     print(f"wrote {out} ({written.name} v{written.version}, hash {written.short_hash})")
     judge = run_judge(run_dir)
-    by_name = {d.name: d for d in rubric.dimensions}
-    if diff.text_only and all(rule_scored(by_name[name], judge) or judge == "rule" for name in proposal.changes):
+    if diff.text_only and read_by_rules(rubric, proposal.changes, judge):
         # the audit scores with the run's judge too, so it passes a proposal that changes nothing that judge reads
         print("rlkit: warning: the proposal changes only anchors or descriptions (texts a model reads) of "
               f"dimensions the run's judge ({judge}) scores by rules, which do not read them: a run continued on it "

@@ -71,7 +71,7 @@ import json
 import math
 import re
 import statistics
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -509,6 +509,12 @@ def rule_scored(dim: Dimension, judge: str | None) -> bool:
     """Whether the run's judge (``judge``, its name) scores ``dim`` by its checks: the rule judge, or a hybrid
     routing it to rules; such a dimension reads checks, never anchors."""
     return bool(dim.checks) and dim.judge in (None, "rule") and judge in ("rule", "hybrid", None)
+
+
+def read_by_rules(rubric: Rubric, names: Collection[str], judge: str | None) -> bool:
+    """Whether the run's judge scores every one of the dimensions ``names`` of ``rubric`` by rules (the rule judge,
+    or a hybrid routing them to rules): a proposal changing only their anchors changes nothing that judge reads."""
+    return all(judge == "rule" or rule_scored(d, judge) for d in rubric.dimensions if d.name in names)
 
 
 def next_version(version: str) -> str:
