@@ -356,6 +356,8 @@ def main() -> int:
     args = parser.parse_args()
     if (args.rubric or args.experiment != REAL_EXPERIMENT) and args.preset != "real":
         parser.error("--rubric and --experiment are --preset real's; the tiny preset's rubric is --tiny-rubric")
+    if args.proposal is not None and not args.proposal.is_file():
+        parser.error(f"--proposal: no such file: {args.proposal}")
     steps = args.steps or DEFAULT_STEPS[args.preset]
     p1_seed = args.seeds[0] if args.phase1_seed is None else args.phase1_seed
     started = time.monotonic()
