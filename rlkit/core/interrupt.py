@@ -115,16 +115,16 @@ class InterruptGuard:
         self._phase = phase
 
     def __enter__(self) -> InterruptGuard:
-        # a process started with SIGINT ignored (`nohup rlkit fit &` from a script) keeps ignoring it
-        if threading.current_thread() is not threading.main_thread() or \
-                signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        if threading.current_thread() is not threading.main_thread():
             return self
         outer = getattr(signal.getsignal(signal.SIGINT), "__self__", None)
         if isinstance(outer, InterruptGuard) and outer._stop is not None:
             # the outer guard's Ctrl-C was swallowed on the way here
             raise RunInterrupted(*outer._stop)
         for signum in handled_signals():
-            if signal.getsignal(signum) is not signal.SIG_IGN:  # a process told to ignore one keeps ignoring it
+            # a process started with one ignored keeps ignoring it: `nohup rlkit fit &` from a script ignores Ctrl-C
+            # but is still stopped by SIGTERM (a scheduler, `timeout`), which it answers with a checkpoint
+            if signal.getsignal(signum) is not signal.SIG_IGN:
                 self._previous[signum] = signal.signal(signum, self._handle)
         self._installed = True
         return self

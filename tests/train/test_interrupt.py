@@ -172,13 +172,19 @@ def test_ctrl_c_while_the_run_finishes_still_writes_the_policy_and_the_summary(t
     assert signal.getsignal(signal.SIGINT) is ctrl_c_reaches_this_process, "the handler is put back"
 
 
-def test_a_run_started_with_ctrl_c_ignored_keeps_ignoring_it():
-    from rlkit.core.interrupt import InterruptGuard
+def test_a_run_started_with_ctrl_c_ignored_keeps_ignoring_it_and_still_answers_sigterm():
+    # `nohup rlkit fit &` from a script: Ctrl-C is ignored, a scheduler's SIGTERM must still stop the run in one line
+    # (once the guard installed nothing at all here, and SIGTERM killed the process outright)
+    from rlkit.core.interrupt import InterruptGuard, RunInterrupted
 
     before = signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
-        with InterruptGuard():
+        with pytest.raises(RunInterrupted) as stop, InterruptGuard("interrupted during start-up"):
             assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(5)  # the handler raises here, at once
+        assert stop.value.exit_code == 143 and str(stop.value).startswith("terminated (SIGTERM) during start-up")
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
     finally:
         signal.signal(signal.SIGINT, before)
 
