@@ -17,6 +17,18 @@ def registry() -> Registry:
 
 
 @pytest.fixture(scope="session", autouse=True)
+def _ctrl_c_as_in_a_terminal():
+    """Tests send real Ctrl-Cs to the pytest process and to the servers it starts; a pytest started with SIGINT
+    ignored (`pytest ... &` from a script) would pass that on to every child, and a server stopped by Ctrl-C would
+    never stop. The session runs as from a terminal; the tests of an ignored Ctrl-C set it themselves."""
+    import signal
+
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+
+
+@pytest.fixture(scope="session", autouse=True)
 def _shared_warm_starts(tmp_path_factory):
     """One home for the session's warm starts (``$RLKIT_WARM_START_CACHE``), so the default policy's, trained once
     (~12 s), serves every test that runs ``fit`` in a cache of its own, subprocesses included (they inherit the
