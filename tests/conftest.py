@@ -16,25 +16,6 @@ def registry() -> Registry:
     return Registry(create_plugin_manager())
 
 
-# Under xdist (`-n logical --dist loadfile`) each file goes whole to one worker, in the order collected
-# (`--no-loadscope-reorder` in pyproject's addopts: xdist would order files by their number of tests). These files
-# take minutes, most of it in one fixture (an offline judge's build, two-process runs, fits in subprocesses), with
-# few tests each: they go first, longest first, so none starts late and ends the run alone. Seconds measured on 2
-# cores, 2026-12-07.
-SCHEDULED_FIRST = {"tests/plugins/test_llm_judge.py": 626, "tests/train/test_distributed.py": 517,
-                   "tests/test_docs_commands.py": 212, "tests/plugins/test_ranking_offline.py": 192,
-                   "tests/train/test_fit.py": 155, "tests/train/test_preemption.py": 151,
-                   "tests/plugins/test_server_generator.py": 143, "tests/train/test_interrupt.py": 99}
-
-
-def pytest_collection_modifyitems(config, items):
-    missing = [name for name in SCHEDULED_FIRST if not (REPO / name).is_file()]
-    if missing:
-        raise pytest.UsageError(f"tests/conftest.py: SCHEDULED_FIRST names files that do not exist: {missing}")
-    rank = {name: i for i, name in enumerate(sorted(SCHEDULED_FIRST, key=SCHEDULED_FIRST.get, reverse=True))}
-    items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))  # stable: a file's own order kept
-
-
 @pytest.fixture(scope="session", autouse=True)
 def _ctrl_c_as_in_a_terminal():
     """Tests send real Ctrl-Cs to the pytest process and to the servers it starts; a pytest started with SIGINT
