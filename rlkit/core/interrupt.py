@@ -117,10 +117,12 @@ class InterruptGuard:
     def __enter__(self) -> InterruptGuard:
         if threading.current_thread() is not threading.main_thread():
             return self
-        outer = getattr(signal.getsignal(signal.SIGINT), "__self__", None)
-        if isinstance(outer, InterruptGuard) and outer._stop is not None:
-            # the outer guard's Ctrl-C was swallowed on the way here
-            raise RunInterrupted(*outer._stop)
+        for signum in handled_signals():
+            outer = getattr(signal.getsignal(signum), "__self__", None)
+            if isinstance(outer, InterruptGuard) and outer._stop is not None:
+                # the outer guard's stop was swallowed on the way here (found behind any signal it answers: with
+                # Ctrl-C ignored it holds SIGTERM only)
+                raise RunInterrupted(*outer._stop)
         for signum in handled_signals():
             # a process started with one ignored keeps ignoring it: `nohup rlkit fit &` from a script ignores Ctrl-C
             # but is still stopped by SIGTERM (a scheduler, `timeout`), which it answers with a checkpoint

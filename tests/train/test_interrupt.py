@@ -189,6 +189,27 @@ def test_a_run_started_with_ctrl_c_ignored_keeps_ignoring_it_and_still_answers_s
         signal.signal(signal.SIGINT, before)
 
 
+class _SwallowsSigterm:
+    def __del__(self) -> None:
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # the swallowing, shown
+def test_with_ctrl_c_ignored_a_swallowed_sigterm_still_stops_the_nested_guard():
+    from rlkit.core.interrupt import InterruptGuard, RunInterrupted
+
+    before = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        with InterruptGuard("interrupted during start-up") as outer:
+            _SwallowsSigterm()
+            assert outer.stopped
+            with pytest.raises(RunInterrupted) as stop, InterruptGuard():  # fit's own guard, entered after
+                pass
+        assert stop.value.exit_code == 143
+    finally:
+        signal.signal(signal.SIGINT, before)
+
+
 class _SwallowsCtrlC:
     """Where a Ctrl-C lands inside a destructor, Python prints "Exception ignored" and carries on."""
 
