@@ -65,6 +65,7 @@ import importlib.util
 import itertools
 import json
 import math
+import re
 import statistics
 import subprocess
 import sys
@@ -271,14 +272,20 @@ def read_records(path: Path) -> dict[tuple[str, int, int], Result]:
             cell, steps, overrides, result = row["cell"], row["steps"], row["overrides"], row["result"]
         except (json.JSONDecodeError, KeyError, TypeError) as e:
             raise SystemExit(f"{path}:{n}: not a notes_claims record ({e})") from e
-        if cell in CELLS and list(CELLS[cell].overrides) == overrides:
+        if cell in CELLS and portable(CELLS[cell].overrides) == portable(overrides):
             result["curve"] = [tuple(point) for point in result["curve"]]
             records[(cell, steps, result["seed"])] = Result(**result)
     return records
 
 
+def portable(overrides: tuple[str, ...] | list[str]) -> list[str]:
+    """Overrides as a record keeps them: a file of this folder named from ``benchmarks/``, so a record written from
+    one checkout (or an older record with its absolute path) matches the cell in any other."""
+    return [re.sub(r"=\S*/benchmarks/", "=benchmarks/", o) for o in overrides]
+
+
 def keep_record(path: Path, cell: str, steps: int, result: Result) -> None:
-    row = {"cell": cell, "steps": steps, "overrides": list(CELLS[cell].overrides), "commit": source_commit(),
+    row = {"cell": cell, "steps": steps, "overrides": portable(CELLS[cell].overrides), "commit": source_commit(),
            "result": dataclasses.asdict(result)}
     with path.open("a") as f:
         f.write(json.dumps(row) + "\n")

@@ -45,3 +45,18 @@ def test_a_damaged_line_is_named(tmp_path):
     path.write_text(path.read_text() + "\n{\"cell\": \"w3\"}\n")
     with pytest.raises(SystemExit, match=r"runs\.jsonl:3: not a notes_claims record"):
         nc.read_records(path)
+
+
+def test_a_record_written_from_another_checkout_is_read_here(tmp_path):
+    """The 7-dimension cell names its rubric by this folder's absolute path; a record written from a snapshot
+    elsewhere (as the long runs are) matches it, and a record written here names the file from benchmarks/."""
+    path = tmp_path / "runs.jsonl"
+    nc.keep_record(path, "rubric7", 40, a_result(1))
+    row = json.loads(path.read_text())
+    assert row["overrides"] == ["rubric.path=benchmarks/notes_claims_7dim.yaml"]
+    row["overrides"] = ["rubric.path=/work/nc-snap/benchmarks/notes_claims_7dim.yaml"]
+    path.write_text(json.dumps(row) + "\n")
+    assert set(nc.read_records(path)) == {("rubric7", 40, 1)}
+    row["overrides"] = ["rubric.path=/work/nc-snap/benchmarks/another_7dim.yaml"]
+    path.write_text(json.dumps(row) + "\n")
+    assert nc.read_records(path) == {}
