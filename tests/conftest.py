@@ -41,6 +41,24 @@ def _shared_warm_starts(tmp_path_factory):
 
 
 @pytest.fixture(scope="session", autouse=True)
+def _shared_tiny_judges(tmp_path_factory):
+    """One home for the offline tiny judges (``$RLKIT_TINY_JUDGE_CACHE``) across the session's xdist workers: each
+    takes minutes of CPU to build, and several test files (the llm and ranking judges' own, the contract suite, fits
+    that name ``backend: tiny``) ask for the same one in caches of their own. The first asks, the rest wait for it
+    (the build's lock). Tests of where a build goes pass their folder."""
+    import os
+
+    from rlkit.lm.model_cache import TINY_JUDGE_CACHE_ENV
+
+    base = tmp_path_factory.getbasetemp()
+    home = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "tiny-judges"
+    home.mkdir(exist_ok=True)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(TINY_JUDGE_CACHE_ENV, str(home))
+        yield home
+
+
+@pytest.fixture(scope="session", autouse=True)
 def _installed_judge_model(tmp_path_factory):
     """The judge model ``judge=llm`` asks by default, for every test: a tiny random GGUF written here
     (``$RLKIT_JUDGE_MODEL``), so a test does not depend on whether this machine has the 1.1 GB qwen-judge extra (CI

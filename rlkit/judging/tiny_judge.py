@@ -3,14 +3,16 @@ rubric in the compact JSON format, distilled from the rule judge's scores.
 
 It is a real model answering real prompts, so ``judge=llm`` runs the whole LLM path (template,
 generation, parsing, caching, failure policy) on a fresh machine with no download. It is cached like the
-tiny policy (``$RLKIT_CACHE/tiny-judge-<hash>``, built beside and renamed into place) and loaded back by
-path. Its accuracy is whatever a few minutes of CPU training give: ``rlkit calibrate judge=llm`` says.
+tiny policy (``$RLKIT_CACHE/tiny-judge-<hash>``, or under ``$RLKIT_TINY_JUDGE_CACHE`` where several caches share
+it; built beside and renamed into place, one process building while others wait) and loaded back by path. Its
+accuracy is whatever a few minutes of CPU training give: ``rlkit calibrate judge=llm`` says.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 import random
 import re
 import time
@@ -19,7 +21,14 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from rlkit.lm.models import TinyPolicySpec, build_cached, build_model, build_tokenizer, default_cache_dir
+from rlkit.lm.models import (
+    TINY_JUDGE_CACHE_ENV,
+    TinyPolicySpec,
+    build_cached,
+    build_model,
+    build_tokenizer,
+    default_cache_dir,
+)
 
 COMPACT_TEMPLATE = "judge/rubric_scores_compact.jinja"
 RANKING_COMPACT_TEMPLATE = "judge/rank_group_compact.jinja"
@@ -319,9 +328,10 @@ def _train(spec: TinyJudgeSpec, out_dir: Path, teacher: Any, log: Any) -> dict[s
 
 def build_tiny_judge(spec: TinyJudgeSpec | None = None, cache_dir: Path | str | None = None, *, teacher: Any) -> Path:
     """The cached tiny judge folder, trained first if absent (atomic: built beside it, renamed into place) on
-    ``teacher``'s scores (a judge object; the offline judges pass the rule judge)."""
+    ``teacher``'s scores (a judge object; the offline judges pass the rule judge). It lives in ``cache_dir``, else
+    ``$RLKIT_TINY_JUDGE_CACHE``, else the rlkit cache."""
     spec = spec or TinyJudgeSpec()
-    root = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
+    root = Path(cache_dir or os.environ.get(TINY_JUDGE_CACHE_ENV) or default_cache_dir()).expanduser()
     return build_cached(root / f"tiny-judge-{tiny_judge_hash(spec, teacher)}",
                         lambda folder: train_tiny_judge(spec, folder, teacher))
 

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 _SAVED_FILES = ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json")
@@ -17,6 +19,9 @@ _SAVED_FILES = ("config.json", "model.safetensors", "tokenizer.json", "tokenizer
 # Where warm starts (rlkit.lm.warm_start) go when set, instead of beside their base in the rlkit cache: many caches
 # (each test's own, say) can then share the one that took a while to train, while what builds in a second stays in each.
 WARM_START_CACHE_ENV = "RLKIT_WARM_START_CACHE"
+# Where the offline tiny judges (rlkit.judging.tiny_judge) are built and found when set, for the same reason: their
+# build takes minutes of CPU, and every cache that asks for one can share it.
+TINY_JUDGE_CACHE_ENV = "RLKIT_TINY_JUDGE_CACHE"
 
 
 def default_cache_dir() -> Path:
@@ -31,12 +36,46 @@ def _is_complete(folder: Path) -> bool:
 def build_cached(target: Path, write: Callable[[Path], None],
                  is_complete: Callable[[Path], bool] = _is_complete) -> Path:
     """``target`` if it holds a complete save (``is_complete``), else ``write(folder)`` into a fresh folder beside
-    it, renamed into place: a killed build never leaves a half-written folder, and concurrent builds both succeed."""
-    from transformers.utils import logging as hf_logging
-
+    it, renamed into place: a killed build never leaves a half-written folder. A process asking for a folder another
+    one is building waits for that build and uses its folder (a lock file beside the target; a killed builder's lock
+    goes with it) rather than training the same model beside it."""
     if is_complete(target):
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
+    with _build_lock(target):
+        if is_complete(target):  # built while this process waited
+            return target
+        return _build(target, write, is_complete)
+
+
+@contextmanager
+def _build_lock(target: Path) -> Iterator[None]:
+    """An exclusive ``flock`` on ``.<name>.lock`` beside ``target``, held for one build; none where the platform has
+    no ``fcntl`` (builds there may run twice, each whole)."""
+    try:
+        import fcntl
+    except ImportError:
+        yield
+        return
+    path = target.parent / f".{target.name}.lock"
+    with open(path, "a") as lock:  # closing it releases the lock
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            print(f"rlkit: waiting for another process building {target}", file=sys.stderr, flush=True)
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            # Removed while held, so the cache keeps only whole folders. A process already waiting holds the removed
+            # file and finds the folder built; one arriving later finds it before it looks for a lock. Only after a
+            # failed build can two processes then build at once, each whole, as without a lock.
+            path.unlink(missing_ok=True)
+
+
+def _build(target: Path, write: Callable[[Path], None], is_complete: Callable[[Path], bool]) -> Path:
+    from transformers.utils import logging as hf_logging
+
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
     os.chmod(tmp, 0o755)  # mkdtemp's 0700 would keep a shared cache's folders from its other users
     bars = hf_logging.is_progress_bar_enabled()

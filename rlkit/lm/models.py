@@ -19,7 +19,12 @@ from rlkit.core.errors import ConfigError
 
 # where a reference resolves and how the cache builds were here before; imported by those names still
 from rlkit.lm.locate import check_model_directory, check_weights_files, locate_model  # noqa: F401
-from rlkit.lm.model_cache import WARM_START_CACHE_ENV, build_cached, default_cache_dir  # noqa: F401
+from rlkit.lm.model_cache import (  # noqa: F401
+    TINY_JUDGE_CACHE_ENV,
+    WARM_START_CACHE_ENV,
+    build_cached,
+    default_cache_dir,
+)
 
 if TYPE_CHECKING:
     from rlkit.lm.placement import Placement

@@ -36,3 +36,18 @@ def test_build_trains_saves_and_reuses(tmp_path):
     assert build_tiny_judge(_QUICK, tmp_path, teacher=RULE_TEACHER) == folder
     assert (folder / "model.safetensors").stat().st_mtime_ns == stamp, "a complete build is reused"
     assert [p.name for p in tmp_path.iterdir()] == [folder.name], "no half-built folders left behind"
+
+
+def test_the_tiny_judge_cache_env_is_where_builds_are_shared(tmp_path, monkeypatch):
+    """``$RLKIT_TINY_JUDGE_CACHE`` (the suite shares one) holds the builds; an explicit folder still wins."""
+    from rlkit.lm.model_cache import _SAVED_FILES, TINY_JUDGE_CACHE_ENV
+
+    shared = tmp_path / "shared" / f"tiny-judge-{tiny_judge_hash(_QUICK, RULE_TEACHER)}"
+    shared.mkdir(parents=True)
+    for name in _SAVED_FILES:
+        (shared / name).write_text("{}")
+    monkeypatch.setenv(TINY_JUDGE_CACHE_ENV, str(tmp_path / "shared"))
+    monkeypatch.setenv("RLKIT_CACHE", str(tmp_path / "own"))
+    assert build_tiny_judge(_QUICK, teacher=RULE_TEACHER) == shared, "found in the shared folder, not built"
+    monkeypatch.delenv(TINY_JUDGE_CACHE_ENV)
+    assert build_tiny_judge(_QUICK, teacher=RULE_TEACHER).parent == tmp_path / "own"

@@ -27,12 +27,12 @@ RUBRIC = Path(__file__).parents[2] / "conf" / "rubric_files" / "arithmetic.yaml"
 
 @pytest.fixture(scope="session")
 def judge_cache(tmp_path_factory) -> Path:
-    """One build of the offline tiny judge for the session (a few minutes of CPU at most)."""
+    """The session's cache, with the offline tiny judge built (a few minutes of CPU at most, once a session: in
+    $RLKIT_TINY_JUDGE_CACHE, which tests/conftest.py shares)."""
     from rlkit.judging.tiny_judge import build_tiny_judge
 
-    cache = tmp_path_factory.mktemp("judge-cache")
-    build_tiny_judge(cache_dir=cache, teacher=RULE_TEACHER)
-    return cache
+    build_tiny_judge(teacher=RULE_TEACHER)
+    return tmp_path_factory.mktemp("judge-cache")
 
 
 @pytest.fixture

@@ -27,13 +27,12 @@ RUBRIC = Path(__file__).parents[2] / "conf" / "rubric_files" / "arithmetic.yaml"
 
 @pytest.fixture(scope="session")
 def ranking_cache(tmp_path_factory) -> Path:
-    """One build of the offline tiny ranking judge for groups of 4 (every test here ranks groups of 4), for
-    the session (a few minutes of CPU)."""
+    """The session's cache, with the offline tiny ranking judge for groups of 4 built (every test here ranks groups
+    of 4; a few minutes of CPU, once a session: in $RLKIT_TINY_JUDGE_CACHE, which tests/conftest.py shares)."""
     from rlkit.judging.tiny_judge import build_tiny_judge, ranking_spec
 
-    cache = tmp_path_factory.mktemp("ranking-cache")
-    build_tiny_judge(ranking_spec(4), cache_dir=cache, teacher=RULE_TEACHER)
-    return cache
+    build_tiny_judge(ranking_spec(4), teacher=RULE_TEACHER)
+    return tmp_path_factory.mktemp("ranking-cache")
 
 
 @pytest.fixture
