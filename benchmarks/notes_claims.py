@@ -54,6 +54,7 @@ benchmarks/README.md):
 
     python benchmarks/notes_claims.py [--claims all | group_size clip rubric_size weight gdpo scale] [--seeds 3]
         [--steps 40] [--every 10] [--out outputs/notes_claims] [--plot notes_claims.png] [--read-finished]
+        [--jobs 2]                                                     # two runs at a time, lowest seed first
     python benchmarks/notes_claims.py --claims scale                  # the computed table alone, seconds
 """
 
@@ -69,7 +70,10 @@ import re
 import statistics
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Callable
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -257,6 +261,50 @@ class Result:
 
     def change(self, dim: str = "correctness") -> float:
         return self.end[dim] - self.start[dim]
+
+
+def run_cells(cells: list[str], seeds: list[int], steps: int, every: int, out: Path, records_path: Path, *,
+              jobs: int = 1, train_missing: bool = True,
+              train_run: Callable[[str, int, int, int, Path], Path] = train) -> dict[tuple[str, int], Result]:
+    """(cell, seed) → its result: read from the records, else from a finished folder, else trained (unless
+    ``train_missing`` is off), ``jobs`` runs at a time, lowest seed first so every claim gets its next seed before any
+    gets a third; each run's record is kept the moment it finishes, so an interrupted benchmark loses only the runs
+    under way."""
+    records = read_records(records_path)
+    results: dict[tuple[str, int], Result] = {}
+    missing = []
+    for seed, cell in itertools.product(seeds, cells):
+        if (cell, steps, seed) in records:
+            results[(cell, seed)] = records[(cell, steps, seed)]
+        else:
+            missing.append((cell, seed))
+    keeping, failed_once = threading.Lock(), threading.Event()
+
+    def finish(cell: str, seed: int) -> None:
+        if failed_once.is_set():  # queued behind a failed run: not started
+            return
+        path = run_dir(out, cell, steps, seed)
+        if train_missing and not finished(path):
+            try:
+                train_run(cell, seed, steps, every, out)
+            except BaseException:
+                failed_once.set()
+                raise
+        if finished(path):
+            overrides = " ".join(CELLS[cell].overrides)
+            result = read_run(path, seed, noisy=f"rubric.dropout={DROPOUT}" in overrides,
+                              advantages="gdpo_note" not in overrides, iterations=CELLS[cell].iterations)
+            with keeping:
+                keep_record(records_path, cell, steps, result)
+                results[(cell, seed)] = result
+
+    with ThreadPoolExecutor(max(1, jobs)) as pool:
+        done, _ = wait([pool.submit(finish, cell, seed) for cell, seed in missing], return_when=FIRST_EXCEPTION)
+        failed = [future for future in done if future.exception() is not None]
+        if failed:  # the benchmark stops with the failed run's command and stderr; the runs under way finish first
+            pool.shutdown(wait=True, cancel_futures=True)
+            failed[0].result()
+    return results
 
 
 # ------------------------------------------------------------------------------------------------------- records
@@ -486,6 +534,8 @@ def main() -> int:
     parser.add_argument("--every", type=int, default=10, help="held-out evaluation every N steps (at most --steps)")
     parser.add_argument("--out", type=Path, default=Path("outputs/notes_claims"))
     parser.add_argument("--plot", type=Path, help="a PNG of the held-out correctness curves")
+    parser.add_argument("--jobs", type=int, default=1,
+                        help="runs trained at once (each its own `rlkit fit`; 2 on 2 cores kept both busy)")
     parser.add_argument("--read-finished", action="store_true",
                         help="run nothing: read the finished cells under --out and --records and print the tables")
     parser.add_argument("--records", type=Path, default=HERE / "notes_claims_runs.jsonl",
@@ -501,22 +551,12 @@ def main() -> int:
           f"{every}; cells: {', '.join(cells) or 'none'}; runs under {args.out}")
     if args.steps < 40 or len(seeds) < 3:
         print("smaller than the benchmark (40 steps, 3 seeds): a smoke of the code path, not a result")
-    by_cell: dict[str, list[Result]] = {}
-    records = read_records(args.records)
     started = time.monotonic()
-    for cell, seed in itertools.product(cells, seeds):
-        path = run_dir(args.out, cell, args.steps, seed)
-        if (cell, args.steps, seed) in records:
-            by_cell.setdefault(cell, []).append(records[(cell, args.steps, seed)])
-            continue
-        if not args.read_finished:
-            train(cell, seed, args.steps, every, args.out)
-        if finished(path):
-            overrides = " ".join(CELLS[cell].overrides)
-            result = read_run(path, seed, noisy=f"rubric.dropout={DROPOUT}" in overrides,
-                              advantages="gdpo_note" not in overrides, iterations=CELLS[cell].iterations)
-            keep_record(args.records, cell, args.steps, result)
-            by_cell.setdefault(cell, []).append(result)
+    results = run_cells(cells, seeds, args.steps, every, args.out, args.records, jobs=args.jobs,
+                        train_missing=not args.read_finished)
+    by_cell: dict[str, list[Result]] = {}
+    for (cell, _seed), result in sorted(results.items(), key=lambda item: (cells.index(item[0][0]), item[0][1])):
+        by_cell.setdefault(cell, []).append(result)
     control = by_cell.get("control", [])
     for claim in claims:
         print(scale_table() if claim == "scale" else table(claim, by_cell, control))

@@ -60,3 +60,57 @@ def test_a_record_written_from_another_checkout_is_read_here(tmp_path):
     row["overrides"] = ["rubric.path=/work/nc-snap/benchmarks/another_7dim.yaml"]
     path.write_text(json.dumps(row) + "\n")
     assert nc.read_records(path) == {}
+
+
+def _fake_runs(monkeypatch, tmp_path, barrier=None):
+    """Training replaced by a folder with summary.json and its figures by a_result: what run_cells does around it."""
+    trained: list[tuple[str, int]] = []
+
+    def train_run(cell, seed, steps, every, out):
+        if barrier is not None:
+            barrier.wait(timeout=20)  # raises unless another run is under way at the same time
+        path = nc.run_dir(out, cell, steps, seed)
+        path.mkdir(parents=True)
+        (path / "summary.json").write_text("{}")
+        trained.append((cell, seed))
+        return path
+
+    monkeypatch.setattr(nc, "read_run", lambda path, seed, **_: a_result(seed))
+    return trained, train_run
+
+
+def test_missing_runs_train_lowest_seed_first_and_each_is_kept_as_it_finishes(monkeypatch, tmp_path):
+    records = tmp_path / "runs.jsonl"
+    nc.keep_record(records, "g2", 40, a_result(1))
+    trained, train_run = _fake_runs(monkeypatch, tmp_path)
+    results = nc.run_cells(["g2", "g8"], [1, 2], 40, 10, tmp_path / "out", records, train_run=train_run)
+    assert trained == [("g8", 1), ("g2", 2), ("g8", 2)], "every claim gets its next seed before any gets a third"
+    assert set(results) == {("g2", 1), ("g8", 1), ("g2", 2), ("g8", 2)}
+    assert set(nc.read_records(records)) == {("g2", 40, 1), ("g8", 40, 1), ("g2", 40, 2), ("g8", 40, 2)}
+    again, train_run = _fake_runs(monkeypatch, tmp_path)
+    nc.run_cells(["g2", "g8"], [1, 2], 40, 10, tmp_path / "out", records, train_run=train_run)
+    assert again == [], "a kept run is read, not trained again"
+
+
+def test_jobs_train_runs_at_the_same_time(monkeypatch, tmp_path):
+    import threading
+
+    trained, train_run = _fake_runs(monkeypatch, tmp_path, barrier=threading.Barrier(2))
+    results = nc.run_cells(["g2", "g8"], [1], 40, 10, tmp_path / "out", tmp_path / "runs.jsonl", jobs=2,
+                           train_run=train_run)
+    assert sorted(trained) == [("g2", 1), ("g8", 1)] and len(results) == 2
+    assert len(nc.read_records(tmp_path / "runs.jsonl")) == 2
+
+
+def test_a_failed_run_stops_the_rest_and_keeps_the_finished_ones(monkeypatch, tmp_path):
+    trained, train_run = _fake_runs(monkeypatch, tmp_path)
+
+    def failing(cell, seed, steps, every, out):
+        if cell == "g8":
+            raise SystemExit("rlkit fit ... failed (exit 1)")
+        return train_run(cell, seed, steps, every, out)
+
+    with pytest.raises(SystemExit, match="failed"):
+        nc.run_cells(["g2", "g8", "w1"], [1, 2], 40, 10, tmp_path / "out", tmp_path / "runs.jsonl", train_run=failing)
+    assert trained == [("g2", 1)], "nothing was trained after the failure"
+    assert set(nc.read_records(tmp_path / "runs.jsonl")) == {("g2", 40, 1)}
