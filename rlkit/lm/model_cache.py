@@ -50,27 +50,52 @@ def build_cached(target: Path, write: Callable[[Path], None],
 
 @contextmanager
 def _build_lock(target: Path) -> Iterator[None]:
-    """An exclusive ``flock`` on ``.<name>.lock`` beside ``target``, held for one build; none where the platform has
-    no ``fcntl`` (builds there may run twice, each whole)."""
+    """An exclusive ``flock`` on ``.<name>.lock`` beside ``target``, held for one build. Where there is no lock to be
+    had (no ``fcntl``, a filesystem without ``flock``, a lock file this user cannot open) the build runs unlocked, as
+    before there was one: concurrent builds then each finish whole, and one wins the rename."""
     try:
         import fcntl
     except ImportError:
         yield
         return
     path = target.parent / f".{target.name}.lock"
-    with open(path, "a") as lock:  # closing it releases the lock
+    said = False
+    while True:
         try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            print(f"rlkit: waiting for another process building {target}", file=sys.stderr, flush=True)
-            fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
+            # read-only: flock needs no write access, so another user's lock file in a shared cache still locks
+            fd = os.open(path, os.O_RDONLY | os.O_CREAT, 0o666)
+        except OSError:
             yield
-        finally:
-            # Removed while held, so the cache keeps only whole folders. A process already waiting holds the removed
-            # file and finds the folder built; one arriving later finds it before it looks for a lock. Only after a
-            # failed build can two processes then build at once, each whole, as without a lock.
-            path.unlink(missing_ok=True)
+            return
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                if not said:
+                    print(f"rlkit: waiting for another process building {target}", file=sys.stderr, flush=True)
+                    said = True
+                fcntl.flock(fd, fcntl.LOCK_EX)
+        except OSError:  # ENOLCK, EOPNOTSUPP: no locks on this filesystem
+            os.close(fd)
+            yield
+            return
+        try:
+            current = os.stat(path)
+        except FileNotFoundError:
+            current = None
+        held = os.fstat(fd)
+        if current is not None and (current.st_dev, current.st_ino) == (held.st_dev, held.st_ino):
+            break
+        # the holder before removed the file it locked (its build ended): lock the file now at the path, so that
+        # every process building at once holds the same one
+        os.close(fd)
+    try:
+        yield
+    finally:
+        # Removed while held, so the cache keeps only whole folders; a process waiting on the removed file finds it
+        # gone when it gets the lock and takes the path's new one (above).
+        path.unlink(missing_ok=True)
+        os.close(fd)
 
 
 def _build(target: Path, write: Callable[[Path], None], is_complete: Callable[[Path], bool]) -> Path:
