@@ -144,7 +144,10 @@ def run_dir(out: Path, cell: str, steps: int, seed: int) -> Path:
 
 
 def finished(path: Path) -> bool:
-    return (path / "summary.json").is_file()
+    """The run trained to its end: ``summary.json`` (which fit writes last) without an ``interrupted`` entry (a
+    stopped run writes its summary too, and is set aside like any unfinished one)."""
+    summary = path / "summary.json"
+    return summary.is_file() and "interrupted" not in json.loads(summary.read_text())
 
 
 def set_aside(path: Path, why: str = "unfinished") -> Path:
@@ -281,25 +284,30 @@ def run_cells(cells: list[str], seeds: list[int], steps: int, every: int, out: P
     keeping, failed_once = threading.Lock(), threading.Event()
 
     def finish(cell: str, seed: int) -> None:
-        if failed_once.is_set():  # queued behind a failed run: not started
+        if failed_once.is_set():  # queued behind a failure or an interrupt: not started
             return
-        path = run_dir(out, cell, steps, seed)
-        if train_missing and not finished(path):
-            try:
+        try:
+            path = run_dir(out, cell, steps, seed)
+            if train_missing and not finished(path):
                 train_run(cell, seed, steps, every, out)
-            except BaseException:
-                failed_once.set()
-                raise
-        if finished(path):
-            overrides = " ".join(CELLS[cell].overrides)
-            result = read_run(path, seed, noisy=f"rubric.dropout={DROPOUT}" in overrides,
-                              advantages="gdpo_note" not in overrides, iterations=CELLS[cell].iterations)
-            with keeping:
-                keep_record(records_path, cell, steps, result)
-                results[(cell, seed)] = result
+            if finished(path):
+                overrides = " ".join(CELLS[cell].overrides)
+                result = read_run(path, seed, noisy=f"rubric.dropout={DROPOUT}" in overrides,
+                                  advantages="gdpo_note" not in overrides, iterations=CELLS[cell].iterations)
+                with keeping:
+                    keep_record(records_path, cell, steps, result)
+                    results[(cell, seed)] = result
+        except BaseException:
+            failed_once.set()
+            raise
 
     with ThreadPoolExecutor(max(1, jobs)) as pool:
-        done, _ = wait([pool.submit(finish, cell, seed) for cell, seed in missing], return_when=FIRST_EXCEPTION)
+        try:
+            done, _ = wait([pool.submit(finish, cell, seed) for cell, seed in missing], return_when=FIRST_EXCEPTION)
+        except BaseException:  # Ctrl-C while waiting: nothing new starts, the runs under way end with it
+            failed_once.set()
+            pool.shutdown(wait=True, cancel_futures=True)
+            raise
         failed = [future for future in done if future.exception() is not None]
         if failed:  # the benchmark stops with the failed run's command and stderr; the runs under way finish first
             pool.shutdown(wait=True, cancel_futures=True)

@@ -114,3 +114,13 @@ def test_a_failed_run_stops_the_rest_and_keeps_the_finished_ones(monkeypatch, tm
         nc.run_cells(["g2", "g8", "w1"], [1, 2], 40, 10, tmp_path / "out", tmp_path / "runs.jsonl", train_run=failing)
     assert trained == [("g2", 1)], "nothing was trained after the failure"
     assert set(nc.read_records(tmp_path / "runs.jsonl")) == {("g2", 40, 1)}
+
+
+def test_a_stopped_run_is_not_read_as_finished(tmp_path):
+    """A run stopped by a signal writes summary.json too (with its `interrupted` step): it is set aside, not read."""
+    run = tmp_path / "g2-s40" / "seed1"
+    run.mkdir(parents=True)
+    (run / "summary.json").write_text(json.dumps({"steps": 12, "interrupted": {"step": 12, "signal": "SIGINT"}}))
+    assert not nc.finished(run)
+    (run / "summary.json").write_text(json.dumps({"steps": 40}))
+    assert nc.finished(run)
