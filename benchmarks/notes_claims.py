@@ -543,7 +543,9 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=Path("outputs/notes_claims"))
     parser.add_argument("--plot", type=Path, help="a PNG of the held-out correctness curves")
     parser.add_argument("--jobs", type=int, default=1,
-                        help="runs trained at once (each its own `rlkit fit`; 2 on 2 cores kept both busy)")
+                        help="runs trained at once (each its own `rlkit fit`, which picks its torch threads by the "
+                             "load at its start, rlkit/train/threads.py, as the committed records did; 2 on 2 "
+                             "cores kept both busy)")
     parser.add_argument("--read-finished", action="store_true",
                         help="run nothing: read the finished cells under --out and --records and print the tables")
     parser.add_argument("--records", type=Path, default=HERE / "notes_claims_runs.jsonl",
