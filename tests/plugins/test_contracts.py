@@ -30,8 +30,9 @@ def _build(kind: str, name: str):
 
 
 # A model judge needs a model trained for the rubric it scores: tests/plugins/test_llm_judge.py runs this suite on
-# the llm judge with the offline tiny judge and its rubric.
-_MODEL_JUDGES = {"llm"}
+# the llm judge with the offline tiny judge and its rubric, tests/plugins/test_ranking_offline.py on the ranking
+# judge with the offline tiny ranking judge (run here too, it built that judge a second time: ~90 s of the suite).
+_MODEL_JUDGES = {"llm", "ranking"}
 # A GRM is a model trained by rlkit train-grm: tests/grm/test_grm.py trains one and runs this suite on judge=grm.
 # A reward model is trained by rlkit train-rm: tests/grm/test_reward_model.py runs the suite on it.
 _TRAINED_JUDGES = {"grm", "reward_model"}
