@@ -53,20 +53,31 @@ def _build_lock(target: Path) -> Iterator[None]:
     """An exclusive ``flock`` on ``.<name>.lock`` beside ``target``, held for one build. Where there is no lock to be
     had (no ``fcntl``, a filesystem without ``flock``, a lock file this user cannot open) the build runs unlocked, as
     before there was one: concurrent builds then each finish whole, and one wins the rename."""
+    path = target.parent / f".{target.name}.lock"
+    fd = _lock(path, target)
+    try:
+        yield
+    finally:
+        if fd is not None:
+            # Removed while held, so the cache keeps only whole folders; a process waiting on the removed file finds
+            # it gone when it gets the lock and takes the path's new one (_lock).
+            path.unlink(missing_ok=True)
+            os.close(fd)
+
+
+def _lock(path: Path, target: Path) -> int | None:
+    """The descriptor of ``path``, opened and locked, once it is the file at ``path``; None where no lock can be had."""
     try:
         import fcntl
     except ImportError:
-        yield
-        return
-    path = target.parent / f".{target.name}.lock"
+        return None
     said = False
     while True:
         try:
             # read-only: flock needs no write access, so another user's lock file in a shared cache still locks
             fd = os.open(path, os.O_RDONLY | os.O_CREAT, 0o666)
         except OSError:
-            yield
-            return
+            return None
         try:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -77,24 +88,16 @@ def _build_lock(target: Path) -> Iterator[None]:
                 fcntl.flock(fd, fcntl.LOCK_EX)
         except OSError:  # ENOLCK, EOPNOTSUPP: no locks on this filesystem
             os.close(fd)
-            yield
-            return
+            return None
+        held = os.fstat(fd)
         try:
             current = os.stat(path)
         except FileNotFoundError:
             current = None
-        held = os.fstat(fd)
         if current is not None and (current.st_dev, current.st_ino) == (held.st_dev, held.st_ino):
-            break
+            return fd
         # the holder before removed the file it locked (its build ended): lock the file now at the path, so that
         # every process building at once holds the same one
-        os.close(fd)
-    try:
-        yield
-    finally:
-        # Removed while held, so the cache keeps only whole folders; a process waiting on the removed file finds it
-        # gone when it gets the lock and takes the path's new one (above).
-        path.unlink(missing_ok=True)
         os.close(fd)
 
 
