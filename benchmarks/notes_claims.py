@@ -302,16 +302,16 @@ def run_cells(cells: list[str], seeds: list[int], steps: int, every: int, out: P
             raise
 
     with ThreadPoolExecutor(max(1, jobs)) as pool:
+        futures = [pool.submit(finish, cell, seed) for cell, seed in missing]
         try:
-            done, _ = wait([pool.submit(finish, cell, seed) for cell, seed in missing], return_when=FIRST_EXCEPTION)
-        except BaseException:  # Ctrl-C while waiting: nothing new starts, the runs under way end with it
+            wait(futures, return_when=FIRST_EXCEPTION)
+            for future in futures:
+                if future.done():
+                    future.result()  # the first failed run's error: its command and stderr
+        finally:
+            # after a failure or a Ctrl-C nothing new starts and the runs under way finish; after success, a no-op
             failed_once.set()
             pool.shutdown(wait=True, cancel_futures=True)
-            raise
-        failed = [future for future in done if future.exception() is not None]
-        if failed:  # the benchmark stops with the failed run's command and stderr; the runs under way finish first
-            pool.shutdown(wait=True, cancel_futures=True)
-            failed[0].result()
     return results
 
 
