@@ -43,8 +43,8 @@ def _shared_warm_starts(tmp_path_factory):
 @pytest.fixture(scope="session", autouse=True)
 def _shared_tiny_judges(tmp_path_factory):
     """One home for the offline tiny judges (``$RLKIT_TINY_JUDGE_CACHE``) across the session's xdist workers: each
-    takes minutes of CPU to build, and several test files (the llm and ranking judges' own, the contract suite, fits
-    that name ``backend: tiny``) ask for the same one in caches of their own. The first asks, the rest wait for it
+    takes minutes of CPU to build, and any test that asks for one (the llm and ranking judges' own files, a fit that
+    names ``backend: tiny``) finds it there, whatever its own cache; a worker asking during the build waits for it
     (the build's lock). Tests of where a build goes pass their folder."""
     import os
 
