@@ -673,3 +673,11 @@ class AuditProbeProtocol(PluginProtocol, Protocol):
     @property
     def description(self) -> str:
         """The trick in one line, for the audit's card."""
+
+    @optional("False")
+    @property
+    def content_free(self) -> bool:
+        """True when the gamed completion keeps none of the original's content (its words and numbers replaced), as
+        the degradation ladder's rungs do: the audit then compares it only with originals that score above their
+        empty answer. Where the empty answer scores as high, the original is no better than saying nothing, and a
+        content-free answer beating it is the ladder's finding (counted there), not a trick of this probe's."""

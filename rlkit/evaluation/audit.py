@@ -57,6 +57,7 @@ class Probe:
     name: str
     description: str
     plugin: Any
+    content_free: bool = False  # compared only with originals above their empty answer (AuditProbeProtocol)
 
 
 @dataclass
@@ -78,15 +79,20 @@ class AuditPlan:
     # a pair, and ``per_completion`` is the plan of one pair
     ranked: bool = False
     skipped: dict[str, str] = field(default_factory=dict)  # check -> why it does not run for this judge
+    # each record's empty answer scored on its own: a content-free probe needs it and the ladder (whose last rung
+    # it is) does not run
+    empties: bool = False
 
     def judge_calls(self) -> dict[str, int]:
         """Completions the judge will score, by stage (a ranker's: both completions of every pair)."""
         n = len(self.items)
         probes = sum(g is not None for gamed in self.gamed.values() for g in gamed)
         ladder = sum(len(rungs) - 1 for rungs in self.ladders) if self.ladders else 0
+        empty = n if self.empties else 0
         if self.ranked:
-            return {"probes": 2 * probes, "ladder": 2 * ladder, "regrade": 2 * probes if self.regrade else 0}
-        return {"originals": n, "probes": probes, "ladder": ladder,
+            return {"probes": 2 * probes, "ladder": 2 * ladder, "empty": 2 * empty,
+                    "regrade": 2 * probes if self.regrade else 0}
+        return {"originals": n, "probes": probes, "ladder": ladder, "empty": empty,
                 "regrade": n if self.regrade else 0,
                 "order": n if self.order else 0}
 
@@ -124,6 +130,9 @@ class AuditResult:
     options: AuditConfig
     seed: int
     extra: dict[str, Any] = field(default_factory=dict)
+    # [N] the empty answer scores at least as high as the original (``audit_checks.at_floor``); None when no empty
+    # answer was scored (no ladder and no content-free probe)
+    at_floor: np.ndarray | None = None
 
 
 # --- what is audited --------------------------------------------------------------------------------------------
@@ -186,7 +195,7 @@ def build_probes(registry: Registry, names: list[str] | None) -> list[Probe]:
         except PluginError as exc:
             raise ConfigError(exc.message, "audit.probes") from None
         description = getattr(plugin, "description", None) or _first_line(registry.get("audit_probe", name).factory)
-        probes.append(Probe(name, str(description), plugin))
+        probes.append(Probe(name, str(description), plugin, bool(getattr(plugin, "content_free", False))))
     return probes
 
 
@@ -242,7 +251,8 @@ def plan_audit(validated: CheckedConfig, registry: Registry, items: list[dict[st
                      completion_tokens=max(1, round(np.mean([len(str(i["completion"])) for i in items])
                                                     / CHARS_PER_TOKEN)))
     return AuditPlan(items, labelled, probes, gamed, ladders, regrade, order, plan_judge(judge, load, rubric), source,
-                     ranked=ranked, skipped=skipped)
+                     ranked=ranked, skipped=skipped,
+                     empties=ladders is None and any(p.content_free for p in probes))
 
 
 def _reason(option: bool | None, model_based: bool, auto: str, key: str) -> str | None:
@@ -279,6 +289,8 @@ def run_audit(validated: CheckedConfig, registry: Registry, plan: AuditPlan) -> 
     for i, rungs in enumerate(plan.ladders or []):
         ladder_slots.append([i] + list(range(len(texts), len(texts) + len(rungs) - 1)))
         texts.extend((i, rung) for rung in rungs[1:])
+    empty_slots = list(range(len(texts), len(texts) + n)) if plan.empties else []
+    texts.extend((i, "") for i in range(len(empty_slots)))
     scored = score_records(replace(validated, records=[{**items[i], "completion": t} for i, t in texts]),
                            batch_size=batch_size, retries=validated.run.score.retries,
                            retry_backoff=validated.run.score.retry_backoff)
@@ -287,6 +299,7 @@ def run_audit(validated: CheckedConfig, registry: Registry, plan: AuditPlan) -> 
     probe_rewards = {name: np.array([math.nan if s is None else rewards[s] for s in row])
                      for name, row in slots.items()}
     ladder_rewards = np.array([[rewards[s] for s in row] for row in ladder_slots]) if plan.ladders else None
+    empty = ladder_rewards[:, -1] if ladder_rewards is not None else rewards[empty_slots] if empty_slots else None
     originals = raw[:n]
     audited = replace(validated, records=items)
     stability = _regrade(audited, registry, originals) if plan.regrade else None
@@ -301,7 +314,8 @@ def run_audit(validated: CheckedConfig, registry: Registry, plan: AuditPlan) -> 
                        probe_rewards=probe_rewards, probe_originals=None, ladder_rewards=ladder_rewards,
                        stability=stability, order=order,
                        redundant=redundant_pairs(originals, names), dimension_pairs=len(names) * (len(names) - 1) // 2,
-                       alignment=alignment, options=options, seed=validated.run.seed)
+                       alignment=alignment, options=options, seed=validated.run.seed,
+                       at_floor=None if empty is None else _at_floor(rewards[:n], empty))
 
 
 def _regrade(validated: CheckedConfig, registry: Registry, first: np.ndarray) -> np.ndarray:
@@ -380,6 +394,7 @@ def _run_ranked_audit(validated: CheckedConfig, registry: Registry, plan: AuditP
                    for name, gamed in plan.gamed.items()}
     probe_pairs = len(pairs)
     ladder_slots = [[paired(i, rung) for rung in rungs[1:]] for i, rungs in enumerate(plan.ladders or [])]
+    empty_slots = [paired(i, "") for i in range(n)] if plan.empties else []
     ranked = _rank_pairs(validated, items, pairs)
 
     def column(slots: list[int | None], side: int) -> np.ndarray:
@@ -390,6 +405,9 @@ def _run_ranked_audit(validated: CheckedConfig, registry: Registry, plan: AuditP
     ladder_rewards = None
     if plan.ladders:
         ladder_rewards = np.array([[0.0, *(ranked[s, 1] - ranked[s, 0] for s in row)] for row in ladder_slots])
+    # the empty answer's reward minus the original's in their pair, against 0 for the original
+    empty = (ladder_rewards[:, -1] if ladder_rewards is not None else
+             np.array([ranked[s, 1] - ranked[s, 0] for s in empty_slots]) if empty_slots else None)
     rewards = _per_record([p.item for p in pairs], ranked[:, 0], n)
     stability = None
     if plan.regrade:
@@ -398,7 +416,13 @@ def _run_ranked_audit(validated: CheckedConfig, registry: Registry, plan: AuditP
                        aggregator=validated.plugin_names["aggregator"], plan=plan, rewards=rewards,
                        probe_rewards=probe_rewards, probe_originals=probe_originals, ladder_rewards=ladder_rewards,
                        stability=stability, order=None, redundant=[], dimension_pairs=0, alignment=None,
-                       options=validated.run.audit, seed=validated.run.seed)
+                       options=validated.run.audit, seed=validated.run.seed,
+                       at_floor=None if empty is None else _at_floor(np.zeros(n), empty))
+
+
+def _at_floor(originals: np.ndarray, empty: np.ndarray) -> np.ndarray:
+    """``[N]`` bool: the empty answer scores at least as high as the original (the ladder's own test)."""
+    return np.array([checks.at_floor([o, e]) for o, e in zip(originals, empty, strict=True)], dtype=bool)
 
 
 def _per_record(owners: list[int], values: np.ndarray, n: int) -> np.ndarray:

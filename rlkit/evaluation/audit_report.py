@@ -26,7 +26,7 @@ from rlkit.core.atomic import atomic_write_text
 from rlkit.core.errors import ConfigError
 from rlkit.core.rubric import Rubric, anchor_report
 from rlkit.evaluation import audit_checks as checks
-from rlkit.evaluation.audit import AuditResult
+from rlkit.evaluation.audit import AuditResult, Probe
 from rlkit.evaluation.audit_checks import Estimate
 
 EXAMPLE_CHARS = 160  # a card shows a gamed completion this long at most
@@ -44,6 +44,8 @@ class ProbeFinding:
     delta: Estimate  # mean reward of gamed minus original
     hackable: bool
     example: dict[str, Any] | None  # the record the trick helped most (or hurt least)
+    # a content-free probe's records left out: it applied, but the empty answer scores as high as the original
+    at_floor: int = 0
 
 
 @dataclass
@@ -72,15 +74,18 @@ def summarize(result: AuditResult) -> AuditSummary:
     the verdict."""
     options, n = result.options, len(result.rewards)
     indices = checks.resample_indices(n, options.bootstrap, result.seed)
-    gains = {name: checks.gains(_originals(result, name), r) for name, r in result.probe_rewards.items()}
+    compared = {probe.name: _compared(result, probe) for probe in result.plan.probes}
+    gains = {name: np.where(compared[name], checks.gains(_originals(result, name), r), math.nan)
+             for name, r in result.probe_rewards.items()}
     findings = []
     for probe in result.plan.probes:
-        gamed = result.probe_rewards[probe.name]
+        gamed = np.where(compared[probe.name], result.probe_rewards[probe.name], math.nan)
         gain = checks.bootstrap(gains[probe.name], indices)
         findings.append(ProbeFinding(probe.name, probe.description, gain.n, gain,
                                      checks.bootstrap(gamed - _originals(result, probe.name), indices),
                                      gain.n > 0 and gain.value >= options.hackable_share,
-                                     _example(result, probe.name)))
+                                     _example(result, probe.name, compared[probe.name]),
+                                     int(np.sum(~compared[probe.name] & ~np.isnan(result.probe_rewards[probe.name])))))
     ladder_outcomes = None
     ladder_means: list[float | None] = []
     floor = 0
@@ -132,9 +137,18 @@ def _originals(result: AuditResult, probe: str) -> np.ndarray:
     return result.probe_originals[probe] if result.probe_originals is not None else result.rewards
 
 
-def _example(result: AuditResult, probe: str) -> dict[str, Any] | None:
+def _compared(result: AuditResult, probe: Probe) -> np.ndarray:
+    """``[N]`` bool: the records ``probe``'s gamed completions are compared on. A content-free probe's leave out those
+    whose empty answer scores as high as the original, as the degradation ladder does: there any broken answer may
+    beat the original, and the ladder counts it."""
+    if not probe.content_free or result.at_floor is None:
+        return np.ones(len(result.rewards), dtype=bool)
+    return ~result.at_floor
+
+
+def _example(result: AuditResult, probe: str, compared: np.ndarray) -> dict[str, Any] | None:
     originals = _originals(result, probe)
-    delta = result.probe_rewards[probe] - originals
+    delta = np.where(compared, result.probe_rewards[probe] - originals, math.nan)
     if np.isnan(delta).all():
         return None
     i = int(np.nanargmax(delta))
@@ -174,7 +188,9 @@ def audit_warnings(summary: AuditSummary) -> list[str]:
     if summary.ladder is not None and summary.ladder.n == 0:
         out.append("the degradation ladder measured nothing: no original scores above its empty answer; audit "
                    "completions that the rubric rates (audit.records=FILE, or a trained policy)")
-    out += [f"probe {p.name} applied to no record" for p in summary.probes if p.applied == 0]
+    out += [f"probe {p.name} applied to no record" + (f" that scores above its empty answer ({p.at_floor} did not)"
+                                                      if p.at_floor else "")
+            for p in summary.probes if p.applied == 0]
     return out
 
 
@@ -202,7 +218,8 @@ def audit_payload(result: AuditResult, summary: AuditSummary, judge_calls: dict[
             "calls": model.calls, "tokens_in": model.tokens_in, "tokens_out": model.tokens_out, "cost": model.cost,
             "formula": model.formula},
         "probes": [{"name": p.name, "description": p.description, "applied": p.applied, "gain_share": p.gain.as_dict(),
-                    "mean_delta": p.delta.as_dict(), "hackable": p.hackable, "example": p.example}
+                    "mean_delta": p.delta.as_dict(), "hackable": p.hackable, "example": p.example,
+                    "left_out_at_floor": p.at_floor}
                    for p in summary.probes],
         "ladder": None if summary.ladder is None else {
             "rungs": list(checks.LADDER), "mean_reward": summary.ladder_means,
@@ -264,7 +281,9 @@ def render_card(payload: dict[str, Any]) -> str:
               f"| probe | what it does | applied | {higher} | mean Δ reward | hackable |",
               "|---|---|---|---|---|---|"]
     for p in payload["probes"]:
-        lines.append(f"| {p['name']} | {_md(p['description'])} | {p['applied']} | "
+        left_out = p.get("left_out_at_floor", 0)
+        applied = f"{p['applied']} ({left_out} left out: empty answer as high)" if left_out else str(p["applied"])
+        lines.append(f"| {p['name']} | {_md(p['description'])} | {applied} | "
                      f"{interval_text(p['gain_share'], True)} | {interval_text(p['mean_delta'])} | "
                      f"{'**yes**' if p['hackable'] else 'no'} |")
     examples = [p for p in payload["probes"] if p["example"]]

@@ -63,3 +63,8 @@ class AuditProbeContract:
     def test_describes_itself(self, probe):
         description = getattr(probe, "description", None)
         assert description is None or (isinstance(description, str) and description.strip())
+
+    def test_content_free_is_a_bool(self, probe):
+        # the audit compares a content-free probe's completions only above the empty answer: a truthy non-bool (a
+        # string "false") would switch that on by mistake
+        assert isinstance(getattr(probe, "content_free", False), bool), "content_free must be True or False"

@@ -322,7 +322,72 @@ def test_model_calls_scale_the_judges_own_plan_by_the_completions_scored():
     one = CallPlan(2, 100, 10, "1 prompts × 1 completions × 2 permutations", 0.5)
     plan = AuditPlan([{"prompt": "1+1=", "completion": "2"}] * 3, None, [], {"p": ["x", None, "y"]}, None,
                      "a model judge", None, one)
-    assert plan.judge_calls() == {"originals": 3, "probes": 2, "ladder": 0, "regrade": 3, "order": 0}
+    assert plan.judge_calls() == {"originals": 3, "probes": 2, "ladder": 0, "empty": 0, "regrade": 3, "order": 0}
     model = plan.model_calls()
     assert (model.calls, model.tokens_in, model.tokens_out, model.cost) == (16, 800, 80, 4.0)
     assert replace(plan, per_completion=None).model_calls() is None  # a judge of rules asks no model
+
+
+# --- a content-free probe is compared only above the empty answer ------------------------------------------------
+
+
+def _template_fix_rubric(path: Path) -> Path:
+    """Reward-hacking v2's shape (benchmarks/reward_hacking_v2.yaml): clarity pays the enumeration words and, heavier,
+    their absence, so a wrong templated answer scores below saying nothing."""
+    words = [{"type": "regex", "pattern": rf"\b{w}\b"} for w in ("first", "second", "finally")]
+    path.write_text(yaml.safe_dump({"name": "template_fix", "version": "2", "dimensions": [
+        {"name": "correctness", "type": "binary", "weight": 2.0,
+         "checks": [{"type": "match", "field": "reference", "mode": "numeric"}]},
+        {"name": "clarity", "type": "scale", "range": [1, 5], "weight": 1.0,
+         "checks": [*words, {"type": "regex", "pattern": r"\b(?:first|second|finally)\b", "absent": True,
+                             "weight": 4}]}]}), encoding="utf-8")
+    return path
+
+
+def _templated_records(path: Path, completion) -> Path:
+    lines = [{"prompt": f"{a}+{a + 2}=", "reference": str(2 * a + 2), "completion": completion(i, a, a + 2)}
+             for i, a in enumerate(range(1, 25))]
+    path.write_text("".join(json.dumps(r) + "\n" for r in lines), encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize("ladder", ["true", "false"])
+def test_format_mimicry_is_not_compared_where_the_empty_answer_scores_as_high(workdir, capsys, ladder):
+    """A third of the answers are wrong and templated: under the template fix they score below the empty answer, and
+    their filler (no enumeration words) above them. That is the ladder's floor, not a layout trick: those records are
+    left out, and the fix passes. Without the ladder the empty answers are scored for the probe alone."""
+    def completion(i, a, b):
+        return [f"first {a}, second {b}, finally {a + b + 1}", f"first {a}, second {b}, finally {a + b}",
+                str(a + b)][i % 3]
+
+    records = _templated_records(workdir / "r.jsonl", completion)
+    rc, payload = _audit(workdir, f"rubric.path={_template_fix_rubric(workdir / 'fix.yaml')}", "judge=rule",
+                         f"audit.records={records}", "audit.probes=[format_mimicry]", f"audit.ladder={ladder}")
+    (probe,) = payload["probes"]
+    assert probe["left_out_at_floor"] == 8 and probe["applied"] == 16
+    assert probe["gain_share"]["value"] == 0.0 and not probe["hackable"]
+    assert rc == 0 and payload["passed"], payload["verdict"]
+    assert payload["judge_calls"]["empty"] == (24 if ladder == "false" else 0)
+    assert "left out 8: empty answer >= original" in " ".join(capsys.readouterr().out.split())
+    assert "| format_mimicry | " in (card := (workdir / "out" / "audit.md").read_text(encoding="utf-8"))
+    assert "| 16 (8 left out: empty answer as high) |" in card
+
+
+def test_format_mimicry_flags_filler_that_escapes_a_penalty_above_the_floor(workdir):
+    """Hedged, laid-out wrong answers score above the empty answer (the layout pays); their filler keeps the layout
+    and drops the hedge, and beats them: a rubric that pays layout without content, flagged as before."""
+    path = workdir / "layout.yaml"
+    path.write_text(yaml.safe_dump({"name": "layout", "version": "1", "dimensions": [
+        {"name": "correctness", "type": "binary", "weight": 1.0,
+         "checks": [{"type": "match", "field": "reference", "mode": "numeric"}]},
+        {"name": "confident", "type": "binary", "weight": 1.0,
+         "checks": [{"type": "regex", "pattern": r"\bmaybe\b", "absent": True}]},
+        {"name": "laid_out", "type": "binary", "weight": 2.0, "checks": [{"type": "regex", "pattern": ","}]}]}),
+        encoding="utf-8")
+    records = _templated_records(workdir / "r.jsonl", lambda i, a, b: f"maybe {a}, {b}, {a + b + 1}")
+    rc, payload = _audit(workdir, f"rubric.path={path}", "judge=rule", f"audit.records={records}",
+                         "audit.probes=[format_mimicry]")
+    (probe,) = payload["probes"]
+    assert probe["left_out_at_floor"] == 0 and probe["applied"] == 24
+    assert probe["hackable"] and probe["gain_share"]["value"] == 1.0
+    assert rc == 1 and payload["verdict"].startswith("HACKABLE: format_mimicry")

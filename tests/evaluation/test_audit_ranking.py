@@ -54,11 +54,19 @@ class FirstShownFirst(LongestFirst):
         return [-j for j in range(len(group))]
 
 
+class ShortestFirst(LongestFirst):
+    """Ranks a group by length, shortest first: the empty answer beats every original."""
+
+    def key(self, group: list[str]) -> list[float]:
+        return [-len(text) for text in group]
+
+
 class _Rankers:
     @hookimpl
     def rlkit_register_judges(self, register):
         register("longest_first", LongestFirst)
         register("first_shown_first", FirstShownFirst)
+        register("shortest_first", ShortestFirst)
 
 
 @pytest.fixture
@@ -102,7 +110,7 @@ def test_a_length_ranker_prefers_every_padded_answer(workdir, capsys):
     assert ladder["mean_reward"] == [0.0, 0.0, 0.0, -1.0, -1.0]
     assert ladder["never_beats_original"]["value"] == 1.0 and ladder["never_beats_original"]["n"] == 3
     # both completions of each pair: 5 probe pairs, 3 records × 4 rungs; a rule judge is not asked twice
-    assert payload["judge_calls"] == {"probes": 10, "ladder": 24, "regrade": 0}
+    assert payload["judge_calls"] == {"probes": 10, "ladder": 24, "empty": 0, "regrade": 0}
     assert set(payload["skipped"]) == {"order", "redundancy"}
     assert payload["components"]["order"] is None and payload["components"]["redundancy"] is None
     out = " ".join(capsys.readouterr().out.split())
@@ -198,7 +206,7 @@ def test_the_ranking_judge_ranks_each_gamed_answer_against_its_original(pair_ran
     payload = json.loads((out / "audit.json").read_text(encoding="utf-8"))
     assert payload["judge"] == "ranking" and payload["ranked_in_pairs"] and rc == (0 if payload["passed"] else 1)
     # a model-based judge: re-graded by default, in pairs
-    assert payload["judge_calls"] == {"probes": 32, "ladder": 0, "regrade": 32}
+    assert payload["judge_calls"] == {"probes": 32, "ladder": 0, "empty": 0, "regrade": 32}
     assert payload["model_calls"]["formula"].startswith("32 pairs × (1 groups of 2 × 3 repetitions)")
     assert set(payload["skipped"]) == {"order", "redundancy"}
 
@@ -215,3 +223,16 @@ def test_the_ranking_judge_ranks_each_gamed_answer_against_its_original(pair_ran
     assert probe["applied"] == len(sums)
     assert 0 < sum(wins) < len(wins)  # the twin wins some pairs and not others: the shares compared can differ
     assert probe["gain_share"]["value"] == pytest.approx(sum(wins) / len(wins), abs=1e-4)
+
+
+def test_a_content_free_probe_is_left_out_where_the_empty_answer_is_ranked_as_high(workdir):
+    """Without the ladder the empty answer is ranked against each original in a pair of its own, for the content-free
+    probe: a ranker that puts it first everywhere leaves format_mimicry nothing to compare, and says so."""
+    records = _records(workdir / "r.jsonl", RECORDS)
+    rc, payload = _audit(workdir, "judge=rule", "judge.name=shortest_first", f"audit.records={records}",
+                         "audit.probes=[format_mimicry]", "audit.ladder=false")
+    (probe,) = payload["probes"]
+    assert payload["judge_calls"] == {"probes": 6, "ladder": 0, "empty": 6, "regrade": 0}
+    assert probe["applied"] == 0 and probe["left_out_at_floor"] == 3 and not probe["hackable"]
+    assert "probe format_mimicry applied to no record that scores above its empty answer (3 did not)" in \
+        payload["warnings"]

@@ -23,6 +23,10 @@ class FormatMimicry:
     """Keeps the answer's format and empties its content."""
 
     description = "the answer's layout kept, its words and digits replaced by filler"
+    # nothing of the original's content is left: compared only where the original beats its empty answer, as the
+    # ladder's rungs are (filler escaping a penalty the original paid, as an absent-word check's, on an answer no
+    # better than nothing is the ladder's finding)
+    content_free = True
 
     def __init__(self, params: Any = None) -> None:
         pass
