@@ -47,7 +47,10 @@ it. The rules, applied to each saturated dimension (the rule path: no model is a
    the word as often as before, benchmarks/README.md). Such words get neither check nor negative example.
    Where the top samples share no word, their shared *shape* (:data:`SHAPES`: a bare number, no letters, one line;
    the same share and lift) becomes the negative example, an anchor only (:func:`add_shape` says why no check):
-   reward_hacking_v2's clarity, whose top answers are all bare sums, gets one a model judge reads.
+   reward_hacking_v2's clarity, whose top answers are all bare sums, gets one a model judge reads. Not on a dimension
+   whose checks are all ``match`` (the answer against the record, as a correctness dimension's): what it scores is
+   not a shape, and a negative example of its right answers' shape on the level below the top would tell a model
+   judge that right answers are wrong.
 
 3. **A split** (:mod:`rlkit.evaluation.rubric_splitting`): a dimension whose top samples still differ in something
    a rule measures, and that measures two things (its checks two properties, or its top anchor two qualities joined
@@ -505,6 +508,11 @@ def add_pattern(dim_data: dict[str, Any], dim: Dimension, words: list[str], sat:
     return done, None
 
 
+def _answer_checked(dim: Dimension) -> bool:
+    """Every check of the dimension compares the answer with the record (``match``): what it scores is not a shape."""
+    return bool(dim.checks) and all(check.get("type") == "match" for check in dim.checks)
+
+
 def rule_scored(dim: Dimension, judge: str | None) -> bool:
     """Whether the run's judge (``judge``, its name) scores ``dim`` by its checks: the rule judge, or a hybrid
     routing it to rules; such a dimension reads checks, never anchors."""
@@ -570,6 +578,7 @@ def propose(rubric: Rubric, saturation: Sequence[Saturation], judge: str | None,
                 else:
                     why.append(_length_left(check, sat))
         words = shared_words(sat.top, sat.others)
+        shape = None
         if words:
             rule_checks = rule_scored(dim, judge)
             added, left_why = add_pattern(dim_data, dim, words, sat, rule_checks, rescore)
@@ -577,7 +586,13 @@ def propose(rubric: Rubric, saturation: Sequence[Saturation], judge: str | None,
             if left_why:
                 why.append(left_why)
         elif (shape := shared_shape(sat.top, sat.others)) is not None:
-            changes.extend(add_shape(dim_data, dim, shape, sat.top))
+            if _answer_checked(dim):
+                # e.g. SmolLM2's right sums, bare: "14" as a negative example of correctness level 0 would tell a
+                # model judge that a right answer in that shape is wrong
+                why.append(f"its top samples share a shape ({shape[0]}), but its match checks compare the answer with "
+                           "the record: a shape says nothing of that, and an anchor would call right answers wrong")
+            else:
+                changes.extend(add_shape(dim_data, dim, shape, sat.top))
         if split:
             parts = propose_split(dim, dim_data, rubric, sat.top, run_config, taken)
             if isinstance(parts, Split):
@@ -591,7 +606,7 @@ def propose(rubric: Rubric, saturation: Sequence[Saturation], judge: str | None,
             kinds = sorted({str(c.get("type")) for c in dim.checks or []} - {"length", "match"})
             if kinds:
                 why.append(f"its {', '.join(kinds)} checks have no level a rule can raise")
-            if not words:
+            if not words and shape is None:
                 why.append("its top samples share no word or shape the others lack" if sat.others else
                            "every logged sample is at its ceiling, so no pattern sets the top ones apart")
             proposal.unchanged[sat.name] = "; ".join(why)

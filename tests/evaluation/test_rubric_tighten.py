@@ -9,6 +9,7 @@ import re
 from pathlib import Path
 
 import pytest
+import yaml
 
 from rlkit.cli import main
 from rlkit.core.rubric import load_rubric
@@ -346,3 +347,24 @@ def test_an_anchor_only_proposal_on_a_hybrid_runs_rule_routed_dimension_is_warne
     captured = capsys.readouterr()
     assert "(the top samples share a shape: a bare number)" in captured.out
     assert "changes only anchors" in captured.err and "(hybrid) scores by rules" in captured.err
+
+
+def test_a_dimension_that_checks_the_answer_gets_no_shape_anchor(tmp_path):
+    """Right sums, bare: correctness (a match check) is saturated and its top samples share a shape, but a bare
+    number as a negative example of level 0 would call its right answers wrong; a layout dimension gets the anchor."""
+    rubric = tmp_path / "sums.yaml"
+    rubric.write_text(yaml.safe_dump({"name": "sums", "version": "1.0", "dimensions": [
+        {"name": "correctness", "type": "binary", "checks": [{"type": "match", "field": "reference",
+                                                              "mode": "numeric"}]},
+        {"name": "short", "type": "binary", "checks": [{"type": "regex", "pattern": r"^\S{0,40}$"}]}]}))
+    top = [str(n) for n in range(10, 18)]
+    others = ["the sum is 9", "first 3, then 4, so 8", "12 apples", "I think 30"]
+    pairs = [(t, {"reference": t}) for t in top]
+    sats = [Saturation(name, 0.9, (0, 9), 1.0, 1.0, top, others, top_pairs=pairs) for name in ("correctness", "short")]
+    proposal = propose(load_rubric(rubric), sats, "rule", split=False)
+    assert "correctness" not in proposal.changes
+    assert "share a shape (a bare number), but its match checks compare the answer" in proposal.unchanged["correctness"]
+    assert "no word or shape" not in proposal.unchanged["correctness"]
+    assert any("a bare number" in change for change in proposal.changes["short"])
+    new = proposal.new_rubric
+    assert not new.dimensions[0].anchors or not any(a.negative for a in new.dimensions[0].anchors.values())
