@@ -56,6 +56,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -243,6 +244,11 @@ def phase1(preset: str, seed: int, steps: int, out: Path, extra: list[str], tiny
     return run_dir, seconds
 
 
+def took(seconds: float) -> str:
+    """A run's wall time, or that it was read again (an earlier invocation's finished run: NaN seconds)."""
+    return "read again" if math.isnan(seconds) else f"{seconds:.0f} s"
+
+
 def tighten(run_dir: Path, out: Path) -> tuple[Path | None, str]:
     """`rlkit rubric tighten` with its audit: the proposal (None when it wrote none) and the audit's verdict."""
     proposal = out / "tighten" / "proposal.yaml"
@@ -327,7 +333,7 @@ def report(results: list[SeedResult], before: Signal, dims: list[str], rubrics: 
             cells = " | ".join(f"{r.scores[label]['start'][d]:.3f} → {r.scores[label][name][d]:.3f}"
                                for label in rubrics for d in r.scores[label]["start"] if not d.startswith("unscored/"))
             print(f"| {r.seed} | {name} | {r.signal[name].zero_adv:.2f} | {r.signal[name].reward_std:.3f} | {cells} | "
-                  f"{r.seconds.get(name, float('nan')):.0f} s |")
+                  f"{took(r.seconds.get(name, float('nan')))} |")
     for d in dims:
         for name in ARMS:
             ends = ", ".join(f"{r.scores['proposal'][name][d]:.3f}" for r in results)
@@ -369,7 +375,7 @@ def main() -> int:
         run_dir, seconds = phase1(args.preset, p1_seed, steps, out, args.overrides, args.tiny_rubric, args.rubric,
                                   args.experiment)
         before = read_signal(run_dir, SIGNAL_WINDOW)
-        print(f"phase 1 ({args.preset}, seed {p1_seed}, {steps} steps, {seconds:.0f} s): {run_dir}; held-out "
+        print(f"phase 1 ({args.preset}, seed {p1_seed}, {steps} steps, {took(seconds)}): {run_dir}; held-out "
               f"{heldout_change(run_dir)}", flush=True)
         from rlkit.core.rubric import load_rubric
         from rlkit.evaluation.rubric_tightening import judging_overrides, read_by_rules, run_judge, run_rubric
@@ -402,7 +408,7 @@ def main() -> int:
                 runs[name], times[name] = arm(args.preset, name, seed, run_dir / "policy",
                                               proposal if name == "tightened" else original, args.more, work,
                                               args.overrides, args.experiment)
-                print(f"{name} seed {seed}: {args.more} steps from {run_dir / 'policy'} ({times[name]:.0f} s)",
+                print(f"{name} seed {seed}: {args.more} steps from {run_dir / 'policy'} ({took(times[name])})",
                       flush=True)
             results.append(SeedResult(seed, {n: read_signal(runs[n]) for n in ARMS},
                                       score_heldout(seed, runs, rubrics, judging, work), times))
