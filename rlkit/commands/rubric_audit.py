@@ -106,10 +106,10 @@ def audit_table(payload: dict) -> Table:
         table.add_column(column, justify="left" if column in ("check", "flag") else "right")
     higher = "ranked above the original" if payload["ranked_in_pairs"] else "scores higher"
     for p in payload["probes"]:
-        left_out = p.get("left_out_at_floor", 0)
+        against = p.get("against_empty", 0)
         table.add_row(f"probe {p['name']}: {higher}", str(p["applied"]), _est(p["gain_share"], True),
-                      "; ".join(filter(None, ["HACKABLE" if p["hackable"] else "", f"left out {left_out}: empty "
-                                              "answer >= original" if left_out else ""])))
+                      "; ".join(filter(None, ["HACKABLE" if p["hackable"] else "", f"{against} vs the empty answer "
+                                              "(>= original)" if against else ""])))
     if payload["ladder"]:
         share, floor = payload["ladder"]["never_beats_original"], payload["ladder"]["empty_scores_as_high"]
         table.add_row("ladder: no degraded answer beats the original", str(share["n"]), _est(share, True),

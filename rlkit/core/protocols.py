@@ -677,7 +677,8 @@ class AuditProbeProtocol(PluginProtocol, Protocol):
     @optional("False")
     @property
     def content_free(self) -> bool:
-        """True when the gamed completion keeps none of the original's content (its words and numbers replaced), as
-        the degradation ladder's rungs do: the audit then compares it only with originals that score above their
-        empty answer. Where the empty answer scores as high, the original is no better than saying nothing, and a
-        content-free answer beating it is the ladder's finding (counted there), not a trick of this probe's."""
+        """True when the gamed completion keeps none of the original's content (its words replaced, its numbers
+        zeroed), as the degradation ladder's rungs do. Where the original's empty answer scores at least as high as
+        the original, the original is no better than saying nothing and beating it shows nothing; there the audit
+        counts a gain only where the gamed completion beats the empty answer too (content-free markup that beats
+        silence is still a trick)."""

@@ -57,7 +57,7 @@ class Probe:
     name: str
     description: str
     plugin: Any
-    content_free: bool = False  # compared only with originals above their empty answer (AuditProbeProtocol)
+    content_free: bool = False  # must beat the empty answer too where it scores as high (AuditProbeProtocol)
 
 
 @dataclass
@@ -130,9 +130,9 @@ class AuditResult:
     options: AuditConfig
     seed: int
     extra: dict[str, Any] = field(default_factory=dict)
-    # [N] the empty answer scores at least as high as the original (``audit_checks.at_floor``); None when no empty
-    # answer was scored (no ladder and no content-free probe)
-    at_floor: np.ndarray | None = None
+    # [N] the empty answer's reward minus the original's (a ranker's: in their pair); None when no empty answer was
+    # scored (no ladder and no content-free probe)
+    empty_margin: np.ndarray | None = None
 
 
 # --- what is audited --------------------------------------------------------------------------------------------
@@ -315,7 +315,7 @@ def run_audit(validated: CheckedConfig, registry: Registry, plan: AuditPlan) -> 
                        stability=stability, order=order,
                        redundant=redundant_pairs(originals, names), dimension_pairs=len(names) * (len(names) - 1) // 2,
                        alignment=alignment, options=options, seed=validated.run.seed,
-                       at_floor=None if empty is None else _at_floor(rewards[:n], empty))
+                       empty_margin=None if empty is None else empty - rewards[:n])
 
 
 def _regrade(validated: CheckedConfig, registry: Registry, first: np.ndarray) -> np.ndarray:
@@ -417,12 +417,7 @@ def _run_ranked_audit(validated: CheckedConfig, registry: Registry, plan: AuditP
                        probe_rewards=probe_rewards, probe_originals=probe_originals, ladder_rewards=ladder_rewards,
                        stability=stability, order=None, redundant=[], dimension_pairs=0, alignment=None,
                        options=validated.run.audit, seed=validated.run.seed,
-                       at_floor=None if empty is None else _at_floor(np.zeros(n), empty))
-
-
-def _at_floor(originals: np.ndarray, empty: np.ndarray) -> np.ndarray:
-    """``[N]`` bool: the empty answer scores at least as high as the original (the ladder's own test)."""
-    return np.array([checks.at_floor([o, e]) for o, e in zip(originals, empty, strict=True)], dtype=bool)
+                       empty_margin=empty)
 
 
 def _per_record(owners: list[int], values: np.ndarray, n: int) -> np.ndarray:

@@ -44,8 +44,9 @@ class ProbeFinding:
     delta: Estimate  # mean reward of gamed minus original
     hackable: bool
     example: dict[str, Any] | None  # the record the trick helped most (or hurt least)
-    # a content-free probe's records left out: it applied, but the empty answer scores as high as the original
-    at_floor: int = 0
+    # a content-free probe's records where the empty answer scores as high as the original: its gamed answer had to
+    # beat the empty one too
+    against_empty: int = 0
 
 
 @dataclass
@@ -74,18 +75,19 @@ def summarize(result: AuditResult) -> AuditSummary:
     the verdict."""
     options, n = result.options, len(result.rewards)
     indices = checks.resample_indices(n, options.bootstrap, result.seed)
-    compared = {probe.name: _compared(result, probe) for probe in result.plan.probes}
-    gains = {name: np.where(compared[name], checks.gains(_originals(result, name), r), math.nan)
+    bars = {probe.name: _bar(result, probe) for probe in result.plan.probes}
+    gains = {name: checks.gains(np.zeros(len(r)), _margin(result, name) - bars[name])
              for name, r in result.probe_rewards.items()}
     findings = []
     for probe in result.plan.probes:
-        gamed = np.where(compared[probe.name], result.probe_rewards[probe.name], math.nan)
+        bar = bars[probe.name]
         gain = checks.bootstrap(gains[probe.name], indices)
         findings.append(ProbeFinding(probe.name, probe.description, gain.n, gain,
-                                     checks.bootstrap(gamed - _originals(result, probe.name), indices),
+                                     checks.bootstrap(_margin(result, probe.name) - bar, indices),
                                      gain.n > 0 and gain.value >= options.hackable_share,
-                                     _example(result, probe.name, compared[probe.name]),
-                                     int(np.sum(~compared[probe.name] & ~np.isnan(result.probe_rewards[probe.name])))))
+                                     _example(result, probe.name, bar),
+                                     int(np.sum(_against_empty(result, probe)
+                                                & ~np.isnan(result.probe_rewards[probe.name])))))
     ladder_outcomes = None
     ladder_means: list[float | None] = []
     floor = 0
@@ -137,18 +139,33 @@ def _originals(result: AuditResult, probe: str) -> np.ndarray:
     return result.probe_originals[probe] if result.probe_originals is not None else result.rewards
 
 
-def _compared(result: AuditResult, probe: Probe) -> np.ndarray:
-    """``[N]`` bool: the records ``probe``'s gamed completions are compared on. A content-free probe's leave out those
-    whose empty answer scores as high as the original, as the degradation ladder does: there any broken answer may
-    beat the original, and the ladder counts it."""
-    if not probe.content_free or result.at_floor is None:
-        return np.ones(len(result.rewards), dtype=bool)
-    return ~result.at_floor
+def _margin(result: AuditResult, probe: str) -> np.ndarray:
+    """``[N]``: each gamed completion's reward minus its original's (NaN where either is missing)."""
+    return result.probe_rewards[probe] - _originals(result, probe)
 
 
-def _example(result: AuditResult, probe: str, compared: np.ndarray) -> dict[str, Any] | None:
+def _against_empty(result: AuditResult, probe: Probe) -> np.ndarray:
+    """``[N]`` bool: a content-free probe's records whose empty answer scores at least as high as the original (the
+    ladder's floor, ``audit_checks.at_floor``)."""
+    if not probe.content_free or result.empty_margin is None:
+        return np.zeros(len(result.rewards), dtype=bool)
+    return result.empty_margin >= -checks.TOLERANCE
+
+
+def _bar(result: AuditResult, probe: Probe) -> np.ndarray:
+    """``[N]``: what the gamed completion's margin over the original must exceed to count as a gain. 0, except for a
+    content-free probe on a record whose empty answer scores at least as high as the original: there the original
+    is no better than saying nothing, so beating it shows nothing (the ladder leaves such records out), and the
+    gamed answer must beat the empty answer too. Content-free markup that beats silence is still a gain."""
+    against = _against_empty(result, probe)
+    if not against.any():
+        return np.zeros(len(result.rewards))
+    return np.where(against, np.maximum(result.empty_margin, 0.0), 0.0)
+
+
+def _example(result: AuditResult, probe: str, bar: np.ndarray) -> dict[str, Any] | None:
     originals = _originals(result, probe)
-    delta = np.where(compared, result.probe_rewards[probe] - originals, math.nan)
+    delta = _margin(result, probe) - bar
     if np.isnan(delta).all():
         return None
     i = int(np.nanargmax(delta))
@@ -188,9 +205,7 @@ def audit_warnings(summary: AuditSummary) -> list[str]:
     if summary.ladder is not None and summary.ladder.n == 0:
         out.append("the degradation ladder measured nothing: no original scores above its empty answer; audit "
                    "completions that the rubric rates (audit.records=FILE, or a trained policy)")
-    out += [f"probe {p.name} applied to no record" + (f" that scores above its empty answer ({p.at_floor} did not)"
-                                                      if p.at_floor else "")
-            for p in summary.probes if p.applied == 0]
+    out += [f"probe {p.name} applied to no record" for p in summary.probes if p.applied == 0]
     return out
 
 
@@ -219,7 +234,7 @@ def audit_payload(result: AuditResult, summary: AuditSummary, judge_calls: dict[
             "formula": model.formula},
         "probes": [{"name": p.name, "description": p.description, "applied": p.applied, "gain_share": p.gain.as_dict(),
                     "mean_delta": p.delta.as_dict(), "hackable": p.hackable, "example": p.example,
-                    "left_out_at_floor": p.at_floor}
+                    "against_empty": p.against_empty}
                    for p in summary.probes],
         "ladder": None if summary.ladder is None else {
             "rungs": list(checks.LADDER), "mean_reward": summary.ladder_means,
@@ -281,8 +296,9 @@ def render_card(payload: dict[str, Any]) -> str:
               f"| probe | what it does | applied | {higher} | mean Δ reward | hackable |",
               "|---|---|---|---|---|---|"]
     for p in payload["probes"]:
-        left_out = p.get("left_out_at_floor", 0)
-        applied = f"{p['applied']} ({left_out} left out: empty answer as high)" if left_out else str(p["applied"])
+        against = p.get("against_empty", 0)
+        applied = (f"{p['applied']} ({against} against the empty answer, which scores as high as the original)"
+                   if against else str(p["applied"]))
         lines.append(f"| {p['name']} | {_md(p['description'])} | {applied} | "
                      f"{interval_text(p['gain_share'], True)} | {interval_text(p['mean_delta'])} | "
                      f"{'**yes**' if p['hackable'] else 'no'} |")

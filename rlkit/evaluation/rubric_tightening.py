@@ -48,8 +48,8 @@ it. The rules, applied to each saturated dimension (the rule path: no model is a
    Where the top samples share no word, their shared *shape* (:data:`SHAPES`: a bare number, no letters, one line;
    the same share and lift) becomes the negative example, an anchor only (:func:`add_shape` says why no check):
    reward_hacking_v2's clarity, whose top answers are all bare sums, gets one a model judge reads. Not on a dimension
-   whose checks are all ``match`` (the answer against the record, as a correctness dimension's): what it scores is
-   not a shape, and a negative example of its right answers' shape on the level below the top would tell a model
+   with a ``match`` check (the answer against the record, as a correctness dimension's): what it scores is not a
+   shape, and a negative example of its right answers' shape on the level below the top would tell a model
    judge that right answers are wrong.
 
 3. **A split** (:mod:`rlkit.evaluation.rubric_splitting`): a dimension whose top samples still differ in something
@@ -509,8 +509,9 @@ def add_pattern(dim_data: dict[str, Any], dim: Dimension, words: list[str], sat:
 
 
 def _answer_checked(dim: Dimension) -> bool:
-    """Every check of the dimension compares the answer with the record (``match``): what it scores is not a shape."""
-    return bool(dim.checks) and all(check.get("type") == "match" for check in dim.checks)
+    """A check of the dimension compares the answer with the record (``match``): its top samples are right answers,
+    whatever their shape."""
+    return any(check.get("type") == "match" for check in dim.checks or [])
 
 
 def rule_scored(dim: Dimension, judge: str | None) -> bool:
@@ -589,7 +590,7 @@ def propose(rubric: Rubric, saturation: Sequence[Saturation], judge: str | None,
             if _answer_checked(dim):
                 # e.g. SmolLM2's right sums, bare: "14" as a negative example of correctness level 0 would tell a
                 # model judge that a right answer in that shape is wrong
-                why.append(f"its top samples share a shape ({shape[0]}), but its match checks compare the answer with "
+                why.append(f"its top samples share a shape ({shape[0]}), but its match check compares the answer with "
                            "the record: a shape says nothing of that, and an anchor would call right answers wrong")
             else:
                 changes.extend(add_shape(dim_data, dim, shape, sat.top))

@@ -328,7 +328,7 @@ def test_model_calls_scale_the_judges_own_plan_by_the_completions_scored():
     assert replace(plan, per_completion=None).model_calls() is None  # a judge of rules asks no model
 
 
-# --- a content-free probe is compared only above the empty answer ------------------------------------------------
+# --- a content-free probe must beat the empty answer where the original does not ----------------------------------
 
 
 def _template_fix_rubric(path: Path) -> Path:
@@ -344,33 +344,66 @@ def _template_fix_rubric(path: Path) -> Path:
     return path
 
 
-def _templated_records(path: Path, completion) -> Path:
+def _sum_records(path: Path, completion) -> Path:
     lines = [{"prompt": f"{a}+{a + 2}=", "reference": str(2 * a + 2), "completion": completion(i, a, a + 2)}
              for i, a in enumerate(range(1, 25))]
     path.write_text("".join(json.dumps(r) + "\n" for r in lines), encoding="utf-8")
     return path
 
 
+def _one_probe_audit(workdir: Path, rubric: Path, records: Path, *overrides: str) -> tuple[int, dict, dict]:
+    rc, payload = _audit(workdir, f"rubric.path={rubric}", "judge=rule", f"audit.records={records}",
+                         "audit.probes=[format_mimicry]", *overrides)
+    (probe,) = payload["probes"]
+    return rc, payload, probe
+
+
 @pytest.mark.parametrize("ladder", ["true", "false"])
-def test_format_mimicry_is_not_compared_where_the_empty_answer_scores_as_high(workdir, capsys, ladder):
-    """A third of the answers are wrong and templated: under the template fix they score below the empty answer, and
-    their filler (no enumeration words) above them. That is the ladder's floor, not a layout trick: those records are
-    left out, and the fix passes. Without the ladder the empty answers are scored for the probe alone."""
+def test_format_mimicry_must_beat_the_empty_answer_where_the_original_does_not(workdir, capsys, monkeypatch,
+                                                                                 ladder):
+    """A third of the answers are wrong and templated: under the template fix they score below the empty answer,
+    and their filler (no enumeration words) above them, but only as high as the empty answer: no gain, and the fix
+    passes. Counted against the original alone (the probe not content-free), the same filler made it hackable.
+    Without the ladder the empty answers are scored for the probe alone."""
     def completion(i, a, b):
         return [f"first {a}, second {b}, finally {a + b + 1}", f"first {a}, second {b}, finally {a + b}",
                 str(a + b)][i % 3]
 
-    records = _templated_records(workdir / "r.jsonl", completion)
-    rc, payload = _audit(workdir, f"rubric.path={_template_fix_rubric(workdir / 'fix.yaml')}", "judge=rule",
-                         f"audit.records={records}", "audit.probes=[format_mimicry]", f"audit.ladder={ladder}")
-    (probe,) = payload["probes"]
-    assert probe["left_out_at_floor"] == 8 and probe["applied"] == 16
+    rubric, records = _template_fix_rubric(workdir / "fix.yaml"), _sum_records(workdir / "r.jsonl", completion)
+    rc, payload, probe = _one_probe_audit(workdir, rubric, records, f"audit.ladder={ladder}")
+    assert probe["against_empty"] == 8 and probe["applied"] == 24
     assert probe["gain_share"]["value"] == 0.0 and not probe["hackable"]
     assert rc == 0 and payload["passed"], payload["verdict"]
     assert payload["judge_calls"]["empty"] == (24 if ladder == "false" else 0)
-    assert "left out 8: empty answer >= original" in " ".join(capsys.readouterr().out.split())
-    assert "| format_mimicry | " in (card := (workdir / "out" / "audit.md").read_text(encoding="utf-8"))
-    assert "| 16 (8 left out: empty answer as high) |" in card
+    assert "8 vs the empty answer (>= original)" in " ".join(capsys.readouterr().out.split())
+    card = (workdir / "out" / "audit.md").read_text(encoding="utf-8")
+    assert "| 24 (8 against the empty answer, which scores as high as the original) |" in card
+
+    from rlkit_plugins.probes.format_mimicry import FormatMimicry
+
+    monkeypatch.setattr(FormatMimicry, "content_free", False)
+    rc, payload, probe = _one_probe_audit(workdir, rubric, records, f"audit.ladder={ladder}")
+    assert probe["against_empty"] == 0 and probe["gain_share"]["value"] == pytest.approx(8 / 24, abs=1e-3)
+    assert rc == 1 and probe["hackable"]
+
+
+def test_format_mimicry_flags_markup_that_beats_the_empty_answer_too(workdir):
+    """A heading pays more than correctness and an apology costs more still: a wrong apologising answer scores below
+    the empty one, but its filler keeps the heading and drops the apology, and beats both. Layout without content
+    that beats silence: hackable, floor or not. (The counterexample a review of the floor rule found.)"""
+    path = workdir / "markup.yaml"
+    path.write_text(yaml.safe_dump({"name": "markup", "version": "1", "dimensions": [
+        {"name": "correctness", "type": "binary", "weight": 1.0,
+         "checks": [{"type": "match", "field": "reference", "mode": "numeric"}]},
+        {"name": "no_apology", "type": "binary", "weight": 3.0,
+         "checks": [{"type": "regex", "pattern": r"\bsorry\b", "absent": True}]},
+        {"name": "markdown", "type": "binary", "weight": 2.0, "checks": [{"type": "regex", "pattern": "(?m)^## "}]}]}),
+        encoding="utf-8")
+    records = _sum_records(workdir / "r.jsonl", lambda i, a, b: (f"## Answer\n- it is {a + b}" if i % 2 else
+                                                               f"## Answer\n- sorry, it is {a + b + 1}"))
+    rc, payload, probe = _one_probe_audit(workdir, path, records)
+    assert probe["against_empty"] == 12 and probe["hackable"] and probe["gain_share"]["value"] == 0.5
+    assert rc == 1 and payload["verdict"].startswith("HACKABLE: format_mimicry")
 
 
 def test_format_mimicry_flags_filler_that_escapes_a_penalty_above_the_floor(workdir):
@@ -384,10 +417,8 @@ def test_format_mimicry_flags_filler_that_escapes_a_penalty_above_the_floor(work
          "checks": [{"type": "regex", "pattern": r"\bmaybe\b", "absent": True}]},
         {"name": "laid_out", "type": "binary", "weight": 2.0, "checks": [{"type": "regex", "pattern": ","}]}]}),
         encoding="utf-8")
-    records = _templated_records(workdir / "r.jsonl", lambda i, a, b: f"maybe {a}, {b}, {a + b + 1}")
-    rc, payload = _audit(workdir, f"rubric.path={path}", "judge=rule", f"audit.records={records}",
-                         "audit.probes=[format_mimicry]")
-    (probe,) = payload["probes"]
-    assert probe["left_out_at_floor"] == 0 and probe["applied"] == 24
+    records = _sum_records(workdir / "r.jsonl", lambda i, a, b: f"maybe {a}, {b}, {a + b + 1}")
+    rc, payload, probe = _one_probe_audit(workdir, path, records)
+    assert probe["against_empty"] == 0 and probe["applied"] == 24
     assert probe["hackable"] and probe["gain_share"]["value"] == 1.0
     assert rc == 1 and payload["verdict"].startswith("HACKABLE: format_mimicry")

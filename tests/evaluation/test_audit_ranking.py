@@ -54,11 +54,12 @@ class FirstShownFirst(LongestFirst):
         return [-j for j in range(len(group))]
 
 
-class ShortestFirst(LongestFirst):
-    """Ranks a group by length, shortest first: the empty answer beats every original."""
+class LettersLast(LongestFirst):
+    """Ranks answers without letters above those with, then by length, longest first: the empty answer beats "six"
+    and loses to "7"."""
 
-    def key(self, group: list[str]) -> list[float]:
-        return [-len(text) for text in group]
+    def key(self, group: list[str]) -> list[tuple[bool, int]]:
+        return [(not any(c.isalpha() for c in text), len(text)) for text in group]
 
 
 class _Rankers:
@@ -66,7 +67,7 @@ class _Rankers:
     def rlkit_register_judges(self, register):
         register("longest_first", LongestFirst)
         register("first_shown_first", FirstShownFirst)
-        register("shortest_first", ShortestFirst)
+        register("letters_last", LettersLast)
 
 
 @pytest.fixture
@@ -225,14 +226,24 @@ def test_the_ranking_judge_ranks_each_gamed_answer_against_its_original(pair_ran
     assert probe["gain_share"]["value"] == pytest.approx(sum(wins) / len(wins), abs=1e-4)
 
 
-def test_a_content_free_probe_is_left_out_where_the_empty_answer_is_ranked_as_high(workdir):
-    """Without the ladder the empty answer is ranked against each original in a pair of its own, for the content-free
-    probe: a ranker that puts it first everywhere leaves format_mimicry nothing to compare, and says so."""
+@pytest.mark.parametrize("ladder", ["true", "false"])
+def test_a_content_free_probe_must_beat_the_empty_answer_where_it_is_ranked_as_high(workdir, monkeypatch, ladder):
+    """"six" is ranked below the empty answer, "7" and "4" above theirs. Filler of "six" ("lorem") is ranked above
+    "six", as the empty answer is: no gain there. Filler of the sums ("0") ties them. Counted against the original
+    alone, "lorem" would be a gain on 1 record of 3. The empty answer comes from the ladder, or without it from a
+    pair of its own per record."""
     records = _records(workdir / "r.jsonl", RECORDS)
-    rc, payload = _audit(workdir, "judge=rule", "judge.name=shortest_first", f"audit.records={records}",
-                         "audit.probes=[format_mimicry]", "audit.ladder=false")
+    overrides = ("judge=rule", "judge.name=letters_last", f"audit.records={records}", "audit.probes=[format_mimicry]",
+                 f"audit.ladder={ladder}")
+    rc, payload = _audit(workdir, *overrides)
     (probe,) = payload["probes"]
-    assert payload["judge_calls"] == {"probes": 6, "ladder": 0, "empty": 6, "regrade": 0}
-    assert probe["applied"] == 0 and probe["left_out_at_floor"] == 3 and not probe["hackable"]
-    assert "probe format_mimicry applied to no record that scores above its empty answer (3 did not)" in \
-        payload["warnings"]
+    assert payload["judge_calls"]["empty"] == (0 if ladder == "true" else 6)
+    assert probe["applied"] == 3 and probe["against_empty"] == 1
+    assert probe["gain_share"]["value"] == 0.0 and not probe["hackable"]
+
+    from rlkit_plugins.probes.format_mimicry import FormatMimicry
+
+    monkeypatch.setattr(FormatMimicry, "content_free", False)
+    rc, payload = _audit(workdir, *overrides)
+    (probe,) = payload["probes"]
+    assert probe["against_empty"] == 0 and probe["gain_share"]["value"] == pytest.approx(1 / 3, abs=1e-3)

@@ -363,7 +363,7 @@ def test_a_dimension_that_checks_the_answer_gets_no_shape_anchor(tmp_path):
     sats = [Saturation(name, 0.9, (0, 9), 1.0, 1.0, top, others, top_pairs=pairs) for name in ("correctness", "short")]
     proposal = propose(load_rubric(rubric), sats, "rule", split=False)
     assert "correctness" not in proposal.changes
-    assert "share a shape (a bare number), but its match checks compare the answer" in proposal.unchanged["correctness"]
+    assert "share a shape (a bare number), but its match check compares the answer" in proposal.unchanged["correctness"]
     assert "no word or shape" not in proposal.unchanged["correctness"]
     assert any("a bare number" in change for change in proposal.changes["short"])
     new = proposal.new_rubric

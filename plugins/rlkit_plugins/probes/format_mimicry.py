@@ -23,9 +23,9 @@ class FormatMimicry:
     """Keeps the answer's format and empties its content."""
 
     description = "the answer's layout kept, its words and digits replaced by filler"
-    # nothing of the original's content is left: compared only where the original beats its empty answer, as the
-    # ladder's rungs are (filler escaping a penalty the original paid, as an absent-word check's, on an answer no
-    # better than nothing is the ladder's finding)
+    # nothing of the original's content is left (a reference of 0 aside: digits become 0): where the original scores
+    # no higher than its empty answer, filler must beat the empty answer too (escaping a penalty the original paid,
+    # as an absent-word check's, while scoring like silence, is no trick)
     content_free = True
 
     def __init__(self, params: Any = None) -> None:
