@@ -144,10 +144,10 @@ def run_dir(out: Path, cell: str, steps: int, seed: int) -> Path:
 
 
 def finished(path: Path) -> bool:
-    """The run trained to its end: ``summary.json`` (which fit writes last) without an ``interrupted`` entry (a
-    stopped run writes its summary too, and is set aside like any unfinished one)."""
+    """The run trained to its end: ``summary.json`` (which fit writes last) whose ``interrupted`` entry is null (a
+    stopped run writes its summary too, naming the step it stopped after, and is set aside like any unfinished one)."""
     summary = path / "summary.json"
-    return summary.is_file() and "interrupted" not in json.loads(summary.read_text())
+    return summary.is_file() and not json.loads(summary.read_text()).get("interrupted")
 
 
 def set_aside(path: Path, why: str = "unfinished") -> Path:

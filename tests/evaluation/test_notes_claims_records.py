@@ -124,3 +124,6 @@ def test_a_stopped_run_is_not_read_as_finished(tmp_path):
     assert not nc.finished(run)
     (run / "summary.json").write_text(json.dumps({"steps": 40}))
     assert nc.finished(run)
+    # fit writes the key on every run, null when nothing stopped it (rlkit/train/fit.py)
+    (run / "summary.json").write_text(json.dumps({"steps": 40, "interrupted": None}))
+    assert nc.finished(run)
