@@ -46,11 +46,12 @@ it. The rules, applied to each saturated dimension (the rule path: no model is a
    word: the continued runs dropped `using`, for "An example sentence:" or "with the word", and their examples used
    the word as often as before, benchmarks/README.md). Such words get neither check nor negative example.
    Where the top samples share no word, their shared *shape* (:data:`SHAPES`: a bare number, no letters, one line;
-   the same share and lift) becomes the negative example, an anchor only (:func:`add_shape` says why no check):
-   reward_hacking_v2's clarity, whose top answers are all bare sums, gets one a model judge reads. Not on a dimension
-   with a ``match`` check (the answer against the record, as a correctness dimension's): what it scores is not a
-   shape, and a negative example of its right answers' shape on the level below the top would tell a model
-   judge that right answers are wrong.
+   the same share and lift) becomes the negative example, an anchor only (:func:`add_shape` says why no check), for
+   a model judge to read. Not on a dimension with a ``match`` check (the answer against the record, as a correctness
+   dimension's): what it scores is not a shape, and a negative example of its right answers' shape on the level
+   below the top would tell a model judge that right answers are wrong. Nor where the rubric's own positive example
+   above that level has the shape (reward_hacking_v2's clarity gives "7" at level 5; chat_arithmetic's `stops` "42"
+   at 1): the shape is what the rubric asks for, and the saturation is the policy doing it.
 
 3. **A split** (:mod:`rlkit.evaluation.rubric_splitting`): a dimension whose top samples still differ in something
    a rule measures, and that measures two things (its checks two properties, or its top anchor two qualities joined
@@ -508,6 +509,19 @@ def add_pattern(dim_data: dict[str, Any], dim: Dimension, words: list[str], sat:
     return done, None
 
 
+def _praised_example(dim: Dimension, pattern: str) -> str | None:
+    """A positive example, on a level above the one a negative example would go on, that has the shape ``pattern``:
+    the rubric calls the shape good there, so a negative example of it would contradict the rubric."""
+    below = _negative_level(dim, {})
+    pat = re.compile(pattern)
+    for level, anchor in dim.anchors.items():
+        if float(level) > float(below):
+            example = next((e for e in anchor.positive if pat.search(e)), None)
+            if example is not None:
+                return example
+    return None
+
+
 def _answer_checked(dim: Dimension) -> bool:
     """A check of the dimension compares the answer with the record (``match``): its top samples are right answers,
     whatever their shape."""
@@ -592,6 +606,11 @@ def propose(rubric: Rubric, saturation: Sequence[Saturation], judge: str | None,
                 # model judge that a right answer in that shape is wrong
                 why.append(f"its top samples share a shape ({shape[0]}), but its match check compares the answer with "
                            "the record: a shape says nothing of that, and an anchor would call right answers wrong")
+            elif (praised := _praised_example(dim, shape[1])) is not None:
+                # e.g. reward_hacking_v2's clarity, whose level 5 gives "7" as its positive example: its bare sums
+                # are what it asks for, and a negative example of them on level 3 would contradict it
+                why.append(f"its top samples share a shape ({shape[0]}), which the rubric's own positive example "
+                           f"{praised!r} above it has: the shape is what it asks for, not a way around it")
             else:
                 changes.extend(add_shape(dim_data, dim, shape, sat.top))
         if split:

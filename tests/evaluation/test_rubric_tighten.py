@@ -122,25 +122,19 @@ def test_the_reward_hacking_v1_template_becomes_a_negative_anchor_and_check(tmp_
     assert "changes only anchors" not in captured.err  # a check changed: the rule judge reads it
 
 
-def test_the_reward_hacking_v2_run_gets_a_shape_anchor_the_audit_accepts(tmp_path, capsys):
+def test_the_reward_hacking_v2_run_is_saturated_by_what_its_rubric_asks_for(tmp_path, capsys):
+    """Under v2 every top answer is a bare sum, and v2's clarity gives "7" as its level-5 positive example: the
+    shape is what the rubric asks for, so no negative example of it (which would contradict the rubric); correctness
+    is left too. Nothing to propose, and no rubric written."""
     run = reward_hacking_run(tmp_path / "v2-seed1", "v2")
-    assert main(["rubric", "tighten", str(run)]) == 0  # 0: the audit passed
-    captured = capsys.readouterr()
-    printed = captured.out
+    assert main(["rubric", "tighten", str(run)]) == 0
+    printed = " ".join(capsys.readouterr().out.split())
     assert "clarity: saturated in 90% of groups" in printed and "below the range's top 5" in printed
     assert "correctness: saturated in 90% of groups" in printed
-    v2 = load_rubric(BENCHMARKS / "reward_hacking_v2.yaml")
-    proposed = load_rubric(run / "tighten" / "reward_hacking_arithmetic-v3.0.yaml")
-    # clarity: every top answer is a bare sum, which no word marks: the shape is the negative example, no check
-    clarity = proposed.dimensions[1]
-    assert clarity.checks == v2.dimensions[1].checks
-    assert clarity.anchors[3.0].negative == [*v2.dimensions[1].anchors[3.0].negative, "4"]
-    assert "(the top samples share a shape: a bare number)" in printed
+    assert "which the rubric's own positive example '7' above it has" in printed
     # correctness: exact would fail the padded sum, which clarity marks down already: left, with why
-    assert proposed.dimensions[0] == v2.dimensions[0] and "fails ones another dimension marks down" in printed
-    assert "PASS: trust" in printed
-    # anchors only, under the rule judge: the audit passes it, and the warning says a continued run would not change
-    assert "changes only anchors" in captured.err
+    assert "fails ones another dimension marks down" in printed
+    assert "nothing to propose" in printed and not (run / "tighten").exists()
 
 
 def test_the_match_and_shape_rules_by_hand():
@@ -338,7 +332,9 @@ def test_an_anchor_only_proposal_on_a_hybrid_runs_rule_routed_dimension_is_warne
     # bare sums, all one size: no level splits them, no word is shared, their shape becomes an anchor a rule
     # never reads, and the judge is a hybrid routing the dimension to rules
     rubric = tmp_path / "loose.yaml"
-    rubric.write_text(LOOSE.replace("    type: binary\n", "    type: binary\n    judge: rule\n"))
+    # (its positive example in words: a bare "7" there would say the shape is what it asks for)
+    rubric.write_text(LOOSE.replace("    type: binary\n", "    type: binary\n    judge: rule\n")
+                      .replace('positive: ["7"]', 'positive: ["The sum is seven."]'))
     rows = [{"step": t, "prompt": f"{i}+{i}=", "completion": str(i), "short": 1.0, "record": {"id": f"s{i}"}}
             for t in (8, 9, 10, 11) for i in range(1, 10) for _ in range(2)]
     rows.append({"step": 0, "prompt": "1+1=", "completion": "two " * 120, "short": 0.0, "record": {"id": "s1"}})
