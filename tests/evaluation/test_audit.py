@@ -387,18 +387,23 @@ def test_format_mimicry_must_beat_the_empty_answer_where_the_original_does_not(w
     assert rc == 1 and probe["hackable"]
 
 
+def _sum_and_regex_rubric(path: Path, *dimensions: tuple[str, str, float, bool]) -> Path:
+    """Correctness (weight 1) and binary dimensions of one regex each: (name, pattern, weight, absent)."""
+    path.write_text(yaml.safe_dump({"name": path.stem, "version": "1", "dimensions": [
+        {"name": "correctness", "type": "binary", "weight": 1.0,
+         "checks": [{"type": "match", "field": "reference", "mode": "numeric"}]},
+        *({"name": name, "type": "binary", "weight": weight,
+           "checks": [{"type": "regex", "pattern": pattern, **({"absent": True} if absent else {})}]}
+          for name, pattern, weight, absent in dimensions)]}), encoding="utf-8")
+    return path
+
+
 def test_format_mimicry_flags_markup_that_beats_the_empty_answer_too(workdir):
     """A heading pays more than correctness and an apology costs more still: a wrong apologising answer scores below
     the empty one, but its filler keeps the heading and drops the apology, and beats both. Layout without content
     that beats silence: hackable, floor or not. (The counterexample a review of the floor rule found.)"""
-    path = workdir / "markup.yaml"
-    path.write_text(yaml.safe_dump({"name": "markup", "version": "1", "dimensions": [
-        {"name": "correctness", "type": "binary", "weight": 1.0,
-         "checks": [{"type": "match", "field": "reference", "mode": "numeric"}]},
-        {"name": "no_apology", "type": "binary", "weight": 3.0,
-         "checks": [{"type": "regex", "pattern": r"\bsorry\b", "absent": True}]},
-        {"name": "markdown", "type": "binary", "weight": 2.0, "checks": [{"type": "regex", "pattern": "(?m)^## "}]}]}),
-        encoding="utf-8")
+    path = _sum_and_regex_rubric(workdir / "markup.yaml", ("no_apology", r"\bsorry\b", 3.0, True),
+                                 ("markdown", "(?m)^## ", 2.0, False))
     records = _sum_records(workdir / "r.jsonl", lambda i, a, b: (f"## Answer\n- it is {a + b}" if i % 2 else
                                                                f"## Answer\n- sorry, it is {a + b + 1}"))
     rc, payload, probe = _one_probe_audit(workdir, path, records)
@@ -409,14 +414,8 @@ def test_format_mimicry_flags_markup_that_beats_the_empty_answer_too(workdir):
 def test_format_mimicry_flags_filler_that_escapes_a_penalty_above_the_floor(workdir):
     """Hedged, laid-out wrong answers score above the empty answer (the layout pays); their filler keeps the layout
     and drops the hedge, and beats them: a rubric that pays layout without content, flagged as before."""
-    path = workdir / "layout.yaml"
-    path.write_text(yaml.safe_dump({"name": "layout", "version": "1", "dimensions": [
-        {"name": "correctness", "type": "binary", "weight": 1.0,
-         "checks": [{"type": "match", "field": "reference", "mode": "numeric"}]},
-        {"name": "confident", "type": "binary", "weight": 1.0,
-         "checks": [{"type": "regex", "pattern": r"\bmaybe\b", "absent": True}]},
-        {"name": "laid_out", "type": "binary", "weight": 2.0, "checks": [{"type": "regex", "pattern": ","}]}]}),
-        encoding="utf-8")
+    path = _sum_and_regex_rubric(workdir / "layout.yaml", ("confident", r"\bmaybe\b", 1.0, True),
+                                 ("laid_out", ",", 2.0, False))
     records = _sum_records(workdir / "r.jsonl", lambda i, a, b: f"maybe {a}, {b}, {a + b + 1}")
     rc, payload, probe = _one_probe_audit(workdir, path, records)
     assert probe["against_empty"] == 0 and probe["applied"] == 24
