@@ -11,7 +11,8 @@
    level to raise. ``--preset tiny``: the reward-hacking benchmark's v2 run, taken from
    ``benchmarks/reward_hacking.py`` by import (its data, its `rlkit sft` warm start, its `fit` with rubric v2,
    monitors and golden set), ``--steps`` 150 as there; ``--tiny-rubric v1`` takes its hackable v1 run instead (the
-   template saturates clarity at its top, and tighten writes a check, not only an anchor).
+   template saturates clarity at its top, and tighten writes a check; on the v2 run, saturated by doing what v2
+   asks, it proposes nothing).
 2. `rlkit rubric tighten PHASE1 --out tighten/proposal.yaml`, with its audit (exit 0 pass, 1 fail: recorded, the run
    goes on either way), then `rlkit rubric diff ORIGINAL PROPOSAL`. Where tighten writes nothing (no dimension
    saturated, or no rule makes a saturated one harder) the script says so and stops, exit 1: that is the finding.
