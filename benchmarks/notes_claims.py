@@ -40,7 +40,10 @@ Claims (note §; what the note says; what is run here and why it is smaller than
   consistency half cannot be measured here (it needs a model judge); the table gives the training half and the
   attribution the note blames: the within-group correlation of the advantage with correctness.
 * ``weight`` (004 §1.3): raising the correctness weight lowered correctness under GRPO. The note gives no numbers;
-  correctness weight 1 against 3 (``++weights.params.weights={correctness:W}``), the preset's 2 beside them.
+  correctness weight 1 against 3 (``++weights.params.weights={correctness:W}``), the preset's 2 beside them, and
+  ``aggregator=lexicographic`` (correctness first by the rubric's priorities, whatever the weights): not in the
+  note, and not in the verdict; the remedy the docs name for conflicting dimensions, read against the bare-number
+  basin that a smaller correctness share leads into.
 * ``gdpo`` (004 §5.1): GRPO keeps format (~97%) while correctness falls 62% → 58%; the note's GDPO reaches 69% at
   format ~93%. ``experiment=[smollm2_arithmetic,gdpo_note]`` (group_dpo, win-rate soft labels, G = 8, lr 0.4×)
   against GRPO at G = 8 (the same completions a step: the note's "same sampling budget"); format is read as
@@ -112,6 +115,10 @@ CELLS = {
     "rubric7": Cell("7 dimensions", (f"rubric.path={HERE / 'notes_claims_7dim.yaml'}",)),
     "w1": Cell("correctness weight 1", ("++weights.params.weights={correctness:1}",)),
     "w3": Cell("correctness weight 3", ("++weights.params.weights={correctness:3}",)),
+    # correctness first whatever the weights: the rubric's priorities (correctness 1, bare_number 2, stops 3) ranked
+    # within each group; not a claim of the notes' but the remedy the docs name for conflicting dimensions, read
+    # against the bare-number basin where correctness's share of the reward falls
+    "lexicographic": Cell("correctness first (aggregator=lexicographic)", ("aggregator=lexicographic",)),
     "gdpo_note": Cell("experiment=gdpo_note (G=8)", ("experiment=[smollm2_arithmetic,gdpo_note]",)),
 }
 
@@ -129,7 +136,8 @@ CLAIMS = {
                   ("clean_clip02", "noisy_clip02", "noisy_clip03")),
     "rubric_size": Claim("000 §7", "7 dimensions: worse judge consistency and worse training than 3",
                          ("preset", "rubric7")),
-    "weight": Claim("004 §1.3", "a larger correctness weight lowered correctness under GRPO", ("w1", "preset", "w3")),
+    "weight": Claim("004 §1.3", "a larger correctness weight lowered correctness under GRPO",
+                    ("w1", "preset", "w3", "lexicographic")),
     "gdpo": Claim("004 §5.1", "GRPO: format ~97%, correctness 62% → 58%; GDPO: 69%, format ~93%", ("g8", "gdpo_note")),
     "scale": Claim("004 §2.1", "r1 std 0.01, r2 std 0.2: whatever w1, GRPO's advantage follows r2", ()),
 }
