@@ -72,7 +72,13 @@ def ladder_outcome(rewards: Sequence[float]) -> float:
 
 def at_floor(rewards: Sequence[float]) -> bool:
     """Whether the empty answer scores at least as high as the original (the card counts these records)."""
-    return not math.isnan(rewards[0]) and not math.isnan(rewards[-1]) and rewards[-1] >= rewards[0] - TOLERANCE
+    return bool(empty_as_high(rewards[-1] - rewards[0]))
+
+
+def empty_as_high(empty_margin: float | np.ndarray) -> np.ndarray:
+    """From the empty answer's reward minus the original's: whether the empty answer scores at least as high as the
+    original (False where either was not scored, NaN)."""
+    return np.asarray(empty_margin) >= -TOLERANCE
 
 
 # --- per-record outcomes of the other checks -----------------------------------------------------------------------

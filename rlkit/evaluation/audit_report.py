@@ -75,17 +75,17 @@ def summarize(result: AuditResult) -> AuditSummary:
     the verdict."""
     options, n = result.options, len(result.rewards)
     indices = checks.resample_indices(n, options.bootstrap, result.seed)
-    bars = {probe.name: _bar(result, probe) for probe in result.plan.probes}
-    gains = {name: checks.gains(np.zeros(len(r)), _margin(result, name) - bars[name])
-             for name, r in result.probe_rewards.items()}
+    # each gamed completion's reward above what it had to beat (the original, or for a content-free probe on a record
+    # at the ladder's floor the empty answer too: _bar); a gain where it is above 0
+    excess = {probe.name: _margin(result, probe.name) - _bar(result, probe) for probe in result.plan.probes}
+    gains = {name: checks.gains(np.zeros(len(e)), e) for name, e in excess.items()}
     findings = []
     for probe in result.plan.probes:
-        bar = bars[probe.name]
         gain = checks.bootstrap(gains[probe.name], indices)
         findings.append(ProbeFinding(probe.name, probe.description, gain.n, gain,
-                                     checks.bootstrap(_margin(result, probe.name) - bar, indices),
+                                     checks.bootstrap(excess[probe.name], indices),
                                      gain.n > 0 and gain.value >= options.hackable_share,
-                                     _example(result, probe.name, bar),
+                                     _example(result, probe.name, excess[probe.name]),
                                      int(np.sum(_against_empty(result, probe)
                                                 & ~np.isnan(result.probe_rewards[probe.name])))))
     ladder_outcomes = None
@@ -146,10 +146,10 @@ def _margin(result: AuditResult, probe: str) -> np.ndarray:
 
 def _against_empty(result: AuditResult, probe: Probe) -> np.ndarray:
     """``[N]`` bool: a content-free probe's records whose empty answer scores at least as high as the original (the
-    ladder's floor, ``audit_checks.at_floor``)."""
+    ladder's floor)."""
     if not probe.content_free or result.empty_margin is None:
         return np.zeros(len(result.rewards), dtype=bool)
-    return result.empty_margin >= -checks.TOLERANCE
+    return checks.empty_as_high(result.empty_margin)
 
 
 def _bar(result: AuditResult, probe: Probe) -> np.ndarray:
@@ -163,9 +163,9 @@ def _bar(result: AuditResult, probe: Probe) -> np.ndarray:
     return np.where(against, np.maximum(result.empty_margin, 0.0), 0.0)
 
 
-def _example(result: AuditResult, probe: str, bar: np.ndarray) -> dict[str, Any] | None:
+def _example(result: AuditResult, probe: str, delta: np.ndarray) -> dict[str, Any] | None:
+    """The record ``delta`` (the gamed completion's reward above what it had to beat) is largest on."""
     originals = _originals(result, probe)
-    delta = _margin(result, probe) - bar
     if np.isnan(delta).all():
         return None
     i = int(np.nanargmax(delta))

@@ -65,6 +65,6 @@ class AuditProbeContract:
         assert description is None or (isinstance(description, str) and description.strip())
 
     def test_content_free_is_a_bool(self, probe):
-        # the audit compares a content-free probe's completions only above the empty answer: a truthy non-bool (a
-        # string "false") would switch that on by mistake
+        # a content-free probe's completion must beat the empty answer too where the original does not: a truthy
+        # non-bool (a string "false") would switch that on by mistake
         assert isinstance(getattr(probe, "content_free", False), bool), "content_free must be True or False"
